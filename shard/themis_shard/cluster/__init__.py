@@ -1,0 +1,1 @@
+"""Cluster membership, routing and shard-to-shard security."""
