@@ -1,0 +1,106 @@
+"""Cluster-layer settings, typed in one place (pydantic-settings, env prefix ``THEMIS_CLUSTER_``).
+
+Every number the design paper fixes is a named setting here, with the paper's value as the
+default (§III-C, §IV-A, §V-A): router thresholds 0.8/0.6/0.4, γ = 0.1, announcement TTL
+7200 s, breaker 5 failures / 60 s recovery, 3 retries, 5 s connect / 30 s request timeouts.
+The gossip numbers (interval 1 s, fanout 3) come from the issue; the failure-detector
+timeouts are ours (a few gossip rounds each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ClusterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THEMIS_CLUSTER_", extra="ignore")
+
+    # ---- adaptive domain router (§III-C, §IV-A) -------------------------------------------
+    #: Accuracy thresholds θ1 ≥ θ2 ≥ θ3, tried in order; a shard qualifies when α > θ.
+    thresholds: tuple[float, float, float] = (0.8, 0.6, 0.4)
+    #: Latency penalty weight γ: score = α − γ · (λ / latency_unit_ms), λ = p99 delta in ms.
+    gamma: float = Field(0.1, ge=0)
+    #: The unit λ is measured in for the penalty. 100 ms reads γ = 0.1 as "0.1 accuracy points
+    #: per 100 ms of p99" (the convention RouterSettings in plan.py documents); 1000 ms gives the
+    #: paper's parenthetical example (100 ms ≙ 0.01 points).
+    latency_unit_ms: float = Field(100.0, gt=0)
+    #: Scores closer than this are "equal"; LEAST_LOADED (pending_llm_requests) decides among them.
+    score_tie_tolerance: float = Field(1e-6, ge=0)
+    #: Announcements older than this (announced_at, wall clock) are evicted (τ_ttl).
+    announcement_ttl_s: float = Field(7200.0, gt=0)
+    #: The paper's per-iteration routing timeout T_iter; the dispatch wrapper uses it as the
+    #: budget of one attempt on a domain-routed shard before it moves on.
+    routing_iteration_timeout_s: float = Field(2.0, gt=0)
+
+    # ---- remote executor (§III-C, §V-A) ----------------------------------------------------
+    connect_timeout_s: float = Field(5.0, gt=0)
+    request_timeout_s: float = Field(30.0, gt=0)
+    #: Extra attempts for idempotent calls (so at most 1 + max_retries attempts).
+    max_retries: int = Field(3, ge=0)
+    #: Exponential backoff with full jitter: sleep U(0, min(max, base · 2^attempt)).
+    retry_backoff_base_s: float = Field(0.05, ge=0)
+    retry_backoff_max_s: float = Field(1.0, ge=0)
+    breaker_failure_threshold: int = Field(5, ge=1)
+    breaker_recovery_s: float = Field(60.0, ge=0)
+    pool_max_connections: int = Field(100, ge=1)
+    pool_max_keepalive: int = Field(20, ge=0)
+    #: mTLS material (PEM files written from the cluster Secret). All three or none.
+    tls_ca_path: Path | None = None
+    tls_cert_path: Path | None = None
+    tls_key_path: Path | None = None
+    #: Shard certificates carry the shard's DNS names; turn off only for IP-addressed labs.
+    tls_check_hostname: bool = True
+
+    # ---- gossip (Demers et al. epidemic dissemination) ----------------------------------------
+    gossip_interval_s: float = Field(1.0, gt=0)
+    gossip_fanout: int = Field(3, ge=1)
+    #: A member whose heartbeat has not advanced for this long is suspect, then dead.
+    suspect_timeout_s: float = Field(5.0, gt=0)
+    dead_timeout_s: float = Field(30.0, gt=0)
+    #: HMAC-SHA256 key for gossip messages; required to gossip (the wiring may derive it from
+    #: the cluster's mTLS Secret).
+    gossip_secret: SecretStr | None = None
+    #: Messages whose sent_at is further than this from our clock are dropped (replay/skew).
+    gossip_max_message_age_s: float = Field(30.0, gt=0)
+    #: Announcements stamped further than this in the future are dropped (clock skew guard).
+    gossip_max_clock_skew_s: float = Field(60.0, ge=0)
+    #: Budget of one push-pull exchange; defaults to the gossip interval.
+    gossip_exchange_timeout_s: float | None = Field(None, gt=0)
+    #: Largest accepted gossip message (entries), so one peer cannot balloon our state.
+    gossip_max_entries: int = Field(20_000, ge=1)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _descending(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
+        if not (v[0] >= v[1] >= v[2]):
+            raise ValueError("router thresholds must be descending (θ1 ≥ θ2 ≥ θ3)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSettings:
+        if self.dead_timeout_s < self.suspect_timeout_s:
+            raise ValueError("dead_timeout_s must be >= suspect_timeout_s")
+        tls = (self.tls_ca_path, self.tls_cert_path, self.tls_key_path)
+        if any(tls) and not all(tls):
+            raise ValueError("set tls_ca_path, tls_cert_path and tls_key_path together (or none)")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_ca_path is not None
+
+    @property
+    def exchange_timeout_s(self) -> float:
+        return self.gossip_exchange_timeout_s or self.gossip_interval_s
+
+    def with_router(self, router: Any) -> ClusterSettings:
+        """A copy taking thresholds/gamma/TTL from the plan's ``RouterSettings`` (plan wins)."""
+        return self.model_copy(update={
+            "thresholds": tuple(router.thresholds),
+            "gamma": float(router.gamma),
+            "announcement_ttl_s": float(router.announcement_ttl_s),
+        })

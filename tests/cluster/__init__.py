@@ -1,0 +1,1 @@
+"""Tests of the cluster layer (breaker, remote executor, gossip, router)."""
