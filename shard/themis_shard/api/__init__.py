@@ -1,0 +1,1 @@
+"""REST routers of the shard (one module per resource)."""

@@ -1,0 +1,232 @@
+"""Collections, documents, batches and transactions (API.md "Documents")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Header
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import BadRequest, NotFound, PayloadTooLarge
+from ..node import ShardNode
+from ..storage.collections import CollectionConfig, IndexKind, Metric
+from ..storage.documents import Change, Write
+from ..storage.names import check_collection, check_key, urn
+from ..vector.catalog import EMBEDDING_FIELD
+from .deps import node, parse_if_match
+
+router = APIRouter(prefix="/v1", tags=["documents"])
+Node = Annotated[ShardNode, Depends(node)]
+
+
+class CollectionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dimension: int | None = Field(None, ge=1, le=65536)
+    index: IndexKind = "flat"
+    metric: Metric = "cosine"
+    embed_field: str | None = Field(None, min_length=1, max_length=256)
+    nlist: int | None = Field(None, ge=1, le=65536)
+    nprobe: int = Field(16, ge=1, le=65536)
+    hnsw_m: int = Field(32, ge=4, le=256)
+    hnsw_ef_search: int = Field(64, ge=1, le=4096)
+
+
+class CollectionInfo(CollectionConfig):
+    documents: int
+    vectors: int
+
+
+class WriteResult(BaseModel):
+    urn: str
+    version: int
+
+
+class DocumentOut(BaseModel):
+    urn: str
+    version: int
+    document: dict[str, Any]
+
+
+class BatchItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    document: dict[str, Any]
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    documents: list[BatchItem]
+
+
+class BatchResponse(BaseModel):
+    results: list[WriteResult]
+
+
+class Operation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    op: Literal["put", "delete"]
+    collection: str
+    key: str
+    document: dict[str, Any] | None = None
+    if_version: int | None = Field(None, ge=0)
+
+
+class TransactionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    operations: list[Operation]
+
+
+class TransactionResult(BaseModel):
+    op: Literal["put", "delete"]
+    urn: str
+    version: int
+
+
+class TransactionResponse(BaseModel):
+    committed: bool
+    results: list[TransactionResult]
+
+
+def _info(shard: ShardNode, config: CollectionConfig) -> CollectionInfo:
+    return CollectionInfo(**config.model_dump(), documents=shard.store.count(config.name),
+                          vectors=shard.vectors.size(config.name))
+
+
+def _record(shard: ShardNode, changes: list[Change], op: str) -> None:
+    shard.metrics.document_ops.labels(op=op).inc(len(changes))
+    for collection in {c.collection for c in changes}:
+        shard.metrics.documents.labels(collection=collection).set(shard.store.count(collection))
+        shard.metrics.vectors.labels(collection=collection).set(shard.vectors.size(collection))
+
+
+async def embed_missing(shard: ShardNode, writes: list[Write]) -> list[Write]:
+    """Fill ``embedding`` from the collection's ``embed_field`` text (embed-on-write)."""
+    todo: list[tuple[int, str]] = []
+    for i, w in enumerate(writes):
+        if w.document is None or EMBEDDING_FIELD in w.document or not shard.store.has_collection(w.collection):
+            continue
+        field = shard.store.collection(w.collection).embed_field
+        if field and isinstance(w.document.get(field), str):
+            todo.append((i, w.document[field]))
+    if not todo:
+        return writes
+    if shard.llm is None:
+        raise BadRequest("this shard has no embedding model", code="embedding_unavailable")
+    vectors = await shard.llm.embed([text for _, text in todo])
+    out = list(writes)
+    for (i, _), vector in zip(todo, vectors, strict=True):
+        w = out[i]
+        out[i] = Write(w.collection, w.key, {**w.document, EMBEDDING_FIELD: list(vector)}, w.if_version)
+    return out
+
+
+@router.get("/collections", response_model=list[CollectionInfo])
+async def list_collections(shard: Node) -> list[CollectionInfo]:
+    return [_info(shard, c) for c in shard.store.collections()]
+
+
+@router.put("/collections/{collection}", response_model=CollectionInfo)
+async def declare_collection(collection: str, shard: Node, spec: CollectionSpec | None = None) -> CollectionInfo:
+    check_collection(collection)
+    spec = spec or CollectionSpec()
+    values = spec.model_dump()
+    if spec.embed_field:
+        if shard.llm is None:
+            raise BadRequest("embed_field needs a shard with an embedding model", code="embedding_unavailable")
+        dim = int(shard.llm.embedding_dimension)
+        if spec.dimension not in (None, dim):
+            raise BadRequest(f"the embedding model produces dimension {dim}, not {spec.dimension}",
+                             code="dimension_mismatch")
+        values["dimension"] = dim
+    config = CollectionConfig(name=collection, **values)
+
+    def declare() -> CollectionConfig:
+        declared = shard.store.declare_collection(config)
+        shard.vectors.declare(declared)
+        return declared
+
+    return _info(shard, await run_in_threadpool(declare))
+
+
+@router.get("/collections/{collection}", response_model=CollectionInfo)
+async def get_collection(collection: str, shard: Node) -> CollectionInfo:
+    return _info(shard, shard.store.collection(collection))
+
+
+@router.put("/collections/{collection}/documents/{key}", response_model=WriteResult)
+async def put_document(collection: str, key: str, shard: Node,
+                       document: Annotated[dict[str, Any], Body(description="the document, a JSON object")],
+                       if_match: Annotated[str | None, Header()] = None) -> WriteResult:
+    check_collection(collection)
+    check_key(key)
+    writes = await embed_missing(shard, [Write(collection, key, document, parse_if_match(if_match))])
+    changes = await run_in_threadpool(shard.store.commit, writes)
+    _record(shard, changes, "put")
+    return WriteResult(urn=urn(collection, key), version=changes[0].version)
+
+
+@router.get("/collections/{collection}/documents/{key}", response_model=DocumentOut)
+async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
+    doc = shard.store.get(collection, key)
+    if doc is None:
+        raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+    shard.metrics.document_ops.labels(op="get").inc()
+    return DocumentOut(urn=urn(collection, key), version=doc.version, document=doc.document)
+
+
+@router.delete("/collections/{collection}/documents/{key}", response_model=WriteResult)
+async def delete_document(collection: str, key: str, shard: Node,
+                          if_match: Annotated[str | None, Header()] = None) -> WriteResult:
+    version = await run_in_threadpool(shard.store.delete, collection, key, parse_if_match(if_match))
+    shard.metrics.document_ops.labels(op="delete").inc()
+    shard.metrics.documents.labels(collection=collection).set(shard.store.count(collection))
+    shard.metrics.vectors.labels(collection=collection).set(shard.vectors.size(collection))
+    return WriteResult(urn=urn(collection, key), version=version)
+
+
+@router.post("/collections/{collection}/documents:batch", response_model=BatchResponse)
+async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> BatchResponse:
+    """Insert or replace many documents in one atomic, durable commit."""
+    check_collection(collection)
+    if not body.documents:
+        raise BadRequest("documents must not be empty", code="empty_batch")
+    if len(body.documents) > shard.settings.max_batch_documents:
+        raise PayloadTooLarge(f"at most {shard.settings.max_batch_documents} documents per batch",
+                              code="batch_too_large")
+    keys = [check_key(item.key) for item in body.documents]
+    if len(set(keys)) != len(keys):
+        raise BadRequest("duplicate keys in batch", code="duplicate_keys")
+    writes = await embed_missing(shard, [Write(collection, i.key, i.document) for i in body.documents])
+    changes = await run_in_threadpool(shard.store.commit, writes)
+    _record(shard, changes, "put")
+    return BatchResponse(results=[WriteResult(urn=urn(c.collection, c.key), version=c.version) for c in changes])
+
+
+@router.post("/transactions", response_model=TransactionResponse)
+async def transaction(body: TransactionRequest, shard: Node) -> TransactionResponse:
+    """All-or-nothing: any failed condition (409) or invalid operation (4xx) applies nothing."""
+    if not body.operations:
+        raise BadRequest("operations must not be empty", code="empty_transaction")
+    if len(body.operations) > shard.settings.max_transaction_operations:
+        raise PayloadTooLarge(f"at most {shard.settings.max_transaction_operations} operations per transaction",
+                              code="transaction_too_large")
+    writes: list[Write] = []
+    for i, op in enumerate(body.operations):
+        if op.op == "put" and op.document is None:
+            raise BadRequest(f"operations[{i}]: put needs a document", code="invalid_operation")
+        if op.op == "delete" and op.document is not None:
+            raise BadRequest(f"operations[{i}]: delete takes no document", code="invalid_operation")
+        writes.append(Write(op.collection, op.key, op.document, op.if_version))
+    writes = await embed_missing(shard, writes)
+    try:
+        changes = await run_in_threadpool(shard.store.commit, writes)
+    except Exception:
+        shard.metrics.transactions.labels(outcome="aborted").inc()
+        raise
+    shard.metrics.transactions.labels(outcome="committed").inc()
+    _record(shard, changes, "transaction")
+    return TransactionResponse(committed=True, results=[
+        TransactionResult(op="put" if c.document is not None else "delete", urn=urn(c.collection, c.key),
+                          version=c.version) for c in changes])

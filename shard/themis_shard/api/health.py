@@ -1,0 +1,31 @@
+"""Health, readiness and metrics (API.md "Health and metrics")."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health")
+async def health(request: Request) -> dict:
+    shard = getattr(request.app.state, "node", None)
+    settings = request.app.state.settings
+    if shard is None:
+        return {"status": "degraded", "shard_id": settings.shard_id, "ring_version": 0}
+    return {"status": "ok" if shard.ready else "degraded", "shard_id": settings.shard_id,
+            "ring_version": shard.plan.ring_version}
+
+
+@router.get("/ready")
+async def ready(request: Request) -> JSONResponse:
+    shard = getattr(request.app.state, "node", None)
+    is_ready = shard is not None and shard.ready
+    return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,78 @@
+"""Pure-ASGI middleware (streaming-safe, unlike BaseHTTPMiddleware): request-size limit and
+per-route request metrics."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..metrics import ShardMetrics
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over ``max_bytes``, declared (Content-Length) or streamed (chunked)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await _reply_413(send, limit)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise HTTPException(413, f"request body exceeds {limit} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+async def _reply_413(send: Send, limit: int) -> None:
+    body = (b'{"error":{"code":"payload_too_large","message":"request body exceeds %d bytes"}}' % limit)
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class MetricsMiddleware:
+    """Counts requests and observes latency by route template (bounded label values)."""
+
+    def __init__(self, app: ASGIApp, metrics: ShardMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "GET")
+            self.metrics.http_requests.labels(method=method, route=template, status=str(status)).inc()
+            self.metrics.http_latency.labels(method=method, route=template).observe(time.perf_counter() - started)

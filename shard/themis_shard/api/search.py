@@ -1,0 +1,62 @@
+"""Vector search (API.md "Vector search"): by vector, or by text through the embedding model."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import BadRequest
+from ..node import ShardNode
+from ..storage.names import check_collection, urn
+from .deps import node
+
+router = APIRouter(prefix="/v1", tags=["search"])
+Node = Annotated[ShardNode, Depends(node)]
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    vector: list[float] | None = None
+    text: str | None = Field(None, min_length=1)
+    k: int = Field(10, ge=1)
+    filter: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_query(self) -> SearchRequest:
+        if (self.vector is None) == (self.text is None):
+            raise ValueError("give exactly one of 'vector' or 'text'")
+        return self
+
+
+class SearchResult(BaseModel):
+    urn: str
+    score: float
+    document: dict[str, Any]
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchResult]
+
+
+@router.post("/collections/{collection}/search", response_model=SearchResponse)
+async def search(collection: str, body: SearchRequest, shard: Node) -> SearchResponse:
+    check_collection(collection)
+    if body.k > shard.settings.max_search_k:
+        raise BadRequest(f"k may be at most {shard.settings.max_search_k}", code="k_too_large")
+    vector = body.vector
+    if vector is None:
+        if shard.llm is None:
+            raise BadRequest("text search needs a shard with an embedding model", code="embedding_unavailable")
+        vector = list((await shard.llm.embed([body.text]))[0])
+    index = shard.vectors.index(collection)
+    started = time.perf_counter()
+    hits = await run_in_threadpool(shard.vectors.search, collection, vector, body.k, body.filter)
+    shard.metrics.vector_searches.labels(index=index.kind).inc()
+    shard.metrics.vector_search_latency.labels(index=index.kind).observe(time.perf_counter() - started)
+    return SearchResponse(results=[
+        SearchResult(urn=urn(collection, doc.key), score=hit.score, document=doc.document) for hit, doc in hits])

@@ -1,0 +1,66 @@
+"""The shard's FastAPI application factory.
+
+``create_app(settings)`` builds one shard: routers, error handlers, middleware, and a lifespan
+that opens the node (RocksDB, FAISS, plan, and the inference engine when enabled) and closes
+it cleanly — persisting vector indexes — on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from . import __version__
+from .api import documents, health, search
+from .api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from .errors import install_error_handlers
+from .metrics import ShardMetrics
+from .node import ShardNode
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = ShardMetrics(settings.shard_id)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        node = await run_in_threadpool(ShardNode.open, settings, metrics)
+        if settings.llm.enabled:
+            from .llm.runtime import LLMRuntime
+
+            node.llm = LLMRuntime(settings.llm, metrics.registry)
+            app.state.llm = node.llm
+            await node.llm.start()
+        app.state.node = node
+        try:
+            yield
+        finally:
+            app.state.node = None
+            if node.llm is not None:
+                await node.llm.stop()
+            await run_in_threadpool(node.close)
+
+    app = FastAPI(title="Themis shard", version=__version__, lifespan=lifespan,
+                  description="A converged Themis shard: documents, vectors and LLM inference.")
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.node = None
+    app.state.llm = None
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(documents.router)
+    app.include_router(search.router)
+    if settings.llm.enabled:
+        from .api import inference
+
+        app.include_router(inference.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

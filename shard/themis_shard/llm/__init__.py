@@ -1,0 +1,1 @@
+"""llama.cpp inference engine of a shard: batching, KV accounting, LoRA, embeddings."""

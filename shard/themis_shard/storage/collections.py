@@ -1,0 +1,33 @@
+"""Collection declarations: how a collection's documents are embedded and indexed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+IndexKind = Literal["flat", "ivf", "hnsw"]
+Metric = Literal["cosine", "l2", "ip"]
+
+
+class CollectionConfig(BaseModel):
+    """A collection's settings. ``dimension`` None: no vector index (documents only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    dimension: int | None = Field(None, ge=1, le=65536)
+    index: IndexKind = "flat"
+    metric: Metric = "cosine"
+    #: Document field whose text is embedded on write (needs the shard's embedding model).
+    embed_field: str | None = Field(None, min_length=1, max_length=256)
+    #: IVF: lists (None = chosen from the size at training time) and lists probed per query.
+    nlist: int | None = Field(None, ge=1, le=65536)
+    nprobe: int = Field(16, ge=1, le=65536)
+    #: HNSW: graph degree and search breadth.
+    hnsw_m: int = Field(32, ge=4, le=256)
+    hnsw_ef_search: int = Field(64, ge=1, le=4096)
+
+    @property
+    def indexed(self) -> bool:
+        return self.dimension is not None

@@ -1,0 +1,348 @@
+"""The document store: JSON documents in RocksDB with per-document versions.
+
+Layout (rocksdict, raw mode, bytes keys): column family ``docs`` maps
+``collection NUL key`` → ``version(8 bytes) + JSON``; ``collections`` maps a name to its
+declaration; ``meta`` holds per-collection counters (document count and a change generation
+that the vector index records when it persists, so a crash is detected on start).
+
+Durability: every commit is one ``WriteBatch`` written with ``sync=True``, so an acknowledged
+write survives ``kill -9`` (the WAL is never disabled). Commits are serialised by one lock;
+under it the current versions are checked, so conditional writes (``If-Match``) and
+transactions are first-committer-wins.
+
+Transactions (rocksdict has none): :class:`Transaction` reads from a RocksDB snapshot taken at
+``begin`` (snapshot isolation), buffers writes, and at commit validates — under the commit lock —
+that every key it read or writes still has the version it saw; any change means another
+transaction committed first and this one fails with 409 and writes nothing. The batch is then
+applied atomically. This is optimistic MVCC: readers never block, conflicts abort the later
+committer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from ..errors import BadRequest, Conflict, NotFound
+from . import codec
+from .collections import CollectionConfig
+from .names import check_collection, check_key, split_storage_key, storage_key
+
+_CFS = ("docs", "collections", "meta")
+
+
+@dataclass(frozen=True)
+class Write:
+    """One mutation: ``document`` None deletes. ``if_version``: 0 = must not exist."""
+
+    collection: str
+    key: str
+    document: dict[str, Any] | None
+    if_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """A committed mutation, as seen by observers (vector index, replication)."""
+
+    collection: str
+    key: str
+    version: int
+    document: dict[str, Any] | None
+    previous_version: int
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    collection: str
+    key: str
+    version: int
+    document: dict[str, Any]
+
+
+class StoreObserver:
+    """Hooks around a commit. ``validate`` runs before anything is written and may raise a
+    4xx error to reject the whole commit; ``apply`` runs after the durable write, in commit
+    order, under the commit lock."""
+
+    def validate(self, config: CollectionConfig, write: Write) -> None:  # pragma: no cover - default
+        return None
+
+    def apply(self, changes: list[Change], generations: dict[str, int]) -> None:  # pragma: no cover
+        return None
+
+
+def _counter(raw: bytes | None) -> int:
+    return 0 if raw is None else int.from_bytes(raw, "big", signed=True)
+
+
+def _counter_bytes(value: int) -> bytes:
+    return value.to_bytes(8, "big", signed=True)
+
+
+class DocumentStore:
+    def __init__(self, path: Path, max_document_bytes: int = 1 << 20) -> None:
+        self.path = Path(path)
+        self.max_document_bytes = max_document_bytes
+        self.path.mkdir(parents=True, exist_ok=True)
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        self._db = Rdict(str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS})
+        self._docs = self._db.get_column_family("docs")
+        self._colls = self._db.get_column_family("collections")
+        self._meta = self._db.get_column_family("meta")
+        self._handles = {cf: self._db.get_column_family_handle(cf) for cf in _CFS}
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        self._lock = threading.RLock()
+        self._observers: list[StoreObserver] = []
+        self._configs: dict[str, CollectionConfig] = {
+            name.decode(): CollectionConfig.model_validate_json(raw) for name, raw in self._colls.items()
+        }
+        self._counts = {c: _counter(self._meta.get(f"count:{c}".encode())) for c in self._configs}
+        self._generations = {c: _counter(self._meta.get(f"gen:{c}".encode())) for c in self._configs}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._db is None:
+                return
+            # Column-family handles keep the DB lock after close: drop them first.
+            self._docs = self._colls = self._meta = None
+            self._handles = {}
+            self._db.close()
+            self._db = None
+
+    def add_observer(self, observer: StoreObserver) -> None:
+        self._observers.append(observer)
+
+    # -- collections -------------------------------------------------------------------------
+    def collection(self, name: str) -> CollectionConfig:
+        check_collection(name)
+        config = self._configs.get(name)
+        if config is None:
+            raise NotFound(f"collection {name!r} does not exist", code="collection_not_found")
+        return config
+
+    def has_collection(self, name: str) -> bool:
+        return name in self._configs
+
+    def collections(self) -> list[CollectionConfig]:
+        return [self._configs[n] for n in sorted(self._configs)]
+
+    def declare_collection(self, config: CollectionConfig) -> CollectionConfig:
+        """Create a collection, or change it when that cannot invalidate stored vectors."""
+        check_collection(config.name)
+        with self._lock:
+            existing = self._configs.get(config.name)
+            if existing is not None and existing.dimension not in (None, config.dimension) \
+                    and self._counts.get(config.name, 0) > 0:
+                raise Conflict(
+                    f"collection {config.name!r} holds documents with dimension {existing.dimension}; "
+                    f"it cannot change to {config.dimension}", code="dimension_conflict")
+            batch = WriteBatch(raw_mode=True)
+            batch.put(config.name.encode(), config.model_dump_json().encode(), self._handles["collections"])
+            self._db.write(batch, self._sync)
+            self._configs[config.name] = config
+            self._counts.setdefault(config.name, 0)
+            self._generations.setdefault(config.name, 0)
+            return config
+
+    def _ensure_collection(self, name: str, batch: WriteBatch) -> CollectionConfig:
+        config = self._configs.get(name)
+        if config is None:
+            config = CollectionConfig(name=name)
+            batch.put(name.encode(), config.model_dump_json().encode(), self._handles["collections"])
+        return config
+
+    # -- reads -------------------------------------------------------------------------------
+    def get(self, collection: str, key: str) -> StoredDocument | None:
+        check_collection(collection)
+        check_key(key)
+        raw = self._docs.get(storage_key(collection, key))
+        if raw is None:
+            return None
+        version, document = codec.decode(raw)
+        return StoredDocument(collection, key, version, document)
+
+    def version(self, collection: str, key: str) -> int:
+        return codec.decode_version(self._docs.get(storage_key(collection, key)))
+
+    def scan(self, collection: str) -> Iterator[StoredDocument]:
+        """All documents of a collection in key order (a consistent snapshot)."""
+        prefix = collection.encode() + b"\x00"
+        snap = self._docs.snapshot()
+        try:
+            for raw_key, raw in snap.items(from_key=prefix):
+                if not raw_key.startswith(prefix):
+                    break
+                _, key = split_storage_key(raw_key)
+                version, document = codec.decode(raw)
+                yield StoredDocument(collection, key, version, document)
+        finally:
+            del snap
+
+    def count(self, collection: str) -> int:
+        return self._counts.get(collection, 0)
+
+    def generation(self, collection: str) -> int:
+        return self._generations.get(collection, 0)
+
+    # -- writes ------------------------------------------------------------------------------
+    def put(self, collection: str, key: str, document: dict[str, Any], if_version: int | None = None) -> int:
+        return self.commit([Write(collection, key, document, if_version)])[0].version
+
+    def delete(self, collection: str, key: str, if_version: int | None = None) -> int:
+        """Delete; returns the deleted version. 404 when the document does not exist."""
+        check_collection(collection)
+        check_key(key)
+        with self._lock:
+            if self.version(collection, key) == 0 and if_version is None:
+                raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+            return self.commit([Write(collection, key, None, if_version)])[0].previous_version
+
+    def begin(self) -> Transaction:
+        return Transaction(self)
+
+    def commit(self, writes: list[Write], expected: dict[tuple[str, str], int] | None = None) -> list[Change]:
+        """Apply ``writes`` atomically and durably, or nothing (409 / 4xx).
+
+        ``expected`` maps (collection, key) to the version a transaction saw at its snapshot;
+        every such key must still have it (first committer wins).
+        """
+        if not writes:
+            return []
+        for w in writes:
+            check_collection(w.collection)
+            check_key(w.key)
+            if w.document is not None and not isinstance(w.document, dict):
+                raise BadRequest("a document must be a JSON object", code="invalid_document")
+        started = time.perf_counter()
+        with self._lock:
+            for (collection, key), seen in (expected or {}).items():
+                if self.version(collection, key) != seen:
+                    raise Conflict(f"{collection}/{key} changed since the transaction began",
+                                   code="transaction_conflict")
+            batch = WriteBatch(raw_mode=True)
+            pending: dict[tuple[str, str], int] = {}
+            count_delta: dict[str, int] = {}
+            changes: list[Change] = []
+            for w in writes:
+                config = self._ensure_collection(w.collection, batch)
+                current = pending.get((w.collection, w.key))
+                if current is None:
+                    current = self.version(w.collection, w.key)
+                if w.if_version is not None and w.if_version != current:
+                    raise Conflict(
+                        f"{w.collection}/{w.key} is at version {current}, not {w.if_version}",
+                        code="version_conflict")
+                for observer in self._observers:
+                    observer.validate(config, w)
+                skey = storage_key(w.collection, w.key)
+                if w.document is None:
+                    if current == 0:
+                        raise NotFound(f"document {w.collection}/{w.key} does not exist",
+                                       code="document_not_found")
+                    batch.delete(skey, self._handles["docs"])
+                    version = current
+                    count_delta[w.collection] = count_delta.get(w.collection, 0) - 1
+                    pending[(w.collection, w.key)] = 0
+                else:
+                    version = current + 1
+                    batch.put(skey, codec.encode(version, w.document, self.max_document_bytes), self._handles["docs"])
+                    if current == 0:
+                        count_delta[w.collection] = count_delta.get(w.collection, 0) + 1
+                    pending[(w.collection, w.key)] = version
+                changes.append(Change(w.collection, w.key, version, w.document, current))
+            touched = {w.collection for w in writes}
+            generations = {c: self._generations.get(c, 0) + 1 for c in touched}
+            counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
+            for c in touched:
+                batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
+                batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
+            self._db.write(batch, self._sync)
+            # Durable from here on: publish the new state.
+            for c in touched:
+                self._configs.setdefault(c, CollectionConfig(name=c))
+            self._generations.update(generations)
+            self._counts.update(counts)
+            for observer in self._observers:
+                observer.apply(changes, generations)
+        self.last_commit_seconds = time.perf_counter() - started
+        return changes
+
+
+class Transaction:
+    """Snapshot-isolated reads, buffered writes, first-committer-wins commit."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self._store = store
+        self._snapshot = store._docs.snapshot()
+        self._seen: dict[tuple[str, str], int] = {}
+        self._writes: list[Write] = []
+        self._buffer: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._done = False
+
+    def _snapshot_get(self, collection: str, key: str) -> bytes | None:
+        try:
+            return self._snapshot[storage_key(collection, key)]
+        except Exception:  # rocksdict raises a bare Exception("key not found")
+            return None
+
+    def _see(self, collection: str, key: str) -> bytes | None:
+        raw = self._snapshot_get(collection, key)
+        self._seen.setdefault((collection, key), codec.decode_version(raw))
+        return raw
+
+    def get(self, collection: str, key: str) -> dict[str, Any] | None:
+        check_collection(collection)
+        check_key(key)
+        if (collection, key) in self._buffer:
+            return self._buffer[(collection, key)]
+        raw = self._see(collection, key)
+        return None if raw is None else codec.decode(raw)[1]
+
+    def put(self, collection: str, key: str, document: dict[str, Any]) -> None:
+        check_collection(collection)
+        check_key(key)
+        self._see(collection, key)
+        self._writes.append(Write(collection, key, document))
+        self._buffer[(collection, key)] = document
+
+    def delete(self, collection: str, key: str) -> None:
+        check_collection(collection)
+        check_key(key)
+        self._see(collection, key)
+        self._writes.append(Write(collection, key, None))
+        self._buffer[(collection, key)] = None
+
+    def commit(self) -> list[Change]:
+        if self._done:
+            raise BadRequest("transaction already finished", code="transaction_finished")
+        self._done = True
+        try:
+            return self._store.commit(self._writes, expected=self._seen)
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        self._done = True
+        self._release()
+
+    def _release(self) -> None:
+        self._snapshot = None
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._done:
+            self.abort() if exc_type else self.commit()
+

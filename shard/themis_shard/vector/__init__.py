@@ -1,0 +1,1 @@
+"""FAISS vector indexes per collection (GPU when present), consistent with the store."""

@@ -1,0 +1,201 @@
+"""One collection's FAISS index: flat, IVF or HNSW, with upserts and deletes by document key.
+
+FAISS ids are internal labels (a counter), never document keys: every upsert gets a fresh
+label and the old one is removed (flat/IVF) or tombstoned (HNSW cannot remove). Tombstones are
+filtered out at search time and the index asks to be rebuilt when they pile up.
+
+IVF needs training, which needs data: below ``ivf_train_min`` vectors it searches exactly
+(a flat index), then trains with nlist ≈ 4·√n (≤ 1024) and asks for retraining when the
+collection grows 4× past the size it was trained on.
+
+Scores are similarities, higher is better: cosine (vectors L2-normalised, inner product),
+``ip`` raw inner product, ``l2`` the negated squared distance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from ..storage.collections import CollectionConfig
+
+IVF_TRAIN_MIN = 2048
+TOMBSTONE_REBUILD_FRACTION = 0.25
+
+
+def gpu_count() -> int:
+    try:
+        return faiss.get_num_gpus()
+    except AttributeError:  # faiss-cpu builds lack the symbol on some versions
+        return 0
+
+
+@dataclass(frozen=True)
+class Hit:
+    key: str
+    score: float
+
+
+class VectorIndex:
+    def __init__(self, config: CollectionConfig, use_gpu: bool = False) -> None:
+        if config.dimension is None:
+            raise ValueError("a vector index needs a dimension")
+        self.config = config
+        self.dimension = config.dimension
+        self.use_gpu = use_gpu and gpu_count() > 0 and config.index != "hnsw"
+        self._next_label = 1
+        self._label_key: dict[int, str] = {}
+        self._key_label: dict[str, int] = {}
+        self._tombstones: set[int] = set()
+        self._trained_at = 0
+        self._index = self._new_index(trained_size=0)
+
+    # -- construction ------------------------------------------------------------------------
+    @property
+    def _faiss_metric(self) -> int:
+        return faiss.METRIC_L2 if self.config.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+
+    def _new_index(self, trained_size: int, training: np.ndarray | None = None):
+        d, cfg = self.dimension, self.config
+        if cfg.index == "hnsw":
+            inner = faiss.IndexHNSWFlat(d, cfg.hnsw_m, self._faiss_metric)
+            inner.hnsw.efConstruction = max(40, cfg.hnsw_m * 2)
+            inner.hnsw.efSearch = cfg.hnsw_ef_search
+            return faiss.IndexIDMap2(inner)
+        if cfg.index == "ivf" and training is not None and len(training) >= IVF_TRAIN_MIN:
+            nlist = cfg.nlist or min(1024, max(16, int(4 * math.sqrt(len(training)))))
+            quantizer = faiss.IndexFlat(d, self._faiss_metric)
+            ivf = faiss.IndexIVFFlat(quantizer, d, nlist, self._faiss_metric)
+            ivf.train(training)
+            ivf.nprobe = min(cfg.nprobe, nlist)
+            self._trained_at = trained_size
+            return self._to_device(ivf)
+        return self._to_device(faiss.IndexIDMap2(faiss.IndexFlat(d, self._faiss_metric)))
+
+    def _to_device(self, index):
+        if self.use_gpu:
+            return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+        return index
+
+    @property
+    def kind(self) -> str:
+        """The structure actually searched (an untrained IVF searches flat)."""
+        if self.config.index == "ivf" and self._trained_at == 0:
+            return "flat"
+        return self.config.index
+
+    # -- data --------------------------------------------------------------------------------
+    def prepare(self, vectors: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dimension)
+        if self.config.metric == "cosine":
+            norms = np.linalg.norm(x, axis=1, keepdims=True)
+            x = x / np.where(norms == 0, 1.0, norms)
+        return x
+
+    def __len__(self) -> int:
+        return len(self._key_label)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._key_label
+
+    def upsert(self, keys: list[str], vectors: np.ndarray) -> None:
+        if not keys:
+            return
+        self.remove(keys)
+        x = self.prepare(vectors)
+        labels = np.arange(self._next_label, self._next_label + len(keys), dtype=np.int64)
+        self._next_label += len(keys)
+        self._index.add_with_ids(x, labels)
+        for key, label in zip(keys, labels.tolist(), strict=True):
+            self._label_key[label] = key
+            self._key_label[key] = label
+
+    def remove(self, keys: Iterable[str]) -> None:
+        labels = [self._key_label.pop(k) for k in keys if k in self._key_label]
+        if not labels:
+            return
+        for label in labels:
+            del self._label_key[label]
+        if self.config.index == "hnsw":
+            self._tombstones.update(labels)
+        else:
+            self._index.remove_ids(np.asarray(labels, dtype=np.int64))
+
+    @property
+    def wants_rebuild(self) -> bool:
+        """True when a rebuild would pay off: many tombstones, or IVF outgrew its training."""
+        live = len(self._key_label)
+        if self._tombstones and len(self._tombstones) > TOMBSTONE_REBUILD_FRACTION * max(live, 1):
+            return True
+        if self.config.index == "ivf":
+            if self._trained_at == 0:
+                return live >= IVF_TRAIN_MIN
+            return live >= 4 * self._trained_at
+        return False
+
+    def rebuild(self, keys: list[str], vectors: np.ndarray) -> None:
+        """Replace everything with exactly these entries (trains IVF when big enough)."""
+        x = self.prepare(vectors) if len(keys) else np.zeros((0, self.dimension), np.float32)
+        self._label_key.clear()
+        self._key_label.clear()
+        self._tombstones.clear()
+        self._trained_at = 0
+        self._next_label = 1
+        self._index = self._new_index(len(keys), training=x if self.config.index == "ivf" else None)
+        if len(keys):
+            labels = np.arange(1, len(keys) + 1, dtype=np.int64)
+            self._index.add_with_ids(x, labels)
+            self._next_label = len(keys) + 1
+            for key, label in zip(keys, labels.tolist(), strict=True):
+                self._label_key[label] = key
+                self._key_label[key] = label
+
+    def search(self, query: np.ndarray, k: int) -> list[Hit]:
+        """Top-k live entries for one query vector."""
+        live = len(self._key_label)
+        if live == 0 or k <= 0:
+            return []
+        q = self.prepare(query)
+        fetch = min(k + len(self._tombstones), live + len(self._tombstones))
+        scores, labels = self._index.search(q, fetch)
+        hits: list[Hit] = []
+        for score, label in zip(scores[0].tolist(), labels[0].tolist(), strict=True):
+            key = self._label_key.get(label)
+            if key is None:  # -1 (not enough results) or a tombstone
+                continue
+            hits.append(Hit(key, -score if self.config.metric == "l2" else score))
+            if len(hits) == k:
+                break
+        return hits
+
+    # -- persistence -------------------------------------------------------------------------
+    def dumps(self) -> tuple[bytes, dict]:
+        index = faiss.index_gpu_to_cpu(self._index) if self.use_gpu else self._index
+        blob = faiss.serialize_index(index).tobytes()
+        meta = {
+            "next_label": self._next_label,
+            "labels": {str(label): key for label, key in self._label_key.items()},
+            "tombstones": sorted(self._tombstones),
+            "trained_at": self._trained_at,
+            "config": self.config.model_dump(mode="json"),
+        }
+        return blob, meta
+
+    @classmethod
+    def loads(cls, config: CollectionConfig, blob: bytes, meta: dict, use_gpu: bool = False) -> VectorIndex:
+        if meta.get("config") != config.model_dump(mode="json"):
+            raise ValueError("persisted index was built for other collection settings")
+        self = cls(config, use_gpu=use_gpu)
+        index = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
+        self._index = self._to_device(index)
+        self._next_label = int(meta["next_label"])
+        self._label_key = {int(label): key for label, key in meta["labels"].items()}
+        self._key_label = {key: label for label, key in self._label_key.items()}
+        self._tombstones = set(meta["tombstones"])
+        self._trained_at = int(meta["trained_at"])
+        return self
+
