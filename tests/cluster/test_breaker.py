@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
-
 from themis_shard.cluster.breaker import BreakerRegistry, BreakerState, CircuitBreaker
 
 
