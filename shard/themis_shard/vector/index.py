@@ -5,7 +5,7 @@ label and the old one is removed (flat/IVF) or tombstoned (HNSW cannot remove). 
 filtered out at search time and the index asks to be rebuilt when they pile up.
 
 IVF needs training, which needs data: below ``ivf_train_min`` vectors it searches exactly
-(a flat index), then trains with nlist ≈ 4·√n (≤ 1024) and asks for retraining when the
+(a flat index), then trains with nlist ≈ 4·√n (≤ 1024, ≥ 39 points per list) and asks for retraining when the
 collection grows 4× past the size it was trained on.
 
 Scores are similarities, higher is better: cosine (vectors L2-normalised, inner product),
@@ -67,7 +67,8 @@ class VectorIndex:
             inner.hnsw.efSearch = cfg.hnsw_ef_search
             return faiss.IndexIDMap2(inner)
         if cfg.index == "ivf" and training is not None and len(training) >= IVF_TRAIN_MIN:
-            nlist = cfg.nlist or min(1024, max(16, int(4 * math.sqrt(len(training)))))
+            # ≈4·√n lists, but ≥ 39 training points per list (FAISS's k-means minimum).
+            nlist = cfg.nlist or max(16, min(1024, int(4 * math.sqrt(len(training))), len(training) // 39))
             quantizer = faiss.IndexFlat(d, self._faiss_metric)
             ivf = faiss.IndexIVFFlat(quantizer, d, nlist, self._faiss_metric)
             ivf.train(training)

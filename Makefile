@@ -1,0 +1,51 @@
+# Themis — the two commands: `make up` (local cluster) and `make test`.
+SHELL := /bin/bash
+PYTHON312 := $(firstword $(wildcard /root/.pyenv/versions/3.12.1/bin/python3.12) $(shell command -v python3.12))
+VENV := .venv
+PY := $(VENV)/bin/python
+SHARDS ?= 1
+# llama-cpp-python compiles from source: use every core; pip caches the wheel afterwards.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help install up down status test test-fast bench lint clean
+
+help:
+	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
+	@echo "make down    - stop it"
+	@echo "make test    - install and run the whole test suite"
+	@echo "make bench   - run the benchmarks (prints tables)"
+	@echo "make lint    - ruff"
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 is required (python3.12 not found)"; exit 1; }
+	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+up: install
+	$(VENV)/bin/themis up --shards $(SHARDS)
+
+down:
+	@if [ -x $(VENV)/bin/themis ]; then $(VENV)/bin/themis down; else echo "nothing to stop"; fi
+
+status: install
+	$(VENV)/bin/themis status
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not llm and not e2e"
+
+bench: install
+	$(PY) bench/storage.py
+
+lint: install
+	$(VENV)/bin/ruff check shard operator tests e2e bench
+
+clean: down
+	rm -rf $(VENV) .themis data .pytest_cache .hypothesis

@@ -1,0 +1,203 @@
+"""``themis``: run a local cluster of real shard processes on loopback (the embedded mode).
+
+``themis up`` builds the cluster plan with the same pure function the operator uses, writes it
+to ``.themis/plan.json``, starts one ``themis_shard`` process per member, waits until every
+shard answers ``/ready``, prints ``<shard_id> <url>`` lines (also written to
+``.themis/cluster.json``) and returns with the shards running in the background.
+``themis down`` stops them (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .plan import ClusterSpec, Member, build_plan
+
+STATE_DIR = Path(".themis")
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def pick_ports(host: str, base: int, count: int) -> list[int]:
+    """``count`` free ports from ``base`` upwards (0: any free ports the OS hands out)."""
+    ports: list[int] = []
+    candidate = base
+    while len(ports) < count:
+        if base == 0:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                ports.append(s.getsockname()[1])
+            continue
+        if candidate > 65535:
+            raise SystemExit(f"no {count} free ports at or above {base}")
+        if _port_free(host, candidate):
+            ports.append(candidate)
+        candidate += 1
+    return ports
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _read_state(state_dir: Path) -> dict | None:
+    path = state_dir / "cluster.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(urls)
+    with httpx.Client(timeout=2.0) as client:
+        while pending:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"shards not ready after {timeout:.0f}s: {', '.join(pending)}")
+            if pids and not all(_alive(p) for p in pids):
+                raise SystemExit("a shard process exited during start-up; see .themis/logs/")
+            for url in list(pending):
+                try:
+                    if client.get(f"{url}/ready").status_code == 200:
+                        pending.remove(url)
+                except httpx.HTTPError:
+                    pass
+            if pending:
+                time.sleep(0.2)
+
+
+def up(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir
+    state = _read_state(state_dir)
+    if state and all(_alive(s["pid"]) for s in state["shards"]):
+        for s in state["shards"]:
+            print(f"{s['shard_id']} {s['url']}")
+        return 0
+    if state:
+        down(args)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "logs").mkdir(exist_ok=True)
+    ports = pick_ports(args.host, args.base_port, args.shards)
+    members = tuple(Member(shard_id=f"shard-{i}", url=f"http://{args.host}:{p}") for i, p in enumerate(ports))
+    plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=False))
+    plan_path = (state_dir / "plan.json").resolve()
+    plan_path.write_text(plan.to_json())
+    shards = []
+    for member, port in zip(members, ports, strict=True):
+        data_dir = (args.data_root / member.shard_id).resolve()
+        log_path = (state_dir / "logs" / f"{member.shard_id}.log").resolve()
+        env = {**os.environ, "THEMIS_SHARD_ID": member.shard_id, "THEMIS_HOST": args.host,
+               "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path)}
+        if args.no_llm:
+            env["THEMIS_LLM_ENABLED"] = "false"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "themis_shard"], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        shards.append({"shard_id": member.shard_id, "url": member.url, "pid": proc.pid,
+                       "data_dir": str(data_dir), "log": str(log_path)})
+    (state_dir / "cluster.json").write_text(json.dumps({"plan": str(plan_path), "shards": shards}, indent=2))
+    try:
+        wait_ready([s["url"] for s in shards], args.timeout, [s["pid"] for s in shards])
+    except SystemExit:
+        down(args)
+        raise
+    for s in shards:
+        print(f"{s['shard_id']} {s['url']}")
+    return 0
+
+
+def down(args: argparse.Namespace) -> int:
+    state = _read_state(args.state_dir)
+    if not state:
+        print("no local cluster is running")
+        return 0
+    pids = [s["pid"] for s in state["shards"] if _alive(s["pid"])]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + args.grace
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    (args.state_dir / "cluster.json").unlink(missing_ok=True)
+    print(f"stopped {len(state['shards'])} shard(s)")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    state = _read_state(args.state_dir)
+    if not state:
+        print("no local cluster is running")
+        return 1
+    with httpx.Client(timeout=2.0) as client:
+        for s in state["shards"]:
+            try:
+                health = client.get(f"{s['url']}/health").json()["status"]
+            except httpx.HTTPError:
+                health = "down"
+            print(f"{s['shard_id']} {s['url']} pid={s['pid']} {health}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="themis", description="Run a local Themis cluster.")
+    parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="start a local cluster and wait until it is ready")
+    p_up.add_argument("--shards", type=int, default=1)
+    p_up.add_argument("--raid-mode", choices=["raid0", "raid1", "raid5", "raid6"], default=None)
+    p_up.add_argument("--host", default="127.0.0.1")
+    p_up.add_argument("--base-port", type=int, default=8701)
+    p_up.add_argument("--data-root", type=Path, default=Path("data"))
+    p_up.add_argument("--timeout", type=float, default=180.0)
+    p_up.add_argument("--no-llm", action="store_true", help="documents and vectors only (no model load)")
+    p_up.add_argument("--grace", type=float, default=10.0)
+    p_up.set_defaults(func=up)
+    p_down = sub.add_parser("down", help="stop the local cluster")
+    p_down.add_argument("--grace", type=float, default=10.0)
+    p_down.set_defaults(func=down)
+    p_status = sub.add_parser("status", help="show the local cluster's shards")
+    p_status.set_defaults(func=status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "up" and args.raid_mode is None:
+        args.raid_mode = "raid1" if args.shards >= 2 else "raid0"
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
