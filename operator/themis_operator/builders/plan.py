@@ -1,0 +1,99 @@
+"""The cluster-plan ConfigMap: ``themis_shard.plan.build_plan`` output for a ThemisCluster.
+
+The operator adds only Kubernetes knowledge (member URLs through the headless Service, shard
+ids from pod names) and adapter placement; ring versioning stays in ``build_plan``, fed with
+the previous plan read back from the ConfigMap so the version bumps only on membership change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from themis_shard.plan import AdapterPlacement, ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
+from themis_shard.ring import HashRing
+
+from .. import names
+from ..spec import LoRAAdapterSpec
+from .context import ClusterContext
+
+PLAN_KEY = "plan.json"
+RING_VERSION_ANNOTATION = "themisdb.io/ring-version"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one adapter goes, and why some requested shards were left out."""
+
+    adapter: str
+    shards: tuple[str, ...]
+    missing: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+def place_adapter(name: str, spec: LoRAAdapterSpec, shard_ids: Sequence[str], vnodes: int, seed: int) -> Placement:
+    """Explicit shards win; otherwise ``replicas`` shards chosen on the hash ring by name.
+
+    Ring choice keeps placement stable: scaling out moves an adapter only when the new shard
+    takes over its ring position, like any other key.
+    """
+    if spec.placement.shards:
+        present = tuple(s for s in spec.placement.shards if s in shard_ids)
+        missing = tuple(s for s in spec.placement.shards if s not in shard_ids)
+        return Placement(name, present, missing)
+    ring = HashRing.of(shard_ids, vnodes=vnodes, seed=seed)
+    chosen = tuple(ring.owners(f"lora:{name}", spec.placement.replicas))
+    notes = ()
+    if spec.placement.replicas > len(chosen):
+        notes = (f"placement.replicas {spec.placement.replicas} exceeds the {len(chosen)} shards",)
+    return Placement(name, chosen, notes=notes)
+
+
+def cluster_spec(ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]]) -> tuple[ClusterSpec, list[Placement]]:
+    """The plan input for ``spec.shards`` members plus the placement of every adapter."""
+    spec = ctx.spec
+    ids = names.shard_ids(ctx.name, spec.shards)
+    placements = [place_adapter(n, a, ids, spec.vnodes, spec.ring_seed) for n, a in sorted(adapters, key=lambda x: x[0])]
+    by_name = dict(adapters)
+    return ClusterSpec(
+        name=ctx.name,
+        members=tuple(
+            Member(shard_id=sid, url=names.shard_url(ctx.name, ctx.namespace, i, spec.tls.enabled))
+            for i, sid in enumerate(ids)
+        ),
+        raid_mode=spec.raid_mode,
+        vnodes=spec.vnodes,
+        ring_seed=spec.ring_seed,
+        router=RouterSettings(
+            thresholds=spec.router.thresholds, gamma=spec.router.gamma, announcement_ttl_s=spec.router.ttl_seconds
+        ),
+        adapters=tuple(
+            AdapterPlacement(name=p.adapter, domain=by_name[p.adapter].domain, source=by_name[p.adapter].source,
+                             shards=p.shards)
+            for p in placements
+        ),
+        tls=spec.tls.enabled,
+    ), placements
+
+
+def previous_plan(configmap: dict | None) -> ClusterPlan | None:
+    """The plan currently published, or None (first reconcile, or an unreadable ConfigMap)."""
+    text = ((configmap or {}).get("data") or {}).get(PLAN_KEY)
+    if not text:
+        return None
+    try:
+        return ClusterPlan.from_json(text)
+    except ValueError:
+        return None
+
+
+def next_plan(ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]],
+              previous: ClusterPlan | None) -> tuple[ClusterPlan, list[Placement]]:
+    spec, placements = cluster_spec(ctx, adapters)
+    return build_plan(spec, previous), placements
+
+
+def build_plan_configmap(ctx: ClusterContext, plan: ClusterPlan) -> dict:
+    meta = ctx.metadata(names.plan_configmap(ctx.name), "plan")
+    meta["annotations"] = {RING_VERSION_ANNOTATION: str(plan.ring_version)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {PLAN_KEY: plan.to_json()}}

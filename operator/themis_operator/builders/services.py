@@ -1,0 +1,34 @@
+"""Two Services: a headless one for stable per-shard DNS (peers, plan URLs) and a client one."""
+
+from __future__ import annotations
+
+from .. import names
+from .context import ClusterContext
+
+_PORTS = [{"name": "http", "port": names.PORT, "targetPort": "http", "protocol": "TCP"}]
+
+
+def build_headless_service(ctx: ClusterContext) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": ctx.metadata(names.headless_service(ctx.name), "shard"),
+        "spec": {
+            "clusterIP": "None",
+            # Shards must resolve each other before they are ready (ring join, data hand-off).
+            "publishNotReadyAddresses": True,
+            "selector": names.selector_labels(ctx.name),
+            "ports": _PORTS,
+        },
+    }
+
+
+def build_client_service(ctx: ClusterContext) -> dict:
+    """Any shard serves the whole API, so clients load-balance over ready shards."""
+    meta = ctx.metadata(names.client_service(ctx.name), "client")
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {"type": "ClusterIP", "selector": names.selector_labels(ctx.name), "ports": _PORTS},
+    }

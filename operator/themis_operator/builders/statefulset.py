@@ -1,0 +1,196 @@
+"""The shards' StatefulSet: one pod per shard, stable identity, data + weights volumes.
+
+A change to any field here changes the pod template, which the StatefulSet rolls out pod by
+pod (RollingUpdate) — that is how spec updates reach running shards. The cluster plan is
+deliberately *not* hashed into the template: shards reload it from the mounted ConfigMap, so
+a scale event never restarts the shards that stay.
+"""
+
+from __future__ import annotations
+
+from .. import names
+from ..spec import ModelRef, ThemisClusterSpec
+from .context import ClusterContext
+
+PLAN_DIR = "/etc/themis/plan"
+TLS_DIR = "/etc/themis/tls"
+DATA_DIR = "/data"
+WEIGHTS_DIR = "/weights"
+MODELS_DIR = "/models"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _model_location(ref: ModelRef) -> str:
+    """What the shard's ``*_MODEL_PATH`` setting gets: 'bundled', a mounted path, or a URL."""
+    if ref.kind == "pvc":
+        claim, path = ref.pvc
+        return f"{MODELS_DIR}/{claim}/{path}"
+    return ref.source
+
+
+def _model_claims(spec: ThemisClusterSpec) -> list[str]:
+    refs = [spec.model, spec.draft_model, spec.embedding_model]
+    return list(dict.fromkeys(r.pvc[0] for r in refs if r is not None and r.kind == "pvc"))
+
+
+def _env(spec: ThemisClusterSpec) -> list[dict]:
+    def var(name: str, value: object) -> dict:
+        return {"name": name, "value": str(value).lower() if isinstance(value, bool) else str(value)}
+
+    env = [
+        {"name": "THEMIS_SHARD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        var("THEMIS_HOST", "0.0.0.0"),
+        var("THEMIS_PORT", names.PORT),
+        var("THEMIS_DATA_DIR", DATA_DIR),
+        var("THEMIS_WEIGHTS_DIR", WEIGHTS_DIR),
+        var("THEMIS_PLAN_PATH", f"{PLAN_DIR}/plan.json"),
+        var("THEMIS_USE_GPU", spec.resources.gpus > 0),
+        var("THEMIS_LLM_ENABLED", True),
+        var("THEMIS_LLM_MODEL_ALIAS", spec.model.alias or "gemma3-270m"),
+        var("THEMIS_LLM_MODEL_PATH", _model_location(spec.model)),
+        var("THEMIS_LLM_N_CTX", spec.model.context_size),
+        var("THEMIS_LLM_N_GPU_LAYERS", -1 if spec.resources.gpus > 0 else 0),
+        var("THEMIS_LLM_MAX_BATCH_SIZE", spec.engine.max_batch_size),
+        var("THEMIS_LLM_MAX_CONCURRENT_REQUESTS", spec.engine.max_concurrent_requests),
+        var("THEMIS_LLM_MAX_TOKENS_PER_BATCH", spec.engine.max_tokens_per_batch),
+        var("THEMIS_LLM_CHUNKED_PREFILL_SIZE", spec.engine.chunked_prefill_size),
+        var("THEMIS_LLM_N_DRAFT", spec.engine.n_draft),
+    ]
+    if spec.model.sha256:
+        env.append(var("THEMIS_LLM_MODEL_SHA256", spec.model.sha256))
+    for prefix, ref in (("DRAFT", spec.draft_model), ("EMBEDDING", spec.embedding_model)):
+        if ref is None:
+            continue
+        env.append(var(f"THEMIS_LLM_{prefix}_MODEL_PATH", _model_location(ref)))
+        if ref.alias:
+            env.append(var(f"THEMIS_LLM_{prefix}_MODEL_ALIAS", ref.alias))
+        if ref.sha256:
+            env.append(var(f"THEMIS_LLM_{prefix}_MODEL_SHA256", ref.sha256))
+    if spec.tls.enabled:
+        env.append(var("THEMIS_TLS_DIR", TLS_DIR))
+    return env
+
+
+def _resources(spec: ThemisClusterSpec) -> dict:
+    r = spec.resources
+    requests: dict[str, str] = {"cpu": r.cpu, "memory": r.memory}
+    limits: dict[str, str] = {"memory": r.memory_limit or r.memory}
+    if r.cpu_limit:
+        limits["cpu"] = r.cpu_limit
+    if r.gpus > 0:
+        # Extended resources must be equal in requests and limits.
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(r.gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _tolerations(spec: ThemisClusterSpec) -> list[dict]:
+    tolerations = [dict(t) for t in spec.resources.tolerations]
+    if spec.resources.gpus > 0 and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
+        # GPU node pools are usually tainted nvidia.com/gpu:NoSchedule.
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+def _probe(path: str, scheme: str, period: int, failures: int) -> dict:
+    return {
+        "httpGet": {"path": path, "port": "http", "scheme": scheme},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _claim(name: str, size: str, storage_class: str | None, component: str, ctx: ClusterContext) -> dict:
+    spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {"metadata": {"name": name, "labels": names.labels(ctx.name, component)}, "spec": spec}
+
+
+def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
+    """``replicas`` may exceed ``spec.shards`` while leaving shards hand off their data."""
+    spec = ctx.spec
+    scheme = "HTTPS" if spec.tls.enabled else "HTTP"
+    mounts = [
+        {"name": "data", "mountPath": DATA_DIR},
+        {"name": "weights", "mountPath": WEIGHTS_DIR},
+        {"name": "plan", "mountPath": PLAN_DIR, "readOnly": True},
+    ]
+    volumes: list[dict] = [{"name": "plan", "configMap": {"name": names.plan_configmap(ctx.name)}}]
+    if spec.tls.enabled:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": names.tls_secret(ctx.name), "defaultMode": 0o400}})
+    for i, claim in enumerate(_model_claims(spec)):
+        mounts.append({"name": f"models-{i}", "mountPath": f"{MODELS_DIR}/{claim}", "readOnly": True})
+        volumes.append({"name": f"models-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+
+    container = {
+        "name": "shard",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["themis-shard"],
+        "ports": [{"name": "http", "containerPort": names.PORT, "protocol": "TCP"}],
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": mounts,
+        "readinessProbe": _probe("/ready", scheme, 5, 3),
+        "livenessProbe": _probe("/health", scheme, 10, 6),
+        # Loading (or fetching) the model can take minutes; liveness waits for this.
+        "startupProbe": _probe("/health", scheme, 10, 90),
+    }
+    pod_spec: dict = {
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": {"fsGroup": 1000},
+        "affinity": {
+            "podAntiAffinity": {
+                # Preferred, not required: a one-node dev cluster must still schedule; on real
+                # clusters this spreads shards so one node failure costs one RAID member.
+                "preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": names.selector_labels(ctx.name)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }]
+            }
+        },
+    }
+    if tolerations := _tolerations(spec):
+        pod_spec["tolerations"] = tolerations
+    if spec.resources.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
+
+    storage = spec.storage
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": ctx.metadata(names.statefulset(ctx.name), "shard"),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": names.headless_service(ctx.name),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            # Data outlives scale-in and deletion: handing it off is the shards' job, and a
+            # deleted cluster can be recreated over its volumes.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "selector": {"matchLabels": names.selector_labels(ctx.name)},
+            "template": {
+                "metadata": {
+                    "labels": names.labels(ctx.name, "shard"),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(names.PORT),
+                        "prometheus.io/path": "/metrics",
+                        "prometheus.io/scheme": scheme.lower(),
+                    },
+                },
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [
+                _claim("data", storage.data_size, storage.storage_class_name, "shard", ctx),
+                _claim("weights", storage.weights_size, storage.storage_class_name, "shard", ctx),
+            ],
+        },
+    }

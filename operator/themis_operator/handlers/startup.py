@@ -1,0 +1,35 @@
+"""Operator start-up: API client, shard prober and kopf settings go into ``memo``."""
+
+from __future__ import annotations
+
+import os
+
+import kopf
+
+from ..kube import ApiKube
+from ..probe import ShardProber
+from ..settings import OperatorSettings
+
+
+def _api_client():
+    """In-cluster config when running in a pod, else the kubeconfig ($KUBECONFIG honoured)."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+    return client.ApiClient()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    ours = OperatorSettings()
+    memo.settings = ours
+    memo.kube = ApiKube(_api_client())
+    memo.prober = ShardProber(timeout_s=ours.probe_timeout_s, url_template=ours.shard_url_template)
+    settings.persistence.finalizer = "themisdb.io/operator"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="themisdb.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="themisdb.io")
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 8

@@ -1,0 +1,97 @@
+"""Asking shards how they are: ``GET /v1/cluster/status`` on each pod, tolerant of failure.
+
+The operator never moves data or loads adapters itself; it only reads what shards report
+(ring version, migration state, adapter states) and decides from that. An unreachable or
+not-yet-implemented endpoint yields a report with ``reachable=False``, never an exception.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from . import names
+from .status import ShardReport
+
+
+def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardReport:
+    own = next((m for m in payload.get("members") or [] if m.get("shard_id") == shard_id), {})
+    migration = payload.get("migration") or {}
+    return ShardReport(
+        id=shard_id,
+        url=url,
+        role=role,  # type: ignore[arg-type]
+        reachable=True,
+        state=str(own.get("state") or payload.get("state") or "up"),
+        ringVersion=payload.get("ring_version"),
+        migration=str(migration.get("state") or "idle"),
+        adapters=tuple(a for a in payload.get("adapters") or [] if isinstance(a, dict)),
+    )
+
+
+class ShardProber:
+    """Fetches shard status concurrently; ``url_template`` redirects probes (port-forwards, tests).
+
+    The template may use ``{shard_id}``, ``{cluster}``, ``{namespace}``, ``{index}``.
+    """
+
+    def __init__(self, timeout_s: float = 3.0, url_template: str | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.url_template = url_template
+
+    def url_for(self, cluster: str, namespace: str, index: int, tls: bool) -> str:
+        if self.url_template:
+            return self.url_template.format(shard_id=names.shard_id(cluster, index), cluster=cluster,
+                                            namespace=namespace, index=index)
+        return names.shard_url(cluster, namespace, index, tls)
+
+    def _fetch(self, url: str, ca_pem: bytes | None) -> dict:
+        verify: ssl.SSLContext | bool = True
+        if url.startswith("https") and ca_pem:
+            verify = ssl.create_default_context(cadata=ca_pem.decode())
+        response = httpx.get(f"{url}/v1/cluster/status", timeout=self.timeout_s, verify=verify)
+        response.raise_for_status()
+        return response.json()
+
+    def probe(self, cluster: str, namespace: str, count: int, members: int, tls: bool,
+              ca_pem: bytes | None = None) -> list[ShardReport]:
+        """Reports for pods ``0..count-1``; indexes ``>= members`` are leaving the ring."""
+
+        def one(index: int) -> ShardReport:
+            sid = names.shard_id(cluster, index)
+            url = self.url_for(cluster, namespace, index, tls)
+            role = "member" if index < members else "leaving"
+            try:
+                return parse_status(sid, url, role, self._fetch(url, ca_pem))
+            except Exception:  # unreachable, not implemented yet, bad JSON: all mean "unknown"
+                return ShardReport(id=sid, url=url, role=role)  # type: ignore[arg-type]
+
+        if count <= 0:
+            return []
+        with ThreadPoolExecutor(max_workers=min(16, count)) as pool:
+            return list(pool.map(one, range(count)))
+
+
+def reports_from_status(status: dict | None) -> dict[str, ShardReport]:
+    """The last probe results stored in a ThemisCluster's status (for event-driven reconciles)."""
+    reports = {}
+    for item in (status or {}).get("shards") or []:
+        try:
+            report = ShardReport.model_validate(item)
+        except ValueError:
+            continue
+        reports[report.id] = report
+    return reports
+
+
+def adapter_states(reports: Sequence[ShardReport]) -> dict[str, list[tuple[str, dict]]]:
+    """``adapter name → [(shard id, reported entry)]`` from every reachable shard."""
+    found: dict[str, list[tuple[str, dict]]] = {}
+    for report in reports:
+        for entry in report.adapters:
+            if name := entry.get("name"):
+                found.setdefault(str(name), []).append((report.id, entry))
+    return found

@@ -1,0 +1,18 @@
+"""Operator settings (env prefix ``THEMIS_OPERATOR_``), typed in one place."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THEMIS_OPERATOR_", extra="ignore")
+
+    #: How often the status timer asks every shard for ``/v1/cluster/status``.
+    status_interval_s: float = Field(30.0, gt=0)
+    #: Per-shard probe timeout; unreachable shards cost at most this much per timer tick.
+    probe_timeout_s: float = Field(3.0, gt=0)
+    #: Redirect probes (operator outside the cluster, port-forwards, tests):
+    #: e.g. ``http://127.0.0.1:9000/{shard_id}``; fields: shard_id, cluster, namespace, index.
+    shard_url_template: str | None = None

@@ -1,0 +1,146 @@
+"""Typed views of the ThemisCluster and LoRAAdapter specs.
+
+The CRD schema (crds/) rejects malformed objects at the API server; these models repeat its
+defaults (the emulator and old clusters do not apply them) and add the semantic checks a
+schema cannot express (RAID mode vs shard count, model source syntax). ``problems()`` returns
+human-readable messages instead of raising, so the reconcile loop can report them as a
+Degraded condition without building anything.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
+
+_SOURCE_PVC = re.compile(r"^pvc://(?P<claim>[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?)/(?P<path>\S+)$")
+_SOURCE_HTTP = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+
+class ModelRef(_Model):
+    """A GGUF model: where shards get it and the fingerprint they check it against."""
+
+    alias: str | None = None
+    source: str = "bundled"
+    sha256: str | None = None
+    context_size: int = 8192
+    dimension: int | None = None
+
+    @property
+    def kind(self) -> Literal["bundled", "pvc", "http"] | None:
+        if self.source == "bundled":
+            return "bundled"
+        if _SOURCE_PVC.match(self.source):
+            return "pvc"
+        if _SOURCE_HTTP.match(self.source):
+            return "http"
+        return None
+
+    @property
+    def pvc(self) -> tuple[str, str]:
+        """``(claim, path inside the claim)`` of a ``pvc://`` source."""
+        m = _SOURCE_PVC.match(self.source)
+        if m is None:
+            raise ValueError(f"not a pvc source: {self.source}")
+        return m["claim"], m["path"]
+
+
+class RouterSpec(_Model):
+    thresholds: tuple[float, float, float] = (0.8, 0.6, 0.4)
+    gamma: float = 0.1
+    ttl_seconds: float = 7200
+
+
+class EngineSpec(_Model):
+    max_batch_size: int = 256
+    max_concurrent_requests: int = 128
+    max_tokens_per_batch: int = 8192
+    chunked_prefill_size: int = 512
+    n_draft: int = 8
+
+
+class ResourcesSpec(_Model):
+    gpus: int = 0
+    cpu: str = "2"
+    memory: str = "8Gi"
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[dict, ...] = ()
+
+
+class StorageSpec(_Model):
+    data_size: str = "20Gi"
+    weights_size: str = "10Gi"
+    storage_class_name: str | None = None
+
+
+class TLSSpec(_Model):
+    enabled: bool = True
+
+
+class MonitoringSpec(_Model):
+    service_monitor: bool = False
+    interval: str = "30s"
+
+
+class ThemisClusterSpec(_Model):
+    shards: int = Field(ge=1)
+    raid_mode: RaidMode = "raid1"
+    image: str = "ghcr.io/themisdb/themis-shard:0.1.0"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    model: ModelRef = ModelRef(alias="gemma3-270m")
+    draft_model: ModelRef | None = None
+    embedding_model: ModelRef | None = None
+    vnodes: int = 2048
+    ring_seed: int = 0
+    router: RouterSpec = RouterSpec()
+    engine: EngineSpec = EngineSpec()
+    resources: ResourcesSpec = ResourcesSpec()
+    storage: StorageSpec = StorageSpec()
+    tls: TLSSpec = TLSSpec()
+    monitoring: MonitoringSpec = MonitoringSpec()
+
+    def problems(self) -> list[str]:
+        """Semantic errors the schema cannot catch; empty when the spec can be built."""
+        found: list[str] = []
+        need = MIN_SHARDS_BY_RAID_MODE[self.raid_mode]
+        if self.shards < need:
+            found.append(f"{self.raid_mode} needs at least {need} shards, spec.shards is {self.shards}")
+        for field, ref in (("model", self.model), ("draftModel", self.draft_model),
+                           ("embeddingModel", self.embedding_model)):
+            if ref is not None and ref.kind is None:
+                found.append(
+                    f"spec.{field}.source {ref.source!r} is not a known model source "
+                    "(bundled, pvc://<claim>/<path>, http(s)://<url>)"
+                )
+        t = self.router.thresholds
+        if not t[0] >= t[1] >= t[2]:
+            found.append(f"spec.router.thresholds must be descending, got {list(t)}")
+        return found
+
+
+class ClusterRef(_Model):
+    name: str
+
+
+class PlacementSpec(_Model):
+    replicas: int = Field(1, ge=1)
+    shards: tuple[str, ...] = ()
+
+
+class LoRAAdapterSpec(_Model):
+    cluster_ref: ClusterRef
+    domain: str
+    source: str
+    sha256: str | None = None
+    rank: int = 16
+    scale: float = 1.0
+    placement: PlacementSpec = PlacementSpec()

@@ -1,0 +1,64 @@
+"""Status shapes: conditions, phases and the per-shard summary (Kubernetes conventions)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+ConditionType = Literal["Ready", "Progressing", "Degraded"]
+Phase = Literal["Pending", "Creating", "Running", "Scaling", "Degraded"]
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class Condition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    lastTransitionTime: str = ""
+    observedGeneration: int | None = None
+
+
+def merge_conditions(previous: list[dict] | None, updates: list[Condition], *, now: str | None = None) -> list[dict]:
+    """New conditions, keeping ``lastTransitionTime`` when a condition's status did not change."""
+    now = now or now_iso()
+    old = {c.get("type"): c for c in previous or []}
+    merged = {k: v for k, v in old.items()}
+    for cond in updates:
+        prior = old.get(cond.type)
+        since = prior.get("lastTransitionTime") if prior and prior.get("status") == cond.status else None
+        merged[cond.type] = cond.model_copy(update={"lastTransitionTime": since or now}).model_dump(exclude_none=True)
+    order = {"Ready": 0, "Progressing": 1, "Degraded": 2}
+    return sorted(merged.values(), key=lambda c: (order.get(c["type"], 9), c["type"]))
+
+
+def condition_status(conditions: list[dict] | None, type_: str) -> str | None:
+    for c in conditions or []:
+        if c.get("type") == type_:
+            return c.get("status")
+    return None
+
+
+class ShardReport(BaseModel):
+    """One shard's answer to ``GET /v1/cluster/status`` (or its absence)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    url: str
+    role: Literal["member", "leaving"] = "member"
+    reachable: bool = False
+    state: str = "unknown"
+    ringVersion: int | None = None
+    migration: str = "unknown"
+    adapters: tuple[dict, ...] = ()
+
+    def summary(self) -> dict:
+        return self.model_dump(exclude={"adapters"}, exclude_none=True)
