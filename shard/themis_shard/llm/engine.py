@@ -1,0 +1,324 @@
+"""The engine: one llama context per model, driven by one scheduler thread.
+
+Each iteration the thread (1) takes new requests, cancellations and control calls from its
+inbox, (2) asks the ``Scheduler`` for a plan, (3) builds one ``llama_batch`` with every planned
+decode token and prefill chunk, (4) runs ``llama_decode`` (which releases the GIL, so the event
+loop keeps serving) and (5) samples one token for every sequence whose pending tokens are all in
+the cache. Finished and cancelled sequences leave at once and their KV cells are dropped.
+
+Requests talk to the thread only through the inbox and their ``sink`` callback, so nothing in
+here is touched from two threads at a time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .kv_pages import PageLedger
+from .metrics import LLMMetrics
+from .native import Batch, NativeContext, NativeModel
+from .sampling import SamplingParams
+from .scheduler import Limits, Scheduler
+from .sequence import DoneEvent, ErrorEvent, Sequence, Sink, TokenEvent
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The admission queue is at ``max_queue``: answer 429."""
+
+
+class EngineClosed(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    n_ctx: int = 8192
+    n_threads: int = 2
+    n_ubatch: int = 512
+    page_size: int = 16
+    max_queue: int = 1024
+    limits: Limits = Limits()
+
+
+class Engine:
+    def __init__(self, model: NativeModel, config: EngineConfig, *, name: str = "default",
+                 metrics: LLMMetrics | None = None) -> None:
+        self.model = model
+        self.config = config
+        self.name = name
+        lim = config.limits
+        self.ctx = NativeContext(model, n_ctx=config.n_ctx, n_seq_max=lim.max_running,
+                                 n_batch=lim.max_tokens_per_batch, n_ubatch=config.n_ubatch,
+                                 n_threads=config.n_threads)
+        self.ledger = PageLedger(self.ctx.n_ctx, config.page_size)
+        self.scheduler = Scheduler(self.ledger, lim)
+        self.batch = Batch(lim.max_tokens_per_batch)
+        #: adapter name → (llama adapter pointer, scale); mutated only on the engine thread.
+        self.adapters: dict[str, tuple[Any, float]] = {}
+        self.iterations = 0
+        self._metrics = metrics
+        self._m = {k: getattr(metrics, k).labels(model=name) for k in (
+            "ttft", "inter_token", "queue", "request_latency", "tokens", "prompt_tokens", "batch_size",
+            "batch_tokens", "running", "pending", "queued", "kv_pages_used", "kv_pages_free",
+            "preemptions", "rejected", "adapter_switches")} if metrics else {}
+        self._rids = itertools.count()
+        self._inbox: deque[tuple] = deque()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._live: set[Sequence] = set()
+        self._thread = threading.Thread(target=self._run, name=f"llm-engine-{name}", daemon=True)
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.ledger.capacity_cells
+
+    # -- API for other threads -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._warm_up()
+        self._thread.start()
+
+    def _warm_up(self) -> None:
+        """One throwaway decode: llama.cpp allocates its compute graph on first use (~2 s here),
+        which would otherwise land on the first request's TTFT."""
+        self.batch.clear()
+        self.batch.add([0] * min(8, self.batch.capacity), 0, 0)
+        self.ctx.decode(self.batch)
+        self.batch.clear()
+        self.batch.add([0], 0, 0)
+        self.ctx.decode(self.batch)
+        self.ctx.clear()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self.ctx.close()
+
+    def submit(self, prompt: list[int], params: SamplingParams, sink: Sink, *, adapter: str | None = None,
+               priority: int = 0) -> Sequence:
+        """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``."""
+        with self._cv:
+            if self._closed:
+                raise EngineClosed("engine is stopping")
+            queued = sum(1 for op in self._inbox if op[0] == "add") + self.scheduler.n_waiting
+            if queued >= self.config.max_queue:
+                if self._m:
+                    self._m["rejected"].inc()
+                raise QueueFull(f"{queued} requests queued")
+            seq = Sequence(rid=next(self._rids), prompt=list(prompt), params=params, sink=sink,
+                           adapter=adapter, priority=priority)
+            self._inbox.append(("add", seq))
+            self._cv.notify()
+        return seq
+
+    def cancel(self, seq: Sequence) -> None:
+        """Stop generating for ``seq`` and free its KV (client went away)."""
+        with self._cv:
+            self._inbox.append(("cancel", seq))
+            self._cv.notify()
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run ``fn`` on the engine thread between iterations (adapter changes, inspection)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cv:
+            if self._closed:
+                raise EngineClosed("engine is stopping")
+            self._inbox.append(("call", fn, fut))
+            self._cv.notify()
+        return fut
+
+    def stats(self) -> dict[str, int]:
+        return {"running": len(self.scheduler.running), "queued": self.scheduler.n_waiting,
+                "kv_pages_used": self.ledger.used_pages, "kv_pages_free": self.ledger.free_pages,
+                "kv_pages_total": self.ledger.total_pages, "kv_page_size": self.ledger.page_size,
+                "preemptions": self.scheduler.preemptions, "iterations": self.iterations}
+
+    # -- engine thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._inbox and self.scheduler.idle and not self._closed:
+                        self._cv.wait()
+                    if self._closed:
+                        break
+                    ops = list(self._inbox)
+                    self._inbox.clear()
+                for op in ops:
+                    self._apply(op)
+                if not self.scheduler.idle:
+                    try:
+                        self._iterate()
+                    except Exception:  # noqa: BLE001 - one bad iteration must not kill the engine
+                        log.exception("engine iteration failed")
+                        self._fail_running("engine_error", "inference failed")
+                self._update_gauges()
+        finally:
+            self._drain_on_close()
+
+    def _apply(self, op: tuple) -> None:
+        kind = op[0]
+        if kind == "add":
+            seq = op[1]
+            self._live.add(seq)
+            self.scheduler.enqueue(seq)
+        elif kind == "cancel":
+            seq = op[1]
+            if seq in self._live:
+                self._finish(seq, "cancelled")
+        elif kind == "call":
+            _, fn, fut = op
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    fut.set_exception(exc)
+
+    def _iterate(self) -> None:
+        plan = self.scheduler.step()
+        now = time.perf_counter()
+        for seq in plan.admitted:
+            if seq.t_admitted is None:
+                seq.t_admitted = now
+                if self._m:
+                    self._m["queue"].observe(now - seq.t_arrival)
+        for _seq, slot in plan.preempted:
+            self.ctx.drop_seq(slot)
+            if self._m:
+                self._m["preemptions"].inc()
+        for seq, slot in plan.exhausted:
+            self.ctx.drop_seq(slot)
+            self._finish(seq, "length", removed=True)
+        if not plan.work:
+            return
+        self._apply_adapter(plan.adapter)
+        batch = self.batch
+        batch.clear()
+        outputs: list[tuple[Sequence, int, int | None]] = []
+        for seq, n in plan.work:
+            a = seq.n_cached
+            completes = a + n == len(seq.tokens)
+            idx = batch.add(seq.tokens[a:a + n], a, seq.slot, logits="last" if completes else "none")
+            outputs.append((seq, n, idx if completes else None))
+        rc = self.ctx.decode(batch)
+        self.iterations += 1
+        if rc == 1:  # no KV slot despite the ledger (fragmentation): give way and retry next time
+            forced = self.scheduler.preempt_latest()
+            if forced is None:
+                self._fail_running("kv_exhausted", "the KV cache cannot hold this sequence")
+            else:
+                self.ctx.drop_seq(forced[1])
+                if self._m:
+                    self._m["preemptions"].inc()
+            return
+        if rc != 0:
+            log.error("llama_decode returned %d for a batch of %d tokens", rc, batch.n)
+            for seq, _, _ in outputs:
+                self._fail(seq, "decode_failed", f"llama_decode failed ({rc})")
+            return
+        if self._m:
+            self._m["batch_size"].observe(len(outputs))
+            self._m["batch_tokens"].observe(batch.n)
+            prefill = sum(n for s, n, _ in outputs if n > 1 or s.n_generated == 0)
+            if prefill:
+                self._m["prompt_tokens"].inc(prefill)
+        for seq, n, idx in outputs:
+            seq.n_cached += n
+            if idx is not None:
+                self._on_token(seq, seq.sampler.sample(self.ctx.logits(idx)))
+
+    def _apply_adapter(self, name: str | None) -> None:
+        before = self.ctx._adapters
+        self.ctx.set_adapters([self.adapters[name]] if name else [])
+        if self._m and self.ctx._adapters != before:
+            self._m["adapter_switches"].inc()
+
+    def _on_token(self, seq: Sequence, token: int) -> None:
+        if self.model.is_eog(token):
+            self._finish(seq, "stop")
+            return
+        now = time.perf_counter()
+        seq.tokens.append(token)
+        text = seq.assembler.feed(self.model.piece(token))
+        if self._m:
+            self._m["tokens"].inc()
+            if seq.t_first is None:
+                self._m["ttft"].observe(now - seq.t_arrival)
+            else:
+                self._m["inter_token"].observe(now - seq.t_last)
+        if seq.t_first is None:
+            seq.t_first = now
+        seq.t_last = now
+        seq.sink(TokenEvent(token, text))
+        if seq.assembler.stopped:
+            self._finish(seq, "stop")
+        elif seq.n_generated >= seq.params.max_tokens or len(seq.tokens) >= self.ledger.capacity_cells:
+            self._finish(seq, "length")
+
+    def _finish(self, seq: Sequence, reason: str, *, removed: bool = False) -> None:
+        if not removed:
+            slot = self.scheduler.remove(seq)
+            if slot is not None and slot >= 0:
+                self.ctx.drop_seq(slot)
+        self._live.discard(seq)
+        tail = seq.assembler.flush() if reason != "cancelled" else ""
+        if tail:
+            seq.sink(TokenEvent(-1, tail))
+        now = time.perf_counter()
+        if self._m:
+            self._m["request_latency"].observe(now - seq.t_arrival)
+            self._metrics.requests.labels(model=self.name, finish_reason=reason).inc()
+        seq.sink(DoneEvent(
+            finish_reason=reason, text=seq.assembler.text, prompt_tokens=len(seq.prompt),
+            completion_tokens=seq.n_generated,
+            ttft_s=None if seq.t_first is None else seq.t_first - seq.t_arrival,
+            total_s=now - seq.t_arrival,
+            queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
+            preemptions=seq.preemptions))
+
+    def _fail(self, seq: Sequence, code: str, message: str) -> None:
+        slot = self.scheduler.remove(seq)
+        if slot is not None and slot >= 0:
+            self.ctx.drop_seq(slot)
+        self._live.discard(seq)
+        seq.sink(ErrorEvent(code, message))
+
+    def _fail_running(self, code: str, message: str) -> None:
+        for seq in list(self.scheduler.running):
+            self._fail(seq, code, message)
+
+    def _update_gauges(self) -> None:
+        if not self._m:
+            return
+        running, queued = len(self.scheduler.running), self.scheduler.n_waiting
+        self._m["running"].set(running)
+        self._m["queued"].set(queued)
+        self._m["pending"].set(running + queued)
+        self._m["kv_pages_used"].set(self.ledger.used_pages)
+        self._m["kv_pages_free"].set(self.ledger.free_pages)
+
+    def _drain_on_close(self) -> None:
+        with self._cv:
+            ops = list(self._inbox)
+            self._inbox.clear()
+        for op in ops:
+            if op[0] == "add":
+                self._live.add(op[1])
+            elif op[0] == "call" and op[2].set_running_or_notify_cancel():
+                op[2].set_exception(EngineClosed("engine stopped"))
+        for seq in list(self._live):
+            self._fail(seq, "unavailable", "the engine stopped")

