@@ -1,0 +1,1 @@
+"""Test support shipped with the operator: an in-memory ``Kube`` and a kmock-based API server."""
