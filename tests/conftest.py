@@ -27,6 +27,11 @@ def shard_settings(data_dir: Path, **overrides) -> Settings:
 
 
 @pytest.fixture
+def make_settings():
+    return shard_settings
+
+
+@pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     with TestClient(create_app(shard_settings(tmp_path / "shard"))) as c:
         yield c

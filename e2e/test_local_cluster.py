@@ -1,0 +1,39 @@
+"""Spec: `themis up` starts real shard processes, prints their URLs, and `themis down` stops them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def themis(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
+    up = themis("up", "--shards", "2", "--no-llm", "--base-port", "0", cwd=tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        lines = [line.split() for line in up.stdout.strip().splitlines()]
+        assert [sid for sid, _ in lines] == ["shard-0", "shard-1"]
+        state = json.loads((tmp_path / ".themis" / "cluster.json").read_text())
+        assert [s["url"] for s in state["shards"]] == [url for _, url in lines]
+        plan = json.loads((tmp_path / ".themis" / "plan.json").read_text())
+        assert plan["ring"]["shards"] == ["shard-0", "shard-1"] and plan["raid_mode"] == "raid1"
+        url = lines[0][1]
+        assert httpx.put(f"{url}/v1/collections/c/documents/k", json={"a": 1}).json()["version"] == 1
+        assert httpx.get(f"{url}/health").json()["shard_id"] == "shard-0"
+        again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # idempotent: same cluster
+        assert again.stdout == up.stdout
+    finally:
+        down = themis("down", cwd=tmp_path)
+    assert down.returncode == 0 and "stopped 2" in down.stdout
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{lines[0][1]}/health", timeout=1)
