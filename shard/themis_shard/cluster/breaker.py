@@ -89,7 +89,8 @@ class CircuitBreaker:
 class BreakerRegistry:
     """The breakers of all peers, created on first use with the same settings."""
 
-    def __init__(self, failure_threshold: int = 5, recovery_s: float = 60.0, clock: Clock = time.monotonic) -> None:
+    def __init__(self, failure_threshold: int = 5, recovery_s: float = 60.0,
+                 clock: Clock = time.monotonic) -> None:
         self.failure_threshold = failure_threshold
         self.recovery_s = recovery_s
         self.clock = clock
