@@ -1,0 +1,72 @@
+"""The asyncio side of one request: engine events → an async iterator, cancel on exit.
+
+The engine thread calls ``sink`` for every event; ``Generation`` hands them to the event loop with
+``call_soon_threadsafe``. A handler that stops iterating (client disconnect, task cancelled)
+leaves through ``aclose``/``cancel``, which tells the engine to drop the sequence and its KV.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from .sequence import DoneEvent, ErrorEvent, Event, Sequence, TokenEvent
+
+
+class GenerationFailed(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Generation:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._cancel: Callable[[], None] | None = None
+        self.seq: Sequence | None = None
+        self.done: DoneEvent | None = None
+        self.model: str = ""
+        self.adapter: str | None = None
+
+    def sink(self, event: Event) -> None:
+        """Called on the engine thread."""
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # loop closed: nobody is listening any more
+            pass
+
+    def bind(self, seq: Sequence, cancel: Callable[[], None]) -> None:
+        self.seq = seq
+        self._cancel = cancel
+
+    def cancel(self) -> None:
+        if self.done is None and self._cancel is not None:
+            self._cancel()
+            self._cancel = None
+
+    async def events(self) -> AsyncIterator[TokenEvent | DoneEvent]:
+        """Token events, then one DoneEvent; an engine error raises ``GenerationFailed``.
+
+        Leaving early (break, exception, cancellation) cancels the sequence.
+        """
+        try:
+            while True:
+                ev = await self._queue.get()
+                if isinstance(ev, ErrorEvent):
+                    self._cancel = None
+                    raise GenerationFailed(ev.code, ev.message)
+                if isinstance(ev, DoneEvent):
+                    self.done = ev
+                    yield ev
+                    return
+                yield ev
+        finally:
+            self.cancel()
+
+    async def result(self) -> DoneEvent:
+        async for ev in self.events():
+            if isinstance(ev, DoneEvent):
+                return ev
+        raise GenerationFailed("internal", "generation ended without a result")  # pragma: no cover

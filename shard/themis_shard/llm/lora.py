@@ -1,0 +1,184 @@
+"""LoRA adapters: load/unload GGUF LoRA files at runtime, route by name or domain.
+
+llama.cpp applies adapters per context, not per sequence, so the engine serves one adapter group
+per iteration (see ``scheduler``). Adapter pointers are created, applied and freed only on the
+engine thread (through ``Engine.call``), so an unload can never race a decode that uses it.
+Each loaded adapter is evaluated once (``evaluation``) for the gossip capability announcement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import llama_cpp as L
+
+from ..errors import BadRequest, Conflict, NotFound
+from .metrics import LLMMetrics
+from .model import ModelError, read_gguf_metadata, sha256_file
+from .settings import LLMSettings
+
+if TYPE_CHECKING:
+    from .runtime import LoadedModel
+
+log = logging.getLogger(__name__)
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+@dataclass
+class AdapterInfo:
+    name: str
+    path: str
+    domain: str | None
+    scale: float
+    sha256: str
+    alpha: float | None
+    rank: int | None
+    loaded_at: float
+    evaluation: dict | None = None
+    evaluating: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("extra")
+        return d
+
+
+def validate_adapter_file(path: Path, architecture: str) -> dict:
+    """Check a GGUF LoRA before llama.cpp sees it (llama.cpp aborts less politely)."""
+    if not path.is_file():
+        raise BadRequest(f"adapter file not found: {path}", code="adapter_not_found")
+    try:
+        meta = read_gguf_metadata(path)
+    except ModelError as exc:
+        raise BadRequest(str(exc), code="invalid_adapter") from exc
+    if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
+        raise BadRequest("not a GGUF LoRA adapter (general.type/adapter.type)", code="invalid_adapter")
+    if meta.get("general.architecture") != architecture:
+        raise BadRequest(f"adapter is for {meta.get('general.architecture')!r}, model is {architecture!r}",
+                         code="invalid_adapter")
+    return meta
+
+
+class AdapterManager:
+    """The adapters resident on one model."""
+
+    def __init__(self, model: LoadedModel, settings: LLMSettings, metrics: LLMMetrics | None = None) -> None:
+        self.model = model
+        self.settings = settings
+        self.metrics = metrics
+        self._infos: dict[str, AdapterInfo] = {}
+        self._ptrs: dict[str, object] = {}
+        self._lock = asyncio.Lock()
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    def list(self) -> list[AdapterInfo]:
+        return list(self._infos.values())
+
+    def get(self, name: str) -> AdapterInfo:
+        info = self._infos.get(name)
+        if info is None:
+            raise NotFound(f"unknown adapter {name!r}", code="adapter_not_found")
+        return info
+
+    def resolve(self, adapter: str | None, domain: str | None) -> str | None:
+        """Explicit adapter name wins; else the adapter serving ``domain``; else the base model."""
+        if adapter:
+            return self.get(adapter).name
+        if domain:
+            for info in self._infos.values():
+                if info.domain == domain:
+                    return info.name
+        return None
+
+    async def load(self, name: str, path: str, *, domain: str | None, scale: float = 1.0,
+                   evaluate: bool | None = None) -> AdapterInfo:
+        if not name or len(name) > 64 or not set(name) <= _NAME_CHARS:
+            raise BadRequest("adapter name must be 1-64 chars of [a-z0-9-_.]", code="invalid_adapter_name")
+        if not (-4.0 <= scale <= 4.0):
+            raise BadRequest("scale must be within [-4, 4]", code="invalid_adapter")
+        async with self._lock:
+            if name in self._infos:
+                raise Conflict(f"adapter {name!r} is already loaded", code="adapter_exists")
+            if len(self._infos) >= self.settings.max_adapters:
+                raise Conflict(f"at most {self.settings.max_adapters} adapters resident", code="too_many_adapters")
+            file = Path(path).expanduser()
+            meta = await asyncio.to_thread(validate_adapter_file, file, self.model.fingerprint.architecture)
+            digest = await asyncio.to_thread(sha256_file, file)
+            engine = self.model.engine
+            ptr = await asyncio.wrap_future(engine.call(
+                lambda: L.llama_adapter_lora_init(self.model.native.ptr, str(file).encode())))
+            if not ptr:
+                raise BadRequest("llama.cpp rejected the adapter (tensor shapes or names do not match the model)",
+                                 code="invalid_adapter")
+            await asyncio.wrap_future(engine.call(lambda: engine.adapters.__setitem__(name, (ptr, scale))))
+            alpha = meta.get("adapter.lora.alpha")
+            info = AdapterInfo(name=name, path=str(file), domain=domain, scale=scale, sha256=digest,
+                               alpha=float(alpha) if alpha is not None else None, rank=None,
+                               loaded_at=time.time())
+            self._infos[name] = info
+            self._ptrs[name] = ptr
+            self._gauge()
+        if evaluate if evaluate is not None else self.settings.adapter_eval_on_load:
+            self._spawn_evaluation(info)
+        return info
+
+    async def unload(self, name: str) -> None:
+        async with self._lock:
+            self.get(name)
+            engine = self.model.engine
+            task = self._tasks.get(name)
+            if task is not None:  # its worker thread holds the adapter pointer: let it finish
+                await asyncio.wait([task])
+
+            def drop() -> None:
+                for seq in list(engine.scheduler.running) + engine.scheduler.waiting():
+                    if seq.adapter == name:
+                        engine._fail(seq, "adapter_unloaded", f"adapter {name!r} was unloaded")
+                ptr, _ = engine.adapters.pop(name)
+                engine.ctx.set_adapters([])
+                L.llama_adapter_lora_free(ptr)
+
+            await asyncio.wrap_future(engine.call(drop))
+            self._infos.pop(name)
+            self._ptrs.pop(name)
+            self._gauge()
+
+    def pointer(self, name: str) -> object:
+        return self._ptrs[name]
+
+    def close(self) -> None:
+        for t in self._tasks.values():
+            t.cancel()
+        # Adapters are freed with the model (llama.cpp owns them through it).
+        self._infos.clear()
+        self._ptrs.clear()
+        self._gauge()
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.active_adapters.set(len(self._infos))
+
+    def _spawn_evaluation(self, info: AdapterInfo) -> None:
+        from .lora_eval import evaluate_adapter
+
+        async def run() -> None:
+            info.evaluating = True
+            try:
+                info.evaluation = await asyncio.to_thread(evaluate_adapter, self.model.native,
+                                                          self._ptrs[info.name], info.scale, self.settings)
+            except Exception:  # noqa: BLE001 - evaluation is advisory
+                log.exception("evaluating adapter %s failed", info.name)
+            finally:
+                info.evaluating = False
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks[info.name] = task
+        task.add_done_callback(lambda _: self._tasks.pop(info.name, None))
+

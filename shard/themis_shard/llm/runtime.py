@@ -1,0 +1,206 @@
+"""LLMRuntime: the shard's facade over its models, engines, adapters and embedder.
+
+The shard app creates one per process (``LLMRuntime(settings.llm, metrics.registry)``), awaits
+``start()`` in its lifespan, and handlers reach it as ``request.app.state.llm``. Everything slow
+(loading, fingerprinting, converting the embedding model) runs in a worker thread so the event
+loop stays free; ``ready`` turns True once every configured model serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+
+from ..errors import BadRequest, NotFound, ThemisError, Unavailable
+from .engine import Engine, EngineClosed, EngineConfig, QueueFull
+from .generation import Generation
+from .metrics import LLMMetrics
+from .model import ModelError, ModelFingerprint, fingerprint, resolve_model_path
+from .native import NativeModel
+from .sampling import SamplingError, SamplingParams
+from .scheduler import Limits
+from .settings import LLMSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    alias: str
+    native: NativeModel
+    engine: Engine
+    fingerprint: ModelFingerprint
+    adapters: object = None  # lora.AdapterManager, set once the model is up
+    created: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def engine_config(s: LLMSettings) -> EngineConfig:
+    return EngineConfig(
+        n_ctx=s.n_ctx, n_threads=s.n_threads or (os.cpu_count() or 1), n_ubatch=s.n_ubatch,
+        page_size=s.kv_page_size, max_queue=s.max_queue,
+        limits=Limits(max_running=s.max_concurrent_requests, max_batch_size=s.max_batch_size,
+                      max_tokens_per_batch=s.max_tokens_per_batch, chunk=s.chunked_prefill_size))
+
+
+class LLMRuntime:
+    def __init__(self, settings: LLMSettings, registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self.metrics = LLMMetrics(registry or CollectorRegistry())
+        self.models: dict[str, LoadedModel] = {}
+        self.embedder = None  # embeddings.Embedder
+        self.ready = False
+        self.error: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await asyncio.to_thread(self._load_models)
+            await self._load_adapters()
+            await asyncio.to_thread(self._load_embedder)
+        except Exception as exc:
+            self.error = str(exc)
+            log.exception("LLM runtime failed to start")
+            raise
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        models, self.models = self.models, {}
+        for m in models.values():
+            await asyncio.to_thread(m.engine.stop)
+            if m.adapters is not None:
+                m.adapters.close()
+            m.native.close()
+        if self.embedder is not None:
+            self.embedder.close()
+            self.embedder = None
+
+    def _load_models(self) -> None:
+        import time
+
+        s = self.settings
+        for alias, path in {s.model_alias: s.model_path, **s.extra_models}.items():
+            file = resolve_model_path(path)
+            native = NativeModel(file, n_gpu_layers=s.n_gpu_layers)
+            fp = fingerprint(file, native.meta)
+            engine = Engine(native, engine_config(s), name=alias, metrics=self.metrics)
+            engine.start()
+            self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()))
+            log.info("model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12])
+
+    async def _load_adapters(self) -> None:
+        from .lora import AdapterManager
+
+        for m in self.models.values():
+            m.adapters = AdapterManager(m, self.settings, self.metrics)
+        default = self.models[self.settings.model_alias].adapters
+        for name, path in self.settings.adapters.items():
+            await default.load(name, path, domain=None)
+
+    def _load_embedder(self) -> None:
+        from .embeddings import load_embedder
+
+        self.embedder = load_embedder(self.settings, self.metrics)
+
+    # -- generation ------------------------------------------------------------------------------
+
+    def model(self, alias: str | None) -> LoadedModel:
+        if not self.ready and not self.models:
+            raise Unavailable("the LLM runtime is not ready", code="llm_not_ready")
+        key = alias or self.settings.model_alias
+        m = self.models.get(key)
+        if m is None:
+            raise NotFound(f"unknown model {key!r}", code="model_not_found")
+        return m
+
+    def tokenize_prompt(self, m: LoadedModel, prompt: str, *, special: bool = False) -> list[int]:
+        if not isinstance(prompt, str) or not prompt:
+            raise BadRequest("prompt must be a non-empty string", code="empty_prompt")
+        tokens = m.native.tokenize(prompt, parse_special=special)
+        limit = m.engine.capacity_tokens - 1
+        if len(tokens) > limit:
+            raise BadRequest(f"prompt is {len(tokens)} tokens; this model's context holds {limit}",
+                             code="context_length_exceeded")
+        return tokens
+
+    def sampling(self, *, max_tokens: int | None = None, temperature: float | None = None,
+                 top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
+                 stop: str | list[str] | None = None) -> SamplingParams:
+        if isinstance(stop, str):
+            stop = [stop]
+        try:
+            return SamplingParams(
+                max_tokens=self.settings.default_max_tokens if max_tokens is None else max_tokens,
+                temperature=0.0 if temperature is None else float(temperature),
+                top_p=1.0 if top_p is None else float(top_p), top_k=top_k or 0, seed=seed,
+                stop=tuple(stop or ()),
+            ).validate(max_stop_strings=self.settings.max_stop_strings)
+        except SamplingError as exc:
+            raise BadRequest(str(exc), code="invalid_sampling") from exc
+
+    def submit(self, *, prompt: str | None = None, tokens: list[int] | None = None, model: str | None = None,
+               adapter: str | None = None, domain: str | None = None, params: SamplingParams | None = None,
+               priority: int = 0, special: bool = False) -> Generation:
+        """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve."""
+        m = self.model(model)
+        if tokens is None:
+            tokens = self.tokenize_prompt(m, prompt or "", special=special)
+        elif not tokens:
+            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        adapter_name = m.adapters.resolve(adapter, domain) if m.adapters is not None else None
+        gen = Generation(asyncio.get_running_loop())
+        gen.model, gen.adapter = m.alias, adapter_name
+        try:
+            seq = m.engine.submit(tokens, params or self.sampling(), gen.sink, adapter=adapter_name,
+                                  priority=priority)
+        except QueueFull as exc:
+            raise ThemisError(f"inference queue is full ({exc})", code="queue_full", status=429,
+                              headers={"Retry-After": str(self.settings.retry_after_s)}) from exc
+        except EngineClosed as exc:
+            raise Unavailable(str(exc), code="llm_not_ready") from exc
+        gen.bind(seq, lambda: m.engine.cancel(seq))
+        return gen
+
+    def apply_chat_template(self, model: str | None, messages: list[tuple[str, str]]) -> str:
+        m = self.model(model)
+        try:
+            return m.native.apply_chat_template(messages)
+        except ModelError as exc:
+            raise BadRequest(str(exc), code="no_chat_template") from exc
+
+    # -- embeddings ------------------------------------------------------------------------------
+
+    @property
+    def embedding_dimension(self) -> int:
+        if self.embedder is None:
+            raise Unavailable("no embedding model is configured", code="embeddings_disabled")
+        return self.embedder.dimension
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """L2-normalised embeddings, one per text (empty texts embed as the empty string)."""
+        if self.embedder is None:
+            raise Unavailable("no embedding model is configured", code="embeddings_disabled")
+        if len(texts) > self.settings.max_embed_texts:
+            raise BadRequest(f"at most {self.settings.max_embed_texts} texts per call", code="too_many_texts")
+        if any(not isinstance(t, str) for t in texts):
+            raise BadRequest("texts must be strings", code="invalid_texts")
+        if not texts:
+            return []
+        vectors = await self.embedder.embed(texts)
+        return [v.tolist() for v in vectors]
+
+    # -- introspection ---------------------------------------------------------------------------
+
+    def describe(self) -> list[dict]:
+        out = []
+        for m in self.models.values():
+            out.append({"id": m.alias, "created": m.created, "fingerprint": m.fingerprint.as_dict(),
+                        "n_ctx": m.engine.ctx.n_ctx, "engine": m.engine.stats(),
+                        "adapters": [a.name for a in m.adapters.list()] if m.adapters is not None else []})
+        return out
