@@ -19,7 +19,7 @@ def test_put_get_delete_round_trip(client: TestClient) -> None:
     assert r.status_code == 200 and r.json() == {"urn": "urn:themis:books:dune", "version": 1}
     r = client.get(f"{DOC}/dune")
     assert r.json() == {"urn": "urn:themis:books:dune", "version": 1, "document": {"title": "Dune"}}
-    assert client.delete(f"{DOC}/dune").json() == {"urn": "urn:themis:books:dune", "version": 1}
+    assert client.delete(f"{DOC}/dune").json() == {"urn": "urn:themis:books:dune", "version": 2}
     r = client.get(f"{DOC}/dune")
     assert r.status_code == 404 and error_code(r) == "document_not_found"
     assert client.delete(f"{DOC}/dune").status_code == 404

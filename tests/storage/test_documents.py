@@ -33,19 +33,33 @@ def test_if_version_zero_means_create_only(store: DocumentStore) -> None:
         store.put("books", "new", {}, if_version=0)
 
 
-def test_delete_returns_the_deleted_version_and_404s_after(store: DocumentStore) -> None:
+def test_delete_is_a_new_version_and_404s_after(store: DocumentStore) -> None:
     store.put("books", "dune", {})
     store.put("books", "dune", {})
-    assert store.delete("books", "dune") == 2
+    assert store.delete("books", "dune") == 3
     assert store.get("books", "dune") is None
     with pytest.raises(NotFound):
         store.delete("books", "dune")
 
 
-def test_a_recreated_document_starts_again_at_version_1(store: DocumentStore) -> None:
+def test_versions_keep_growing_across_delete_and_recreate(store: DocumentStore) -> None:
     store.put("books", "dune", {})
     store.delete("books", "dune")
-    assert store.put("books", "dune", {}) == 1
+    assert store.put("books", "dune", {}, if_version=0) == 3  # If-Match 0: "does not exist" holds
+
+
+def test_replicated_versions_apply_only_when_newer(store: DocumentStore) -> None:
+    from themis_shard.storage.documents import Replicated
+
+    store.put("c", "k", {"v": 1})
+    applied = store.apply_replicated([Replicated("c", "k", 3, {"v": 3}), Replicated("c", "k", 2, {"v": 2})])
+    assert [c.version for c in applied] == [3]
+    assert store.get("c", "k").document == {"v": 3}
+    assert store.apply_replicated([Replicated("c", "k", 3, {"v": "replay"})]) == []
+    store.apply_replicated([Replicated("c", "k", 4, None)])  # a replicated delete
+    assert store.get("c", "k") is None and store.count("c") == 0
+    assert store.apply_replicated([Replicated("c", "k", 3, {"v": "stale"})]) == []
+    assert store.get("c", "k") is None
 
 
 def test_commit_is_all_or_nothing(store: DocumentStore) -> None:

@@ -1,5 +1,9 @@
 """Stored document values: an 8-byte big-endian version followed by strict JSON.
 
+A value with no JSON after the version is a tombstone: the key was deleted at that version.
+Tombstones keep versions monotonic across delete and re-create, which is what lets replicas
+and catch-up compare versions alone ("the higher version wins") and still see deletes.
+
 Strict means no NaN/Infinity (they are not JSON and would poison vector indexes) — checked
 when encoding, so no write path can store them.
 """
@@ -27,13 +31,28 @@ def encode(version: int, document: dict[str, Any], max_bytes: int) -> bytes:
     return version.to_bytes(_VERSION_BYTES, "big") + body
 
 
-def decode(raw: bytes) -> tuple[int, dict[str, Any]]:
-    return int.from_bytes(raw[:_VERSION_BYTES], "big"), json.loads(raw[_VERSION_BYTES:])
+def encode_tombstone(version: int) -> bytes:
+    return version.to_bytes(_VERSION_BYTES, "big")
+
+
+def is_tombstone(raw: bytes) -> bool:
+    return len(raw) == _VERSION_BYTES
+
+
+def decode(raw: bytes) -> tuple[int, dict[str, Any] | None]:
+    """(version, document); the document is None for a tombstone."""
+    version = int.from_bytes(raw[:_VERSION_BYTES], "big")
+    return version, (None if len(raw) == _VERSION_BYTES else json.loads(raw[_VERSION_BYTES:]))
 
 
 def decode_version(raw: bytes | None) -> int:
-    """0 means "does not exist"; stored versions start at 1."""
+    """The stored version, tombstones included; 0 means "never written"."""
     return 0 if raw is None else int.from_bytes(raw[:_VERSION_BYTES], "big")
+
+
+def live_version(raw: bytes | None) -> int:
+    """The version of a live document; 0 when absent or deleted (what If-Match compares)."""
+    return 0 if raw is None or len(raw) == _VERSION_BYTES else int.from_bytes(raw[:_VERSION_BYTES], "big")
 
 
 def check_finite(values: list[Any]) -> None:

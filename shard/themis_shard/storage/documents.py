@@ -10,6 +10,9 @@ write survives ``kill -9`` (the WAL is never disabled). Commits are serialised b
 under it the current versions are checked, so conditional writes (``If-Match``) and
 transactions are first-committer-wins.
 
+Deletes leave a tombstone (a version with no body), so versions only ever grow per key and
+another shard's copy can be reconciled by comparing versions (:meth:`apply_replicated`).
+
 Transactions (rocksdict has none): :class:`Transaction` reads from a RocksDB snapshot taken at
 ``begin`` (snapshot isolation), buffers writes, and at commit validates — under the commit lock —
 that every key it read or writes still has the version it saw; any change means another
@@ -56,6 +59,24 @@ class Change:
     version: int
     document: dict[str, Any] | None
     previous_version: int
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """A version decided elsewhere: ``document`` None is a delete (tombstone) at ``version``."""
+
+    collection: str
+    key: str
+    version: int
+    document: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    collection: str
+    key: str
+    version: int
+    document: None = None
 
 
 @dataclass(frozen=True)
@@ -167,25 +188,44 @@ class DocumentStore:
         check_collection(collection)
         check_key(key)
         raw = self._docs.get(storage_key(collection, key))
-        if raw is None:
+        if raw is None or codec.is_tombstone(raw):
             return None
         version, document = codec.decode(raw)
         return StoredDocument(collection, key, version, document)
 
     def version(self, collection: str, key: str) -> int:
+        """The key's stored version, deletes (tombstones) included; 0 if never written."""
         return codec.decode_version(self._docs.get(storage_key(collection, key)))
 
-    def scan(self, collection: str) -> Iterator[StoredDocument]:
-        """All documents of a collection in key order (a consistent snapshot)."""
+    def live_version(self, collection: str, key: str) -> int:
+        return codec.live_version(self._docs.get(storage_key(collection, key)))
+
+    def scan(self, collection: str, *, tombstones: bool = False) -> Iterator[StoredDocument | Tombstone]:
+        """A collection's documents in key order, from one consistent snapshot."""
         prefix = collection.encode() + b"\x00"
+        for raw_key, raw in self._scan_prefix(prefix):
+            _, key = split_storage_key(raw_key)
+            version, document = codec.decode(raw)
+            if document is not None:
+                yield StoredDocument(collection, key, version, document)
+            elif tombstones:
+                yield Tombstone(collection, key, version)
+
+    def scan_all(self) -> Iterator[StoredDocument | Tombstone]:
+        """Every document and tombstone of every collection (catch-up, resharding)."""
+        for raw_key, raw in self._scan_prefix(b""):
+            collection, key = split_storage_key(raw_key)
+            version, document = codec.decode(raw)
+            yield (StoredDocument(collection, key, version, document) if document is not None
+                   else Tombstone(collection, key, version))
+
+    def _scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         snap = self._docs.snapshot()
         try:
             for raw_key, raw in snap.items(from_key=prefix):
                 if not raw_key.startswith(prefix):
                     break
-                _, key = split_storage_key(raw_key)
-                version, document = codec.decode(raw)
-                yield StoredDocument(collection, key, version, document)
+                yield raw_key, raw
         finally:
             del snap
 
@@ -200,13 +240,8 @@ class DocumentStore:
         return self.commit([Write(collection, key, document, if_version)])[0].version
 
     def delete(self, collection: str, key: str, if_version: int | None = None) -> int:
-        """Delete; returns the deleted version. 404 when the document does not exist."""
-        check_collection(collection)
-        check_key(key)
-        with self._lock:
-            if self.version(collection, key) == 0 and if_version is None:
-                raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
-            return self.commit([Write(collection, key, None, if_version)])[0].previous_version
+        """Delete (leaving a tombstone); returns the tombstone's version. 404 when absent."""
+        return self.commit([Write(collection, key, None, if_version)])[0].version
 
     def begin(self) -> Transaction:
         return Transaction(self)
@@ -214,8 +249,9 @@ class DocumentStore:
     def commit(self, writes: list[Write], expected: dict[tuple[str, str], int] | None = None) -> list[Change]:
         """Apply ``writes`` atomically and durably, or nothing (409 / 4xx).
 
-        ``expected`` maps (collection, key) to the version a transaction saw at its snapshot;
-        every such key must still have it (first committer wins).
+        Each write gets the key's next version (deletes too: they leave a tombstone).
+        ``expected`` maps (collection, key) to the stored version a transaction saw at its
+        snapshot; every such key must still have it (first committer wins).
         """
         if not writes:
             return []
@@ -224,57 +260,91 @@ class DocumentStore:
             check_key(w.key)
             if w.document is not None and not isinstance(w.document, dict):
                 raise BadRequest("a document must be a JSON object", code="invalid_document")
-        started = time.perf_counter()
         with self._lock:
             for (collection, key), seen in (expected or {}).items():
                 if self.version(collection, key) != seen:
                     raise Conflict(f"{collection}/{key} changed since the transaction began",
                                    code="transaction_conflict")
-            batch = WriteBatch(raw_mode=True)
-            pending: dict[tuple[str, str], int] = {}
-            count_delta: dict[str, int] = {}
-            changes: list[Change] = []
+            pending: dict[tuple[str, str], tuple[int, bool]] = {}
+            installs: list[tuple[Write, int, int]] = []
             for w in writes:
-                config = self._ensure_collection(w.collection, batch)
-                current = pending.get((w.collection, w.key))
-                if current is None:
-                    current = self.version(w.collection, w.key)
-                if w.if_version is not None and w.if_version != current:
-                    raise Conflict(
-                        f"{w.collection}/{w.key} is at version {current}, not {w.if_version}",
-                        code="version_conflict")
+                config = self._configs.get(w.collection) or CollectionConfig(name=w.collection)
+                state = pending.get((w.collection, w.key))
+                if state is None:
+                    raw = self._docs.get(storage_key(w.collection, w.key))
+                    state = (codec.decode_version(raw), codec.live_version(raw) != 0)
+                stored, exists = state
+                live = stored if exists else 0
+                if w.if_version is not None and w.if_version != live:
+                    raise Conflict(f"{w.collection}/{w.key} is at version {live}, not {w.if_version}",
+                                   code="version_conflict")
+                if w.document is None and not exists:
+                    raise NotFound(f"document {w.collection}/{w.key} does not exist", code="document_not_found")
                 for observer in self._observers:
                     observer.validate(config, w)
-                skey = storage_key(w.collection, w.key)
-                if w.document is None:
-                    if current == 0:
-                        raise NotFound(f"document {w.collection}/{w.key} does not exist",
-                                       code="document_not_found")
-                    batch.delete(skey, self._handles["docs"])
-                    version = current
-                    count_delta[w.collection] = count_delta.get(w.collection, 0) - 1
-                    pending[(w.collection, w.key)] = 0
-                else:
-                    version = current + 1
-                    batch.put(skey, codec.encode(version, w.document, self.max_document_bytes), self._handles["docs"])
-                    if current == 0:
-                        count_delta[w.collection] = count_delta.get(w.collection, 0) + 1
-                    pending[(w.collection, w.key)] = version
-                changes.append(Change(w.collection, w.key, version, w.document, current))
-            touched = {w.collection for w in writes}
-            generations = {c: self._generations.get(c, 0) + 1 for c in touched}
-            counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
-            for c in touched:
-                batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
-                batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
-            self._db.write(batch, self._sync)
-            # Durable from here on: publish the new state.
-            for c in touched:
-                self._configs.setdefault(c, CollectionConfig(name=c))
-            self._generations.update(generations)
-            self._counts.update(counts)
-            for observer in self._observers:
-                observer.apply(changes, generations)
+                pending[(w.collection, w.key)] = (stored + 1, w.document is not None)
+                installs.append((w, stored + 1, live))
+            return self._install(installs)
+
+    def apply_replicated(self, items: list[Replicated]) -> list[Change]:
+        """Install versions decided by another shard (replication, hints, catch-up).
+
+        Idempotent and order-insensitive: an item applies only when its version is higher
+        than the stored one (tombstones included), so replays and stale copies are no-ops.
+        """
+        for item in items:
+            check_collection(item.collection)
+            check_key(item.key)
+        with self._lock:
+            installs: list[tuple[Write, int, int]] = []
+            newest: dict[tuple[str, str], int] = {}
+            for item in items:
+                ident = (item.collection, item.key)
+                stored = max(self.version(*ident), newest.get(ident, 0))
+                if item.version <= stored:
+                    continue
+                w = Write(item.collection, item.key, item.document)
+                config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
+                for observer in self._observers:
+                    observer.validate(config, w)
+                newest[ident] = item.version
+                installs.append((w, item.version, self.live_version(*ident)))
+            return self._install(installs) if installs else []
+
+    def _install(self, installs: list[tuple[Write, int, int]]) -> list[Change]:
+        """Write (write, new version, previous live version) triples in one synced batch."""
+        started = time.perf_counter()
+        batch = WriteBatch(raw_mode=True)
+        live: dict[tuple[str, str], bool] = {}
+        count_delta: dict[str, int] = {}
+        changes: list[Change] = []
+        for w, version, previous in installs:
+            self._ensure_collection(w.collection, batch)
+            ident = (w.collection, w.key)
+            was_live = live.get(ident, previous != 0)
+            skey = storage_key(w.collection, w.key)
+            if w.document is None:
+                batch.put(skey, codec.encode_tombstone(version), self._handles["docs"])
+            else:
+                batch.put(skey, codec.encode(version, w.document, self.max_document_bytes), self._handles["docs"])
+            now_live = w.document is not None
+            count_delta[w.collection] = count_delta.get(w.collection, 0) + (now_live - was_live)
+            live[ident] = now_live
+            changes.append(Change(w.collection, w.key, version, w.document, previous))
+        touched = {w.collection for w, _, _ in installs}
+        generations = {c: self._generations.get(c, 0) + 1 for c in touched}
+        counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
+        for c in touched:
+            batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
+            batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
+        self._db.write(batch, self._sync)
+        # Durable from here on: publish the new state.
+        for c in touched:
+            self._configs.setdefault(c, CollectionConfig(name=c))
+        self._generations.update(generations)
+        self._counts.update(counts)
+        for observer in self._observers:
+            observer.apply(changes, generations)
         self.last_commit_seconds = time.perf_counter() - started
         return changes
 
