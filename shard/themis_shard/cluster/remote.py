@@ -1,0 +1,288 @@
+"""RemoteExecutor: shard-to-shard HTTP calls that fail fast, fail typed and never hang.
+
+One pooled ``httpx.AsyncClient`` per shard process (keep-alive connections to every peer),
+connect/request timeouts from settings (5 s / 30 s, paper §III-C), retries with exponential
+backoff and full jitter for idempotent calls (3), and a circuit breaker per peer (5 failures /
+60 s) consulted before every attempt — an open breaker refuses locally, in microseconds.
+
+Outcomes are typed so callers can decide without parsing strings:
+
+* :class:`PeerUnavailable` — no usable answer (breaker open, connect failure, timeout,
+  transport error, 5xx, or a body that is not what was asked for). Another shard may serve the
+  request: fail over. Counts against the peer's breaker.
+* :class:`PeerError` — the peer answered with a 4xx (``{"error": {"code", "message"}}``). That
+  is an answer, not a fault: relay it. It does not count against the breaker.
+
+TLS: pass an ``ssl.SSLContext`` (see :func:`client_ssl_context`, fed by the PEM files that
+``certs.py`` issues) and https peer URLs; plain HTTP when TLS is off. HTTP/1.1 keep-alive
+(the paper's HTTP/2 would need the ``h2`` package and a server speaking it; uvicorn does not).
+Metrics go to the CollectorRegistry passed in, never the global one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from pydantic import BaseModel, ValidationError
+
+from .breaker import BreakerRegistry, BreakerState
+from .settings import ClusterSettings
+
+M = TypeVar("M", bound=BaseModel)
+Expect = Literal["json", "bytes", "none"]
+Sleep = Callable[[float], Awaitable[None]]
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+#: Failures where the request provably never reached the peer: safe to retry even a POST.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class RemoteCallError(Exception):
+    def __init__(self, peer: str, reason: str, message: str = "", *, status: int | None = None) -> None:
+        super().__init__(f"{peer}: {reason}" + (f" ({message})" if message else ""))
+        self.peer = peer
+        self.reason = reason
+        self.message = message
+        self.status = status
+
+
+class PeerUnavailable(RemoteCallError):
+    """The peer gave no usable answer; reason ∈ circuit_open, connect_error, timeout,
+    transport_error, server_error, bad_response."""
+
+
+class PeerError(RemoteCallError):
+    """The peer answered with a 4xx; ``code``/``message`` come from its JSON error body."""
+
+    def __init__(self, peer: str, status: int, code: str, message: str) -> None:
+        super().__init__(peer, "client_error", message, status=status)
+        self.code = code
+
+
+def client_ssl_context(ca_path: str | Path, cert_path: str | Path, key_path: str | Path, *,
+                       check_hostname: bool = True) -> ssl.SSLContext:
+    """mTLS client context: trust only the cluster CA, present this shard's certificate."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca_path))
+    ctx.load_cert_chain(str(cert_path), str(key_path))
+    ctx.check_hostname = check_hostname
+    return ctx
+
+
+def server_ssl_options(ca_path: str | Path, cert_path: str | Path, key_path: str | Path) -> dict[str, Any]:
+    """uvicorn keyword arguments for an mTLS server that requires a cluster client certificate.
+
+    Note: this makes every connection present a certificate; serving the public API without
+    client certificates needs ``ssl.CERT_OPTIONAL`` and a check on ``/internal`` routes.
+    """
+    return {"ssl_certfile": str(cert_path), "ssl_keyfile": str(key_path),
+            "ssl_ca_certs": str(ca_path), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+
+
+class RemoteMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "themis_remote_requests_total", "Shard-to-shard call attempts by peer and outcome",
+            ["peer", "outcome"], registry=registry)
+        self.latency = Histogram(
+            "themis_remote_request_duration_seconds", "Shard-to-shard call attempt latency",
+            ["peer"], buckets=_BUCKETS, registry=registry)
+        self.retries = Counter(
+            "themis_remote_retries_total", "Retried shard-to-shard attempts by peer", ["peer"],
+            registry=registry)
+
+
+class RemoteExecutor:
+    """Calls peers by shard id; ``resolve(shard_id)`` gives the peer's base URL."""
+
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        resolve: Callable[[str], str],
+        *,
+        registry: CollectorRegistry | None = None,
+        breakers: BreakerRegistry | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.resolve = resolve
+        self.breakers = breakers or BreakerRegistry.from_settings(settings, clock)
+        registry = registry or CollectorRegistry()
+        self.metrics = RemoteMetrics(registry)
+        registry.register(self.breakers.collector())
+        if ssl_context is None and settings.tls_enabled:
+            ssl_context = client_ssl_context(
+                settings.tls_ca_path, settings.tls_cert_path, settings.tls_key_path,
+                check_hostname=settings.tls_check_hostname)
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
+            limits=httpx.Limits(max_connections=settings.pool_max_connections,
+                                max_keepalive_connections=settings.pool_max_keepalive),
+            verify=ssl_context if ssl_context is not None else True,
+            transport=transport,
+            headers=dict(headers or {}),
+            follow_redirects=False,
+            trust_env=False,  # peers are on the cluster network: never route them through a proxy
+        )
+
+    async def __aenter__(self) -> RemoteExecutor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def open_peers(self) -> frozenset[str]:
+        """Peers whose breaker is open: the router skips them."""
+        return self.breakers.open_peers()
+
+    def backoff_s(self, attempt: int) -> float:
+        """Full jitter: U(0, min(max, base · 2^attempt)) — spreads retry storms after a blip."""
+        cap = min(self.settings.retry_backoff_max_s, self.settings.retry_backoff_base_s * (2 ** attempt))
+        return self._rng.uniform(0, cap)
+
+    # ---- the one primitive ------------------------------------------------------------------
+
+    async def request(
+        self,
+        peer: str,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        expect: Expect = "json",
+        model: type[M] | None = None,
+        idempotent: bool | None = None,
+        retries: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """One logical call with breaker, retries and response validation.
+
+        ``idempotent`` defaults from the method (GET/HEAD/PUT/DELETE/OPTIONS); a POST is retried
+        only when marked idempotent or when the connection provably failed before sending.
+        ``retries`` overrides the setting (a router failing over to another shard passes 0).
+        ``model`` validates a JSON body into that pydantic model (shape errors → bad_response).
+        """
+        method = method.upper()
+        idem = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
+        budget = self.settings.max_retries if retries is None else retries
+        breaker = self.breakers.get(peer)
+        url = self.resolve(peer).rstrip("/") + path
+        timeout = None if timeout_s is None else httpx.Timeout(timeout_s, connect=min(
+            timeout_s, self.settings.connect_timeout_s))
+        last: PeerUnavailable | None = None
+        attempt = 0
+        while True:
+            if not breaker.allow():
+                self.metrics.requests.labels(peer=peer, outcome="circuit_open").inc()
+                raise last or PeerUnavailable(peer, "circuit_open",
+                                              f"retry in {breaker.seconds_until_probe():.1f} s")
+            started = self._clock()
+            try:
+                kw: dict[str, Any] = {"params": params, "headers": headers}
+                if timeout is not None:
+                    kw["timeout"] = timeout
+                if json_body is not None:
+                    kw["json"] = json_body
+                elif content is not None:
+                    kw["content"] = content
+                resp = await self.client.request(method, url, **kw)
+            except httpx.TimeoutException as exc:
+                last = self._fail(peer, "timeout", exc)
+                retry_ok = idem or isinstance(exc, _NOT_SENT)
+            except httpx.TransportError as exc:  # connect refused/reset, protocol garbage
+                reason = "connect_error" if isinstance(exc, httpx.ConnectError) else "transport_error"
+                last = self._fail(peer, reason, exc)
+                retry_ok = idem or isinstance(exc, _NOT_SENT)
+            else:
+                self.metrics.latency.labels(peer=peer).observe(self._clock() - started)
+                if resp.status_code >= 500:
+                    last = self._fail(peer, "server_error", f"HTTP {resp.status_code}",
+                                      status=resp.status_code)
+                    retry_ok = idem
+                elif resp.status_code >= 400:
+                    breaker.record_success()  # the peer is healthy; the request was refused
+                    self.metrics.requests.labels(peer=peer, outcome="client_error").inc()
+                    raise _peer_error(peer, resp)
+                else:
+                    return self._accept(peer, resp, expect, model)
+            if attempt >= budget or not retry_ok or breaker.state is BreakerState.OPEN:
+                raise last  # (no point sleeping before an attempt the breaker would refuse)
+            attempt += 1
+            self.metrics.retries.labels(peer=peer).inc()
+            await self._sleep(self.backoff_s(attempt - 1))
+
+    def _fail(self, peer: str, reason: str, detail: object, *, status: int | None = None) -> PeerUnavailable:
+        self.breakers.get(peer).record_failure()
+        self.metrics.requests.labels(peer=peer, outcome=reason).inc()
+        text = detail if isinstance(detail, str) else (f"{type(detail).__name__}: {detail}".rstrip(": "))
+        return PeerUnavailable(peer, reason, text, status=status)
+
+    def _accept(self, peer: str, resp: httpx.Response, expect: Expect, model: type[M] | None) -> Any:
+        breaker = self.breakers.get(peer)
+        if expect == "bytes":
+            value: Any = resp.content
+        elif expect == "none":
+            value = None
+        else:
+            try:
+                value = json.loads(resp.content)
+                if model is not None:
+                    value = model.model_validate(value)
+            except (ValueError, ValidationError) as exc:  # not JSON, or not the promised shape
+                raise self._fail(peer, "bad_response", f"{type(exc).__name__}: {str(exc)[:200]}",
+                                 status=resp.status_code) from None
+        breaker.record_success()
+        self.metrics.requests.labels(peer=peer, outcome="ok").inc()
+        return value
+
+    # ---- conveniences -------------------------------------------------------------------------
+
+    async def get_json(self, peer: str, path: str, **kw: Any) -> Any:
+        return await self.request(peer, "GET", path, **kw)
+
+    async def post_json(self, peer: str, path: str, body: Any, *, idempotent: bool = False, **kw: Any) -> Any:
+        return await self.request(peer, "POST", path, json_body=body, idempotent=idempotent, **kw)
+
+    async def get_bytes(self, peer: str, path: str, **kw: Any) -> bytes:
+        """Binary GET (KV-prefix export, RAID chunks)."""
+        return await self.request(peer, "GET", path, expect="bytes", **kw)
+
+    async def post_bytes(self, peer: str, path: str, data: bytes, *, expect: Expect = "json",
+                         idempotent: bool = False, **kw: Any) -> Any:
+        """Binary POST (application/octet-stream), e.g. KV-prefix import or a chunk upload."""
+        headers = {"content-type": "application/octet-stream", **kw.pop("headers", {})}
+        return await self.request(peer, "POST", path, content=data, headers=headers, expect=expect,
+                                  idempotent=idempotent, **kw)
+
+
+def _peer_error(peer: str, resp: httpx.Response) -> PeerError:
+    code, message = "http_error", f"HTTP {resp.status_code}"
+    try:
+        err = json.loads(resp.content)["error"]
+        code, message = str(err["code"]), str(err["message"])
+    except (ValueError, KeyError, TypeError):
+        pass
+    return PeerError(peer, resp.status_code, code, message)
