@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
+from themis_shard.cluster.remote import PeerError, PeerUnavailable
 from themis_shard.cluster.router import (
     AdaptiveShardRouter,
     Capability,
@@ -231,7 +232,8 @@ def test_dispatch_fails_over_past_a_down_slow_or_garbage_peer():
         return f"answer from {shard}"
 
     reg = CollectorRegistry()
-    r = make_router([cap("s1", 0.95), cap("s2", 0.9), cap("s3", 0.85)], registry=reg, attempt_timeout_s=0.05)
+    r = make_router([cap("s1", 0.95), cap("s2", 0.9), cap("s3", 0.85)], registry=reg, attempt_timeout_s=0.05,
+                    retryable=(Exception,))
     decision, result = asyncio.run(call_and_time(r, call))
     assert calls == ["s1", "s2", "s3", "owner"]
     assert (decision.shard_id, result) == ("owner", "answer from owner")
@@ -240,6 +242,45 @@ def test_dispatch_fails_over_past_a_down_slow_or_garbage_peer():
 
 async def call_and_time(router, call):
     return await router.dispatch("legal", "key", call)
+
+
+def test_dispatch_relays_a_peers_4xx_answer_instead_of_failing_over():
+    calls = []
+
+    async def call(shard):
+        calls.append(shard)
+        raise PeerError(shard, 400, "bad_request", "prompt too long")
+
+    with pytest.raises(PeerError):
+        asyncio.run(make_router([cap("s1", 0.95)]).dispatch("legal", "key", call))
+    assert calls == ["s1"]
+
+
+def test_dispatch_fails_over_on_peer_unavailable_by_default():
+    async def call(shard):
+        if shard == "s1":
+            raise PeerUnavailable(shard, "circuit_open")
+        return shard
+
+    router = make_router([cap("s1", 0.95), cap("s2", 0.9)])
+    decision, result = asyncio.run(router.dispatch("legal", "k", call))
+    assert result == "s2" and decision.tier == 1
+
+
+def test_router_reads_the_live_gossip_view():
+    from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, GossipState, RoutingView
+
+    state = GossipState.create("s0", now=0.0)
+    state.merge_announcements([AdapterCapabilityAnnouncement(
+        shard_id="s2", adapter_id="legal-qa", domain="legal", accuracy_delta=0.85,
+        performance_delta_p99_ms=20, federation_round=3, announced_at=1000.0)], now_wall=1000.0)
+    view = RoutingView(state, clock=lambda: 0.0, wall_clock=lambda: 1000.0)
+    r = AdaptiveShardRouter(view, lambda key: ["s0"], frozenset, RoutingPolicy())
+    d = r.route("legal", "k")
+    assert (d.shard_id, d.tier, d.adapter_id) == ("s2", 1, "legal-qa")
+    later = AdaptiveShardRouter(RoutingView(state, lambda: 0.0, lambda: 1000.0 + 7201), lambda key: ["s0"],
+                                frozenset, RoutingPolicy())
+    assert later.route("legal", "k").fallback  # the announcement expired
 
 
 def test_dispatch_raises_when_no_shard_can_serve():

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -379,6 +380,19 @@ class GossipState:
         old = self.announcements.pop(key)
         self._announcements_fp ^= _h64(old.key, *old.version)
         self._announcement_versions = None
+
+
+class RoutingView:
+    """``router.CapabilityView`` over a GossipState, with the clocks injected."""
+
+    def __init__(self, state: GossipState, clock=time.monotonic, wall_clock=time.time) -> None:
+        self.state, self.clock, self.wall_clock = state, clock, wall_clock
+
+    def capabilities(self, domain: str) -> list[Capability]:
+        return self.state.capabilities(domain, self.clock(), self.wall_clock())
+
+    def loads(self) -> dict[str, float]:
+        return self.state.loads()
 
 
 # ---- wire format: signed, validated messages ---------------------------------------------------

@@ -34,6 +34,7 @@ from typing import Protocol, TypeVar
 from prometheus_client import CollectorRegistry, Counter
 
 from ..ring import stable_hash64
+from .remote import PeerUnavailable
 
 T = TypeVar("T")
 
@@ -230,7 +231,7 @@ class AdaptiveShardRouter:
         registry: CollectorRegistry | None = None,
         *,
         attempt_timeout_s: float | None = None,
-        retryable: tuple[type[BaseException], ...] = (Exception,),
+        retryable: tuple[type[BaseException], ...] = (PeerUnavailable, OSError),
     ) -> None:
         self.view = view
         self.ring_owners = ring_owners
@@ -275,7 +276,9 @@ class AdaptiveShardRouter:
         """Try shards in preference order until one answers; a down/slow/garbage peer costs one try.
 
         ``call(shard_id)`` performs the request (locally or through the RemoteExecutor); any
-        exception in ``retryable`` (and a per-attempt timeout) moves on to the next shard.
+        exception in ``retryable`` (default: PeerUnavailable — down, slow, garbage, breaker open —
+        and OSError) and a per-attempt timeout move on to the next shard. Anything else, a
+        PeerError (the peer's 4xx answer) included, propagates at once: it is an answer.
         """
         ranked = self.rank(domain, key) or [
             route_by_domain(domain, (), {}, self.open_peers(), fallback_shard=self.ring_owners(key))]
