@@ -57,6 +57,7 @@ class Scheduler:
         self._waiting: list[tuple[tuple[int, int], Sequence]] = []
         self._free_slots = list(range(limits.max_running - 1, -1, -1))
         self._last_adapter: str | None = None
+        self._rotated = False
         self.preemptions = 0
 
     # -- queue -----------------------------------------------------------------------------
@@ -141,7 +142,8 @@ class Scheduler:
 
     def _pick_adapter(self) -> str | None:
         groups = sorted({s.adapter for s in self.running}, key=lambda a: (a is not None, a or ""))
-        if len(groups) == 1:
+        if len(groups) == 1 or not self._rotated:
+            self._rotated = True
             self._last_adapter = groups[0]
             return groups[0]
         keys = [(a is not None, a or "") for a in groups]
