@@ -34,8 +34,19 @@ IMMUTABLE_SPEC: dict[str, tuple[str, ...]] = {
 }
 
 
-class Conflict(Exception):
-    """The object changed underneath us (409): the next reconcile will converge."""
+class KubeError(Exception):
+    """Any other API error; kopf retries the handler."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+
+
+class Conflict(KubeError):
+    """The object exists or changed underneath us (409): the next reconcile will converge."""
+
+    def __init__(self, body: str) -> None:
+        super().__init__(409, body)
 
 
 class Kube(Protocol):
@@ -68,21 +79,34 @@ class ApiKube:
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json") -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = self._client.call_api(
-                path, method, query_params=query or [], body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        if hasattr(self._client, "param_serialize"):  # kubernetes >= 33 (openapi-generator 7)
+            m, url, headers, payload, post = self._client.param_serialize(
+                method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
+                auth_settings=["BearerToken"],
             )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            if e.status == 409:
-                raise Conflict(str(e.reason)) from e
-            raise
-        data = response.data
+            response = self._client.call_api(m, url, header_params=headers, body=payload, post_params=post,
+                                             _request_timeout=30)
+            response.read()
+            status, data = response.status, response.data
+        else:  # older clients raise ApiException for non-2xx answers
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                response = self._client.call_api(
+                    path, method, query_params=query or [], body=body, header_params=headers,
+                    auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                    _request_timeout=30,
+                )
+                status, data = 200, response.data
+            except ApiException as e:
+                status, data = e.status, (e.body or "").encode()
+        if status == 404:
+            return None
+        if status == 409:
+            raise Conflict(data.decode(errors="replace")[:500])
+        if status >= 400:
+            raise KubeError(status, data.decode(errors="replace")[:1000])
         return json.loads(data) if data else {}
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:

@@ -1,9 +1,107 @@
-"""Operator tests: make the packages importable from a plain checkout and share fixtures."""
+"""Operator tests: importable packages from a plain checkout, the emulator, kopf in a thread."""
 
+import os
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 for sub in ("shard", "operator"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
+
+
+def eventually(check, timeout: float = 15.0, interval: float = 0.2):
+    """Poll ``check`` until it returns a truthy value (returned) or fails past ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except (AssertionError, KeyError, IndexError, TypeError):
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    from themis_operator.testing.emulator import running_emulator
+
+    with running_emulator() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(emulator, tmp_path_factory):
+    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+
+
+@pytest.fixture(scope="module")
+def fake_shards():
+    from themis_operator.testing.fakeshards import FakeShards
+
+    shards = FakeShards().start()
+    yield shards
+    shards.stop()
+
+
+@pytest.fixture(scope="module")
+def crds(emulator):
+    import httpx
+    import yaml
+
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        response = httpx.post(f"{emulator.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                              json=yaml.safe_load(path.read_text()))
+        assert response.status_code == 201, response.text
+    # The Prometheus Operator's CRD, so ServiceMonitors can be created.
+    from themis_operator.testing.emulator import Kind
+
+    emulator.call(lambda e: e.register(Kind("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")))
+
+
+@pytest.fixture(scope="module")
+def operator_env(kubeconfig, fake_shards):
+    """Settings the in-process operator reads (the timer interval is fixed at import time)."""
+    env = {
+        "KUBECONFIG": str(kubeconfig),
+        "THEMIS_OPERATOR_STATUS_INTERVAL_S": "1",
+        "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "0.5",
+        "THEMIS_OPERATOR_SHARD_URL_TEMPLATE": fake_shards.url_template,
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from kubernetes.config import kube_config
+
+    saved_default = kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(kubeconfig)  # read at import by the client
+    yield env
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = saved_default
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def kopf_runner(extra_args=()):
+    from kopf.testing import KopfRunner
+
+    import themis_operator.handlers.cluster as cluster_handlers
+
+    assert cluster_handlers._INTERVAL == 1, "handlers were imported before the test settings were applied"
+    return KopfRunner(["run", "--standalone", "-A", *extra_args, "-m", "themis_operator.handlers"], timeout=60)
+
+
+@pytest.fixture(scope="module")
+def operator(crds, operator_env):
+    with kopf_runner() as runner:
+        time.sleep(1.0)  # let the watchers start
+        yield runner
+    assert runner.exception is None, runner.output[-3000:]

@@ -1,0 +1,600 @@
+"""A Kubernetes API server for tests: kmock's ``KubernetesEmulator`` plus the shims it needs.
+
+kmock serves discovery, parses requests and runs the HTTP server; the subclass below takes
+over the object endpoints so that unmodified clients — ``kopf run``, ``kubectl``, the
+official Python client — work against it. What it adds (see ARCHITECTURE.md §3):
+
+* namespaces (GET/list) instead of 500s; core discovery answering ``groupVersion: v1``;
+* ``resourceVersion``, ``uid``, ``generation``, ``creationTimestamp`` on every object, and
+  409 on a stale ``resourceVersion`` (kopf's finalizer patches rely on it), PUT included;
+* list responses with ``kind``/``resourceVersion`` and label/field selectors;
+* watch streams as ``application/json`` lines, resumable from a ``resourceVersion``, with
+  the initial-events-end bookmark that ``kubectl wait`` waits for;
+* standard Status errors (``NotFound``, ``AlreadyExists``, ``Conflict``);
+* CRDs: POSTing one registers its resource (kind, short names, status subresource), and the
+  status subresource is isolated from the main resource as on a real server;
+* merge, JSON and (approximated as merge) strategic-merge patches.
+
+Still absent, by design: garbage collection, schema validation, /openapi, /scale, protobuf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import datetime
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import jsonpatch
+import yaml
+from kmock import KubernetesEmulator, ResourceInfo, Server, resource
+
+from .merge import merge_patch
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    status: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+BUILTINS = [
+    Kind("", "v1", "namespaces", "Namespace", namespaced=False, status=True),
+    Kind("", "v1", "configmaps", "ConfigMap"),
+    Kind("", "v1", "secrets", "Secret"),
+    Kind("", "v1", "services", "Service", status=True),
+    Kind("", "v1", "pods", "Pod", status=True),
+    Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", status=True),
+    Kind("", "v1", "events", "Event"),
+    Kind("", "v1", "serviceaccounts", "ServiceAccount"),
+    Kind("apps", "v1", "statefulsets", "StatefulSet", status=True),
+    Kind("apps", "v1", "deployments", "Deployment", status=True),
+    Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", status=True),
+    Kind("events.k8s.io", "v1", "events", "Event"),
+    Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+         namespaced=False, status=True),
+]
+_SHORT = {"configmaps": {"cm"}, "services": {"svc"}, "statefulsets": {"sts"}, "poddisruptionbudgets": {"pdb"},
+          "persistentvolumeclaims": {"pvc"}, "namespaces": {"ns"}, "customresourcedefinitions": {"crd", "crds"},
+          "pods": {"po"}, "serviceaccounts": {"sa"}, "deployments": {"deploy"}, "events": {"ev"}}
+_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def response(self) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({
+            "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+            "code": self.code, "reason": self.reason, "message": self.message, "details": self.details,
+        }, status=self.code)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _matches(obj: dict, label_selector: str | None, field_selector: str | None) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (label_selector or "").split(",")):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif term.strip() not in labels:
+            return False
+    for term in filter(None, (field_selector or "").split(",")):
+        k, v = term.replace("==", "=").split("=", 1)
+        node: Any = obj
+        for part in k.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if str(node) != v:
+            return False
+    return True
+
+
+class ThemisEmulator(KubernetesEmulator):
+    """kmock's emulator with the object endpoints replaced by a stricter in-memory store."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.kinds: dict[tuple[str, str, str], Kind] = {}
+        self.rv = 0
+        self.log: list[tuple[int, tuple[str, str, str], dict]] = []  # (rv, resource key, event)
+        self.watchers: list[tuple[tuple[str, str, str], str | None, asyncio.Queue]] = []
+        self.namespaces: set[str] = {"default", "kube-system"}
+        self.columns: dict[tuple[str, str, str], list[dict]] = {}  # CRD additionalPrinterColumns
+        for kind in BUILTINS:
+            self.register(kind)
+
+    # ---- registry & discovery -------------------------------------------------------------
+    def register(self, kind: Kind, shortnames: set[str] | None = None, categories: set[str] | None = None) -> None:
+        self.kinds[(kind.group, kind.version, kind.plural)] = kind
+        self.resources[resource(kind.group, kind.version, kind.plural)] = ResourceInfo(
+            kind=kind.kind, singular=kind.kind.lower(), namespaced=kind.namespaced, verbs=set(_VERBS),
+            shortnames=shortnames if shortnames is not None else _SHORT.get(kind.plural, set()),
+            categories=categories or set(), subresources={"status"} if kind.status else set(),
+        )
+
+    async def _serve_version(self, request):  # type: ignore[override]
+        payload = await super()._serve_version(request)
+        if request.resource is not None and request.resource.group == "":
+            payload["groupVersion"] = request.resource.version  # kmock says "/v1"
+        for entry in payload.get("resources", []):
+            if "/" in entry["name"]:  # subresources carry no short names or categories
+                entry.update(verbs=["get", "patch", "update"], shortNames=[], categories=[])
+            else:
+                entry.update(verbs=sorted(entry["verbs"]), shortNames=sorted(entry["shortNames"]))
+        return payload
+
+    # ---- object store (kmock's ObjectsArray, one history entry per write) ------------------
+    def _key(self, kind: Kind, namespace: str | None, name: str) -> tuple:
+        return (resource(kind.group, kind.version, kind.plural), namespace if kind.namespaced else None, name)
+
+    def _get(self, kind: Kind, namespace: str | None, name: str) -> dict | None:
+        key = self._key(kind, namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.objects[key].raw)
+
+    def _items(self, kind: Kind, namespace: str | None) -> list[dict]:
+        res = resource(kind.group, kind.version, kind.plural)
+        return [copy.deepcopy(obj.raw) for (r, ns, _), obj in list(self.objects.items())
+                if r == res and not obj.deleted and (namespace is None or ns == namespace)]
+
+    def _emit(self, kind: Kind, type_: str, obj: dict) -> None:
+        key = (kind.group, kind.version, kind.plural)
+        event = {"type": type_, "object": copy.deepcopy(obj)}
+        self.log.append((int(obj["metadata"]["resourceVersion"]), key, event))
+        for wkey, ns, queue in list(self.watchers):
+            if wkey == key and (ns is None or ns == obj["metadata"].get("namespace")):
+                queue.put_nowait(event)
+
+    def _store(self, kind: Kind, obj: dict, type_: str) -> dict:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        key = self._key(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        if key in self.objects:
+            self.objects[key].history.append(obj)
+        else:
+            self.objects[key] = obj
+        self._emit(kind, type_, obj)
+        return copy.deepcopy(obj)
+
+    def _remove(self, kind: Kind, obj: dict) -> dict:
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[self._key(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])].delete()
+        self._emit(kind, "DELETED", obj)
+        return obj
+
+    # ---- request routing -----------------------------------------------------------------
+    async def __call__(self, raw_request):  # type: ignore[override]
+        # kmock's request parser crashes on /api/v1/namespaces (no namespace after the word),
+        # so namespaces are answered here, before it runs.
+        parts = [p for p in raw_request.path.split("/") if p]
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+            return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
+        return await super().__call__(raw_request)
+
+    async def _serve_namespaces(self, raw_request, name: str | None) -> aiohttp.web.StreamResponse:
+        await raw_request.read()
+        if raw_request.method != "GET":
+            return ApiError(405, "MethodNotAllowed", "namespaces are read-only in the emulator").response()
+        try:
+            if name is not None:
+                return self._json(self._namespace(name))
+            items = [self._namespace(n) for n in sorted(self.namespaces)]
+        except ApiError as e:
+            return e.response()
+        if raw_request.query.get("watch") not in ("true", "1"):
+            return self._json({"apiVersion": "v1", "kind": "NamespaceList",
+                               "metadata": {"resourceVersion": str(self.rv)}, "items": items})
+        response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(raw_request)
+        if not raw_request.query.get("resourceVersion"):
+            for item in items:
+                await response.write(json.dumps({"type": "ADDED", "object": item}).encode() + b"\n")
+        try:  # namespaces never change here: hold the stream open until the client's timeout
+            await asyncio.sleep(float(raw_request.query.get("timeoutSeconds") or 1800))
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
+
+    def _parse(self, path: str) -> tuple[Kind, str | None, str | None, str | None] | None:
+        parts = [p for p in path.split("/") if p]
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        if not rest:
+            return None  # discovery
+        namespace = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        plural, name, sub = rest[0], rest[1] if len(rest) > 1 else None, "/".join(rest[2:]) or None
+        kind = self.kinds.get((group, version, plural))
+        if kind is None:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
+        return kind, namespace, name, sub
+
+    async def _handle(self, request):  # type: ignore[override]
+        try:
+            parsed = self._parse(request.url.path)
+        except ApiError as e:
+            return e.response()
+        if parsed is None:
+            return await super()._handle(request)
+        kind, namespace, name, sub = parsed
+        method = request.method.value if hasattr(request.method, "value") else str(request.method)
+        params = dict(request.params)
+        try:
+            async with self._lock:
+                if method == "GET" and params.get("watch") in ("true", "1"):
+                    pass  # streamed below, outside the lock
+                elif method == "GET" and name is None:
+                    listing = self._list(kind, namespace, params)
+                    return self._json(self._table(kind, listing["items"]) if self._wants_table(request, kind)
+                                      else listing)
+                elif method == "GET":
+                    obj = self._fetch(kind, namespace, name)
+                    return self._json(self._table(kind, [obj]) if self._wants_table(request, kind) else obj)
+                elif method == "POST" and name is None:
+                    return self._json(self._create(kind, namespace, request.data, params), 201)
+                elif method == "PUT" and name:
+                    return self._json(self._put(kind, namespace, name, sub, request.data))
+                elif method == "PATCH" and name:
+                    ctype = request.headers.get("Content-Type", "")
+                    return self._json(self._patch(kind, namespace, name, sub, request.data, ctype))
+                elif method == "DELETE" and name:
+                    return self._json(self._delete(kind, namespace, name))
+                else:
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+            return await self._watch(request, kind, namespace, params)
+        except ApiError as e:
+            return e.response()
+
+    @staticmethod
+    def _json(obj: dict, status: int = 200) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(obj, status=status)
+
+    def _not_found(self, kind: Kind, name: str) -> ApiError:
+        return ApiError(404, "NotFound", f'{kind.plural}.{kind.group or "core"} "{name}" not found',
+                        {"name": name, "kind": kind.plural, "group": kind.group})
+
+    # ---- verbs ---------------------------------------------------------------------------
+    def _fetch(self, kind: Kind, namespace: str | None, name: str) -> dict:
+        if kind.plural == "namespaces" and kind.group == "":
+            return self._namespace(name)
+        obj = self._get(kind, namespace, name)
+        if obj is None:
+            raise self._not_found(kind, name)
+        return obj
+
+    def _namespace(self, name: str) -> dict:
+        if name not in self.namespaces:
+            raise self._not_found(self.kinds[("", "v1", "namespaces")], name)
+        return {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": name, "uid": f"ns-{name}", "resourceVersion": "1"},
+                "status": {"phase": "Active"}}
+
+    def _wants_table(self, request, kind: Kind) -> bool:
+        return "as=Table" in request.headers.get("Accept", "") and (kind.group, kind.version, kind.plural) in self.columns
+
+    def _table(self, kind: Kind, items: list[dict]) -> dict:
+        """Server-side printing (what ``kubectl get`` shows) from the CRD's printer columns."""
+        columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0,
+                    "jsonPath": ".metadata.name"}]
+        columns += [{"name": c["name"], "type": c.get("type", "string"), "format": c.get("format", ""),
+                     "description": c.get("description", ""), "priority": c.get("priority", 0),
+                     "jsonPath": c["jsonPath"]} for c in self.columns[(kind.group, kind.version, kind.plural)]]
+
+        def cell(obj: dict, column: dict) -> Any:
+            node: Any = obj
+            for part in column["jsonPath"].lstrip(".").split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if column["type"] == "date" and isinstance(node, str):
+                then = datetime.datetime.fromisoformat(node.replace("Z", "+00:00"))
+                seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+                return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+            return node
+
+        return {
+            "apiVersion": "meta.k8s.io/v1", "kind": "Table", "metadata": {"resourceVersion": str(self.rv)},
+            "columnDefinitions": [{k: v for k, v in c.items() if k != "jsonPath"} for c in columns],
+            "rows": [{"cells": [cell(o, c) for c in columns],
+                      "object": {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                 "metadata": o["metadata"]}} for o in items],
+        }
+
+    def _list(self, kind: Kind, namespace: str | None, params: dict) -> dict:
+        if kind.plural == "namespaces" and kind.group == "":
+            items = [self._namespace(n) for n in sorted(self.namespaces)]
+        else:
+            items = self._items(kind, namespace)
+        items = [i for i in items if _matches(i, params.get("labelSelector"), params.get("fieldSelector"))]
+        items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
+        return {"apiVersion": kind.api_version, "kind": f"{kind.kind}List",
+                "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def _create(self, kind: Kind, namespace: str | None, body: Any, params: dict) -> dict:
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if not meta.get("name"):
+            raise ApiError(422, "Invalid", "metadata.name: Required value")
+        if kind.namespaced:
+            meta["namespace"] = namespace or meta.get("namespace") or "default"
+            self.namespaces.add(meta["namespace"])
+        if self._get(kind, meta.get("namespace"), meta["name"]) is not None:
+            raise ApiError(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" already exists',
+                           {"name": meta["name"], "kind": kind.plural, "group": kind.group})
+        obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+        meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=_now())
+        if params.get("dryRun"):
+            return obj
+        if kind.plural == "customresourcedefinitions":
+            self._register_crd(obj)
+        return self._store(kind, obj, "ADDED")
+
+    def _register_crd(self, crd: dict) -> None:
+        spec, names = crd["spec"], crd["spec"]["names"]
+        for version in spec.get("versions") or []:
+            self.columns[(spec["group"], version["name"], names["plural"])] = version.get("additionalPrinterColumns") or []
+            self.register(
+                Kind(spec["group"], version["name"], names["plural"], names["kind"],
+                     namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                     status="status" in (version.get("subresources") or {})),
+                shortnames=set(names.get("shortNames") or []), categories=set(names.get("categories") or []),
+            )
+        crd["status"] = {
+            "acceptedNames": names,
+            "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
+            "conditions": [{"type": t, "status": "True", "reason": r, "lastTransitionTime": _now(), "message": ""}
+                           for t, r in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))],
+        }
+
+    def _write(self, kind: Kind, old: dict, new: dict, sub: str | None, expected_rv: str | None) -> dict:
+        """Common tail of PUT and PATCH: conflicts, status isolation, generation, finalizers."""
+        if expected_rv and expected_rv != old["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{old["metadata"]["name"]}": '
+                           "the object has been modified; please apply your changes to the latest version")
+        if sub == "status":
+            new = {**old, "status": new.get("status")}
+            if new["status"] is None:
+                del new["status"]
+        elif sub:
+            raise ApiError(404, "NotFound", f"subresource {sub} is not served by the emulator")
+        elif kind.status:
+            new = {k: v for k, v in new.items() if k != "status"}
+            if "status" in old:
+                new["status"] = old["status"]
+        # Identity is the server's, whatever the client sent.
+        for field in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp"):
+            if field in old["metadata"]:
+                new.setdefault("metadata", {})[field] = old["metadata"][field]
+        strip = ("metadata", "status")
+        if {k: v for k, v in new.items() if k not in strip} != {k: v for k, v in old.items() if k not in strip}:
+            new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        else:
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1)
+        if new == {**old, "metadata": {**old["metadata"]}}:
+            return old  # no-op writes do not bump resourceVersion (as on a real server)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return self._remove(kind, new)
+        return self._store(kind, new, "MODIFIED")
+
+    def _put(self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any) -> dict:
+        old = self._fetch(kind, namespace, name)
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        expected = (body.get("metadata") or {}).get("resourceVersion")
+        return self._write(kind, old, copy.deepcopy(body), sub, expected)
+
+    def _patch(self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any, ctype: str) -> dict:
+        old = self._fetch(kind, namespace, name)
+        if "json-patch" in ctype:
+            try:
+                new = jsonpatch.apply_patch(old, body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                raise ApiError(422, "Invalid", f"json patch failed: {e}") from e
+            expected = None
+        elif "apply-patch" in ctype:
+            raise ApiError(415, "UnsupportedMediaType", "server-side apply is not emulated")
+        else:  # merge-patch, and strategic-merge-patch approximated as a merge patch
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "the patch must be a JSON object")
+            expected = (body.get("metadata") or {}).get("resourceVersion")
+            new = merge_patch(old, body)
+        return self._write(kind, old, new, sub, expected)
+
+    def _delete(self, kind: Kind, namespace: str | None, name: str) -> dict:
+        obj = self._fetch(kind, namespace, name)
+        if obj["metadata"].get("finalizers"):
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = _now()
+                return self._store(kind, obj, "MODIFIED")
+            return obj
+        return self._remove(kind, obj)
+
+    async def _watch(self, request, kind: Kind, namespace: str | None, params: dict) -> aiohttp.web.StreamResponse:
+        key = (kind.group, kind.version, kind.plural)
+        queue: asyncio.Queue = asyncio.Queue()
+        labels, fields = params.get("labelSelector"), params.get("fieldSelector")
+        async with self._lock:
+            since = params.get("resourceVersion")
+            if since and since not in ("0",) and since.isdigit():
+                backlog = [e for rv, k, e in self.log if k == key and rv > int(since)
+                           and (namespace is None or e["object"]["metadata"].get("namespace") == namespace)]
+                initial: list[dict] = []
+            else:
+                backlog = []
+                initial = [{"type": "ADDED", "object": o} for o in self._items(kind, namespace)]
+            self.watchers.append((key, namespace, queue))
+        raw = request._raw_request
+        response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        timeout = float(params.get("timeoutSeconds") or 1800)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        async def send(event: dict) -> None:
+            if event["type"] == "BOOKMARK" or _matches(event["object"], labels, fields):
+                await response.write(json.dumps(event).encode() + b"\n")
+
+        try:
+            for event in initial + backlog:
+                await send(event)
+            if params.get("sendInitialEvents") == "true" or params.get("allowWatchBookmarks") == "true":
+                await send({"type": "BOOKMARK", "object": {
+                    "apiVersion": kind.api_version, "kind": kind.kind,
+                    "metadata": {"resourceVersion": str(self.rv),
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}}})
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=min(left, 5.0))
+                except TimeoutError:
+                    continue
+                await send(event)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.watchers[:] = [w for w in self.watchers if w[2] is not queue]
+        try:
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
+        return response
+
+    # ---- conveniences for tests ----------------------------------------------------------
+    def snapshot(self, api_version: str, plural: str, namespace: str | None = None) -> list[dict]:
+        group, _, version = api_version.rpartition("/")
+        kind = self.kinds.get((group, version, plural))
+        return self._items(kind, namespace) if kind else []
+
+
+def kubeconfig(url: str, namespace: str = "default") -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator", "preferences": {},
+        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+        "users": [{"name": "emulator", "user": {"token": "emulator-token"}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
+                                                      "namespace": namespace}}],
+    }
+
+
+class EmulatorThread:
+    """Runs the emulator on 127.0.0.1 in a background thread with its own event loop."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self.emulator: ThemisEmulator | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="k8s-emulator", daemon=True)
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as e:  # surfaced by start()
+            self._error = e
+            self._started.set()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with ThemisEmulator() as emulator, Server(emulator, port=self.port or None) as server:
+            self.emulator, self.port = emulator, server.port
+            self._started.set()
+            await self._stop.wait()
+
+    def start(self) -> EmulatorThread:
+        self._thread.start()
+        self._started.wait(10)
+        if self._error or self.emulator is None:
+            raise RuntimeError(f"the emulator did not start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        if self.loop and self._stop:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def call(self, fn, *args):
+        """Run ``fn(emulator, *args)`` on the emulator's loop (thread-safe reads for assertions)."""
+        async def run():
+            async with self.emulator._lock:
+                return fn(self.emulator, *args)
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+
+    def objects(self, api_version: str, plural: str, namespace: str | None = None) -> list[dict]:
+        return self.call(lambda e: e.snapshot(api_version, plural, namespace))
+
+    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        path.write_text(yaml.safe_dump(kubeconfig(self.url, namespace)))
+        return path
+
+
+@contextmanager
+def running_emulator(port: int = 0) -> Iterator[EmulatorThread]:
+    thread = EmulatorThread(port).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m themis_operator.testing.emulator --port 8001 --kubeconfig /tmp/kubeconfig``."""
+    parser = argparse.ArgumentParser(prog="themis-emulator")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--kubeconfig", type=Path)
+    args = parser.parse_args(argv)
+    with running_emulator(args.port) as server:
+        if args.kubeconfig:
+            server.write_kubeconfig(args.kubeconfig)
+        print(f"Kubernetes emulator on {server.url}", flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

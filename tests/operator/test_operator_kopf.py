@@ -1,0 +1,175 @@
+"""The real kopf operator (in a thread) against the Kubernetes emulator: end-to-end behaviour.
+
+Each test works in its own namespace; the operator watches all of them. Shards are played by
+``FakeShards`` (their /v1/cluster/status), so scale-in hand-off and degraded states are real
+status-driven transitions, not mocks of the operator's internals.
+"""
+
+import copy
+import time
+
+import pytest
+from kubernetes.config import new_client_from_config
+
+from themis_operator.kube import ApiKube
+from themis_operator.testing.validation import load_example, validate_manifest
+from themis_shard.plan import ClusterPlan
+
+from .conftest import eventually
+
+TC = ("themisdb.io/v1alpha1", "ThemisCluster")
+LORA = ("themisdb.io/v1alpha1", "LoRAAdapter")
+
+
+@pytest.fixture(scope="module")
+def kube(kubeconfig, crds):
+    return ApiKube(new_client_from_config(config_file=str(kubeconfig)))
+
+
+def create_cluster(kube, namespace, name="demo", **spec):
+    body = copy.deepcopy(load_example("themiscluster.yaml"))
+    body["metadata"].update(name=name, namespace=namespace)
+    body["spec"].update(spec)
+    return kube.create(body)
+
+
+def plan(kube, namespace, name="demo") -> ClusterPlan:
+    return ClusterPlan.from_json(kube.get("v1", "ConfigMap", namespace, f"{name}-plan")["data"]["plan.json"])
+
+
+def sts(kube, namespace, name="demo") -> dict:
+    return kube.get("apps/v1", "StatefulSet", namespace, name)
+
+
+def status(kube, namespace, name="demo") -> dict:
+    return (kube.get(*TC, namespace, name) or {}).get("status") or {}
+
+
+def events(emulator, namespace) -> list[str]:
+    return [e.get("reason") for e in emulator.objects("v1", "events", namespace)]
+
+
+def all_up(fake_shards, namespace, count, **kw):
+    for i in range(count):
+        fake_shards.set(namespace, f"demo-{i}", **kw)
+
+
+def test_create_builds_valid_children_and_reports_status(operator, kube, emulator, fake_shards):
+    ns = "create"
+    all_up(fake_shards, ns, 3)
+    owner = create_cluster(kube, ns)
+    statefulset = eventually(lambda: sts(kube, ns))
+    assert statefulset["spec"]["replicas"] == 3
+    pod = statefulset["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    children = [kube.get("v1", "Secret", ns, "demo-tls"), kube.get("v1", "Secret", ns, "demo-ca"),
+                kube.get("v1", "ConfigMap", ns, "demo-plan"), kube.get("v1", "Service", ns, "demo"),
+                kube.get("v1", "Service", ns, "demo-headless"),
+                kube.get("policy/v1", "PodDisruptionBudget", ns, "demo"), statefulset]
+    for child in children:
+        assert child is not None
+        assert child["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+        validate_manifest(child)
+    assert children[5]["spec"]["maxUnavailable"] == 1  # raid5
+    assert plan(kube, ns).ring_version == 1
+    st = eventually(lambda: status(kube, ns).get("shards") and status(kube, ns))
+    assert st["ready"] == "0/3" and st["ringVersion"] == 1 and st["observedGeneration"] == 1
+    eventually(lambda: all(s.get("reachable") for s in status(kube, ns)["shards"]))
+    assert {"Created", "PlanCreated"} <= set(events(emulator, ns))
+
+
+def test_ready_shards_make_the_cluster_running(operator, kube, emulator, fake_shards):
+    ns = "running"
+    all_up(fake_shards, ns, 3)
+    create_cluster(kube, ns)
+    eventually(lambda: sts(kube, ns))
+    kube.patch("apps/v1", "StatefulSet", ns, "demo", {"status": {"readyReplicas": 3}}, subresource="status")
+    st = eventually(lambda: status(kube, ns).get("phase") == "Running" and status(kube, ns))
+    conditions = {c["type"]: c["status"] for c in st["conditions"]}
+    assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
+
+
+def test_unreachable_shards_degrade_the_cluster_with_a_warning(operator, kube, emulator, fake_shards):
+    ns = "unreachable"
+    all_up(fake_shards, ns, 3)
+    fake_shards.down(ns, "demo-2")
+    create_cluster(kube, ns)
+    st = eventually(lambda: status(kube, ns).get("phase") == "Degraded" and status(kube, ns))
+    assert "demo-2" in st["message"]
+    assert "ShardsUnreachable" in events(emulator, ns)
+
+
+def test_scale_out_bumps_the_ring_and_scale_in_waits_for_hand_off(operator, kube, emulator, fake_shards):
+    ns = "scale"
+    all_up(fake_shards, ns, 5)
+    create_cluster(kube, ns)
+    eventually(lambda: sts(kube, ns))
+    kube.patch(*TC, ns, "demo", {"spec": {"shards": 5}})
+    eventually(lambda: sts(kube, ns)["spec"]["replicas"] == 5)
+    assert plan(kube, ns).ring_version == 2
+    assert "demo-4.crt" in kube.get("v1", "Secret", ns, "demo-tls")["data"]
+
+    kube.patch(*TC, ns, "demo", {"spec": {"shards": 3}})
+    eventually(lambda: plan(kube, ns).ring_version == 3)
+    assert [m.shard_id for m in plan(kube, ns).members] == ["demo-0", "demo-1", "demo-2"]
+    eventually(lambda: status(kube, ns).get("phase") == "Scaling")
+    time.sleep(2.5)  # a few timer ticks: the leaving shards have not handed off yet
+    assert sts(kube, ns)["spec"]["replicas"] == 5
+    fake_shards.set(ns, "demo-3", migration="drained", ring_version=3)
+    fake_shards.set(ns, "demo-4", migration="drained", ring_version=3)
+    eventually(lambda: sts(kube, ns)["spec"]["replicas"] == 3)
+    assert {"Scaled", "RingChanged", "ScaleInWaiting"} <= set(events(emulator, ns))
+
+
+def test_lora_adapter_placement_goes_into_the_plan(operator, kube, emulator, fake_shards):
+    ns = "lora"
+    all_up(fake_shards, ns, 3)
+    create_cluster(kube, ns)
+    eventually(lambda: sts(kube, ns))
+    adapter = load_example("loraadapter.yaml")
+    adapter["metadata"]["namespace"] = ns
+    kube.create(adapter)
+    placed = eventually(lambda: plan(kube, ns).adapters)
+    assert placed[0].name == "legal" and len(placed[0].shards) == 2
+    lora_status = eventually(lambda: (kube.get(*LORA, ns, "legal").get("status") or {}).get("placedShards")
+                             and kube.get(*LORA, ns, "legal")["status"])
+    assert lora_status["placedShards"] == list(placed[0].shards)
+    assert plan(kube, ns).ring_version == 1  # adapters never reshuffle the ring
+    for sid in placed[0].shards:
+        fake_shards.set(ns, sid, adapters=[{"name": "legal", "state": "loaded", "accuracy_delta": 0.05,
+                                            "p99_delta_ms": 8.0}])
+    loaded = eventually(lambda: kube.get(*LORA, ns, "legal")["status"].get("phase") == "Loaded"
+                        and kube.get(*LORA, ns, "legal")["status"])
+    assert loaded["accuracyDelta"] == pytest.approx(0.05)
+    kube.delete(*LORA, ns, "legal")
+    eventually(lambda: plan(kube, ns).adapters == ())
+    eventually(lambda: kube.get(*LORA, ns, "legal") is None)
+
+
+def test_invalid_spec_is_degraded_without_children_until_fixed(operator, kube, emulator, fake_shards):
+    ns = "invalid"
+    create_cluster(kube, ns, raidMode="raid6", shards=3)
+    st = eventually(lambda: status(kube, ns).get("phase") == "Degraded" and status(kube, ns))
+    assert "raid6 needs at least 4 shards" in st["message"]
+    assert "InvalidSpec" in events(emulator, ns)
+    time.sleep(1.5)
+    assert sts(kube, ns) is None and kube.get("v1", "ConfigMap", ns, "demo-plan") is None
+    kube.patch(*TC, ns, "demo", {"spec": {"shards": 4}})
+    eventually(lambda: sts(kube, ns) and sts(kube, ns)["spec"]["replicas"] == 4)
+    assert build_pdb_max_unavailable(kube, ns) == 2
+
+
+def build_pdb_max_unavailable(kube, ns):
+    return kube.get("policy/v1", "PodDisruptionBudget", ns, "demo")["spec"]["maxUnavailable"]
+
+
+def test_delete_removes_every_child(operator, kube, emulator, fake_shards):
+    ns = "delete"
+    create_cluster(kube, ns, monitoring={"serviceMonitor": True})
+    eventually(lambda: kube.get("monitoring.coreos.com/v1", "ServiceMonitor", ns, "demo"))
+    kube.delete(*TC, ns, "demo")
+    eventually(lambda: kube.get(*TC, ns, "demo") is None)
+    for api_version, plural in (("v1", "secrets"), ("v1", "configmaps"), ("v1", "services"),
+                                ("apps/v1", "statefulsets"), ("policy/v1", "poddisruptionbudgets"),
+                                ("monitoring.coreos.com/v1", "servicemonitors")):
+        assert emulator.objects(api_version, plural, ns) == [], plural
