@@ -63,3 +63,72 @@ def spawn_shard():
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+class LocalCluster:
+    """N real shard processes sharing one plan file; shards can be killed and restarted."""
+
+    def __init__(self, root: Path, n: int, raid_mode: str = "raid1", llm: bool = False) -> None:
+        from themis_shard.plan import ClusterSpec, Member, build_plan
+
+        self.root = root
+        self.ports = [free_port() for _ in range(n)]
+        self.ids = [f"shard-{i}" for i in range(n)]
+        members = tuple(Member(shard_id=sid, url=f"http://127.0.0.1:{p}") for sid, p in zip(self.ids, self.ports))
+        self.plan = build_plan(ClusterSpec(name="e2e", members=members, raid_mode=raid_mode))
+        self.plan_path = root / "plan.json"
+        self.plan_path.write_text(self.plan.to_json())
+        self.llm = llm
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._logs: list = []
+
+    def url(self, shard_id: str) -> str:
+        return f"http://127.0.0.1:{self.ports[self.ids.index(shard_id)]}"
+
+    def start(self, shard_id: str, wait: bool = True) -> subprocess.Popen:
+        i = self.ids.index(shard_id)
+        env = {**os.environ, "THEMIS_SHARD_ID": shard_id, "THEMIS_PORT": str(self.ports[i]),
+               "THEMIS_DATA_DIR": str(self.root / shard_id), "THEMIS_PLAN_PATH": str(self.plan_path),
+               "THEMIS_LLM_ENABLED": "true" if self.llm else "false",
+               "THEMIS_CLUSTER_GOSSIP_SECRET": "e2e-secret", "THEMIS_CLUSTER_GOSSIP_INTERVAL_S": "0.2",
+               "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "1", "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "2"}
+        log = open(self.root / f"{shard_id}.log", "ab")
+        self._logs.append(log)
+        proc = subprocess.Popen([sys.executable, "-m", "themis_shard", "--log-level", "warning"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        self.procs[shard_id] = proc
+        if wait:
+            wait_ready(self.url(shard_id), 120, proc)
+        return proc
+
+    def start_all(self) -> None:
+        for sid in self.ids:
+            self.start(sid, wait=False)
+        for sid in self.ids:
+            wait_ready(self.url(sid), 120, self.procs[sid])
+
+    def kill(self, shard_id: str) -> None:
+        proc = self.procs.pop(shard_id)
+        proc.kill()
+        proc.wait()
+
+    def stop(self) -> None:
+        for sid in list(self.procs):
+            self.kill(sid)
+        for log in self._logs:
+            log.close()
+
+
+@pytest.fixture
+def local_cluster(tmp_path):
+    clusters: list[LocalCluster] = []
+
+    def make(n: int = 3, raid_mode: str = "raid1", llm: bool = False) -> LocalCluster:
+        cluster = LocalCluster(tmp_path, n, raid_mode, llm)
+        clusters.append(cluster)
+        cluster.start_all()
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import documents, health, search
+from .api import cluster, documents, health, internal, search
 from .api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from .errors import install_error_handlers
 from .metrics import ShardMetrics
@@ -38,11 +38,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             node.llm = LLMRuntime(settings.llm, metrics.registry)
             app.state.llm = node.llm
             await node.llm.start()
+        await node.cluster.start()
         app.state.node = node
         try:
             yield
         finally:
             app.state.node = None
+            await node.cluster.stop()
             if node.llm is not None:
                 await node.llm.stop()
             await run_in_threadpool(node.close)
@@ -57,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(documents.router)
     app.include_router(search.router)
+    app.include_router(cluster.router)
+    app.include_router(internal.router)
     if settings.llm.enabled:
         from .api import inference
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -109,12 +110,14 @@ def up(args: argparse.Namespace) -> int:
     plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=False))
     plan_path = (state_dir / "plan.json").resolve()
     plan_path.write_text(plan.to_json())
+    gossip_secret = secrets.token_hex(32)  # signs gossip; shared by this cluster's shards only
     shards = []
     for member, port in zip(members, ports, strict=True):
         data_dir = (args.data_root / member.shard_id).resolve()
         log_path = (state_dir / "logs" / f"{member.shard_id}.log").resolve()
         env = {**os.environ, "THEMIS_SHARD_ID": member.shard_id, "THEMIS_HOST": args.host,
-               "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path)}
+               "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path),
+               "THEMIS_CLUSTER_GOSSIP_SECRET": gossip_secret}
         if args.no_llm:
             env["THEMIS_LLM_ENABLED"] = "false"
         with open(log_path, "ab") as log:

@@ -10,6 +10,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cluster.service import ClusterService
+from .cluster.settings import ClusterSettings
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
 from .settings import Settings
@@ -27,6 +29,7 @@ class ShardNode:
     store: DocumentStore
     vectors: VectorCatalog
     plan: ClusterPlan
+    cluster: ClusterService
     llm: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -40,7 +43,9 @@ class ShardNode:
                                 persist_every=settings.vector_persist_every)
         plan = (ClusterPlan.load(settings.plan_path) if settings.plan_path and settings.plan_path.exists()
                 else single_shard_plan(settings.shard_id, settings.url))
-        node = cls(settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan)
+        cluster = ClusterService(plan, settings.shard_id, store, vectors, ClusterSettings(), metrics.registry,
+                                 plan_path=settings.plan_path)
+        node = cls(settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan, cluster=cluster)
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))
             metrics.vectors.labels(collection=config.name).set(vectors.size(config.name))
@@ -54,4 +59,5 @@ class ShardNode:
 
     @property
     def ready(self) -> bool:
-        return self.llm is None or bool(getattr(self.llm, "ready", False))
+        llm_ready = self.llm is None or bool(getattr(self.llm, "ready", False))
+        return llm_ready and self.cluster.caught_up

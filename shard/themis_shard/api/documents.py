@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Header
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import BadRequest, NotFound, PayloadTooLarge
+from ..errors import BadRequest, PayloadTooLarge
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig, IndexKind, Metric
 from ..storage.documents import Change, Write
@@ -147,7 +147,9 @@ async def declare_collection(collection: str, shard: Node, spec: CollectionSpec 
         shard.vectors.declare(declared)
         return declared
 
-    return _info(shard, await run_in_threadpool(declare))
+    declared = await run_in_threadpool(declare)
+    await shard.cluster.broadcast_collection(declared)
+    return _info(shard, declared)
 
 
 @router.get("/collections/{collection}", response_model=CollectionInfo)
@@ -162,16 +164,16 @@ async def put_document(collection: str, key: str, shard: Node,
     check_collection(collection)
     check_key(key)
     writes = await embed_missing(shard, [Write(collection, key, document, parse_if_match(if_match))])
-    changes = await run_in_threadpool(shard.store.commit, writes)
+    changes = await shard.cluster.documents.commit(writes)
     _record(shard, changes, "put")
     return WriteResult(urn=urn(collection, key), version=changes[0].version)
 
 
 @router.get("/collections/{collection}/documents/{key}", response_model=DocumentOut)
 async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
-    doc = shard.store.get(collection, key)
-    if doc is None:
-        raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+    check_collection(collection)
+    check_key(key)
+    doc = await shard.cluster.documents.get(collection, key)
     shard.metrics.document_ops.labels(op="get").inc()
     return DocumentOut(urn=urn(collection, key), version=doc.version, document=doc.document)
 
@@ -179,16 +181,16 @@ async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
 @router.delete("/collections/{collection}/documents/{key}", response_model=WriteResult)
 async def delete_document(collection: str, key: str, shard: Node,
                           if_match: Annotated[str | None, Header()] = None) -> WriteResult:
-    version = await run_in_threadpool(shard.store.delete, collection, key, parse_if_match(if_match))
-    shard.metrics.document_ops.labels(op="delete").inc()
-    shard.metrics.documents.labels(collection=collection).set(shard.store.count(collection))
-    shard.metrics.vectors.labels(collection=collection).set(shard.vectors.size(collection))
-    return WriteResult(urn=urn(collection, key), version=version)
+    check_collection(collection)
+    check_key(key)
+    changes = await shard.cluster.documents.commit([Write(collection, key, None, parse_if_match(if_match))])
+    _record(shard, changes, "delete")
+    return WriteResult(urn=urn(collection, key), version=changes[0].version)
 
 
 @router.post("/collections/{collection}/documents:batch", response_model=BatchResponse)
 async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> BatchResponse:
-    """Insert or replace many documents in one atomic, durable commit."""
+    """Insert or replace many documents durably; atomic per owning shard (one shard: all-or-nothing)."""
     check_collection(collection)
     if not body.documents:
         raise BadRequest("documents must not be empty", code="empty_batch")
@@ -199,14 +201,17 @@ async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> B
     if len(set(keys)) != len(keys):
         raise BadRequest("duplicate keys in batch", code="duplicate_keys")
     writes = await embed_missing(shard, [Write(collection, i.key, i.document) for i in body.documents])
-    changes = await run_in_threadpool(shard.store.commit, writes)
+    changes = await shard.cluster.documents.commit_batch(writes)
     _record(shard, changes, "put")
     return BatchResponse(results=[WriteResult(urn=urn(c.collection, c.key), version=c.version) for c in changes])
 
 
 @router.post("/transactions", response_model=TransactionResponse)
 async def transaction(body: TransactionRequest, shard: Node) -> TransactionResponse:
-    """All-or-nothing: any failed condition (409) or invalid operation (4xx) applies nothing."""
+    """All-or-nothing: any failed condition (409) or invalid operation (4xx) applies nothing.
+
+    In a cluster, every key must have the same coordinating shard (else 400
+    ``cross_shard_transaction``)."""
     if not body.operations:
         raise BadRequest("operations must not be empty", code="empty_transaction")
     if len(body.operations) > shard.settings.max_transaction_operations:
@@ -221,7 +226,7 @@ async def transaction(body: TransactionRequest, shard: Node) -> TransactionRespo
         writes.append(Write(op.collection, op.key, op.document, op.if_version))
     writes = await embed_missing(shard, writes)
     try:
-        changes = await run_in_threadpool(shard.store.commit, writes)
+        changes = await shard.cluster.documents.commit(writes)
     except Exception:
         shard.metrics.transactions.labels(outcome="aborted").inc()
         raise

@@ -16,7 +16,7 @@ async def health(request: Request) -> dict:
     if shard is None:
         return {"status": "degraded", "shard_id": settings.shard_id, "ring_version": 0}
     return {"status": "ok" if shard.ready else "degraded", "shard_id": settings.shard_id,
-            "ring_version": shard.plan.ring_version}
+            "ring_version": shard.cluster.topology.version}
 
 
 @router.get("/ready")

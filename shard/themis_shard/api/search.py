@@ -12,6 +12,8 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import BadRequest
 from ..node import ShardNode
 from ..storage.names import check_collection, urn
+from ..vector.catalog import check_vector
+from ..vector.filters import validate_filter
 from .deps import node
 
 router = APIRouter(prefix="/v1", tags=["search"])
@@ -41,6 +43,8 @@ class SearchResult(BaseModel):
 
 class SearchResponse(BaseModel):
     results: list[SearchResult]
+    #: Shards that did not answer; with RAID1+ the results are still complete for one failure.
+    shards_failed: list[str] = []
 
 
 @router.post("/collections/{collection}/search", response_model=SearchResponse)
@@ -54,9 +58,18 @@ async def search(collection: str, body: SearchRequest, shard: Node) -> SearchRes
             raise BadRequest("text search needs a shard with an embedding model", code="embedding_unavailable")
         vector = list((await shard.llm.embed([body.text]))[0])
     index = shard.vectors.index(collection)
-    started = time.perf_counter()
-    hits = await run_in_threadpool(shard.vectors.search, collection, vector, body.k, body.filter)
-    shard.metrics.vector_searches.labels(index=index.kind).inc()
-    shard.metrics.vector_search_latency.labels(index=index.kind).observe(time.perf_counter() - started)
-    return SearchResponse(results=[
-        SearchResult(urn=urn(collection, doc.key), score=hit.score, document=doc.document) for hit, doc in hits])
+    check_vector(vector, index.dimension)
+
+    async def local() -> list[dict]:
+        started = time.perf_counter()
+        hits = await run_in_threadpool(shard.vectors.search, collection, vector, body.k, body.filter)
+        shard.metrics.vector_searches.labels(index=index.kind).inc()
+        shard.metrics.vector_search_latency.labels(index=index.kind).observe(time.perf_counter() - started)
+        return [{"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits]
+
+    if not shard.cluster.topology.clustered:
+        return SearchResponse(results=await local())
+    validate_filter(body.filter)
+    results, failed = await shard.cluster.search(
+        collection, {"vector": vector, "k": body.k, "filter": body.filter}, local)
+    return SearchResponse(results=results, shards_failed=failed)

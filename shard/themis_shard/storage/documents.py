@@ -37,7 +37,7 @@ from . import codec
 from .collections import CollectionConfig
 from .names import check_collection, check_key, split_storage_key, storage_key
 
-_CFS = ("docs", "collections", "meta")
+_CFS = ("docs", "collections", "meta", "hints")
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,10 @@ class DocumentStore:
             self._handles = {}
             self._db.close()
             self._db = None
+
+    def column_family(self, name: str):
+        """(column family, handle, synced write options) for a neighbour such as the hint log."""
+        return self._db.get_column_family(name), self._handles[name], self._db, self._sync
 
     def add_observer(self, observer: StoreObserver) -> None:
         self._observers.append(observer)

@@ -1,0 +1,102 @@
+"""Shard-to-shard endpoints (``/internal/...``). They act locally and never forward again, so
+any client request costs at most one extra hop."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from ..cluster.documents import change_to_json, write_from_json
+from ..cluster.gossip_state import InvalidGossipMessage
+from ..errors import BadRequest, NotFound, Unavailable
+from ..node import ShardNode
+from ..storage.collections import CollectionConfig
+from ..storage.hints import decode_items
+from ..storage.names import check_collection, urn
+from .deps import node
+from .search import SearchRequest
+
+router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
+Node = Annotated[ShardNode, Depends(node)]
+
+
+class WritesBody(BaseModel):
+    writes: list[dict[str, Any]]
+
+
+class ItemsBody(BaseModel):
+    items: list[dict[str, Any]]
+
+
+@router.post("/commit")
+async def commit(body: WritesBody, shard: Node) -> dict:
+    try:
+        writes = [write_from_json(w) for w in body.writes]
+    except (KeyError, TypeError) as exc:
+        raise BadRequest(f"malformed writes: {exc}", code="invalid_request") from exc
+    changes = await shard.cluster.documents.commit_here(writes)
+    return {"changes": [change_to_json(c) for c in changes]}
+
+
+@router.post("/replicate")
+async def replicate(body: ItemsBody, shard: Node) -> dict:
+    try:
+        items = decode_items(body.items)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed replica items: {exc}", code="invalid_request") from exc
+    applied = await run_in_threadpool(shard.store.apply_replicated, items)
+    return {"applied": len(applied)}
+
+
+@router.get("/documents/{collection}/{key}")
+async def local_document(collection: str, key: str, shard: Node) -> dict:
+    doc = shard.store.get(collection, key)
+    if doc is None:
+        raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+    return {"version": doc.version, "document": doc.document}
+
+
+@router.get("/collections")
+async def collections(shard: Node) -> dict:
+    return {"collections": [c.model_dump(mode="json") for c in shard.store.collections()]}
+
+
+@router.put("/collections/{collection}")
+async def declare(collection: str, config: CollectionConfig, shard: Node) -> dict:
+    check_collection(collection)
+    if config.name != collection:
+        raise BadRequest("collection name mismatch", code="invalid_request")
+    await shard.cluster.adopt_collection(config)
+    return {"declared": collection}
+
+
+@router.post("/collections/{collection}/search")
+async def local_search(collection: str, body: SearchRequest, shard: Node) -> dict:
+    if body.vector is None:
+        raise BadRequest("internal search takes a vector", code="invalid_request")
+    hits = await run_in_threadpool(shard.vectors.search, collection, body.vector, body.k, body.filter)
+    return {"results": [{"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits]}
+
+
+@router.get("/sync")
+async def sync(shard: str, request: Request) -> Response:
+    node_ = request.app.state.node
+    if node_ is None:
+        raise Unavailable("shard is starting", code="starting")
+    lines = await run_in_threadpool(node_.cluster.sync_lines, shard)
+    return Response(b"\n".join(lines) + (b"\n" if lines else b""), media_type="application/x-ndjson")
+
+
+@router.post("/gossip")
+async def gossip(request: Request, shard: Node) -> dict:
+    if shard.cluster.gossiper is None:
+        raise BadRequest("gossip is disabled on this shard (no cluster secret)", code="gossip_disabled")
+    try:
+        raw = await request.json()
+        return await shard.cluster.gossiper.handle(raw)
+    except (InvalidGossipMessage, ValueError) as exc:
+        raise BadRequest(f"gossip message dropped: {exc}", code="invalid_gossip") from exc

@@ -1,0 +1,81 @@
+"""Where documents live and who coordinates a write — pure functions of the plan.
+
+A document's owners are the ``copies`` distinct shards the ring gives for its URN (RAID0: 1,
+RAID1/5: 2, RAID6: 3). The coordinator of a write or read is the first owner that is not known
+to be down; owners believed down are not dropped but tried last, so a stale failure belief costs
+latency, never availability. The coordinator commits locally and replicates synchronously to the
+other owners before acknowledging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from ..plan import ClusterPlan
+from ..ring import HashRing
+from ..storage.names import urn
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The plan as this shard sees it, with the ring built once."""
+
+    plan: ClusterPlan
+    self_id: str
+    ring: HashRing = field(repr=False)
+
+    @classmethod
+    def of(cls, plan: ClusterPlan, self_id: str) -> Topology:
+        return cls(plan, self_id, plan.hash_ring())
+
+    @property
+    def version(self) -> int:
+        return self.plan.ring_version
+
+    @property
+    def members(self) -> list[str]:
+        return [m.shard_id for m in self.plan.members]
+
+    @property
+    def peers(self) -> list[str]:
+        return [m for m in self.members if m != self.self_id]
+
+    @property
+    def clustered(self) -> bool:
+        return len(self.plan.members) > 1
+
+    def url(self, shard_id: str) -> str:
+        return self.plan.member(shard_id).url
+
+    def owners(self, collection: str, key: str) -> list[str]:
+        return self.ring.owners(urn(collection, key), self.plan.copies)
+
+    def owns(self, shard_id: str, collection: str, key: str) -> bool:
+        return shard_id in self.owners(collection, key)
+
+
+def candidates(owners: Iterable[str], down: Collection[str]) -> list[str]:
+    """Owners in ring order with the ones believed down moved (not removed) to the end."""
+    owners = list(owners)
+    return [o for o in owners if o not in down] + [o for o in owners if o in down]
+
+
+def coordinator_groups(keys: Iterable[tuple[str, str]], topology: Topology,
+                       down: Collection[str]) -> dict[str, list[tuple[str, str]]]:
+    """Group (collection, key) pairs by their preferred coordinator, keeping input order."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for collection, key in keys:
+        groups.setdefault(candidates(topology.owners(collection, key), down)[0], []).append((collection, key))
+    return groups
+
+
+def merge_top_k(result_lists: Iterable[list[dict]], k: int) -> list[dict]:
+    """Merge per-shard search results: best score first, one entry per URN (replicas repeat)."""
+    best: dict[str, dict] = {}
+    for results in result_lists:
+        for item in results:
+            seen = best.get(item["urn"])
+            if seen is None or item["score"] > seen["score"]:
+                best[item["urn"]] = item
+    return sorted(best.values(), key=lambda r: (-r["score"], r["urn"]))[:k]

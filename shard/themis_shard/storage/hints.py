@@ -1,0 +1,73 @@
+"""Hinted handoff: replica writes that could not be delivered, kept durably until they can.
+
+When a coordinator cannot reach one of a key's other owners it stores the replicated versions
+here (same RocksDB, column family ``hints``, synced) and acknowledges the client; a background
+task replays them when the peer answers again. Replays are idempotent (the receiver keeps only
+newer versions), so a hint delivered twice is harmless.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from typing import Any
+
+from rocksdict import WriteBatch
+
+from .documents import DocumentStore, Replicated
+
+
+def encode_items(items: list[Replicated]) -> list[dict[str, Any]]:
+    return [{"collection": i.collection, "key": i.key, "version": i.version, "document": i.document}
+            for i in items]
+
+
+def decode_items(raw: list[dict[str, Any]]) -> list[Replicated]:
+    return [Replicated(i["collection"], i["key"], int(i["version"]), i.get("document")) for i in raw]
+
+
+class HintLog:
+    def __init__(self, store: DocumentStore) -> None:
+        self._cf, self._handle, self._db, self._sync = store.column_family("hints")
+        self._lock = threading.Lock()
+        self._seq = itertools.count(time.time_ns())
+        self._pending: dict[str, int] = {}
+        for raw_key in self._cf.keys():
+            peer = raw_key.partition(b"\x00")[0].decode()
+            self._pending[peer] = self._pending.get(peer, 0) + 1
+
+    def add(self, peer: str, items: list[Replicated]) -> None:
+        key = peer.encode() + b"\x00" + next(self._seq).to_bytes(8, "big")
+        batch = WriteBatch(raw_mode=True)
+        batch.put(key, json.dumps(encode_items(items)).encode(), self._handle)
+        with self._lock:
+            self._db.write(batch, self._sync)
+            self._pending[peer] = self._pending.get(peer, 0) + 1
+
+    def peers(self) -> list[str]:
+        return [p for p, n in self._pending.items() if n > 0]
+
+    def pending(self) -> dict[str, int]:
+        return dict(self._pending)
+
+    def take(self, peer: str, limit: int = 100) -> tuple[list[bytes], list[Replicated]]:
+        """Up to ``limit`` hint records for ``peer`` (oldest first), not yet removed."""
+        prefix = peer.encode() + b"\x00"
+        keys: list[bytes] = []
+        items: list[Replicated] = []
+        for raw_key, raw in self._cf.items(from_key=prefix):
+            if not raw_key.startswith(prefix) or len(keys) >= limit:
+                break
+            keys.append(raw_key)
+            items.extend(decode_items(json.loads(raw)))
+        return keys, items
+
+    def done(self, peer: str, keys: list[bytes]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key in keys:
+            batch.delete(key, self._handle)
+        with self._lock:
+            self._db.write(batch, self._sync)
+            self._pending[peer] = max(0, self._pending.get(peer, 0) - len(keys))
