@@ -291,3 +291,30 @@ def test_dispatch_raises_when_no_shard_can_serve():
     with pytest.raises(NoShardAvailable) as err:
         asyncio.run(r.dispatch("legal", "key", call))
     assert set(err.value.errors) == {"s1", "owner", "succ"}
+
+
+def test_cached_tables_follow_gossip_changes_and_time():
+    from themis_shard.cluster.gossip_state import (
+        AdapterCapabilityAnnouncement,
+        GossipState,
+        MemberRecord,
+        RoutingView,
+    )
+
+    def announce(shard, alpha, rnd):
+        return AdapterCapabilityAnnouncement(shard_id=shard, adapter_id="qa", domain="legal",
+                                             accuracy_delta=alpha, performance_delta_p99_ms=0,
+                                             federation_round=rnd, announced_at=1000.0)
+
+    now = [0.0]
+    state = GossipState.create("s0", now=0.0)
+    state.merge_members([MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)],
+                        now=0.0)
+    state.merge_announcements([announce("s1", 0.9, 1), announce("s2", 0.85, 1)], 1000.0)
+    r = AdaptiveShardRouter(RoutingView(state, lambda: now[0], lambda: 1000.0), lambda key: ["s0"], frozenset)
+    assert r.route("legal", "k").shard_id == "s1"
+    state.merge_announcements([announce("s2", 0.95, 2)], 1000.0)  # a new federation round
+    assert r.route("legal", "k").shard_id == "s2"
+    now[0] = 31.0  # s1 and s2 stop heartbeating and die; the cached table expires with time
+    state.merge_members([MemberRecord(shard_id="s1", heartbeat=2)], now=31.0)
+    assert r.route("legal", "k").shard_id == "s1"

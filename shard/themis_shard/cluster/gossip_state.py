@@ -36,7 +36,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -164,6 +164,8 @@ class GossipState:
     announcements: dict[str, AdapterCapabilityAnnouncement] = field(default_factory=dict)
     #: Local monotonic time at which each member's version last advanced (never gossiped).
     _last_change: dict[str, float] = field(default_factory=dict, repr=False)
+    #: domain → announcement keys, so routing looks only at the request's domain.
+    _by_domain: dict[str, dict[str, None]] = field(default_factory=dict, repr=False)  # ordered set
     _members_fp: int = field(default=0, repr=False)
     _announcements_fp: int = field(default=0, repr=False)
     #: Cached version maps per section, rebuilt lazily after that section changes.
@@ -310,6 +312,10 @@ class GossipState:
         return Delta(tuple(self.members[s] for s in wants.members if s in self.members),
                      tuple(self.announcements[k] for k in wants.announcements if k in self.announcements))
 
+    @property
+    def announcements_fingerprint(self) -> int:
+        return self._announcements_fp
+
     # ---- views ------------------------------------------------------------------------------
 
     def status(self, shard_id: str, now: float) -> MemberStatus:
@@ -332,8 +338,9 @@ class GossipState:
         """Routing candidates for ``domain``: active, unexpired, from members not known dead."""
         want = domain.strip().lower()
         out = []
-        for a in self.announcements.values():
-            if a.domain != want or not a.active or now_wall - a.announced_at > self.announcement_ttl_s:
+        for key in self._by_domain.get(want, ()):
+            a = self.announcements[key]
+            if not a.active or now_wall - a.announced_at > self.announcement_ttl_s:
                 continue
             if a.shard_id in self.members and self.status(a.shard_id, now) is MemberStatus.DEAD:
                 continue
@@ -341,8 +348,9 @@ class GossipState:
                                   a.adapter_id))
         return out
 
-    def loads(self) -> dict[str, float]:
-        return {sid: float(r.load.pending_llm_requests) for sid, r in self.members.items()}
+    def loads(self) -> Mapping[str, float]:
+        """pending_llm_requests per member, as a live read-only view (no copy per routing call)."""
+        return _PendingView(self.members)
 
     def snapshot(self, now: float, now_wall: float) -> dict:
         """JSON-ready view for ``GET /v1/cluster/status``."""
@@ -372,26 +380,54 @@ class GossipState:
         old = self.announcements.get(ann.key)
         if old is not None:
             self._announcements_fp ^= _h64(old.key, *old.version)
+            self._by_domain[old.domain].pop(old.key, None)
         self._announcements_fp ^= _h64(ann.key, *ann.version)
         self.announcements[ann.key] = ann
+        self._by_domain.setdefault(ann.domain, {})[ann.key] = None
         self._announcement_versions = None
 
     def _drop_announcement(self, key: str) -> None:
         old = self.announcements.pop(key)
         self._announcements_fp ^= _h64(old.key, *old.version)
+        self._by_domain[old.domain].pop(key, None)
         self._announcement_versions = None
 
 
-class RoutingView:
-    """``router.CapabilityView`` over a GossipState, with the clocks injected."""
+class _PendingView(Mapping[str, float]):
+    def __init__(self, members: dict[str, MemberRecord]) -> None:
+        self._members = members
 
-    def __init__(self, state: GossipState, clock=time.monotonic, wall_clock=time.time) -> None:
+    def __getitem__(self, shard_id: str) -> float:
+        return float(self._members[shard_id].load.pending_llm_requests)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+
+class RoutingView:
+    """``router.CapabilityView`` over a GossipState, with the clocks injected.
+
+    ``version()`` changes when announcements change and every ``resolution_s`` of time (liveness
+    and TTL depend on time), so the router's cached tables are at most that stale — negligible
+    against the 5 s / 30 s failure-detector timeouts.
+    """
+
+    def __init__(self, state: GossipState, clock=time.monotonic, wall_clock=time.time, *,
+                 resolution_s: float = 0.25) -> None:
         self.state, self.clock, self.wall_clock = state, clock, wall_clock
+        self.resolution_s = resolution_s
+
+    def version(self) -> tuple[int, int, int]:
+        return (self.state.announcements_fingerprint, len(self.state.members),
+                int(self.clock() // self.resolution_s))
 
     def capabilities(self, domain: str) -> list[Capability]:
         return self.state.capabilities(domain, self.clock(), self.wall_clock())
 
-    def loads(self) -> dict[str, float]:
+    def loads(self) -> Mapping[str, float]:
         return self.state.loads()
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -110,63 +110,105 @@ def rank_by_domain(
     (primary first) so open breakers can be skipped there too. A shard appears once, at its
     best position. Never raises on odd input: non-finite scores are ignored.
     """
+    return list(iter_ranked(domain, candidates, loads, open_breakers, fallback, policy,
+                            tiebreak_key=tiebreak_key))
+
+
+def iter_ranked(
+    domain: str | None,
+    candidates: Iterable[Capability],
+    loads: Mapping[str, float],
+    open_breakers: Collection[str],
+    fallback: str | Sequence[str] | None,
+    policy: RoutingPolicy = RoutingPolicy(),
+    *,
+    tiebreak_key: str = "",
+) -> Iterator[RoutingDecision]:
+    """:func:`rank_by_domain`, lazily: the head costs only the shards skipped to reach it."""
     want = _normalise_domain(domain)
-    scored: list[tuple[float, Capability]] = []
-    if want:
+    table = ScoreTable.build(want, candidates if want else (), policy)
+    return table.ranked(loads, open_breakers, fallback, tiebreak_key)
+
+
+class ScoreTable:
+    """One domain's candidates, best adapter per shard, sorted by (tier, score) — the paper's σ map.
+
+    Built once per gossip change (the wrapper caches it), so a routing decision walks the
+    sorted list from the top, skipping open breakers, and sorts only the band of equal scores
+    it stops in (LEAST_LOADED needs the live loads, so that part is per request).
+    """
+
+    __slots__ = ("any_candidate", "domain", "entries", "policy", "reasons")
+
+    def __init__(self, domain: str, entries: list[tuple[int, float, Capability]], any_candidate: bool,
+                 policy: RoutingPolicy) -> None:
+        self.domain = domain
+        self.entries = entries  # (tier index, score, capability), sorted by tier then score desc
+        self.any_candidate = any_candidate
+        self.policy = policy
+        self.reasons = [f"tier{t + 1}: accuracy_delta > {th}" for t, th in enumerate(policy.thresholds)]
+
+    @classmethod
+    def build(cls, domain: str, candidates: Iterable[Capability], policy: RoutingPolicy) -> ScoreTable:
+        want = _normalise_domain(domain)
+        thresholds = policy.thresholds
+        best: dict[str, tuple[int, float, Capability]] = {}
+        any_candidate = False
         for cap in candidates:
-            if _normalise_domain(cap.domain) != want or cap.shard_id in open_breakers:
+            d = cap.domain
+            if d != want and _normalise_domain(d) != want:
                 continue
-            if not (math.isfinite(cap.accuracy_delta) and math.isfinite(cap.performance_delta_p99_ms)):
+            s = policy.score(cap)
+            if not math.isfinite(s):  # finite iff α and λ are (γ ≥ 0)
                 continue
-            scored.append((policy.score(cap), cap))
+            any_candidate = True
+            tier = next((t for t, th in enumerate(thresholds) if cap.accuracy_delta > th), None)
+            if tier is None:
+                continue
+            old = best.get(cap.shard_id)
+            if old is None or tier < old[0] or (tier == old[0] and s > old[1]):
+                best[cap.shard_id] = (tier, s, cap)
+        entries = sorted(best.values(), key=lambda e: (e[0], -e[1]))
+        return cls(want, entries, any_candidate, policy)
 
-    ranked: list[RoutingDecision] = []
-    placed: set[str] = set()
-    for tier, theta in enumerate(policy.thresholds, start=1):
-        # Best eligible adapter per shard (a shard may host several adapters for one domain).
-        best: dict[str, tuple[float, Capability]] = {}
-        for s, c in scored:
-            if c.accuracy_delta > theta and c.shard_id not in placed and (
-                    c.shard_id not in best or s > best[c.shard_id][0]):
-                best[c.shard_id] = (s, c)
-        for s, c in _order_with_ties(list(best.values()), loads, policy.tie_tolerance, tiebreak_key):
-            ranked.append(RoutingDecision(c.shard_id, tier, f"tier{tier}: accuracy_delta > {theta}",
-                                          False, s, c.adapter_id or None))
-            placed.add(c.shard_id)
+    def ranked(self, loads: Mapping[str, float], open_breakers: Collection[str],
+               fallback: str | Sequence[str] | None, tiebreak_key: str = "") -> Iterator[RoutingDecision]:
+        entries, tol = self.entries, self.policy.tie_tolerance
+        i, n = 0, len(entries)
+        while i < n:
+            tier, top, cap = entries[i]
+            if cap.shard_id in open_breakers:
+                i += 1
+                continue
+            # The band: following entries of the same tier whose score ties with this one.
+            j = i + 1
+            while j < n and entries[j][0] == tier and top - entries[j][1] <= tol:
+                j += 1
+            band = [e for e in entries[i:j] if e[2].shard_id not in open_breakers]
+            if len(band) > 1:
+                band.sort(key=lambda e: (loads.get(e[2].shard_id, 0.0),
+                                         stable_hash64(f"{tiebreak_key}\x00{e[2].shard_id}")))
+            for t, s, c in band:
+                yield RoutingDecision(c.shard_id, t + 1, self.reasons[t], False, s, c.adapter_id or None)
+            i = j
 
-    seen = {d.shard_id for d in ranked}
-    if not want:
-        reason = "no domain hint: consistent hash"
-    elif not scored:
-        reason = "no live adapter for domain: consistent hash"
-    else:
-        reason = f"no adapter above θ{len(policy.thresholds)}: consistent hash"
-    for shard in _as_sequence(fallback):
-        if shard in seen or shard in open_breakers:
-            continue
-        seen.add(shard)
-        ranked.append(RoutingDecision(shard, None, reason, True))
-    return ranked
-
-
-def _order_with_ties(
-    scored: list[tuple[float, Capability]], loads: Mapping[str, float], tolerance: float, key: str
-) -> list[tuple[float, Capability]]:
-    """Score descending; within a band of equal scores, least loaded first, then rendezvous hash."""
-    scored = sorted(scored, key=lambda sc: -sc[0])
-    out: list[tuple[float, Capability]] = []
-    i = 0
-    while i < len(scored):
-        top = scored[i][0]
-        j = i
-        while j < len(scored) and top - scored[j][0] <= tolerance:
-            j += 1
-        band = scored[i:j]
-        band.sort(key=lambda sc: (loads.get(sc[1].shard_id, 0.0),
-                                  stable_hash64(f"{key}\x00{sc[1].shard_id}")))
-        out.extend(band)
-        i = j
-    return out
+        if not self.domain:
+            reason = "no domain hint: consistent hash"
+        elif not self.any_candidate:
+            reason = "no live adapter for domain: consistent hash"
+        else:
+            reason = f"no adapter above θ{len(self.policy.thresholds)}: consistent hash"
+        seen: set[str] = set()
+        ranked_ids = None
+        for shard in _as_sequence(fallback):
+            if shard in seen or shard in open_breakers:
+                continue
+            if ranked_ids is None:
+                ranked_ids = {e[2].shard_id for e in entries}
+            if shard in ranked_ids:
+                continue
+            seen.add(shard)
+            yield RoutingDecision(shard, None, reason, True)
 
 
 def route_by_domain(
@@ -189,10 +231,10 @@ def route_by_domain(
     can answer 503, which is better than inventing a shard.
     """
     policy = RoutingPolicy(tuple(thresholds), gamma, latency_unit_ms, tie_tolerance)
-    ranked = rank_by_domain(domain, candidates, loads, open_breakers, fallback_shard, policy,
-                            tiebreak_key=tiebreak_key)
-    if ranked:
-        return ranked[0]
+    head = next(iter_ranked(domain, candidates, loads, open_breakers, fallback_shard, policy,
+                            tiebreak_key=tiebreak_key), None)
+    if head is not None:
+        return head
     owners = _as_sequence(fallback_shard)
     if not owners:
         raise ValueError("no candidate and no fallback shard: pass the ring owner(s) of the key")
@@ -203,7 +245,11 @@ def route_by_domain(
 
 
 class CapabilityView(Protocol):
-    """Read side of the gossip state the router needs (see ``gossip_state.RoutingView``)."""
+    """Read side of the gossip state the router needs (see ``gossip_state.RoutingView``).
+
+    A view may also offer ``version() -> Hashable``: a token that changes whenever
+    ``capabilities`` could answer differently; the router then caches per-domain tables.
+    """
 
     def capabilities(self, domain: str) -> Iterable[Capability]: ...
 
@@ -240,6 +286,7 @@ class AdaptiveShardRouter:
         #: Budget of one dispatch attempt (the paper's T_iter); None = the callee's own timeouts.
         self.attempt_timeout_s = attempt_timeout_s
         self.retryable = retryable
+        self._tables: dict[str, tuple[Hashable, ScoreTable]] = {}
         r = registry or CollectorRegistry()
         self.fallbacks = Counter(
             "themis_domain_routing_fallback_total",
@@ -250,14 +297,28 @@ class AdaptiveShardRouter:
             ["tier"], registry=r)
 
     def rank(self, domain: str | None, key: str) -> list[RoutingDecision]:
+        return list(self._iter(domain, key))
+
+    def table(self, domain: str) -> ScoreTable:
+        """The domain's ScoreTable, rebuilt only when the view's ``version()`` token changes."""
+        version = getattr(self.view, "version", None)
+        token = version() if version is not None else None
+        cached = self._tables.get(domain)
+        if token is not None and cached is not None and cached[0] == token:
+            return cached[1]
+        table = ScoreTable.build(domain, self.view.capabilities(domain) if domain else (), self.policy)
+        if token is not None:
+            if len(self._tables) >= 1024:  # domains come from requests: bound the cache
+                self._tables.clear()
+            self._tables[domain] = (token, table)
+        return table
+
+    def _iter(self, domain: str | None, key: str) -> Iterator[RoutingDecision]:
         d = _normalise_domain(domain)
-        caps = self.view.capabilities(d) if d else ()
-        return rank_by_domain(d, caps, self.view.loads(), self.open_peers(), self.ring_owners(key),
-                              self.policy, tiebreak_key=key)
+        return self.table(d).ranked(self.view.loads(), self.open_peers(), self.ring_owners(key), key)
 
     def route(self, domain: str | None, key: str) -> RoutingDecision:
-        ranked = self.rank(domain, key)
-        decision = ranked[0] if ranked else route_by_domain(
+        decision = next(self._iter(domain, key), None) or route_by_domain(
             domain, (), {}, self.open_peers(), fallback_shard=self.ring_owners(key))
         self._count(domain, decision)
         return decision
@@ -280,10 +341,8 @@ class AdaptiveShardRouter:
         and OSError) and a per-attempt timeout move on to the next shard. Anything else, a
         PeerError (the peer's 4xx answer) included, propagates at once: it is an answer.
         """
-        ranked = self.rank(domain, key) or [
-            route_by_domain(domain, (), {}, self.open_peers(), fallback_shard=self.ring_owners(key))]
         errors: dict[str, BaseException] = {}
-        for decision in ranked:
+        for decision in self._iter(domain, key):
             try:
                 if self.attempt_timeout_s is not None and not decision.fallback:
                     result = await asyncio.wait_for(call(decision.shard_id), self.attempt_timeout_s)
@@ -294,4 +353,13 @@ class AdaptiveShardRouter:
                 continue
             self._count(domain, decision)
             return decision, result
+        if not errors:  # every candidate's breaker is open: one last try at the ring owner
+            decision = route_by_domain(domain, (), {}, (), fallback_shard=self.ring_owners(key))
+            try:
+                result = await call(decision.shard_id)
+            except (TimeoutError, *self.retryable) as exc:
+                errors[decision.shard_id] = exc
+            else:
+                self._count(domain, decision)
+                return decision, result
         raise NoShardAvailable(errors)
