@@ -513,6 +513,13 @@ class GossipCodec:
         self.max_age_s = max_age_s
         self.max_entries = max_entries
 
+    @classmethod
+    def from_settings(cls, cluster: str, settings) -> GossipCodec:
+        if settings.gossip_secret is None:
+            raise ValueError("THEMIS_CLUSTER_GOSSIP_SECRET is not set: gossip messages must be signed")
+        return cls(cluster, settings.gossip_secret.get_secret_value().encode(),
+                   max_age_s=settings.gossip_max_message_age_s, max_entries=settings.gossip_max_entries)
+
     def _sign(self, unsigned: dict[str, Any]) -> str:
         return hmac.new(self._secret, canonical_json(unsigned), hashlib.sha256).hexdigest()
 

@@ -299,6 +299,13 @@ class AdaptiveShardRouter:
     def rank(self, domain: str | None, key: str) -> list[RoutingDecision]:
         return list(self._iter(domain, key))
 
+    @classmethod
+    def from_settings(cls, view: CapabilityView, ring_owners: Callable[[str], Sequence[str]],
+                      open_peers: Callable[[], Collection[str]], settings,
+                      registry: CollectorRegistry | None = None, **kw) -> AdaptiveShardRouter:
+        """``settings``: ClusterSettings, or the plan's RouterSettings (thresholds/γ from the plan)."""
+        return cls(view, ring_owners, open_peers, RoutingPolicy.from_settings(settings), registry, **kw)
+
     def table(self, domain: str) -> ScoreTable:
         """The domain's ScoreTable, rebuilt only when the view's ``version()`` token changes."""
         version = getattr(self.view, "version", None)

@@ -32,8 +32,9 @@ class ClusterSettings(BaseSettings):
     score_tie_tolerance: float = Field(1e-6, ge=0)
     #: Announcements older than this (announced_at, wall clock) are evicted (τ_ttl).
     announcement_ttl_s: float = Field(7200.0, gt=0)
-    #: The paper's per-iteration routing timeout T_iter; the dispatch wrapper uses it as the
-    #: budget of one attempt on a domain-routed shard before it moves on.
+    #: The paper's per-iteration routing timeout T_iter. Wire it as
+    #: ``AdaptiveShardRouter(attempt_timeout_s=...)`` only for calls that finish quickly (time
+    #: to first token, embeddings): a whole generation takes longer, so it is not a default.
     routing_iteration_timeout_s: float = Field(2.0, gt=0)
 
     # ---- remote executor (§III-C, §V-A) ----------------------------------------------------
