@@ -113,8 +113,10 @@ class Engine:
         with self._cv:
             if self._closed:
                 raise EngineClosed("engine is stopping")
+            # Not yet admitted = new in the inbox + waiting; free running slots will take some at once.
             queued = sum(1 for op in self._inbox if op[0] == "add") + self.scheduler.n_waiting
-            if queued >= self.config.max_queue:
+            free_slots = self.config.limits.max_running - len(self.scheduler.running)
+            if queued >= self.config.max_queue + max(0, free_slots):
                 if self._m:
                     self._m["rejected"].inc()
                 raise QueueFull(f"{queued} requests queued")
