@@ -213,7 +213,8 @@ def test_breaker_opens_after_five_failures_refuses_locally_then_probes_after_the
 
     refused_in, reg = run(go)
     assert refused_in < 0.05  # microseconds in practice; no connect attempt was made:
-    assert reg.get_sample_value("themis_remote_requests_total", {"peer": "peer", "outcome": "connect_error"}) == 5
+    connects = {"peer": "peer", "outcome": "connect_error"}
+    assert reg.get_sample_value("themis_remote_requests_total", connects) == 5
     assert (
         reg.get_sample_value("themis_remote_requests_total", {"peer": "peer", "outcome": "circuit_open"}) == 1
     )
