@@ -1,9 +1,17 @@
-"""``python -m themis_shard`` / ``themis-shard``: run one shard process on uvicorn."""
+"""``python -m themis_shard`` / ``themis-shard``: run one shard process on uvicorn.
+
+With TLS the process serves two listeners from one app: the public API (server TLS) on
+``port`` and the shard-to-shard API on ``internal_port``, where the TLS handshake itself
+demands a client certificate signed by the cluster CA (mTLS).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+import ssl
 from pathlib import Path
 
 import uvicorn
@@ -12,11 +20,48 @@ from .app import create_app
 from .settings import Settings
 
 
+class _QuietServer(uvicorn.Server):
+    """A second listener: the first server owns the signal handlers and the lifespan."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+async def serve(settings: Settings, log_level: str) -> None:
+    app = create_app(settings)
+    tls = {}
+    if settings.tls:
+        tls = {"ssl_certfile": str(settings.tls_cert_path), "ssl_keyfile": str(settings.tls_key_path),
+               "ssl_ca_certs": str(settings.tls_ca_path)}
+    public = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+                                           timeout_graceful_shutdown=10, **tls))
+    servers = [public.serve()]
+    internal = None
+    if settings.internal_port is not None:
+        mtls = {**tls, "ssl_cert_reqs": ssl.CERT_REQUIRED} if settings.tls else {}
+        internal = _QuietServer(uvicorn.Config(app, host=settings.host, port=settings.internal_port,
+                                               log_level=log_level, lifespan="off", **mtls))
+
+        async def internal_until_public_exits() -> None:
+            while not public.started and not public.should_exit:
+                await asyncio.sleep(0.05)
+            task = asyncio.create_task(internal.serve())
+            while not public.should_exit:
+                await asyncio.sleep(0.1)
+            internal.should_exit = True
+            await task
+
+        servers.append(internal_until_public_exits())
+    await asyncio.gather(*servers)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run one Themis shard (settings also from THEMIS_* env).")
     parser.add_argument("--shard-id")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--internal-port", type=int)
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--plan", type=Path, dest="plan_path")
     parser.add_argument("--log-level", default="info")
@@ -24,8 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "log_level"}
     settings = Settings(**overrides)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                timeout_graceful_shutdown=10)
+    asyncio.run(serve(settings, args.log_level))
 
 
 if __name__ == "__main__":

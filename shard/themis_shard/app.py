@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from . import __version__
 from .api import cluster, documents, health, internal, search
-from .api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
 from .errors import install_error_handlers
 from .metrics import ShardMetrics
 from .node import ShardNode
@@ -67,4 +67,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(inference.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(ListenerGuard, internal_port=settings.internal_port)
     return app

@@ -15,6 +15,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -75,10 +76,11 @@ def _read_state(state_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None) -> None:
+def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None, verify: str | bool = True) -> None:
     deadline = time.monotonic() + timeout
     pending = list(urls)
-    with httpx.Client(timeout=2.0) as client:
+    context = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+    with httpx.Client(timeout=2.0, verify=context) as client:
         while pending:
             if time.monotonic() > deadline:
                 raise SystemExit(f"shards not ready after {timeout:.0f}s: {', '.join(pending)}")
@@ -94,6 +96,27 @@ def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None) -
                 time.sleep(0.2)
 
 
+def write_certificates(directory: Path, shard_ids: list[str], host: str) -> dict[str, dict[str, str]]:
+    """A cluster CA and one certificate per shard (for ``host``), as PEM files; returns each
+    shard's TLS environment."""
+    from .cluster.certs import generate_ca, issue_shard_cert
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert, ca_key = generate_ca("local")
+    (directory / "ca.crt").write_bytes(ca_cert)
+    env = {}
+    for shard_id in shard_ids:
+        cert, key = issue_shard_cert(ca_cert, ca_key, shard_id, ["localhost", shard_id], ip_addresses=[host])
+        (directory / f"{shard_id}.crt").write_bytes(cert)
+        key_path = directory / f"{shard_id}.key"
+        key_path.write_bytes(key)
+        key_path.chmod(0o600)
+        env[shard_id] = {"THEMIS_TLS_CA_PATH": str((directory / "ca.crt").resolve()),
+                         "THEMIS_TLS_CERT_PATH": str((directory / f"{shard_id}.crt").resolve()),
+                         "THEMIS_TLS_KEY_PATH": str(key_path.resolve())}
+    return env
+
+
 def up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     state = _read_state(state_dir)
@@ -105,19 +128,28 @@ def up(args: argparse.Namespace) -> int:
         down(args)
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(exist_ok=True)
-    ports = pick_ports(args.host, args.base_port, args.shards)
-    members = tuple(Member(shard_id=f"shard-{i}", url=f"http://{args.host}:{p}") for i, p in enumerate(ports))
-    plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=False))
+    ports = pick_ports(args.host, args.base_port, args.shards * (2 if args.tls else 1))
+    internal_ports = ports[args.shards:] if args.tls else [None] * args.shards
+    ports = ports[:args.shards]
+    scheme = "https" if args.tls else "http"
+    members = tuple(
+        Member(shard_id=f"shard-{i}", url=f"{scheme}://{args.host}:{p}",
+               internal_url=f"{scheme}://{args.host}:{ip}" if ip else None)
+        for i, (p, ip) in enumerate(zip(ports, internal_ports, strict=True)))
+    plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls))
+    tls_env = write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
     plan_path = (state_dir / "plan.json").resolve()
     plan_path.write_text(plan.to_json())
     gossip_secret = secrets.token_hex(32)  # signs gossip; shared by this cluster's shards only
     shards = []
-    for member, port in zip(members, ports, strict=True):
+    for member, port, internal_port in zip(members, ports, internal_ports, strict=True):
         data_dir = (args.data_root / member.shard_id).resolve()
         log_path = (state_dir / "logs" / f"{member.shard_id}.log").resolve()
         env = {**os.environ, "THEMIS_SHARD_ID": member.shard_id, "THEMIS_HOST": args.host,
                "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path),
-               "THEMIS_CLUSTER_GOSSIP_SECRET": gossip_secret}
+               "THEMIS_CLUSTER_GOSSIP_SECRET": gossip_secret, **tls_env.get(member.shard_id, {})}
+        if internal_port:
+            env["THEMIS_INTERNAL_PORT"] = str(internal_port)
         if args.no_llm:
             env["THEMIS_LLM_ENABLED"] = "false"
         with open(log_path, "ab") as log:
@@ -125,9 +157,10 @@ def up(args: argparse.Namespace) -> int:
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         shards.append({"shard_id": member.shard_id, "url": member.url, "pid": proc.pid,
                        "data_dir": str(data_dir), "log": str(log_path)})
-    (state_dir / "cluster.json").write_text(json.dumps({"plan": str(plan_path), "shards": shards}, indent=2))
+    ca = str((state_dir / "tls" / "ca.crt").resolve()) if args.tls else None
+    (state_dir / "cluster.json").write_text(json.dumps({"plan": str(plan_path), "ca": ca, "shards": shards}, indent=2))
     try:
-        wait_ready([s["url"] for s in shards], args.timeout, [s["pid"] for s in shards])
+        wait_ready([s["url"] for s in shards], args.timeout, [s["pid"] for s in shards], verify=ca or True)
     except SystemExit:
         down(args)
         raise
@@ -163,7 +196,8 @@ def status(args: argparse.Namespace) -> int:
     if not state:
         print("no local cluster is running")
         return 1
-    with httpx.Client(timeout=2.0) as client:
+    verify = ssl.create_default_context(cafile=state["ca"]) if state.get("ca") else True
+    with httpx.Client(timeout=2.0, verify=verify) as client:
         for s in state["shards"]:
             try:
                 health = client.get(f"{s['url']}/health").json()["status"]
@@ -185,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--data-root", type=Path, default=Path("data"))
     p_up.add_argument("--timeout", type=float, default=180.0)
     p_up.add_argument("--no-llm", action="store_true", help="documents and vectors only (no model load)")
+    p_up.add_argument("--tls", action="store_true",
+                      help="HTTPS for clients and mTLS between shards (certificates in .themis/tls)")
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
     p_down = sub.add_parser("down", help="stop the local cluster")

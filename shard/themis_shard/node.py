@@ -43,7 +43,9 @@ class ShardNode:
                                 persist_every=settings.vector_persist_every)
         plan = (ClusterPlan.load(settings.plan_path) if settings.plan_path and settings.plan_path.exists()
                 else single_shard_plan(settings.shard_id, settings.url))
-        cluster = ClusterService(plan, settings.shard_id, store, vectors, ClusterSettings(), metrics.registry,
+        tls = ({"tls_ca_path": settings.tls_ca_path, "tls_cert_path": settings.tls_cert_path,
+                "tls_key_path": settings.tls_key_path} if settings.tls else {})
+        cluster = ClusterService(plan, settings.shard_id, store, vectors, ClusterSettings(**tls), metrics.registry,
                                  plan_path=settings.plan_path)
         node = cls(settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan, cluster=cluster)
         for config in store.collections():

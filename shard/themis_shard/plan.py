@@ -59,7 +59,14 @@ class AdapterPlacement(_Strict):
 
 class Member(_Strict):
     shard_id: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    #: Public API (clients).
     url: str
+    #: Shard-to-shard listener (mTLS when the cluster has TLS); None = the public ``url``.
+    internal_url: str | None = None
+
+    @property
+    def peer_url(self) -> str:
+        return self.internal_url or self.url
 
 
 class ClusterSpec(_Strict):

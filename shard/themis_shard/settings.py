@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .llm.settings import LLMSettings
@@ -19,6 +19,13 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data/shard-0")
     #: Cluster plan file (ConfigMap mount in Kubernetes, `.themis/plan.json` locally).
     plan_path: Path | None = None
+    #: Port of the shard-to-shard listener (``/internal/...``). With TLS it demands a client
+    #: certificate from the cluster CA; without TLS it may be None (internal routes on ``port``).
+    internal_port: int | None = Field(None, ge=0, le=65535)
+    #: TLS material (PEM files, e.g. the cluster Secret's mount). All three or none.
+    tls_ca_path: Path | None = None
+    tls_cert_path: Path | None = None
+    tls_key_path: Path | None = None
     #: Largest accepted document (encoded JSON) and request body, in bytes.
     max_document_bytes: int = Field(1 << 20, ge=64)
     max_request_bytes: int = Field(64 << 20, ge=1024)
@@ -30,6 +37,19 @@ class Settings(BaseSettings):
     use_gpu: bool | None = Field(None, description="None = auto-detect (faiss GPUs / CUDA)")
     llm: LLMSettings = Field(default_factory=LLMSettings)
 
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> Settings:
+        tls = (self.tls_ca_path, self.tls_cert_path, self.tls_key_path)
+        if any(tls) and not all(tls):
+            raise ValueError("set THEMIS_TLS_CA_PATH, THEMIS_TLS_CERT_PATH and THEMIS_TLS_KEY_PATH together")
+        if self.tls and self.internal_port is None:
+            raise ValueError("with TLS, THEMIS_INTERNAL_PORT must name the mTLS shard-to-shard port")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca_path is not None
+
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"

@@ -76,3 +76,29 @@ class MetricsMiddleware:
             method = scope.get("method", "GET")
             self.metrics.http_requests.labels(method=method, route=template, status=str(status)).inc()
             self.metrics.http_latency.labels(method=method, route=template).observe(time.perf_counter() - started)
+
+
+class ListenerGuard:
+    """Keeps the two listeners apart: ``/internal/...`` only on the internal (mTLS) port, and
+    the internal port serves nothing else but health — so a client without a cluster
+    certificate can never reach a shard-to-shard endpoint."""
+
+    def __init__(self, app: ASGIApp, internal_port: int | None) -> None:
+        self.app = app
+        self.internal_port = internal_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.internal_port is not None:
+            server = scope.get("server") or (None, None)
+            on_internal = server[1] == self.internal_port
+            path = scope.get("path", "")
+            internal_path = path.startswith("/internal/")
+            if internal_path != on_internal and path not in ("/health", "/ready", "/metrics"):
+                body = (b'{"error":{"code":"forbidden","message":"shard-to-shard endpoints are served only '
+                        b'on the internal mTLS listener"}}')
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

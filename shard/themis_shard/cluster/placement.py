@@ -46,7 +46,8 @@ class Topology:
         return len(self.plan.members) > 1
 
     def url(self, shard_id: str) -> str:
-        return self.plan.member(shard_id).url
+        """Where peers call this shard (its internal, mTLS listener when there is one)."""
+        return self.plan.member(shard_id).peer_url
 
     def owners(self, collection: str, key: str) -> list[str]:
         return self.ring.owners(urn(collection, key), self.plan.copies)
