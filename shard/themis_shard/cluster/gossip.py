@@ -33,6 +33,18 @@ Clock = Callable[[], float]
 DEAD_PROBE_PROBABILITY = 0.1
 
 
+def http_transport(executor: Any, path: str = "/internal/gossip") -> Transport:
+    """The production transport: POST the message to the peer through the RemoteExecutor.
+
+    No retries (the next round is the retry) and marked idempotent (merges are).
+    """
+
+    async def send(peer: str, message: dict[str, Any]) -> Any:
+        return await executor.post_json(peer, path, message, idempotent=True, retries=0)
+
+    return send
+
+
 class GossipMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.dropped = Counter(
