@@ -103,8 +103,10 @@ class ServerThread:
             threading.Event().wait(0.01)
         raise RuntimeError("test server did not start")
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
+        """Graceful by default (idle keep-alive connections are closed); ``force`` drops them."""
         self.server.should_exit = True
+        self.server.force_exit = force
         self.thread.join(timeout=5)
         with contextlib.suppress(OSError):
             self.sock.close()
@@ -116,7 +118,7 @@ def running(app=None, **config) -> Iterator[ServerThread]:
     try:
         yield server
     finally:
-        server.stop()
+        server.stop(force=True)
 
 
 def dead_url() -> str:
