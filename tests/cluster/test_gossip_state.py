@@ -132,6 +132,19 @@ def test_only_the_owner_announces_its_adapters_and_each_must_be_newer():
     assert s.announcements["s1/legal-qa"].federation_round == 1
 
 
+def test_a_restarted_shard_withdraws_claims_about_adapters_it_no_longer_holds():
+    s = state("s1")  # fresh after a restart: holds no adapter
+    s.merge_announcements([ann("s1", "old-adapter", rnd=4, at=T0)], T0 + 10)
+    withdrawal = s.announcements["s1/old-adapter"]
+    assert not withdrawal.active and withdrawal.version > (4, T0)
+    peer = state("s2")
+    peer.merge_announcements([ann("s1", "old-adapter", rnd=4, at=T0)], T0)
+    peer.merge_announcements([withdrawal], T0 + 10)
+    assert peer.capabilities("legal", now=0, now_wall=T0 + 10) == []
+    s.announce(ann("s1", "old-adapter", rnd=5, at=T0 + 20))  # loaded again later: a newer version wins
+    assert s.announcements["s1/old-adapter"].active
+
+
 def test_capabilities_skip_withdrawn_expired_and_dead_shards():
     s = GossipState.create("s0", now=0.0)
     s.merge_members([MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)],

@@ -318,3 +318,14 @@ def test_cached_tables_follow_gossip_changes_and_time():
     now[0] = 31.0  # s1 and s2 stop heartbeating and die; the cached table expires with time
     state.merge_members([MemberRecord(shard_id="s1", heartbeat=2)], now=31.0)
     assert r.route("legal", "k").shard_id == "s1"
+
+
+def test_a_new_policy_from_a_reloaded_plan_applies_at_once():
+    class VersionedView(View):
+        def version(self):
+            return 1  # never changes: only set_policy may invalidate the cached table
+
+    r = AdaptiveShardRouter(VersionedView([cap("s1", 0.7)]), lambda key: ["owner"], frozenset)
+    assert r.route("legal", "k").tier == 2
+    r.set_policy(RoutingPolicy(thresholds=(0.65, 0.5, 0.3)))
+    assert r.route("legal", "k").tier == 1

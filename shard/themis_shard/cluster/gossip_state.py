@@ -255,7 +255,13 @@ class GossipState:
                 rejected += 1
                 continue
             if ann.shard_id == self.self_id:
-                continue  # only we speak for our adapters
+                # Only we speak for our adapters. A claim about one we do not hold (we restarted,
+                # or unloaded it) is withdrawn with a newer version rather than left for the TTL.
+                if ann.key not in self.announcements and ann.active:
+                    self._put_announcement(ann.model_copy(update={
+                        "active": False, "announced_at": max(now_wall, ann.announced_at + 0.001)}))
+                    changed += 1
+                continue
             old = self.announcements.get(ann.key)
             if old is None or ann.version > old.version:
                 self._put_announcement(ann)

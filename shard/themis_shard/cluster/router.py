@@ -306,6 +306,11 @@ class AdaptiveShardRouter:
         """``settings``: ClusterSettings, or the plan's RouterSettings (thresholds/γ from the plan)."""
         return cls(view, ring_owners, open_peers, RoutingPolicy.from_settings(settings), registry, **kw)
 
+    def set_policy(self, policy: RoutingPolicy) -> None:
+        """New thresholds/γ (the plan was reloaded): cached tables are dropped."""
+        self.policy = policy
+        self._tables.clear()
+
     def table(self, domain: str) -> ScoreTable:
         """The domain's ScoreTable, rebuilt only when the view's ``version()`` token changes."""
         version = getattr(self.view, "version", None)
