@@ -12,7 +12,12 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 
@@ -61,6 +66,18 @@ def peer_app() -> Starlette:
             return JSONResponse({"received": len(data), "type": request.headers.get("content-type")})
         return Response(bytes(range(256)) * 4, media_type="application/octet-stream")
 
+    async def big(request: Request) -> Response:
+        size = int(request.query_params.get("mb", "4")) << 20
+
+        async def body():
+            block = bytes(range(256)) * 4096  # 1 MiB
+            for _ in range(size >> 20):
+                yield block
+            if request.query_params.get("die"):
+                raise RuntimeError("peer died mid-stream")
+
+        return StreamingResponse(body(), media_type="application/octet-stream")
+
     async def gossip(request: Request) -> Response:  # used by the bench's fallback call
         return JSONResponse({"served_by": request.url.port})
 
@@ -69,7 +86,7 @@ def peer_app() -> Starlette:
         Route("/calls/{key}", calls_of), Route("/slow", slow), Route("/garbage", garbage),
         Route("/wrong-shape", wrong_shape), Route("/status/{code}", status),
         Route("/echo", echo, methods=["POST"]),
-        Route("/blob", blob, methods=["GET", "POST"]), Route("/serve", gossip, methods=["GET", "POST"]),
+        Route("/blob", blob, methods=["GET", "POST"]), Route("/big", big), Route("/serve", gossip, methods=["GET", "POST"]),
     ])
 
 

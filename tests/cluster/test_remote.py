@@ -296,3 +296,36 @@ def test_mutual_tls_with_cluster_certificates(tmp_path):
 
     with running(**server_ssl_options(ca, *files["server"])) as s:
         assert run(lambda: go(s.url("https")))["ok"] is True
+
+
+def test_large_binary_bodies_stream_in_chunks(server):
+    async def go():
+        ex, _, _ = make({"a": server.url()})
+        async with ex:
+            sizes = []
+            async with ex.stream("a", "GET", "/big?mb=8", chunk_size=1 << 20) as chunks:
+                async for chunk in chunks:
+                    sizes.append(len(chunk))
+            with pytest.raises(PeerError):
+                async with ex.stream("a", "GET", "/status/404"):
+                    pass
+            with pytest.raises(PeerUnavailable) as died:
+                async with ex.stream("a", "GET", "/big?mb=2&die=1") as chunks:
+                    async for _ in chunks:
+                        pass
+        return sizes, died.value
+
+    sizes, died = run(go)
+    assert sum(sizes) == 8 << 20 and max(sizes) <= 1 << 20
+    assert died.reason == "transport_error"
+
+
+def test_an_unknown_peer_is_unavailable_not_a_crash():
+    async def go():
+        ex, _, _ = make({})
+        async with ex:
+            with pytest.raises(PeerUnavailable) as err:
+                await ex.get_json("gone", "/ok")
+        return err.value
+
+    assert run(go).reason == "unknown_peer"

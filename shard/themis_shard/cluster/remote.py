@@ -22,11 +22,12 @@ Metrics go to the CollectorRegistry passed in, never the global one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -189,7 +190,7 @@ class RemoteExecutor:
         idem = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
         budget = self.settings.max_retries if retries is None else retries
         breaker = self.breakers.get(peer)
-        url = self.resolve(peer).rstrip("/") + path
+        url = self._url(peer, path)
         timeout = None if timeout_s is None else httpx.Timeout(timeout_s, connect=min(
             timeout_s, self.settings.connect_timeout_s))
         last: PeerUnavailable | None = None
@@ -233,6 +234,56 @@ class RemoteExecutor:
             attempt += 1
             self.metrics.retries.labels(peer=peer).inc()
             await self._sleep(self.backoff_s(attempt - 1))
+
+    def _url(self, peer: str, path: str) -> str:
+        try:
+            base = self.resolve(peer)
+        except (KeyError, LookupError) as exc:  # not (or no longer) in the plan
+            self.metrics.requests.labels(peer=peer, outcome="unknown_peer").inc()
+            raise PeerUnavailable(peer, "unknown_peer") from exc
+        return base.rstrip("/") + path
+
+    @contextlib.asynccontextmanager
+    async def stream(self, peer: str, method: str, path: str, *, content: bytes | None = None,
+                     headers: Mapping[str, str] | None = None, chunk_size: int = 1 << 20,
+                     timeout_s: float | None = None) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream a large binary body (KV-prefix state, RAID chunks) without buffering it.
+
+        ``async with ex.stream(peer, "GET", path) as chunks: async for chunk in chunks: ...``
+        No retries (a half-consumed stream cannot be replayed); the breaker and error types are
+        those of :meth:`request`, and a peer that dies mid-stream raises PeerUnavailable.
+        """
+        breaker = self.breakers.get(peer)
+        url = self._url(peer, path)
+        if not breaker.allow():
+            self.metrics.requests.labels(peer=peer, outcome="circuit_open").inc()
+            raise PeerUnavailable(peer, "circuit_open", f"retry in {breaker.seconds_until_probe():.1f} s")
+        kw: dict[str, Any] = {"content": content, "headers": headers}
+        if timeout_s is not None:
+            kw["timeout"] = httpx.Timeout(timeout_s, connect=min(timeout_s, self.settings.connect_timeout_s))
+        try:
+            async with self.client.stream(method.upper(), url, **kw) as resp:
+                if resp.status_code >= 500:
+                    raise self._fail(peer, "server_error", f"HTTP {resp.status_code}",
+                                     status=resp.status_code)
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    breaker.record_success()
+                    self.metrics.requests.labels(peer=peer, outcome="client_error").inc()
+                    raise _peer_error(peer, resp)
+
+                async def chunks() -> AsyncIterator[bytes]:
+                    async for chunk in resp.aiter_bytes(chunk_size):
+                        yield chunk
+
+                yield chunks()
+                breaker.record_success()
+                self.metrics.requests.labels(peer=peer, outcome="ok").inc()
+        except httpx.TimeoutException as exc:
+            raise self._fail(peer, "timeout", exc) from exc
+        except httpx.TransportError as exc:
+            reason = "connect_error" if isinstance(exc, httpx.ConnectError) else "transport_error"
+            raise self._fail(peer, reason, exc) from exc
 
     def _fail(self, peer: str, reason: str, detail: object, *, status: int | None = None) -> PeerUnavailable:
         self.breakers.get(peer).record_failure()
