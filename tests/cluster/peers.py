@@ -78,7 +78,7 @@ def peer_app() -> Starlette:
 
         return StreamingResponse(body(), media_type="application/octet-stream")
 
-    async def gossip(request: Request) -> Response:  # used by the bench's fallback call
+    async def serve(request: Request) -> Response:  # the bench's stand-in for a forwarded request
         return JSONResponse({"served_by": request.url.port})
 
     return Starlette(routes=[
@@ -86,7 +86,8 @@ def peer_app() -> Starlette:
         Route("/calls/{key}", calls_of), Route("/slow", slow), Route("/garbage", garbage),
         Route("/wrong-shape", wrong_shape), Route("/status/{code}", status),
         Route("/echo", echo, methods=["POST"]),
-        Route("/blob", blob, methods=["GET", "POST"]), Route("/big", big), Route("/serve", gossip, methods=["GET", "POST"]),
+        Route("/blob", blob, methods=["GET", "POST"]), Route("/big", big),
+        Route("/serve", serve, methods=["GET", "POST"]),
     ])
 
 
