@@ -292,3 +292,13 @@ def test_oversized_messages_are_rejected():
 def test_an_empty_secret_is_refused():
     with pytest.raises(ValueError):
         GossipCodec("themis", b"")
+
+
+def test_routing_view_lists_dead_peers_to_route_around():
+    from themis_shard.cluster.gossip_state import RoutingView
+
+    s = GossipState.create("s0", now=0.0)
+    s.merge_members([MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)],
+                    now=0)
+    s.merge_members([MemberRecord(shard_id="s2", heartbeat=2)], now=25)
+    assert RoutingView(s, clock=lambda: 31.0).dead_peers() == {"s1"}

@@ -436,6 +436,13 @@ class RoutingView:
     def loads(self) -> Mapping[str, float]:
         return self.state.loads()
 
+    def dead_peers(self) -> frozenset[str]:
+        """Members the failure detector declared dead; route around them like open breakers
+        (``open_peers=lambda: executor.open_peers() | view.dead_peers()``)."""
+        now = self.clock()
+        status = self.state.status
+        return frozenset(sid for sid in self.state.members if status(sid, now) is MemberStatus.DEAD)
+
 
 # ---- wire format: signed, validated messages ---------------------------------------------------
 
