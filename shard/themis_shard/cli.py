@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from .plan import ClusterSpec, Member, build_plan
+from .plan import ClusterPlan, ClusterSpec, Member, build_plan
 
 STATE_DIR = Path(".themis")
 
@@ -96,6 +96,114 @@ def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None, v
                 time.sleep(0.2)
 
 
+def start_shard(state_dir: Path, plan_path: Path, launch: dict, member: Member, tls_env: dict[str, str]) -> dict:
+    """Start one shard process in the background (its own session: `make up` returns)."""
+    data_dir = Path(launch["data_root"]) / member.shard_id
+    log_path = (state_dir / "logs" / f"{member.shard_id}.log").resolve()
+    port = int(member.url.rsplit(":", 1)[1])
+    env = {**os.environ, "THEMIS_SHARD_ID": member.shard_id, "THEMIS_HOST": launch["host"],
+           "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path),
+           "THEMIS_CLUSTER_GOSSIP_SECRET": launch["gossip_secret"], **tls_env}
+    if member.internal_url:
+        env["THEMIS_INTERNAL_PORT"] = member.internal_url.rsplit(":", 1)[1]
+    if launch["no_llm"]:
+        env["THEMIS_LLM_ENABLED"] = "false"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "themis_shard"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return {"shard_id": member.shard_id, "url": member.url, "pid": proc.pid, "data_dir": str(data_dir),
+            "log": str(log_path)}
+
+
+def write_plan(path: Path, plan: ClusterPlan) -> None:
+    """Atomically replace the plan file (shards watch it and must never read half of it)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(plan.to_json())
+    os.replace(tmp, path)
+
+
+def wait_migrated(urls: list[str], version: int, timeout: float, verify=True, want=("purged", "drained")) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=5.0, verify=verify) as client:
+        while True:
+            states = {}
+            for url in urls:
+                try:
+                    m = client.get(f"{url}/v1/cluster/status").json()["migration"]
+                    states[url] = m["state"] if m["ring_version"] >= version else "behind"
+                except (httpx.HTTPError, KeyError, ValueError):
+                    states[url] = "unreachable"
+            if all(s in want for s in states.values()):
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"handoff to ring version {version} not finished after {timeout:.0f}s: {states}")
+            time.sleep(0.3)
+
+
+def scale(args: argparse.Namespace) -> int:
+    """Change the shard count of the running local cluster the way the operator does."""
+    state_dir: Path = args.state_dir
+    state = _read_state(state_dir)
+    if not state:
+        raise SystemExit("no local cluster is running (themis up first)")
+    if state.get("ca"):
+        raise SystemExit("themis scale does not support --tls clusters yet")
+    plan_path = Path(state["plan"])
+    plan = ClusterPlan.load(plan_path)
+    launch = state["launch"]
+    ring = list(plan.ring_spec.shards)
+    if args.shards == len(ring):
+        print(f"already {len(ring)} shard(s)")
+        return 0
+    members = list(plan.members)
+    if args.shards > len(ring):
+        used = {int(m.url.rsplit(":", 1)[1]) for m in members}
+        ports = [p for p in pick_ports(launch["host"], max(used) + 1, args.shards - len(ring))]
+        next_id = max(int(m.shard_id.rsplit("-", 1)[1]) for m in members) + 1
+        added = [Member(shard_id=f"shard-{next_id + i}", url=f"http://{launch['host']}:{p}")
+                 for i, p in enumerate(ports)]
+        new_plan = build_plan(ClusterSpec(name=plan.cluster, members=(*members, *added), raid_mode=plan.raid_mode,
+                                          vnodes=plan.ring_spec.vnodes, ring_seed=plan.ring_spec.seed), plan)
+        write_plan(plan_path, new_plan)
+        for member in added:
+            state["shards"].append(start_shard(state_dir, plan_path, launch, member, {}))
+        (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+        wait_ready([m.url for m in added], args.timeout)
+        wait_migrated([m.url for m in new_plan.members], new_plan.ring_version, args.timeout)
+        print(f"scaled out to {args.shards} shards (ring version {new_plan.ring_version})")
+        return 0
+    leaving = ring[args.shards:]
+    draining_plan = build_plan(ClusterSpec(name=plan.cluster, members=tuple(members), draining=tuple(leaving),
+                                           raid_mode=plan.raid_mode, vnodes=plan.ring_spec.vnodes,
+                                           ring_seed=plan.ring_spec.seed), plan)
+    write_plan(plan_path, draining_plan)
+    wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout)
+    final = build_plan(ClusterSpec(name=plan.cluster, members=tuple(m for m in members if m.shard_id not in leaving),
+                                   raid_mode=plan.raid_mode, vnodes=plan.ring_spec.vnodes,
+                                   ring_seed=plan.ring_spec.seed), draining_plan)
+    write_plan(plan_path, final)
+    for s in [s for s in state["shards"] if s["shard_id"] in leaving]:
+        _stop([s["pid"]], args.grace)
+        state["shards"].remove(s)
+    (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+    print(f"scaled in to {args.shards} shards (ring version {final.ring_version}; drained {', '.join(leaving)})")
+    return 0
+
+
+def _stop(pids: list[int], grace: float) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def write_certificates(directory: Path, shard_ids: list[str], host: str) -> dict[str, dict[str, str]]:
     """A cluster CA and one certificate per shard (for ``host``), as PEM files; returns each
     shard's TLS environment."""
@@ -139,26 +247,15 @@ def up(args: argparse.Namespace) -> int:
     plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls))
     tls_env = write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
     plan_path = (state_dir / "plan.json").resolve()
-    plan_path.write_text(plan.to_json())
-    gossip_secret = secrets.token_hex(32)  # signs gossip; shared by this cluster's shards only
-    shards = []
-    for member, port, internal_port in zip(members, ports, internal_ports, strict=True):
-        data_dir = (args.data_root / member.shard_id).resolve()
-        log_path = (state_dir / "logs" / f"{member.shard_id}.log").resolve()
-        env = {**os.environ, "THEMIS_SHARD_ID": member.shard_id, "THEMIS_HOST": args.host,
-               "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path),
-               "THEMIS_CLUSTER_GOSSIP_SECRET": gossip_secret, **tls_env.get(member.shard_id, {})}
-        if internal_port:
-            env["THEMIS_INTERNAL_PORT"] = str(internal_port)
-        if args.no_llm:
-            env["THEMIS_LLM_ENABLED"] = "false"
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "themis_shard"], env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        shards.append({"shard_id": member.shard_id, "url": member.url, "pid": proc.pid,
-                       "data_dir": str(data_dir), "log": str(log_path)})
+    write_plan(plan_path, plan)
+    launch = {"gossip_secret": secrets.token_hex(32),  # signs gossip; this cluster's shards only
+              "host": args.host, "data_root": str(args.data_root.resolve()), "no_llm": args.no_llm,
+              "raid_mode": args.raid_mode}
+    shards = [start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
+              for member in members]
     ca = str((state_dir / "tls" / "ca.crt").resolve()) if args.tls else None
-    (state_dir / "cluster.json").write_text(json.dumps({"plan": str(plan_path), "ca": ca, "shards": shards}, indent=2))
+    (state_dir / "cluster.json").write_text(json.dumps(
+        {"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2))
     try:
         wait_ready([s["url"] for s in shards], args.timeout, [s["pid"] for s in shards], verify=ca or True)
     except SystemExit:
@@ -174,18 +271,7 @@ def down(args: argparse.Namespace) -> int:
     if not state:
         print("no local cluster is running")
         return 0
-    pids = [s["pid"] for s in state["shards"] if _alive(s["pid"])]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + args.grace
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    _stop([s["pid"] for s in state["shards"] if _alive(s["pid"])], args.grace)
     (args.state_dir / "cluster.json").unlink(missing_ok=True)
     print(f"stopped {len(state['shards'])} shard(s)")
     return 0
@@ -226,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_down = sub.add_parser("down", help="stop the local cluster")
     p_down.add_argument("--grace", type=float, default=10.0)
     p_down.set_defaults(func=down)
+    p_scale = sub.add_parser("scale", help="change the shard count of the running cluster (moves data online)")
+    p_scale.add_argument("--shards", type=int, required=True)
+    p_scale.add_argument("--timeout", type=float, default=600.0)
+    p_scale.add_argument("--grace", type=float, default=10.0)
+    p_scale.set_defaults(func=scale)
     p_status = sub.add_parser("status", help="show the local cluster's shards")
     p_status.set_defaults(func=status)
     return parser

@@ -7,7 +7,11 @@ ConfigMap; ``themis up`` writes it to a file. Shards never call the Kubernetes A
 the plan from that file and reload it when it changes.
 
 The ring version increases exactly when the ring's membership changes (scale out/in), so
-shards can tell a resharding event from a settings change.
+shards can tell a resharding event from a settings change. The plan also carries the ring it
+replaced (``previous_ring``): every shard, even one restarted mid-migration, can then compute
+which keys changed owner. Shards being removed stay ``members`` but leave the ring
+(``draining``): they keep serving reads of what they hold until the new owners have it, and
+report "drained" before the operator (or ``themis scale``) stops them.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class ClusterSpec(_Strict):
 
     name: str = "themis"
     members: tuple[Member, ...]
+    #: Members leaving the ring (scale-in): they hand their data off, then report drained.
+    draining: tuple[str, ...] = ()
     raid_mode: RaidMode = "raid1"
     vnodes: int = Field(DEFAULT_VNODES, ge=1, le=65536)
     ring_seed: int = Field(0, ge=0, lt=1 << 64)
@@ -83,13 +89,21 @@ class ClusterSpec(_Strict):
 
     @model_validator(mode="after")
     def _satisfiable(self) -> ClusterSpec:
-        need = MIN_SHARDS_BY_RAID_MODE[self.raid_mode]
-        if len(self.members) < need:
-            raise ValueError(f"{self.raid_mode} needs at least {need} shards, got {len(self.members)}")
         ids = [m.shard_id for m in self.members]
         if len(set(ids)) != len(ids):
             raise ValueError("shard ids must be unique")
+        unknown = set(self.draining) - set(ids)
+        if unknown:
+            raise ValueError(f"draining shards {sorted(unknown)} are not members")
+        need = MIN_SHARDS_BY_RAID_MODE[self.raid_mode]
+        active = len(ids) - len(set(self.draining))
+        if active < need:
+            raise ValueError(f"{self.raid_mode} needs at least {need} shards in the ring, got {active}")
         return self
+
+    @property
+    def ring_shards(self) -> tuple[str, ...]:
+        return tuple(m.shard_id for m in self.members if m.shard_id not in self.draining)
 
 
 class ClusterPlan(_Strict):
@@ -98,6 +112,9 @@ class ClusterPlan(_Strict):
     cluster: str
     members: tuple[Member, ...]
     ring: dict
+    #: The ring this one replaced (migration source); None for a cluster's first ring.
+    previous_ring: dict | None = None
+    draining: tuple[str, ...] = ()
     raid_mode: RaidMode
     copies: int
     fault_tolerance: int
@@ -115,6 +132,9 @@ class ClusterPlan(_Strict):
 
     def hash_ring(self) -> HashRing:
         return HashRing.build(self.ring_spec)
+
+    def previous_hash_ring(self) -> HashRing | None:
+        return HashRing.build(RingSpec.from_dict(self.previous_ring)) if self.previous_ring else None
 
     def member(self, shard_id: str) -> Member:
         for m in self.members:
@@ -136,17 +156,21 @@ class ClusterPlan(_Strict):
 
 def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> ClusterPlan:
     """Pure: the plan for ``spec``; the ring version bumps only when the ring itself changes."""
-    shard_ids = tuple(m.shard_id for m in spec.members)
+    shard_ids = spec.ring_shards
     version = 1
+    previous_ring = None
     if previous is not None:
         old = previous.ring_spec
         same_ring = (old.shards, old.vnodes, old.seed) == (shard_ids, spec.vnodes, spec.ring_seed)
         version = old.version if same_ring else old.version + 1
+        previous_ring = previous.previous_ring if same_ring else previous.ring
     ring = RingSpec(shard_ids, spec.vnodes, spec.ring_seed, version)
     return ClusterPlan(
         cluster=spec.name,
         members=spec.members,
         ring=ring.to_dict(),
+        previous_ring=previous_ring,
+        draining=tuple(spec.draining),
         raid_mode=spec.raid_mode,
         copies=min(COPIES_BY_RAID_MODE[spec.raid_mode], len(shard_ids)),
         fault_tolerance=FAULT_TOLERANCE_BY_RAID_MODE[spec.raid_mode],

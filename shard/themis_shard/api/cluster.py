@@ -40,5 +40,6 @@ async def cluster_status(shard: Node) -> dict:
         "capabilities": snapshot["adapters"],
         "hints_pending": cluster.hints.pending(),
         "gossip": cluster.gossiper is not None,
-        "migration": {"state": "idle", "ring_version": topo.version},
+        "draining": list(topo.plan.draining),
+        "migration": cluster.migration.as_dict(),
     }

@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from ..cluster.documents import change_to_json, write_from_json
 from ..cluster.gossip_state import InvalidGossipMessage
-from ..errors import BadRequest, NotFound, Unavailable
+from ..errors import BadRequest, NotFound
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig
 from ..storage.hints import decode_items
@@ -53,9 +52,13 @@ async def replicate(body: ItemsBody, shard: Node) -> dict:
 
 
 @router.get("/documents/{collection}/{key}")
-async def local_document(collection: str, key: str, shard: Node) -> dict:
+async def local_document(collection: str, key: str, shard: Node, tombstones: bool = False) -> dict:
+    """This shard's copy; with ``tombstones`` a deleted key answers its delete version."""
     doc = shard.store.get(collection, key)
     if doc is None:
+        version = shard.store.version(collection, key) if tombstones else 0
+        if version:
+            return {"version": version, "document": None}
         raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
     return {"version": doc.version, "document": doc.document}
 
@@ -82,13 +85,27 @@ async def local_search(collection: str, body: SearchRequest, shard: Node) -> dic
     return {"results": [{"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits]}
 
 
-@router.get("/sync")
-async def sync(shard: str, request: Request) -> Response:
-    node_ = request.app.state.node
-    if node_ is None:
-        raise Unavailable("shard is starting", code="starting")
-    lines = await run_in_threadpool(node_.cluster.sync_lines, shard)
-    return Response(b"\n".join(lines) + (b"\n" if lines else b""), media_type="application/x-ndjson")
+class SyncRequest(BaseModel):
+    shard: str
+    ring: dict[str, Any]
+    previous: dict[str, Any] | None = None
+    copies: int
+    unreachable: list[str] = []
+    after: str | None = None
+
+
+@router.post("/sync")
+async def sync(body: SyncRequest, shard: Node) -> dict:
+    """One page of the entries ``body.shard`` gained (resharding) or owns (catch-up)."""
+    try:
+        return await run_in_threadpool(shard.cluster.serve_sync_page, body.model_dump())
+    except (KeyError, ValueError) as exc:
+        raise BadRequest(f"bad sync request: {exc}", code="invalid_request") from exc
+
+
+@router.get("/migration")
+async def migration(shard: Node) -> dict:
+    return shard.cluster.migration.as_dict()
 
 
 @router.post("/gossip")

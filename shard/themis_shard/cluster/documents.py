@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
 from ..storage.documents import Change, DocumentStore, Replicated, StoredDocument, Write
 from ..storage.hints import HintLog, encode_items
+from ..storage.names import urn
 from .placement import Topology, candidates, coordinator_groups
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
 
@@ -56,12 +57,14 @@ def relay(exc: PeerError) -> ThemisError:
 
 class DistributedDocuments:
     def __init__(self, store: DocumentStore, executor: RemoteExecutor | None, hints: HintLog,
-                 topology: Callable[[], Topology], metrics) -> None:
+                 topology: Callable[[], Topology], metrics, handoff=None) -> None:
         self.store = store
         self.executor = executor
         self.hints = hints
         self._topology = topology
         self.metrics = metrics
+        #: The cluster service while a ring change is being handed off (reads/writes look back).
+        self.handoff = handoff
 
     @property
     def topology(self) -> Topology:
@@ -110,6 +113,10 @@ class DistributedDocuments:
 
     async def commit_here(self, writes: list[Write]) -> list[Change]:
         """Coordinate locally: durable commit, then synchronous replication (or hints)."""
+        if self.handoff is not None and self.handoff.handoff_active:
+            for w in writes:  # keys not handed off yet: continue from their newest version
+                if self.store.version(w.collection, w.key) == 0:
+                    await self.handoff.fetch_previous(w.collection, w.key)
         changes = await run_in_threadpool(self.store.commit, writes)
         await self.replicate(changes)
         return changes
@@ -137,19 +144,50 @@ class DistributedDocuments:
 
     # -- reads -------------------------------------------------------------------------------
     async def get(self, collection: str, key: str) -> StoredDocument:
+        try:
+            return await self._get(collection, key)
+        except NotFound:
+            if self.handoff is None or not self.handoff.handoff_active:
+                raise
+            return await self._get_previous(collection, key)
+
+    async def _get_previous(self, collection: str, key: str) -> StoredDocument:
+        """During a handoff a key may still live only on its previous owners."""
+        previous = self.handoff.previous_ring()
+        topo = self.topology
+        for owner in candidates(previous.owners(urn(collection, key), topo.plan.copies), self._down()):
+            if owner == topo.self_id or owner not in topo.members:
+                continue
+            try:
+                reply = await self.executor.request(owner, "GET", f"/internal/documents/{collection}/{key}",
+                                                    retries=0, timeout_s=5)
+                return StoredDocument(collection, key, int(reply["version"]), reply["document"])
+            except (PeerUnavailable, PeerError):
+                continue
+        raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+
+    async def _get(self, collection: str, key: str) -> StoredDocument:
+        """First owner that has it. An owner answering 404 does not end the search: a replica
+        can hold a version whose delivery to that owner is still a pending hint."""
         topo = self.topology
         order = [topo.self_id] if not topo.clustered else candidates(topo.owners(collection, key), self._down())
+        reached = False
         for target in order:
             if target == topo.self_id:
+                reached = True
                 doc = self.store.get(collection, key)
-                if doc is None:
-                    raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
-                return doc
+                if doc is not None:
+                    return doc
+                continue
             try:
                 reply = await self.executor.request(target, "GET", f"/internal/documents/{collection}/{key}")
                 return StoredDocument(collection, key, int(reply["version"]), reply["document"])
             except PeerUnavailable as exc:
                 log.info("owner %s unavailable for a read (%s); trying the next", target, exc.reason)
             except PeerError as exc:
-                raise relay(exc) from None
+                if exc.status != 404:
+                    raise relay(exc) from None
+                reached = True
+        if reached:
+            raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
         raise Unavailable(f"no owner of {collection}/{key} is reachable", code="owners_unavailable")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,13 +26,23 @@ from ..vector.catalog import VectorCatalog
 from .documents import DistributedDocuments
 from .gossip import Gossiper
 from .gossip_state import GossipCodec, GossipState, ShardLoad
+from ..ring import HashRing
+from ..storage.names import urn
+from .migration import (
+    COMPLETE_STATES,
+    MigrationProgress,
+    MigrationState,
+    bounded_gather,
+    decode_entries,
+    entry_bytes,
+    keys_to_purge,
+    serve_page,
+)
 from .placement import Topology, merge_top_k
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
 from .settings import ClusterSettings
 
 log = logging.getLogger(__name__)
-
-SYNC_CHUNK = 1000
 
 
 class ClusterMetrics:
@@ -46,6 +55,13 @@ class ClusterMetrics:
         self.fan_out = Histogram("themis_search_fan_out_seconds", "Cluster-wide vector search latency",
                                  buckets=LATENCY_BUCKETS, registry=registry)
         self.ring_version = Gauge("themis_ring_version", "Ring version of the plan in use", registry=registry)
+        self.migration_keys = Counter("themis_migration_keys_total", "Keys received by resharding/catch-up",
+                                      registry=registry)
+        self.migration_bytes = Counter("themis_migration_bytes_total", "Document bytes received by handoffs",
+                                       registry=registry)
+        self.migration_state = Gauge(
+            "themis_migration_state", "Handoff state: 0 idle, 1 migrating, 2 done, 3 purged, 4 drained",
+            registry=registry)
         hinted = Gauge("themis_hints_pending", "Hint records waiting for a peer", ["peer"], registry=registry)
         self._hinted = hinted
         self._hints = hints
@@ -70,7 +86,8 @@ class ClusterService:
         self.metrics = ClusterMetrics(registry, self.hints)
         self.metrics.ring_version.set(plan.ring_version)
         self.executor = RemoteExecutor(self.settings, self._resolve, registry=registry)
-        self.documents = DistributedDocuments(store, self.executor, self.hints, lambda: self._topology, self.metrics)
+        self.documents = DistributedDocuments(store, self.executor, self.hints, lambda: self._topology, self.metrics,
+                                              handoff=self)
         self.state = GossipState.create(self_id, url=self._resolve(self_id), incarnation=time.time_ns() // 1_000_000,
                                         now=time.monotonic(), settings=self.settings)
         for member in plan.members:
@@ -84,6 +101,11 @@ class ClusterService:
                                                    load=load, registry=registry)
         self._tasks: list[asyncio.Task] = []
         self.caught_up = not self._topology.clustered
+        self.migration = MigrationProgress(ring_version=plan.ring_version)
+        self._handoff_complete = False
+        self.migration_page_size = 2000
+        self.migration_page_pause_s = 0.0
+        self.settings_migration_attempts = 3
 
     # -- topology ----------------------------------------------------------------------------
     @property
@@ -113,6 +135,7 @@ class ClusterService:
         if plan == self._topology.plan:
             return False
         log.info("plan changed: ring version %d → %d", self._topology.version, plan.ring_version)
+        ring_changed = plan.ring_version != self._topology.version
         self._topology = Topology.of(plan, self.self_id)
         self.metrics.ring_version.set(plan.ring_version)
         known = set(self.state.members)
@@ -121,6 +144,8 @@ class ClusterService:
                 self.state.add_seed(member.shard_id, member.url, time.monotonic())
         for gone in known - {m.shard_id for m in plan.members} - {self.self_id}:
             self.state.remove_member(gone)
+        if ring_changed:
+            self._tasks.append(asyncio.create_task(self.migrate(), name=f"handoff-v{plan.ring_version}"))
         return True
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -183,42 +208,143 @@ class ClusterService:
                 await run_in_threadpool(self.hints.done, peer, keys)
                 log.info("delivered %d hinted version(s) to %s", len(items), peer)
 
-    # -- catch-up (anti-entropy by version) ----------------------------------------------------
+    # -- catch-up and resharding (cluster/migration.py) ---------------------------------------
+    @property
+    def handoff_active(self) -> bool:
+        """True while keys may still sit on their previous owners (reads/writes look there too)."""
+        return self._topology.plan.previous_ring is not None and not self._handoff_complete
+
+    def previous_ring(self) -> HashRing | None:
+        return self._topology.plan.previous_hash_ring()
+
     async def catch_up(self) -> None:
-        """Pull from every peer the collections and the versions of keys this shard owns."""
+        """At start: pull every owned key from the peers (anti-entropy by version)."""
         try:
-            await asyncio.gather(*(self._catch_up_from(peer) for peer in self._topology.peers))
+            await self.migrate(full=True)
         finally:
             self.caught_up = True
 
-    async def _catch_up_from(self, peer: str) -> None:
-        try:
-            configs = await self.executor.request(peer, "GET", "/internal/collections", retries=0)
-            for raw in configs["collections"]:
-                await self.adopt_collection(CollectionConfig.model_validate(raw))
-            body = await self.executor.request(peer, "GET", "/internal/sync", params={"shard": self.self_id},
-                                               expect="bytes", retries=0, timeout_s=120)
-        except (PeerUnavailable, PeerError) as exc:
-            log.info("catch-up from %s skipped: %s", peer, exc)
-            return
-        items = [Replicated(d["collection"], d["key"], int(d["version"]), d.get("document"))
-                 for d in map(json.loads, body.splitlines()) if d]
-        installed = 0
-        for start in range(0, len(items), SYNC_CHUNK):
-            installed += len(await run_in_threadpool(self.store.apply_replicated, items[start:start + SYNC_CHUNK]))
-        self.metrics.caught_up.inc(installed)
-        if installed:
-            log.info("caught up %d version(s) from %s", installed, peer)
-
-    def sync_lines(self, shard: str) -> list[bytes]:
-        """NDJSON of every version (tombstones too) this shard holds that ``shard`` owns."""
+    async def migrate(self, full: bool = False) -> None:
+        """Pull what this shard gained in the current ring (everything it owns when ``full``),
+        then wait for every member to finish and purge the copies this shard lost."""
         topo = self._topology
-        lines = []
-        for doc in self.store.scan_all():
-            if topo.owns(shard, doc.collection, doc.key):
-                lines.append(json.dumps(encode_items([Replicated(doc.collection, doc.key, doc.version,
-                                                                 doc.document)])[0]).encode())
-        return lines
+        previous = None if full else self.previous_ring()
+        progress = MigrationProgress(ring_version=topo.version, state=MigrationState.MIGRATING,
+                                     started_at=time.time())
+        self.migration = progress
+        self._handoff_complete = False
+        self.metrics.migration_state.set(1)
+        peers = set(topo.members) - {self.self_id}
+        done: set[str] = set()
+        attempts: dict[str, int] = {}
+        while True:
+            todo = peers - done - progress.unreachable
+            progress.peers_pending = set(todo)
+            if not todo:
+                break
+            ordered = sorted(todo)
+            results = await bounded_gather(4, *(self._pull_from(p, topo, previous, progress) for p in ordered))
+            failed = {p for p, ok in zip(ordered, results, strict=True) if not ok}
+            done |= set(ordered) - failed
+            for p in failed:
+                attempts[p] = attempts.get(p, 0) + 1
+            newly = {p for p in failed if attempts[p] >= self.settings_migration_attempts}
+            if newly:
+                log.warning("handoff: %s unreachable; asking the other holders for their keys", sorted(newly))
+                progress.unreachable |= newly
+                done = set()
+            elif failed:
+                await asyncio.sleep(1.0)
+        progress.state = MigrationState.DONE
+        progress.finished_at = time.time()
+        self.metrics.migration_state.set(2)
+        log.info("handoff for ring version %d: %d key(s), %d byte(s) received", topo.version,
+                 progress.keys_received, progress.bytes_received)
+        if self._topology.plan.previous_ring is not None and self._topology.version == topo.version:
+            self._tasks.append(asyncio.create_task(self._finish_handoff(topo), name="handoff-finish"))
+
+    async def _pull_from(self, peer: str, topo: Topology, previous: HashRing | None,
+                         progress: MigrationProgress) -> bool:
+        request = {"shard": self.self_id, "ring": topo.ring.spec.to_dict(),
+                   "previous": previous.spec.to_dict() if previous else None, "copies": topo.plan.copies,
+                   "unreachable": sorted(progress.unreachable), "after": None}
+        while True:
+            try:
+                page = await self.executor.request(peer, "POST", "/internal/sync", json_body=request,
+                                                   idempotent=True, retries=0, timeout_s=60)
+            except (PeerUnavailable, PeerError) as exc:
+                log.info("handoff from %s interrupted: %s", peer, exc)
+                return False
+            items = page["items"]
+            if items:
+                installed = await run_in_threadpool(self.store.apply_replicated, decode_entries(items))
+                progress.keys_received += len(installed)
+                progress.bytes_received += entry_bytes(items)
+                self.metrics.migration_keys.inc(len(installed))
+                self.metrics.migration_bytes.inc(entry_bytes(items))
+            if page["next"] is None:
+                return True
+            request["after"] = page["next"]
+            if self.migration_page_pause_s:
+                await asyncio.sleep(self.migration_page_pause_s)  # rate limit: foreground first
+
+    def serve_sync_page(self, request: dict[str, Any]) -> dict[str, Any]:
+        return serve_page(self.store, self.self_id, request, self.migration_page_size)
+
+    async def _finish_handoff(self, topo: Topology) -> None:
+        """Once every member reports this ring version complete, drop the copies we lost."""
+        peers = set(topo.members) - {self.self_id}
+        while True:
+            states = await asyncio.gather(*(self._peer_migration(p) for p in sorted(peers)))
+            if all(s is not None and s["ring_version"] >= topo.version and s["state"] in COMPLETE_STATES
+                   for s in states):
+                break
+            await asyncio.sleep(0.5)
+        if self._topology.version != topo.version:
+            return  # a newer ring took over; its own handoff will purge
+        self._handoff_complete = True
+        lost = []
+        cursor = None
+        while True:
+            page, cursor = await run_in_threadpool(self.store.scan_page, cursor, 5000)
+            lost += keys_to_purge(page, self.self_id, topo.ring, topo.plan.copies)
+            if cursor is None:
+                break
+        for start in range(0, len(lost), 1000):
+            self.migration.keys_purged += await run_in_threadpool(self.store.purge, lost[start:start + 1000])
+        leaving = self.self_id not in topo.ring.shards
+        self.migration.state = MigrationState.DRAINED if leaving else MigrationState.PURGED
+        self.metrics.migration_state.set(4 if leaving else 3)
+        log.info("handoff for ring version %d complete: purged %d copies%s", topo.version, len(lost),
+                 " (drained)" if leaving else "")
+
+    async def _peer_migration(self, peer: str) -> dict | None:
+        try:
+            return await self.executor.request(peer, "GET", "/internal/migration", retries=0, timeout_s=5)
+        except (PeerUnavailable, PeerError):
+            return None
+
+    async def fetch_previous(self, collection: str, key: str) -> None:
+        """Read-through before coordinating a write during a handoff: install the key's newest
+        version from its previous owners so the new version continues from it."""
+        previous = self.previous_ring()
+        if previous is None:
+            return
+        for owner in previous.owners(urn(collection, key), self._topology.plan.copies):
+            if owner == self.self_id:
+                continue
+            try:
+                reply = await self.executor.request(owner, "GET", f"/internal/documents/{collection}/{key}",
+                                                    params={"tombstones": "true"}, retries=0, timeout_s=5)
+            except PeerError as exc:
+                if exc.status == 404:
+                    continue
+                continue
+            except PeerUnavailable:
+                continue
+            await run_in_threadpool(self.store.apply_replicated,
+                                    [Replicated(collection, key, int(reply["version"]), reply["document"])])
+            return
 
     # -- collections and search ----------------------------------------------------------------
     async def adopt_collection(self, config: CollectionConfig) -> None:

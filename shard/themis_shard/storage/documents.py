@@ -223,6 +223,58 @@ class DocumentStore:
             yield (StoredDocument(collection, key, version, document) if document is not None
                    else Tombstone(collection, key, version))
 
+    def scan_page(self, after: bytes | None, limit: int) -> tuple[list[StoredDocument | Tombstone], bytes | None]:
+        """Up to ``limit`` entries (documents and tombstones) after the storage key ``after``;
+        returns them and the cursor to continue from (None at the end). Resumable paging for
+        catch-up and resharding."""
+        out: list[StoredDocument | Tombstone] = []
+        last = None
+        snap = self._docs.snapshot()
+        try:
+            for raw_key, raw in snap.items(from_key=after or b""):
+                if after is not None and raw_key <= after:
+                    continue
+                if len(out) >= limit:
+                    return out, last
+                collection, key = split_storage_key(raw_key)
+                version, document = codec.decode(raw)
+                out.append(StoredDocument(collection, key, version, document) if document is not None
+                           else Tombstone(collection, key, version))
+                last = raw_key
+        finally:
+            del snap
+        return out, None
+
+    def purge(self, keys: list[tuple[str, str]]) -> int:
+        """Physically drop this shard's copies of keys it no longer owns (after a handoff).
+        Not a delete: no tombstone, no new version — the owners keep the document."""
+        if not keys:
+            return 0
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            changes: list[Change] = []
+            count_delta: dict[str, int] = {}
+            for collection, key in keys:
+                raw = self._docs.get(storage_key(collection, key))
+                if raw is None:
+                    continue
+                batch.delete(storage_key(collection, key), self._handles["docs"])
+                if codec.live_version(raw):
+                    count_delta[collection] = count_delta.get(collection, 0) - 1
+                    changes.append(Change(collection, key, codec.decode_version(raw), None, codec.live_version(raw)))
+            touched = {c for c, _ in keys}
+            generations = {c: self._generations.get(c, 0) + 1 for c in touched}
+            counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
+            for c in touched:
+                batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
+                batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
+            self._db.write(batch, self._sync)
+            self._generations.update(generations)
+            self._counts.update(counts)
+            for observer in self._observers:
+                observer.apply(changes, generations)
+            return len(changes)
+
     def _scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         snap = self._docs.snapshot()
         try:

@@ -1,0 +1,164 @@
+"""Spec: scaling a live local cluster 3 → 4 → 3 moves only the keys whose owners changed, while a
+writer keeps inserting and a reader keeps reading: nothing acknowledged is lost, nothing read
+during the move is a false 404, and afterwards every document is stored exactly `copies` times."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from themis_shard.plan import ClusterPlan
+from themis_shard.ring import HashRing, RingSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def themis(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+class Workload:
+    """A writer inserting new documents and a reader reading acknowledged ones, both through
+    every shard of the current plan, recording acknowledged versions and false 404s."""
+
+    def __init__(self, plan_path) -> None:
+        self.plan_path = plan_path
+        self.acked: dict[str, int] = {}
+        self.false_404: list[str] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.write), threading.Thread(target=self.read)]
+
+    def urls(self) -> list[str]:
+        plan = ClusterPlan.load(self.plan_path)
+        return [m.url for m in plan.members if m.shard_id not in plan.draining]
+
+    # A shard that is listed but not listening yet (just added) or any more (just removed) refuses
+    # the connection; like a Service that only routes to ready pods, the client tries another one.
+    refused = 0
+
+    def write(self, start: int = 0) -> None:
+        i = start
+        with httpx.Client(timeout=10) as client:
+            while not self.stop.is_set():
+                key = f"d{i}"
+                url = random.choice(self.urls())
+                try:
+                    r = client.put(f"{url}/v1/collections/docs/documents/{key}", json={"i": i, "pad": "x" * 100})
+                except httpx.ConnectError:
+                    self.refused += 1
+                    continue
+                except httpx.HTTPError as exc:
+                    self.errors.append(f"write {key}: {exc!r}")
+                    continue
+                if r.status_code == 200:
+                    with self.lock:
+                        self.acked[key] = r.json()["version"]
+                    i += 1
+                else:
+                    self.errors.append(f"write {key}: {r.status_code} {r.text}")
+                time.sleep(0.005)
+
+    def read(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            while not self.stop.is_set():
+                with self.lock:
+                    keys = list(self.acked)
+                if not keys:
+                    time.sleep(0.01)
+                    continue
+                key = random.choice(keys)
+                try:
+                    r = client.get(f"{random.choice(self.urls())}/v1/collections/docs/documents/{key}")
+                except httpx.ConnectError:
+                    self.refused += 1
+                    continue
+                except httpx.HTTPError as exc:
+                    self.errors.append(f"read {key}: {exc!r}")
+                    continue
+                if r.status_code == 404:
+                    self.false_404.append(key)
+
+    def preload(self, url: str, n: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            for start in range(0, n, 200):
+                docs = [{"key": f"p{i}", "document": {"i": i, "pad": "x" * 100}} for i in range(start, start + 200)]
+                r = client.post(f"{url}/v1/collections/docs/documents:batch", json={"documents": docs})
+                assert r.status_code == 200, r.text
+                for item in r.json()["results"]:
+                    self.acked[item["urn"].rsplit(":", 1)[1]] = item["version"]
+
+    def __enter__(self) -> Workload:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+def expected_moves(keys, old: dict, new: dict, copies: int) -> int:
+    """(key, shard) pairs the new ring adds: what consistent hashing says must move."""
+    old_ring, new_ring = HashRing.build(RingSpec.from_dict(old)), HashRing.build(RingSpec.from_dict(new))
+    moved = 0
+    for k in keys:
+        urn = f"urn:themis:docs:{k}"
+        moved += len(set(new_ring.owners(urn, copies)) - set(old_ring.owners(urn, copies)))
+    return moved
+
+
+def received(urls) -> int:
+    return sum(httpx.get(f"{u}/v1/cluster/status").json()["migration"]["keys_received"] for u in urls)
+
+
+def test_scale_out_and_in_while_serving_loses_nothing(tmp_path) -> None:
+    up = themis("up", "--shards", "3", "--no-llm", "--base-port", "0", cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    plan_path = tmp_path / ".themis" / "plan.json"
+    try:
+        first = ClusterPlan.load(plan_path)
+        work = Workload(plan_path)
+        work.preload(first.members[0].url, 1200)
+        with work:
+            time.sleep(1)
+            before = set(work.acked)
+            out = themis("scale", "--shards", "4", cwd=tmp_path)
+            assert out.returncode == 0, out.stderr
+            grown = ClusterPlan.load(plan_path)
+            assert grown.ring_version == first.ring_version + 1
+            moved = received([m.url for m in grown.members])
+            lower = expected_moves(before, first.ring, grown.ring, grown.copies)
+            upper = expected_moves(set(work.acked), first.ring, grown.ring, grown.copies)
+            assert 0.9 * lower <= moved <= 1.1 * upper, (moved, lower, upper)
+            time.sleep(1)
+            back = themis("scale", "--shards", "3", cwd=tmp_path)
+            assert back.returncode == 0, back.stderr
+            time.sleep(1)
+        final = ClusterPlan.load(plan_path)
+        assert [m.shard_id for m in final.members] == ["shard-0", "shard-1", "shard-2"]
+        assert final.ring_version == first.ring_version + 2
+        assert work.errors == [], work.errors[:10]
+        assert work.false_404 == [], work.false_404[:10]
+        assert len(work.acked) > 1200
+        with httpx.Client(timeout=10) as client:
+            for key, version in work.acked.items():
+                r = client.get(f"{final.members[0].url}/v1/collections/docs/documents/{key}")
+                assert r.status_code == 200 and r.json()["version"] == version, (key, r.text)
+            stored = sum(client.get(f"{m.url}/v1/collections/docs").json()["documents"] for m in final.members)
+        assert stored == final.copies * len(work.acked)  # exactly `copies` copies, old ones purged
+    finally:
+        themis("down", cwd=tmp_path)
+        state = tmp_path / ".themis" / "cluster.json"
+        if state.exists():
+            print(json.loads(state.read_text()))
