@@ -1,0 +1,303 @@
+"""Inference engine benchmark: Themis shard vs `python -m llama_cpp.server` vs raw llama-cpp-python.
+
+Same model (the bundled Gemma 3 270M Q4_K_M), same threads, greedy, one run. For 1, 4, 8 and 16
+concurrent clients, each client streams ``--requests`` completions of ``--max-tokens`` tokens
+from the server's OpenAI ``/v1/completions`` endpoint; we report aggregate generated tokens/s
+and TTFT p50/p99 (client-side: request sent → first text chunk).
+
+"raw" is the ceiling without any server: a hand-written low-level llama.cpp loop that decodes
+all N sequences in one static batch (N=1: plain single-sequence decoding), in this process.
+Optionally (``--lora``) measures the cost of serving LoRA adapter groups in one engine.
+
+Run: `.venv/bin/python bench/engine.py [--clients 1,4,8,16] [--max-tokens 64] [--requests 1]`.
+Needs `sse-starlette starlette-context` for llama_cpp.server (it is skipped without them).
+The machine is shared and noisy: compare the rows of one run, not runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+PROMPTS = [
+    "Write a short story about a robot who learns to paint.",
+    "Explain how a refrigerator works.",
+    "List some interesting facts about octopuses.",
+    "Describe the city of Rome to a tourist.",
+    "What are the benefits of regular exercise?",
+    "Summarise the plot of a detective novel.",
+    "Give advice to a new gardener.",
+    "Why is the sky blue?",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- clients ---------------------------------------------------------------------------------------
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> tuple[float | None, int]:
+    body = {"model": "gemma3-270m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    t0 = time.perf_counter()
+    ttft, chunks = None, 0
+    try:
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+            r.raise_for_status()
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                data = json.loads(line[6:])
+                if data.get("choices") and data["choices"][0].get("text"):
+                    chunks += 1
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+    except httpx.HTTPError:  # a server that drops concurrent streams: count what arrived
+        pass
+    return ttft, chunks
+
+
+async def drive(url: str, clients: int, requests: int, max_tokens: int) -> dict:
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
+        async def worker(i: int) -> list[tuple[float | None, int]]:
+            return [await stream_one(client, url, PROMPTS[(i + k) % len(PROMPTS)], max_tokens)
+                    for k in range(requests)]
+
+        t0 = time.perf_counter()
+        results = [r for rs in await asyncio.gather(*(worker(i) for i in range(clients))) for r in rs]
+        wall = time.perf_counter() - t0
+    ttfts = [t for t, _ in results if t is not None] or [float("nan")]
+    tokens = sum(n for _, n in results)
+    return {"tok_s": tokens / wall, "ttft_p50": float(np.percentile(ttfts, 50)),
+            "ttft_p99": float(np.percentile(ttfts, 99)), "tokens": tokens,
+            "expected": clients * requests * max_tokens}
+
+
+# -- servers ---------------------------------------------------------------------------------------
+
+
+class Process:
+    def __init__(self, cmd: list[str], env: dict, port: int, ready_path: str) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd[:3]} exited with {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + ready_path, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError("server did not become ready")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start_themis(model: Path, threads: int, data_dir: str, adapters: dict[str, str] | None = None) -> Process:
+    port = free_port()
+    env = {"THEMIS_DATA_DIR": data_dir, "THEMIS_PORT": str(port), "THEMIS_LLM_ENABLED": "true",
+           "THEMIS_LLM_MODEL_PATH": str(model), "THEMIS_LLM_N_THREADS": str(threads),
+           "THEMIS_LLM_N_CTX": "8192", "THEMIS_LLM_EMBEDDING_MODEL": "none",
+           "THEMIS_LLM_ADAPTERS": json.dumps(adapters or {}), "THEMIS_LLM_ADAPTER_EVAL_ON_LOAD": "false"}
+    cmd = [sys.executable, "-m", "uvicorn", "themis_shard.app:create_app", "--factory", "--host", "127.0.0.1",
+           "--port", str(port), "--log-level", "warning"]
+    return Process(cmd, env, port, "/ready")
+
+
+def start_llama_cpp_server(model: Path, threads: int) -> Process:
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
+           "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", "8192",
+           "--host", "127.0.0.1", "--port", str(port)]
+    return Process(cmd, {}, port, "/v1/models")
+
+
+# -- raw llama-cpp-python ----------------------------------------------------------------------------
+
+
+def raw_batched(model_path: Path, threads: int, clients: int, requests: int, max_tokens: int) -> dict:
+    """Static batch of ``clients`` sequences per round, greedy, low-level API, no server."""
+    from themis_shard.llm.native import Batch, NativeContext, NativeModel
+
+    model = NativeModel(model_path)
+    ctx = NativeContext(model, n_ctx=8192, n_seq_max=max(clients, 1), n_batch=4096, n_ubatch=512,
+                        n_threads=threads)
+    batch = Batch(4096)
+    batch.add(model.tokenize(PROMPTS[0]), 0, 0)  # warm-up: llama.cpp builds its graph on first use
+    ctx.decode(batch)
+    tokens_out, ttfts = 0, []
+    t0 = time.perf_counter()
+    for k in range(requests):
+        ctx.clear()
+        prompts = [model.tokenize(PROMPTS[(i + k) % len(PROMPTS)]) for i in range(clients)]
+        t_round = time.perf_counter()
+        batch.clear()
+        last = [batch.add(p, 0, i) for i, p in enumerate(prompts)]
+        ctx.decode(batch)
+        nxt = [int(np.argmax(ctx.logits(j))) for j in last]
+        ttfts += [time.perf_counter() - t_round] * clients
+        pos = [len(p) for p in prompts]
+        alive = [True] * clients
+        for step in range(max_tokens):
+            for i in range(clients):
+                if alive[i]:
+                    tokens_out += 1
+                    if model.is_eog(nxt[i]) or step == max_tokens - 1:
+                        alive[i] = False
+            if not any(alive):
+                break
+            batch.clear()
+            idx = {}
+            for i in range(clients):
+                if alive[i]:
+                    idx[i] = batch.add([nxt[i]], pos[i], i)
+                    pos[i] += 1
+            ctx.decode(batch)
+            for i, j in idx.items():
+                nxt[i] = int(np.argmax(ctx.logits(j)))
+    wall = time.perf_counter() - t0
+    ctx.close()
+    model.close()
+    return {"tok_s": tokens_out / wall, "ttft_p50": float(np.percentile(ttfts, 50)),
+            "ttft_p99": float(np.percentile(ttfts, 99)), "tokens": tokens_out,
+            "expected": clients * requests * max_tokens}
+
+
+# -- report ------------------------------------------------------------------------------------------
+
+
+def row(name: str, n: int, r: dict | None, raw: dict | None) -> str:
+    if r is None:
+        return f"| {name:<22} | {n:>2} | {'skipped':>10} | {'':>9} | {'':>9} | {'':>8} | {'':>11} |"
+    pct = f"{100 * r['tok_s'] / raw['tok_s']:.0f} %" if raw else ""
+    return (f"| {name:<22} | {n:>2} | {r['tok_s']:>10.1f} | {r['ttft_p50'] * 1000:>7.0f}ms | "
+            f"{r['ttft_p99'] * 1000:>7.0f}ms | {pct:>8} | {r['tokens']:>5}/{r['expected']:<5} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", default="1,4,8,16")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=1, help="requests per client")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--skip", default="", help="comma list of: themis,llama_cpp_server,raw")
+    ap.add_argument("--lora", action="store_true", help="also measure serving LoRA adapter groups")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.clients.split(",")]
+    skip = set(filter(None, args.skip.split(",")))
+    from themis_shard.llm.model import resolve_model_path
+
+    model = resolve_model_path("bundled")
+    results: dict[str, dict[int, dict | None]] = {"raw": {}, "themis": {}, "llama_cpp_server": {}}
+
+    if "raw" not in skip:
+        for n in levels:
+            results["raw"][n] = raw_batched(model, args.threads, n, args.requests, args.max_tokens)
+    with tempfile.TemporaryDirectory() as tmp:
+        if "themis" not in skip:
+            srv = start_themis(model, args.threads, tmp)
+            try:
+                asyncio.run(drive(srv.url, 1, 1, 8))  # warm-up
+                for n in levels:
+                    results["themis"][n] = asyncio.run(drive(srv.url, n, args.requests, args.max_tokens))
+            finally:
+                srv.close()
+        if "llama_cpp_server" not in skip:
+            try:
+                srv = start_llama_cpp_server(model, args.threads)
+            except RuntimeError as exc:
+                print(f"llama_cpp.server unavailable: {exc}", file=sys.stderr)
+                srv = None
+            if srv is not None:
+                try:
+                    asyncio.run(drive(srv.url, 1, 1, 8))
+                    for n in levels:
+                        results["llama_cpp_server"][n] = asyncio.run(
+                            drive(srv.url, n, args.requests, args.max_tokens))
+                finally:
+                    srv.close()
+
+    print(f"\nGemma 3 270M Q4_K_M, {args.threads} threads, greedy, {args.max_tokens} tokens × {args.requests} "
+          f"request(s) per client\n")
+    print("| system                 |  N |      tok/s |  TTFT p50 |  TTFT p99 | % of raw | tokens got  |")
+    print("|------------------------|----|------------|-----------|-----------|----------|-------------|")
+    for n in levels:
+        raw = results["raw"].get(n)
+        for name, label in (("raw", "raw llama-cpp (static)"), ("themis", "themis shard"),
+                            ("llama_cpp_server", "llama_cpp.server")):
+            if name in skip:
+                continue
+            print(row(label, n, results[name].get(n), raw if name != "raw" else None))
+
+    if args.lora:
+        lora_cost(model, args)
+
+
+def lora_cost(model: Path, args: argparse.Namespace) -> None:
+    """8 clients: all base, half on an adapter (groups alternate iterations), all on one adapter."""
+    from themis_shard.llm.native import NativeModel
+    from themis_shard.llm.tools.lora_fixture import make_test_lora
+
+    with tempfile.TemporaryDirectory() as tmp:
+        native = NativeModel(model)
+        path = make_test_lora(Path(tmp) / "bench-lora.gguf", native.meta, rank=8)
+        native.close()
+        srv = start_themis(model, args.threads, tmp, adapters={"bench": str(path)})
+        try:
+            asyncio.run(drive(srv.url, 1, 1, 8))
+            print("\nLoRA groups, 8 clients:\n\n| mix                      | tok/s | TTFT p50 | TTFT p99 |")
+            print("|--------------------------|-------|----------|----------|")
+            for label, adapters in (("8 base", [None] * 8), ("4 base + 4 adapter", [None, "bench"] * 4),
+                                    ("8 adapter", ["bench"] * 8)):
+                r = asyncio.run(drive_adapters(srv.url, adapters, args.max_tokens))
+                print(f"| {label:<24} | {r['tok_s']:5.1f} | {r['ttft_p50'] * 1000:6.0f}ms | "
+                      f"{r['ttft_p99'] * 1000:6.0f}ms |")
+        finally:
+            srv.close()
+
+
+async def drive_adapters(url: str, adapters: list[str | None], max_tokens: int) -> dict:
+    async with httpx.AsyncClient(timeout=600) as client:
+        async def one(i: int, adapter: str | None) -> tuple[float | None, int]:
+            body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens, "stream": True,
+                    "adapter": adapter}
+            t0, ttft, n = time.perf_counter(), None, 0
+            async with client.stream("POST", f"{url}/v1/infer", json=body) as r:
+                async for line in r.aiter_lines():
+                    if line.startswith("data: ") and '"token"' in line:
+                        n += 1
+                        ttft = ttft or time.perf_counter() - t0
+            return ttft, n
+
+        t0 = time.perf_counter()
+        res = await asyncio.gather(*(one(i, a) for i, a in enumerate(adapters)))
+        wall = time.perf_counter() - t0
+    ttfts = [t for t, _ in res if t is not None]
+    return {"tok_s": sum(n for _, n in res) / wall, "ttft_p50": float(np.percentile(ttfts, 50)),
+            "ttft_p99": float(np.percentile(ttfts, 99))}
+
+
+if __name__ == "__main__":
+    main()
