@@ -15,6 +15,8 @@ def _replan(body, patch, memo, *, deleting: bool = False) -> None:
     namespace, name = body.metadata.namespace, body.metadata.name
     cluster_name = ((body.get("spec") or {}).get("clusterRef") or {}).get("name")
     cluster = memo.kube.get(API_VERSION, "ThemisCluster", namespace, cluster_name) if cluster_name else None
+    if cluster is not None and (cluster.get("metadata") or {}).get("deletionTimestamp"):
+        return  # the cluster is going away with its plan; nothing to place
     if cluster is None:
         if not deleting:
             patch.status.update({"phase": "Pending", "placed": "", "placedShards": [],

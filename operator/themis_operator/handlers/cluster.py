@@ -17,6 +17,8 @@ _INTERVAL = OperatorSettings().status_interval_s
 
 
 def _reconcile(body, patch, memo, **kwargs) -> None:
+    if body.metadata.get("deletionTimestamp"):
+        return  # a tick racing the deletion must neither rebuild children nor patch the status
     outcome = reconcile_cluster(memo.kube, dict(body), **kwargs)
     patch.status.update(outcome.status)
     emit(body, outcome)
@@ -41,6 +43,8 @@ def resumed(body, patch, memo, **_) -> None:
 @kopf.timer(*RESOURCE, interval=_INTERVAL, initial_delay=min(_INTERVAL, 5.0))
 def refresh_status(body, patch, memo, **_) -> None:
     """Probe every shard, then reconcile with fresh reports (finishes scale-in, heals drift)."""
+    if body.metadata.get("deletionTimestamp"):
+        return
     spec = body.get("spec") or {}
     namespace, name = body.metadata.namespace, body.metadata.name
     sts = memo.kube.get("apps/v1", "StatefulSet", namespace, names.statefulset(name)) or {}

@@ -33,3 +33,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="themisdb.io")
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
+    # The status timer is synchronous (it probes shards over HTTP in a worker thread) and cannot
+    # be cancelled mid-tick; a deletion waits for it to end. kopf re-checks only every 60 s by
+    # default, which would keep a deleted cluster (and kubectl delete) hanging for a minute.
+    settings.background.cancellation_polling = 1.0
