@@ -54,10 +54,17 @@ class Kubectl:
 
 
 def operator_process(kubeconfig: Path, log: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
-    full_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT / "shard"), str(ROOT / "operator")])}
+    full_env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "shard"), str(ROOT / "operator")]),
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "themis_operator", "--kubeconfig", str(kubeconfig), *args],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, env=full_env, cwd=ROOT,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=full_env,
+        cwd=ROOT,
     )
 
 

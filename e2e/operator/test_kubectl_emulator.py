@@ -7,7 +7,6 @@ import base64
 import json
 
 import pytest
-
 from themis_operator.testing.emulator import running_emulator
 from themis_operator.testing.fakeshards import FakeShards
 from themis_operator.testing.validation import validate_manifest
@@ -17,8 +16,15 @@ from .conftest import ROOT, Kubectl, eventually, operator_process, stop
 
 pytestmark = pytest.mark.e2e
 
-CHILDREN = [("secret", "demo-ca"), ("secret", "demo-tls"), ("configmap", "demo-plan"), ("service", "demo"),
-            ("service", "demo-headless"), ("statefulset", "demo"), ("poddisruptionbudget", "demo")]
+CHILDREN = [
+    ("secret", "demo-ca"),
+    ("secret", "demo-tls"),
+    ("configmap", "demo-plan"),
+    ("service", "demo"),
+    ("service", "demo-headless"),
+    ("statefulset", "demo"),
+    ("poddisruptionbudget", "demo"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +36,46 @@ def cluster(kubectl_binary, tmp_path_factory):
         kubeconfig = emulator.write_kubeconfig(tmp / "kubeconfig")
         kubectl = Kubectl(kubectl_binary, kubeconfig)
         kubectl.run("apply", "--validate=false", "-f", str(ROOT / "crds"))
-        kubectl.run("create", "--validate=false", "-f", "-", input=json.dumps({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-                     "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor"},
-                     "versions": [{"name": "v1", "served": True, "storage": True,
-                                   "schema": {"openAPIV3Schema": {"type": "object",
-                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]},
-        }))
-        env = {"THEMIS_OPERATOR_STATUS_INTERVAL_S": "1", "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "0.5",
-               "THEMIS_OPERATOR_SHARD_URL_TEMPLATE": shards.url_template}
+        kubectl.run(
+            "create",
+            "--validate=false",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+                    "spec": {
+                        "group": "monitoring.coreos.com",
+                        "scope": "Namespaced",
+                        "names": {
+                            "kind": "ServiceMonitor",
+                            "plural": "servicemonitors",
+                            "singular": "servicemonitor",
+                        },
+                        "versions": [
+                            {
+                                "name": "v1",
+                                "served": True,
+                                "storage": True,
+                                "schema": {
+                                    "openAPIV3Schema": {
+                                        "type": "object",
+                                        "x-kubernetes-preserve-unknown-fields": True,
+                                    }
+                                },
+                            }
+                        ],
+                    },
+                }
+            ),
+        )
+        env = {
+            "THEMIS_OPERATOR_STATUS_INTERVAL_S": "1",
+            "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "0.5",
+            "THEMIS_OPERATOR_SHARD_URL_TEMPLATE": shards.url_template,
+        }
         log = tmp / "operator.log"
         process = operator_process(kubeconfig, log, env, "--namespace", "default")
         try:
@@ -89,7 +124,9 @@ def test_apply_example_produces_the_full_validated_set_of_children(cluster):
 
 def test_kubectl_get_shows_the_printer_columns(cluster):
     kubectl, _ = cluster
-    eventually(lambda: "raid5" in kubectl.run("get", "tc").stdout and "0/3" in kubectl.run("get", "tc").stdout)
+    eventually(
+        lambda: "raid5" in kubectl.run("get", "tc").stdout and "0/3" in kubectl.run("get", "tc").stdout
+    )
     header = kubectl.run("get", "tc").stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "RAID", "PHASE", "AGE"]
     assert "RING" in kubectl.run("get", "tc", "-o", "wide").stdout
@@ -127,12 +164,24 @@ def test_apply_lora_adapter_writes_placement_into_the_plan(cluster):
 
 def test_semantically_invalid_cluster_is_degraded_with_no_children(cluster):
     kubectl, _ = cluster
-    kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps({
-        "apiVersion": "themisdb.io/v1alpha1", "kind": "ThemisCluster", "metadata": {"name": "broken"},
-        "spec": {"shards": 2, "raidMode": "raid5"},
-    }))
+    kubectl.run(
+        "apply",
+        "--validate=false",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "themisdb.io/v1alpha1",
+                "kind": "ThemisCluster",
+                "metadata": {"name": "broken"},
+                "spec": {"shards": 2, "raidMode": "raid5"},
+            }
+        ),
+    )
     eventually(lambda: kubectl.json("tc", "broken").get("status", {}).get("phase") == "Degraded")
-    message = kubectl.run("get", "tc", "broken", "-o", "jsonpath={.status.conditions[?(@.type=='Degraded')].message}").stdout
+    message = kubectl.run(
+        "get", "tc", "broken", "-o", "jsonpath={.status.conditions[?(@.type=='Degraded')].message}"
+    ).stdout
     assert "raid5 needs at least 3 shards" in message
     assert not kubectl.exists("statefulset", "broken")
     assert not kubectl.exists("configmap", "broken-plan")
@@ -146,4 +195,6 @@ def test_delete_removes_everything(cluster):
     eventually(lambda: not kubectl.exists("tc", "demo"))
     for kind, name in CHILDREN:
         assert not kubectl.exists(kind, name), (kind, name)
-    assert kubectl.run("get", "statefulsets,services,configmaps,secrets,pdb", "-o", "name").stdout.strip() == ""
+    assert (
+        kubectl.run("get", "statefulsets,services,configmaps,secrets,pdb", "-o", "name").stdout.strip() == ""
+    )

@@ -22,17 +22,28 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def _reachable_cluster() -> tuple[str, str] | None:
     """``(kubectl, kubeconfig)`` of a cluster we may use, or None."""
     binary = find_kubectl()
-    kubeconfig = os.environ.get("THEMIS_E2E_KUBECONFIG") or os.environ.get("KUBECONFIG") or \
-        os.path.expanduser("~/.kube/config")
+    kubeconfig = (
+        os.environ.get("THEMIS_E2E_KUBECONFIG")
+        or os.environ.get("KUBECONFIG")
+        or os.path.expanduser("~/.kube/config")
+    )
     if binary is None or not os.path.exists(kubeconfig):
         return None
     try:
-        context = subprocess.run([binary, f"--kubeconfig={kubeconfig}", "config", "current-context"],
-                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        context = subprocess.run(
+            [binary, f"--kubeconfig={kubeconfig}", "config", "current-context"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         if not (context.startswith(("kind-", "k3d-")) or os.environ.get("THEMIS_E2E_CLUSTER") == "1"):
             return None
-        ready = subprocess.run([binary, f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz",
-                                "--request-timeout=5s"], capture_output=True, text=True, timeout=15)
+        ready = subprocess.run(
+            [binary, f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz", "--request-timeout=5s"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (binary, kubeconfig) if ready.returncode == 0 else None
@@ -48,10 +59,17 @@ def real(tmp_path_factory):
     kubectl = Kubectl(binary, kubeconfig, namespace)
     kubectl.run("create", "namespace", namespace)
     kubectl.run("apply", "-f", str(ROOT / "crds"))
-    kubectl.run("wait", "--for=condition=Established", "crd/themisclusters.themisdb.io",
-                "crd/loraadapters.themisdb.io", "--timeout=60s")
+    kubectl.run(
+        "wait",
+        "--for=condition=Established",
+        "crd/themisclusters.themisdb.io",
+        "crd/loraadapters.themisdb.io",
+        "--timeout=60s",
+    )
     log = tmp_path_factory.mktemp("real") / "operator.log"
-    process = operator_process(kubeconfig, log, {"THEMIS_OPERATOR_STATUS_INTERVAL_S": "5"}, "--namespace", namespace)
+    process = operator_process(
+        kubeconfig, log, {"THEMIS_OPERATOR_STATUS_INTERVAL_S": "5"}, "--namespace", namespace
+    )
     try:
         yield kubectl
     finally:
@@ -61,19 +79,36 @@ def real(tmp_path_factory):
 
 
 def test_api_server_rejects_a_cr_that_violates_the_schema(real):
-    bad = {"apiVersion": "themisdb.io/v1alpha1", "kind": "ThemisCluster", "metadata": {"name": "bad"},
-           "spec": {"shards": 0, "raidMode": "raid10"}}
+    bad = {
+        "apiVersion": "themisdb.io/v1alpha1",
+        "kind": "ThemisCluster",
+        "metadata": {"name": "bad"},
+        "spec": {"shards": 0, "raidMode": "raid10"},
+    }
     done = real.run("apply", "-f", "-", input=json.dumps(bad), check=False)
     assert done.returncode != 0 and "raidMode" in done.stderr
 
 
 def test_operator_builds_scales_and_deletes_a_cluster(real):
-    body = {"apiVersion": "themisdb.io/v1alpha1", "kind": "ThemisCluster", "metadata": {"name": "demo"},
-            "spec": {"shards": 3, "raidMode": "raid5", "resources": {"gpus": 0, "cpu": "100m", "memory": "128Mi"},
-                     "storage": {"dataSize": "1Gi", "weightsSize": "1Gi"}}}
+    body = {
+        "apiVersion": "themisdb.io/v1alpha1",
+        "kind": "ThemisCluster",
+        "metadata": {"name": "demo"},
+        "spec": {
+            "shards": 3,
+            "raidMode": "raid5",
+            "resources": {"gpus": 0, "cpu": "100m", "memory": "128Mi"},
+            "storage": {"dataSize": "1Gi", "weightsSize": "1Gi"},
+        },
+    }
     real.run("apply", "-f", "-", input=json.dumps(body))
-    for kind, name in (("statefulset", "demo"), ("service", "demo-headless"), ("configmap", "demo-plan"),
-                       ("secret", "demo-tls"), ("pdb", "demo")):
+    for kind, name in (
+        ("statefulset", "demo"),
+        ("service", "demo-headless"),
+        ("configmap", "demo-plan"),
+        ("secret", "demo-tls"),
+        ("pdb", "demo"),
+    ):
         eventually(lambda kind=kind, name=name: real.exists(kind, name), timeout=60)
     real.run("patch", "tc", "demo", "--type", "merge", "-p", '{"spec": {"shards": 4}}')
     eventually(lambda: real.json("statefulset", "demo")["spec"]["replicas"] == 4, timeout=60)

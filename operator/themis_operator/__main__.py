@@ -10,13 +10,25 @@ import os
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="themis-operator", description=__doc__)
     scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", action="append", default=[],
-                       help="watch this namespace (repeatable; globs allowed)")
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch this namespace (repeatable; globs allowed)",
+    )
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch the whole cluster")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-    parser.add_argument("--peering", metavar="NAME",
-                        help="kopf peering object for running several replicas (default: standalone)")
-    parser.add_argument("--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )
+    parser.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="kopf peering object for running several replicas (default: standalone)",
+    )
+    parser.add_argument(
+        "--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -26,14 +38,18 @@ def main(argv: list[str] | None = None) -> None:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
     import kopf
 
     from . import handlers  # noqa: F401  (registers the handlers)
 
-    namespaces = args.namespace or ([] if args.all_namespaces else [os.environ.get("WATCH_NAMESPACE", "default")])
+    namespaces = args.namespace or (
+        [] if args.all_namespaces else [os.environ.get("WATCH_NAMESPACE", "default")]
+    )
     kopf.run(
         clusterwide=args.all_namespaces,
         namespaces=namespaces,

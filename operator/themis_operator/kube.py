@@ -51,15 +51,25 @@ class Conflict(KubeError):
 
 class Kube(Protocol):
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None: ...
-    def list(self, api_version: str, kind: str, namespace: str, label_selector: str | None = None) -> list[dict]: ...
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str | None = None
+    ) -> list[dict]: ...
     def create(self, obj: dict) -> dict: ...
-    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict,
-              subresource: str | None = None) -> dict: ...
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict,
+        subresource: str | None = None,
+    ) -> dict: ...
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool: ...
 
 
-def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None,
-                  subresource: str | None = None) -> str:
+def resource_path(
+    api_version: str, kind: str, namespace: str, name: str | None = None, subresource: str | None = None
+) -> str:
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     path = f"{base}/namespaces/{namespace}/{PLURALS[(api_version, kind)]}"
     if name:
@@ -77,16 +87,27 @@ class ApiKube:
 
         self._client = api_client or client.ApiClient()
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         if hasattr(self._client, "param_serialize"):  # kubernetes >= 33 (openapi-generator 7)
             m, url, headers, payload, post = self._client.param_serialize(
-                method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
+                method=method,
+                resource_path=path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self._client.call_api(m, url, header_params=headers, body=payload, post_params=post,
-                                             _request_timeout=30)
+            response = self._client.call_api(
+                m, url, header_params=headers, body=payload, post_params=post, _request_timeout=30
+            )
             response.read()
             status, data = response.status, response.data
         else:  # older clients raise ApiException for non-2xx answers
@@ -94,8 +115,14 @@ class ApiKube:
 
             try:
                 response = self._client.call_api(
-                    path, method, query_params=query or [], body=body, header_params=headers,
-                    auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                    path,
+                    method,
+                    query_params=query or [],
+                    body=body,
+                    header_params=headers,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _return_http_data_only=True,
                     _request_timeout=30,
                 )
                 status, data = 200, response.data
@@ -112,7 +139,9 @@ class ApiKube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
         return self._call("GET", resource_path(api_version, kind, namespace, name))
 
-    def list(self, api_version: str, kind: str, namespace: str, label_selector: str | None = None) -> list[dict]:
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str | None = None
+    ) -> list[dict]:
         query = [("labelSelector", label_selector)] if label_selector else []
         result = self._call("GET", resource_path(api_version, kind, namespace), query=query)
         return list((result or {}).get("items") or [])
@@ -121,10 +150,21 @@ class ApiKube:
         meta = obj["metadata"]
         return self._call("POST", resource_path(obj["apiVersion"], obj["kind"], meta["namespace"]), body=obj)
 
-    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict,
-              subresource: str | None = None) -> dict:
-        return self._call("PATCH", resource_path(api_version, kind, namespace, name, subresource), body=patch,
-                          content_type="application/merge-patch+json")
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict,
+        subresource: str | None = None,
+    ) -> dict:
+        return self._call(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name, subresource),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         return self._call("DELETE", resource_path(api_version, kind, namespace, name)) is not None
@@ -138,8 +178,10 @@ def is_subset(wanted: Any, actual: Any) -> bool:
             for k, v in wanted.items()
         )
     if isinstance(wanted, list):
-        return isinstance(actual, list) and len(wanted) == len(actual) and all(
-            is_subset(w, a) for w, a in zip(wanted, actual, strict=True)
+        return (
+            isinstance(actual, list)
+            and len(wanted) == len(actual)
+            and all(is_subset(w, a) for w, a in zip(wanted, actual, strict=True))
         )
     return wanted == actual
 

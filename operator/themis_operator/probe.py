@@ -44,8 +44,9 @@ class ShardProber:
 
     def url_for(self, cluster: str, namespace: str, index: int, tls: bool) -> str:
         if self.url_template:
-            return self.url_template.format(shard_id=names.shard_id(cluster, index), cluster=cluster,
-                                            namespace=namespace, index=index)
+            return self.url_template.format(
+                shard_id=names.shard_id(cluster, index), cluster=cluster, namespace=namespace, index=index
+            )
         return names.shard_url(cluster, namespace, index, tls)
 
     def _fetch(self, url: str, ca_pem: bytes | None) -> dict:
@@ -56,8 +57,9 @@ class ShardProber:
         response.raise_for_status()
         return response.json()
 
-    def probe(self, cluster: str, namespace: str, count: int, members: int, tls: bool,
-              ca_pem: bytes | None = None) -> list[ShardReport]:
+    def probe(
+        self, cluster: str, namespace: str, count: int, members: int, tls: bool, ca_pem: bytes | None = None
+    ) -> list[ShardReport]:
         """Reports for pods ``0..count-1``; indexes ``>= members`` are leaving the ring."""
 
         def one(index: int) -> ShardReport:

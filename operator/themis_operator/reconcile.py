@@ -54,8 +54,9 @@ def _short(err: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
 
 
-def cluster_adapters(kube: Kube, namespace: str, cluster: str, exclude: Collection[str] = ()
-                     ) -> tuple[list[tuple[str, LoRAAdapterSpec]], dict[str, dict], dict[str, str]]:
+def cluster_adapters(
+    kube: Kube, namespace: str, cluster: str, exclude: Collection[str] = ()
+) -> tuple[list[tuple[str, LoRAAdapterSpec]], dict[str, dict], dict[str, str]]:
     """Live adapters referring to ``cluster``: ``(valid specs, bodies, invalid → message)``."""
     valid: list[tuple[str, LoRAAdapterSpec]] = []
     bodies: dict[str, dict] = {}
@@ -82,19 +83,33 @@ def _degraded(body: dict, reason: str, message: str) -> Outcome:
     events = []
     if condition_status(prev.get("conditions"), "Degraded") != "True" or prev.get("message") != message:
         events.append(Event("Warning", reason, message))
-    conditions = merge_conditions(prev.get("conditions"), [
-        Condition(type="Ready", status="False", reason=reason, message=message),
-        Condition(type="Progressing", status="False", reason=reason, message="nothing is built for an invalid spec"),
-        Condition(type="Degraded", status="True", reason=reason, message=message),
-    ])
-    status = {"phase": "Degraded", "message": message, "conditions": conditions,
-              "observedGeneration": meta.get("generation")}
+    conditions = merge_conditions(
+        prev.get("conditions"),
+        [
+            Condition(type="Ready", status="False", reason=reason, message=message),
+            Condition(
+                type="Progressing",
+                status="False",
+                reason=reason,
+                message="nothing is built for an invalid spec",
+            ),
+            Condition(type="Degraded", status="True", reason=reason, message=message),
+        ],
+    )
+    status = {
+        "phase": "Degraded",
+        "message": message,
+        "conditions": conditions,
+        "observedGeneration": meta.get("generation"),
+    }
     return Outcome(status={k: v for k, v in status.items() if v is not None}, events=events)
 
 
 def _adapter_status(placement: Placement, body: dict, reported: list[tuple[str, dict]]) -> dict:
     by_shard = {sid: entry for sid, entry in reported}
-    shards = [{"id": sid, "state": str(by_shard.get(sid, {}).get("state") or "pending")} for sid in placement.shards]
+    shards = [
+        {"id": sid, "state": str(by_shard.get(sid, {}).get("state") or "pending")} for sid in placement.shards
+    ]
     loaded = bool(shards) and all(s["state"] == "loaded" for s in shards)
     problems = [f"shards not in the cluster: {', '.join(placement.missing)}"] if placement.missing else []
     problems += list(placement.notes)
@@ -110,10 +125,17 @@ def _adapter_status(placement: Placement, body: dict, reported: list[tuple[str, 
         values = [float(e[src]) for _, e in reported if isinstance(e.get(src), int | float)]
         if values:
             status[key] = sum(values) / len(values)
-    status["conditions"] = merge_conditions((body.get("status") or {}).get("conditions"), [
-        Condition(type="Placed", status="True" if shards else "False",
-                  reason="Placed" if shards else "NoShards", message=status["message"]),
-    ])
+    status["conditions"] = merge_conditions(
+        (body.get("status") or {}).get("conditions"),
+        [
+            Condition(
+                type="Placed",
+                status="True" if shards else "False",
+                reason="Placed" if shards else "NoShards",
+                message=status["message"],
+            ),
+        ],
+    )
     return {k: v for k, v in status.items() if v is not None}
 
 
@@ -138,7 +160,9 @@ def reconcile_cluster(
         return _degraded(body, "InvalidSpec", "; ".join(problems))
 
     spec = ctx.spec
-    adapters, adapter_bodies, invalid_adapters = cluster_adapters(kube, ctx.namespace, ctx.name, exclude_adapters)
+    adapters, adapter_bodies, invalid_adapters = cluster_adapters(
+        kube, ctx.namespace, ctx.name, exclude_adapters
+    )
     configmap = kube.get("v1", "ConfigMap", ctx.namespace, names.plan_configmap(ctx.name))
     previous = previous_plan(configmap)
     sts = kube.get("apps/v1", "StatefulSet", ctx.namespace, names.statefulset(ctx.name))
@@ -149,7 +173,9 @@ def reconcile_cluster(
     desired = spec.shards
     leaving = names.shard_ids(ctx.name, current)[desired:]
     forced = (meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true"
-    waiting = [] if forced else [s for s in leaving if not (s in reports and reports[s].migration == "drained")]
+    waiting = (
+        [] if forced else [s for s in leaving if not (s in reports and reports[s].migration == "drained")]
+    )
     replicas = current if waiting else desired
 
     plan, placements = next_plan(ctx, adapters, previous)
@@ -175,28 +201,52 @@ def reconcile_cluster(
             events.append(Event("Normal", "Removed", f"removed {ref.kind} {ref.name} (turned off in spec)"))
 
     if previous is None:
-        events.append(Event("Normal", "PlanCreated", f"ring version {plan.ring_version} with {desired} shards"))
+        events.append(
+            Event("Normal", "PlanCreated", f"ring version {plan.ring_version} with {desired} shards")
+        )
     elif previous.ring_version != plan.ring_version:
-        events.append(Event("Normal", "RingChanged",
-                            f"ring version {previous.ring_version} → {plan.ring_version}: "
-                            f"{len(previous.members)} → {len(plan.members)} shards"))
+        events.append(
+            Event(
+                "Normal",
+                "RingChanged",
+                f"ring version {previous.ring_version} → {plan.ring_version}: "
+                f"{len(previous.members)} → {len(plan.members)} shards",
+            )
+        )
     if waiting and prev.get("phase") != "Scaling":
-        events.append(Event("Normal", "ScaleInWaiting",
-                            f"waiting for {', '.join(waiting)} to hand off their data before removal"))
+        events.append(
+            Event(
+                "Normal",
+                "ScaleInWaiting",
+                f"waiting for {', '.join(waiting)} to hand off their data before removal",
+            )
+        )
 
     member_ids = names.shard_ids(ctx.name, desired)
     unreachable = [s for s in member_ids if s in reports and not reports[s].reachable]
     all_ids = names.shard_ids(ctx.name, max(replicas, desired))
     shards = [
-        (reports.get(sid) or ShardReport(id=sid, url=names.shard_url(ctx.name, ctx.namespace, i, spec.tls.enabled)))
-        .model_copy(update={"role": "member" if i < desired else "leaving"}).summary()
+        (
+            reports.get(sid)
+            or ShardReport(id=sid, url=names.shard_url(ctx.name, ctx.namespace, i, spec.tls.enabled))
+        )
+        .model_copy(update={"role": "member" if i < desired else "leaving"})
+        .summary()
         for i, sid in enumerate(all_ids)
     ]
 
     if waiting:
-        phase, reason, message = "Scaling", "ScalingIn", f"waiting for {', '.join(waiting)} to hand off their data"
+        phase, reason, message = (
+            "Scaling",
+            "ScalingIn",
+            f"waiting for {', '.join(waiting)} to hand off their data",
+        )
     elif unreachable:
-        phase, reason, message = "Degraded", "ShardsUnreachable", f"unreachable shards: {', '.join(unreachable)}"
+        phase, reason, message = (
+            "Degraded",
+            "ShardsUnreachable",
+            f"unreachable shards: {', '.join(unreachable)}",
+        )
     elif ready >= desired and replicas == desired:
         phase, reason, message = "Running", "ShardsReady", f"{ready}/{desired} shards ready"
     else:
@@ -208,13 +258,26 @@ def reconcile_cluster(
     elif was_degraded and not unreachable:
         events.append(Event("Normal", "Recovered", "the spec is valid and every shard answers again"))
     progressing = bool(waiting) or ready < desired or replicas != desired
-    conditions = merge_conditions(prev.get("conditions"), [
-        Condition(type="Ready", status="True" if phase == "Running" else "False", reason=reason, message=message),
-        Condition(type="Progressing", status="True" if progressing else "False",
-                  reason=reason if progressing else "Stable", message=message if progressing else ""),
-        Condition(type="Degraded", status="True" if unreachable else "False",
-                  reason="ShardsUnreachable" if unreachable else "AsExpected", message=message if unreachable else ""),
-    ])
+    conditions = merge_conditions(
+        prev.get("conditions"),
+        [
+            Condition(
+                type="Ready", status="True" if phase == "Running" else "False", reason=reason, message=message
+            ),
+            Condition(
+                type="Progressing",
+                status="True" if progressing else "False",
+                reason=reason if progressing else "Stable",
+                message=message if progressing else "",
+            ),
+            Condition(
+                type="Degraded",
+                status="True" if unreachable else "False",
+                reason="ShardsUnreachable" if unreachable else "AsExpected",
+                message=message if unreachable else "",
+            ),
+        ],
+    )
     status = {
         "phase": phase,
         "message": message,
@@ -229,12 +292,18 @@ def reconcile_cluster(
     }
 
     reported = adapter_states(list(reports.values()))
-    adapter_statuses = {p.adapter: _adapter_status(p, adapter_bodies[p.adapter], reported.get(p.adapter, []))
-                        for p in placements}
+    adapter_statuses = {
+        p.adapter: _adapter_status(p, adapter_bodies[p.adapter], reported.get(p.adapter, []))
+        for p in placements
+    }
     for name, problem in invalid_adapters.items():
         adapter_statuses[name] = {"phase": "Degraded", "message": problem, "placed": "", "placedShards": []}
-    return Outcome(status={k: v for k, v in status.items() if v is not None}, events=events,
-                   adapter_statuses=adapter_statuses, built=True)
+    return Outcome(
+        status={k: v for k, v in status.items() if v is not None},
+        events=events,
+        adapter_statuses=adapter_statuses,
+        built=True,
+    )
 
 
 def delete_children(kube: Kube, namespace: str, cluster: str) -> list[str]:

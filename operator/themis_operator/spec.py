@@ -114,8 +114,11 @@ class ThemisClusterSpec(_Model):
         need = MIN_SHARDS_BY_RAID_MODE[self.raid_mode]
         if self.shards < need:
             found.append(f"{self.raid_mode} needs at least {need} shards, spec.shards is {self.shards}")
-        for field, ref in (("model", self.model), ("draftModel", self.draft_model),
-                           ("embeddingModel", self.embedding_model)):
+        for field, ref in (
+            ("model", self.model),
+            ("draftModel", self.draft_model),
+            ("embeddingModel", self.embedding_model),
+        ):
             if ref is not None and ref.kind is None:
                 found.append(
                     f"spec.{field}.source {ref.source!r} is not a known model source "

@@ -26,7 +26,9 @@ class Condition(BaseModel):
     observedGeneration: int | None = None
 
 
-def merge_conditions(previous: list[dict] | None, updates: list[Condition], *, now: str | None = None) -> list[dict]:
+def merge_conditions(
+    previous: list[dict] | None, updates: list[Condition], *, now: str | None = None
+) -> list[dict]:
     """New conditions, keeping ``lastTransitionTime`` when a condition's status did not change."""
     now = now or now_iso()
     old = {c.get("type"): c for c in previous or []}
@@ -34,7 +36,9 @@ def merge_conditions(previous: list[dict] | None, updates: list[Condition], *, n
     for cond in updates:
         prior = old.get(cond.type)
         since = prior.get("lastTransitionTime") if prior and prior.get("status") == cond.status else None
-        merged[cond.type] = cond.model_copy(update={"lastTransitionTime": since or now}).model_dump(exclude_none=True)
+        merged[cond.type] = cond.model_copy(update={"lastTransitionTime": since or now}).model_dump(
+            exclude_none=True
+        )
     order = {"Ready": 0, "Progressing": 1, "Degraded": 2}
     return sorted(merged.values(), key=lambda c: (order.get(c["type"], 9), c["type"]))
 

@@ -57,13 +57,17 @@ def crds(emulator):
     import yaml
 
     for path in sorted((ROOT / "crds").glob("*.yaml")):
-        response = httpx.post(f"{emulator.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                              json=yaml.safe_load(path.read_text()))
+        response = httpx.post(
+            f"{emulator.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            json=yaml.safe_load(path.read_text()),
+        )
         assert response.status_code == 201, response.text
     # The Prometheus Operator's CRD, so ServiceMonitors can be created.
     from themis_operator.testing.emulator import Kind
 
-    emulator.call(lambda e: e.register(Kind("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")))
+    emulator.call(
+        lambda e: e.register(Kind("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +95,13 @@ def operator_env(kubeconfig, fake_shards):
 
 
 def kopf_runner(extra_args=()):
+    import themis_operator.handlers.cluster as cluster_handlers
     from kopf.testing import KopfRunner
 
-    import themis_operator.handlers.cluster as cluster_handlers
-
     assert cluster_handlers._INTERVAL == 1, "handlers were imported before the test settings were applied"
-    return KopfRunner(["run", "--standalone", "-A", *extra_args, "-m", "themis_operator.handlers"], timeout=60)
+    return KopfRunner(
+        ["run", "--standalone", "-A", *extra_args, "-m", "themis_operator.handlers"], timeout=60
+    )
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import json
 
 import pytest
 from cryptography import x509
-
 from themis_operator.builders import ClusterContext, build_children
 from themis_operator.builders.pdb import build_pdb
 from themis_operator.builders.plan import build_plan_configmap, next_plan, place_adapter, previous_plan
@@ -36,14 +35,19 @@ def env_of(sts: dict) -> dict:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-@pytest.mark.parametrize("spec", [
-    {},
-    {"tls": {"enabled": False}, "resources": {"gpus": 0}},
-    {"monitoring": {"serviceMonitor": True}, "storage": {"storageClassName": "fast"}},
-    {"model": {"source": "pvc://models/gemma.gguf", "sha256": "a" * 64},
-     "draftModel": {"source": "pvc://models/draft.gguf"},
-     "resources": {"gpus": 2, "nodeSelector": {"pool": "gpu"}, "cpuLimit": "4", "memoryLimit": "16Gi"}},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"tls": {"enabled": False}, "resources": {"gpus": 0}},
+        {"monitoring": {"serviceMonitor": True}, "storage": {"storageClassName": "fast"}},
+        {
+            "model": {"source": "pvc://models/gemma.gguf", "sha256": "a" * 64},
+            "draftModel": {"source": "pvc://models/draft.gguf"},
+            "resources": {"gpus": 2, "nodeSelector": {"pool": "gpu"}, "cpuLimit": "4", "memoryLimit": "16Gi"},
+        },
+    ],
+)
 def test_every_built_manifest_is_valid_for_supported_kubernetes_versions(spec):
     for manifest in children(ctx(**spec)).apply:
         if manifest["apiVersion"] == "monitoring.coreos.com/v1":
@@ -55,13 +59,26 @@ def test_every_built_manifest_is_valid_for_supported_kubernetes_versions(spec):
 def test_children_come_in_dependency_order_with_owner_references_and_labels():
     built = children(ctx(monitoring={"serviceMonitor": True}))
     kinds = [(m["kind"], m["metadata"]["name"]) for m in built.apply]
-    assert kinds == [("Secret", "demo-ca"), ("Secret", "demo-tls"), ("ConfigMap", "demo-plan"),
-                     ("Service", "demo-headless"), ("Service", "demo"), ("StatefulSet", "demo"),
-                     ("PodDisruptionBudget", "demo"), ("ServiceMonitor", "demo")]
+    assert kinds == [
+        ("Secret", "demo-ca"),
+        ("Secret", "demo-tls"),
+        ("ConfigMap", "demo-plan"),
+        ("Service", "demo-headless"),
+        ("Service", "demo"),
+        ("StatefulSet", "demo"),
+        ("PodDisruptionBudget", "demo"),
+        ("ServiceMonitor", "demo"),
+    ]
     for m in built.apply:
         (owner,) = m["metadata"]["ownerReferences"]
-        assert owner == {"apiVersion": "themisdb.io/v1alpha1", "kind": "ThemisCluster", "name": "demo",
-                         "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
+        assert owner == {
+            "apiVersion": "themisdb.io/v1alpha1",
+            "kind": "ThemisCluster",
+            "name": "demo",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         assert m["metadata"]["labels"]["themisdb.io/cluster"] == "demo"
         assert m["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "themis-operator"
         assert m["metadata"]["namespace"] == "prod"
@@ -74,7 +91,9 @@ def test_statefulset_requests_gpus_with_toleration_and_spreads_shards():
     assert res["requests"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
     assert res["limits"]["nvidia.com/gpu"] == "2"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+        "podAffinityTerm"
+    ]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
     assert env_of(sts)["THEMIS_USE_GPU"] == "true"
@@ -100,19 +119,29 @@ def test_statefulset_runs_the_shard_with_the_contracted_env_mounts_and_probes():
     assert env["THEMIS_LLM_MODEL_PATH"] == "bundled"
     assert env["THEMIS_LLM_CHUNKED_PREFILL_SIZE"] == "512" and env["THEMIS_LLM_N_DRAFT"] == "8"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert mounts == {"/data": "data", "/weights": "weights", "/etc/themis/plan": "plan", "/etc/themis/tls": "tls"}
+    assert mounts == {
+        "/data": "data",
+        "/weights": "weights",
+        "/etc/themis/plan": "plan",
+        "/etc/themis/tls": "tls",
+    }
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
     assert volumes["plan"]["configMap"]["name"] == "demo-plan"
     assert volumes["tls"]["secret"]["secretName"] == "demo-tls"
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http", "scheme": "HTTPS"}
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
-    claims = {c["metadata"]["name"]: c["spec"]["resources"]["requests"]["storage"] for c in spec["volumeClaimTemplates"]}
+    claims = {
+        c["metadata"]["name"]: c["spec"]["resources"]["requests"]["storage"]
+        for c in spec["volumeClaimTemplates"]
+    }
     assert claims == {"data": "20Gi", "weights": "10Gi"}
 
 
 def test_pvc_model_sources_are_mounted_read_only_and_passed_as_paths():
-    sts = build_statefulset(ctx(model={"source": "pvc://models/gemma/q4.gguf"},
-                                draftModel={"source": "pvc://models/draft.gguf"}), 3)
+    sts = build_statefulset(
+        ctx(model={"source": "pvc://models/gemma/q4.gguf"}, draftModel={"source": "pvc://models/draft.gguf"}),
+        3,
+    )
     env = env_of(sts)
     assert env["THEMIS_LLM_MODEL_PATH"] == "/models/models/gemma/q4.gguf"
     assert env["THEMIS_LLM_DRAFT_MODEL_PATH"] == "/models/models/draft.gguf"
@@ -128,13 +157,17 @@ def test_tls_disabled_means_http_probes_and_no_tls_volume():
     assert "THEMIS_TLS_DIR" not in env_of(sts)
 
 
-@pytest.mark.parametrize(("raid", "shards", "max_unavailable"),
-                         [("raid0", 2, 0), ("raid1", 2, 1), ("raid5", 3, 1), ("raid6", 4, 2)])
+@pytest.mark.parametrize(
+    ("raid", "shards", "max_unavailable"),
+    [("raid0", 2, 0), ("raid1", 2, 1), ("raid5", 3, 1), ("raid6", 4, 2)],
+)
 def test_pdb_allows_as_many_voluntary_disruptions_as_the_raid_mode_tolerates(raid, shards, max_unavailable):
     pdb = build_pdb(ctx(raidMode=raid, shards=shards))
     assert pdb["spec"]["maxUnavailable"] == max_unavailable
-    assert pdb["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "themis",
-                                                      "app.kubernetes.io/instance": "demo"}
+    assert pdb["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "themis",
+        "app.kubernetes.io/instance": "demo",
+    }
 
 
 def test_headless_service_publishes_not_ready_shards_for_peer_discovery():
@@ -168,13 +201,20 @@ def test_ring_version_bumps_only_when_membership_changes():
 
 def test_adapter_placement_by_replicas_is_stable_and_by_shards_is_explicit():
     ids = ["demo-0", "demo-1", "demo-2"]
-    spec = LoRAAdapterSpec.model_validate({"clusterRef": {"name": "demo"}, "domain": "legal", "source": "s",
-                                           "placement": {"replicas": 2}})
+    spec = LoRAAdapterSpec.model_validate(
+        {"clusterRef": {"name": "demo"}, "domain": "legal", "source": "s", "placement": {"replicas": 2}}
+    )
     first = place_adapter("legal", spec, ids, 2048, 0)
     assert len(first.shards) == 2 and set(first.shards) <= set(ids)
     assert place_adapter("legal", spec, ids, 2048, 0) == first
-    explicit = LoRAAdapterSpec.model_validate({"clusterRef": {"name": "demo"}, "domain": "legal", "source": "s",
-                                               "placement": {"shards": ["demo-2", "demo-9"]}})
+    explicit = LoRAAdapterSpec.model_validate(
+        {
+            "clusterRef": {"name": "demo"},
+            "domain": "legal",
+            "source": "s",
+            "placement": {"shards": ["demo-2", "demo-9"]},
+        }
+    )
     placed = place_adapter("legal", explicit, ids, 2048, 0)
     assert placed.shards == ("demo-2",) and placed.missing == ("demo-9",)
 
@@ -186,7 +226,9 @@ def test_tls_secret_has_a_ca_and_a_certificate_per_shard_and_reuses_them():
     assert set(data) == {"ca.crt", *(f"demo-{i}.{ext}" for i in range(3) for ext in ("crt", "key"))}
     cert = x509.load_pem_x509_certificate(data["demo-1.crt"])
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(CA[0]))
-    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    )
     assert "demo-1.demo-headless.prod.svc" in sans and "demo.prod.svc" in sans
     grown = build_tls_secret(c, CA, 4, secret)
     assert grown["data"]["demo-1.crt"] == secret["data"]["demo-1.crt"]  # running shards keep their identity
@@ -202,8 +244,11 @@ def test_ca_material_is_reused_from_the_ca_secret():
 
 def test_turned_off_features_are_listed_for_removal():
     built = children(ctx(tls={"enabled": False}, monitoring={"serviceMonitor": False}))
-    assert {(r.kind, r.name) for r in built.remove} == {("Secret", "demo-tls"), ("Secret", "demo-ca"),
-                                                        ("ServiceMonitor", "demo")}
+    assert {(r.kind, r.name) for r in built.remove} == {
+        ("Secret", "demo-tls"),
+        ("Secret", "demo-ca"),
+        ("ServiceMonitor", "demo"),
+    }
     assert "Secret" not in {m["kind"] for m in built.apply}
 
 

@@ -4,17 +4,24 @@ import copy
 
 import pytest
 import yaml
-
 from themis_operator.spec import LoRAAdapterSpec, ThemisClusterSpec
 from themis_operator.testing.validation import (
-    CRD_DIR, custom_resource_errors, load_crds, load_example, schema_defaults, validate_custom_resource,
+    CRD_DIR,
+    custom_resource_errors,
+    load_crds,
+    load_example,
+    schema_defaults,
+    validate_custom_resource,
 )
 
 
 def test_crds_declare_group_version_names_and_status_subresource():
     crds = load_crds()
     assert set(crds) == {"ThemisCluster", "LoRAAdapter"}
-    for kind, short, plural in (("ThemisCluster", "tc", "themisclusters"), ("LoRAAdapter", "lora", "loraadapters")):
+    for kind, short, plural in (
+        ("ThemisCluster", "tc", "themisclusters"),
+        ("LoRAAdapter", "lora", "loraadapters"),
+    ):
         crd = crds[kind]
         assert crd["metadata"]["name"] == f"{plural}.themisdb.io"
         assert crd["spec"]["group"] == "themisdb.io"
@@ -34,7 +41,9 @@ def test_themiscluster_printer_columns_show_ready_raid_phase_age():
 
 
 def test_status_schema_has_conditions_observed_generation_ring_version_and_shards():
-    status = load_crds()["ThemisCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    status = load_crds()["ThemisCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "status"
+    ]
     props = status["properties"]
     assert props["conditions"]["items"]["properties"]["type"]["enum"] == ["Ready", "Progressing", "Degraded"]
     for field in ("observedGeneration", "ringVersion", "shards", "phase"):
@@ -58,21 +67,24 @@ def _cluster(**spec):
     return body
 
 
-@pytest.mark.parametrize(("change", "fragment"), [
-    ({"shards": 0}, "less than the minimum"),
-    ({"shards": "three"}, "is not of type 'integer'"),
-    ({"raidMode": "raid10"}, "is not one of"),
-    ({"vnodes": 0}, "less than the minimum"),
-    ({"router": {"thresholds": [0.8, 0.6]}}, "is too short"),
-    ({"router": {"gamma": -1}}, "less than the minimum"),
-    ({"router": {"ttlSeconds": 0}}, "less than or equal to the minimum"),
-    ({"engine": {"nDraft": -1}}, "less than the minimum"),
-    ({"resources": {"gpus": -1}}, "less than the minimum"),
-    ({"resources": {"memory": "lots"}}, "does not match"),
-    ({"model": {"sha256": "xyz"}}, "does not match"),
-    ({"tls": {"enabled": "yes"}}, "is not of type 'boolean'"),
-    ({"replicas": 3}, "Additional properties are not allowed"),
-])
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"shards": 0}, "less than the minimum"),
+        ({"shards": "three"}, "is not of type 'integer'"),
+        ({"raidMode": "raid10"}, "is not one of"),
+        ({"vnodes": 0}, "less than the minimum"),
+        ({"router": {"thresholds": [0.8, 0.6]}}, "is too short"),
+        ({"router": {"gamma": -1}}, "less than the minimum"),
+        ({"router": {"ttlSeconds": 0}}, "less than or equal to the minimum"),
+        ({"engine": {"nDraft": -1}}, "less than the minimum"),
+        ({"resources": {"gpus": -1}}, "less than the minimum"),
+        ({"resources": {"memory": "lots"}}, "does not match"),
+        ({"model": {"sha256": "xyz"}}, "does not match"),
+        ({"tls": {"enabled": "yes"}}, "is not of type 'boolean'"),
+        ({"replicas": 3}, "Additional properties are not allowed"),
+    ],
+)
 def test_schema_rejects_malformed_themisclusters(change, fragment):
     errors = custom_resource_errors(_cluster(**change))
     assert any(fragment in e for e in errors), errors
@@ -86,13 +98,16 @@ def test_schema_requires_spec_and_shards():
     assert any("'spec' is a required property" in e for e in custom_resource_errors(body))
 
 
-@pytest.mark.parametrize(("change", "fragment"), [
-    ({"clusterRef": None}, "is not of type 'object'"),
-    ({"rank": 0}, "less than the minimum"),
-    ({"placement": {"replicas": 0}}, "less than the minimum"),
-    ({"placement": {"shards": ["Not_A_Shard"]}}, "does not match"),
-    ({"domain": "Legal Stuff"}, "does not match"),
-])
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"clusterRef": None}, "is not of type 'object'"),
+        ({"rank": 0}, "less than the minimum"),
+        ({"placement": {"replicas": 0}}, "less than the minimum"),
+        ({"placement": {"shards": ["Not_A_Shard"]}}, "does not match"),
+        ({"domain": "Legal Stuff"}, "does not match"),
+    ],
+)
 def test_schema_rejects_malformed_loraadapters(change, fragment):
     body = load_example("loraadapter.yaml")
     body["spec"].update(change)

@@ -10,7 +10,6 @@ import time
 
 import pytest
 from kubernetes.config import new_client_from_config
-
 from themis_operator.kube import ApiKube
 from themis_operator.testing.validation import load_example, validate_manifest
 from themis_shard.plan import ClusterPlan
@@ -62,10 +61,15 @@ def test_create_builds_valid_children_and_reports_status(operator, kube, emulato
     assert statefulset["spec"]["replicas"] == 3
     pod = statefulset["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    children = [kube.get("v1", "Secret", ns, "demo-tls"), kube.get("v1", "Secret", ns, "demo-ca"),
-                kube.get("v1", "ConfigMap", ns, "demo-plan"), kube.get("v1", "Service", ns, "demo"),
-                kube.get("v1", "Service", ns, "demo-headless"),
-                kube.get("policy/v1", "PodDisruptionBudget", ns, "demo"), statefulset]
+    children = [
+        kube.get("v1", "Secret", ns, "demo-tls"),
+        kube.get("v1", "Secret", ns, "demo-ca"),
+        kube.get("v1", "ConfigMap", ns, "demo-plan"),
+        kube.get("v1", "Service", ns, "demo"),
+        kube.get("v1", "Service", ns, "demo-headless"),
+        kube.get("policy/v1", "PodDisruptionBudget", ns, "demo"),
+        statefulset,
+    ]
     for child in children:
         assert child is not None
         assert child["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
@@ -131,15 +135,26 @@ def test_lora_adapter_placement_goes_into_the_plan(operator, kube, emulator, fak
     kube.create(adapter)
     placed = eventually(lambda: plan(kube, ns).adapters)
     assert placed[0].name == "legal" and len(placed[0].shards) == 2
-    lora_status = eventually(lambda: (kube.get(*LORA, ns, "legal").get("status") or {}).get("placedShards")
-                             and kube.get(*LORA, ns, "legal")["status"])
+    lora_status = eventually(
+        lambda: (
+            (kube.get(*LORA, ns, "legal").get("status") or {}).get("placedShards")
+            and kube.get(*LORA, ns, "legal")["status"]
+        )
+    )
     assert lora_status["placedShards"] == list(placed[0].shards)
     assert plan(kube, ns).ring_version == 1  # adapters never reshuffle the ring
     for sid in placed[0].shards:
-        fake_shards.set(ns, sid, adapters=[{"name": "legal", "state": "loaded", "accuracy_delta": 0.05,
-                                            "p99_delta_ms": 8.0}])
-    loaded = eventually(lambda: kube.get(*LORA, ns, "legal")["status"].get("phase") == "Loaded"
-                        and kube.get(*LORA, ns, "legal")["status"])
+        fake_shards.set(
+            ns,
+            sid,
+            adapters=[{"name": "legal", "state": "loaded", "accuracy_delta": 0.05, "p99_delta_ms": 8.0}],
+        )
+    loaded = eventually(
+        lambda: (
+            kube.get(*LORA, ns, "legal")["status"].get("phase") == "Loaded"
+            and kube.get(*LORA, ns, "legal")["status"]
+        )
+    )
     assert loaded["accuracyDelta"] == pytest.approx(0.05)
     kube.delete(*LORA, ns, "legal")
     eventually(lambda: plan(kube, ns).adapters == ())
@@ -169,7 +184,12 @@ def test_delete_removes_every_child(operator, kube, emulator, fake_shards):
     eventually(lambda: kube.get("monitoring.coreos.com/v1", "ServiceMonitor", ns, "demo"))
     kube.delete(*TC, ns, "demo")
     eventually(lambda: kube.get(*TC, ns, "demo") is None)
-    for api_version, plural in (("v1", "secrets"), ("v1", "configmaps"), ("v1", "services"),
-                                ("apps/v1", "statefulsets"), ("policy/v1", "poddisruptionbudgets"),
-                                ("monitoring.coreos.com/v1", "servicemonitors")):
+    for api_version, plural in (
+        ("v1", "secrets"),
+        ("v1", "configmaps"),
+        ("v1", "services"),
+        ("apps/v1", "statefulsets"),
+        ("policy/v1", "poddisruptionbudgets"),
+        ("monitoring.coreos.com/v1", "servicemonitors"),
+    ):
         assert emulator.objects(api_version, plural, ns) == [], plural

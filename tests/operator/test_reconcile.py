@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-
 from themis_operator.reconcile import FORCE_SCALE_IN, delete_children, reconcile_cluster
 from themis_operator.status import ShardReport
 from themis_operator.testing.fakekube import FakeKube
@@ -45,9 +44,16 @@ def reasons(outcome) -> list[str]:
 
 def test_create_builds_every_child_and_reports_progress(kube):
     outcome = reconcile_cluster(kube, cluster(kube))
-    assert kube.kinds() == [("ConfigMap", "demo-plan"), ("PodDisruptionBudget", "demo"), ("Secret", "demo-ca"),
-                            ("Secret", "demo-tls"), ("Service", "demo"), ("Service", "demo-headless"),
-                            ("StatefulSet", "demo"), ("ThemisCluster", "demo")]
+    assert kube.kinds() == [
+        ("ConfigMap", "demo-plan"),
+        ("PodDisruptionBudget", "demo"),
+        ("Secret", "demo-ca"),
+        ("Secret", "demo-tls"),
+        ("Service", "demo"),
+        ("Service", "demo-headless"),
+        ("StatefulSet", "demo"),
+        ("ThemisCluster", "demo"),
+    ]
     assert outcome.status["phase"] == "Creating"
     assert outcome.status["ready"] == "0/3" and outcome.status["ringVersion"] == 1
     assert outcome.status["observedGeneration"] == 1
@@ -114,9 +120,16 @@ def test_scale_in_waits_for_leaving_shards_to_hand_off_their_data(kube):
     assert roles["demo-3"] == roles["demo-4"] == "leaving"
 
     def reports(migration_3, migration_4):
-        return {sid: ShardReport(id=sid, url="u", reachable=True, state="up", ringVersion=2, migration=m)
-                for sid, m in [("demo-0", "idle"), ("demo-1", "idle"), ("demo-2", "idle"),
-                               ("demo-3", migration_3), ("demo-4", migration_4)]}
+        return {
+            sid: ShardReport(id=sid, url="u", reachable=True, state="up", ringVersion=2, migration=m)
+            for sid, m in [
+                ("demo-0", "idle"),
+                ("demo-1", "idle"),
+                ("demo-2", "idle"),
+                ("demo-3", migration_3),
+                ("demo-4", migration_4),
+            ]
+        }
 
     reconcile_cluster(kube, body, reports=reports("drained", "migrating"))
     assert replicas(kube) == 5
@@ -135,13 +148,16 @@ def test_force_annotation_scales_in_without_waiting(kube):
     assert replicas(kube) == 3
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"raidMode": "raid5", "shards": 2}, "raid5 needs at least 3 shards"),
-    ({"raidMode": "raid6", "shards": 3}, "raid6 needs at least 4 shards"),
-    ({"model": {"source": "s3://bucket/model.gguf"}}, "is not a known model source"),
-    ({"router": {"thresholds": [0.2, 0.6, 0.4]}}, "thresholds must be descending"),
-    ({"shards": "many"}, "invalid spec: shards"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"raidMode": "raid5", "shards": 2}, "raid5 needs at least 3 shards"),
+        ({"raidMode": "raid6", "shards": 3}, "raid6 needs at least 4 shards"),
+        ({"model": {"source": "s3://bucket/model.gguf"}}, "is not a known model source"),
+        ({"router": {"thresholds": [0.2, 0.6, 0.4]}}, "thresholds must be descending"),
+        ({"shards": "many"}, "invalid spec: shards"),
+    ],
+)
 def test_semantically_invalid_specs_are_degraded_and_build_nothing(kube, spec, message):
     outcome = reconcile_cluster(kube, cluster(kube, **spec))
     assert kube.kinds() == [("ThemisCluster", "demo")]
@@ -221,8 +237,14 @@ def test_adapter_status_reflects_what_shards_report(kube):
     outcome = reconcile_cluster(kube, body)
     placed = outcome.adapter_statuses["legal"]["placedShards"]
     reports = {
-        sid: ShardReport(id=sid, url="u", reachable=True, adapters=(
-            {"name": "legal", "state": "loaded", "accuracy_delta": 0.04, "p99_delta_ms": 12.0},) if sid in placed else ())
+        sid: ShardReport(
+            id=sid,
+            url="u",
+            reachable=True,
+            adapters=({"name": "legal", "state": "loaded", "accuracy_delta": 0.04, "p99_delta_ms": 12.0},)
+            if sid in placed
+            else (),
+        )
         for sid in ("demo-0", "demo-1", "demo-2")
     }
     status = reconcile_cluster(kube, body, reports=reports).adapter_statuses["legal"]

@@ -1,6 +1,6 @@
 """Pure builders: typed spec in, Kubernetes manifests (plain dicts) out. No I/O here."""
 
-from .context import ClusterContext
 from .children import build_children
+from .context import ClusterContext
 
 __all__ = ["ClusterContext", "build_children"]

@@ -49,7 +49,10 @@ def build_children(
             raise ValueError("TLS is enabled but no CA material was given")
         apply += [build_ca_secret(ctx, ca), build_tls_secret(ctx, ca, replicas, existing_tls)]
     else:
-        remove += [Ref("v1", "Secret", names.tls_secret(ctx.name)), Ref("v1", "Secret", names.ca_secret(ctx.name))]
+        remove += [
+            Ref("v1", "Secret", names.tls_secret(ctx.name)),
+            Ref("v1", "Secret", names.ca_secret(ctx.name)),
+        ]
     apply += [
         build_plan_configmap(ctx, plan),
         build_headless_service(ctx),

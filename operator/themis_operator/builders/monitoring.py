@@ -20,7 +20,9 @@ def build_service_monitor(ctx: ClusterContext) -> dict:
         "metadata": ctx.metadata(names.service_monitor(ctx.name), "monitoring"),
         "spec": {
             # Select the client Service only: one target per shard pod, not two.
-            "selector": {"matchLabels": {**names.selector_labels(ctx.name), "app.kubernetes.io/component": "client"}},
+            "selector": {
+                "matchLabels": {**names.selector_labels(ctx.name), "app.kubernetes.io/component": "client"}
+            },
             "namespaceSelector": {"matchNames": [ctx.namespace]},
             "endpoints": [endpoint],
         },

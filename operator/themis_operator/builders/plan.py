@@ -31,7 +31,9 @@ class Placement:
     notes: tuple[str, ...] = field(default=())
 
 
-def place_adapter(name: str, spec: LoRAAdapterSpec, shard_ids: Sequence[str], vnodes: int, seed: int) -> Placement:
+def place_adapter(
+    name: str, spec: LoRAAdapterSpec, shard_ids: Sequence[str], vnodes: int, seed: int
+) -> Placement:
     """Explicit shards win; otherwise ``replicas`` shards chosen on the hash ring by name.
 
     Ring choice keeps placement stable: scaling out moves an adapter only when the new shard
@@ -49,11 +51,15 @@ def place_adapter(name: str, spec: LoRAAdapterSpec, shard_ids: Sequence[str], vn
     return Placement(name, chosen, notes=notes)
 
 
-def cluster_spec(ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]]) -> tuple[ClusterSpec, list[Placement]]:
+def cluster_spec(
+    ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]]
+) -> tuple[ClusterSpec, list[Placement]]:
     """The plan input for ``spec.shards`` members plus the placement of every adapter."""
     spec = ctx.spec
     ids = names.shard_ids(ctx.name, spec.shards)
-    placements = [place_adapter(n, a, ids, spec.vnodes, spec.ring_seed) for n, a in sorted(adapters, key=lambda x: x[0])]
+    placements = [
+        place_adapter(n, a, ids, spec.vnodes, spec.ring_seed) for n, a in sorted(adapters, key=lambda x: x[0])
+    ]
     by_name = dict(adapters)
     return ClusterSpec(
         name=ctx.name,
@@ -65,11 +71,17 @@ def cluster_spec(ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterS
         vnodes=spec.vnodes,
         ring_seed=spec.ring_seed,
         router=RouterSettings(
-            thresholds=spec.router.thresholds, gamma=spec.router.gamma, announcement_ttl_s=spec.router.ttl_seconds
+            thresholds=spec.router.thresholds,
+            gamma=spec.router.gamma,
+            announcement_ttl_s=spec.router.ttl_seconds,
         ),
         adapters=tuple(
-            AdapterPlacement(name=p.adapter, domain=by_name[p.adapter].domain, source=by_name[p.adapter].source,
-                             shards=p.shards)
+            AdapterPlacement(
+                name=p.adapter,
+                domain=by_name[p.adapter].domain,
+                source=by_name[p.adapter].source,
+                shards=p.shards,
+            )
             for p in placements
         ),
         tls=spec.tls.enabled,
@@ -87,8 +99,9 @@ def previous_plan(configmap: dict | None) -> ClusterPlan | None:
         return None
 
 
-def next_plan(ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]],
-              previous: ClusterPlan | None) -> tuple[ClusterPlan, list[Placement]]:
+def next_plan(
+    ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]], previous: ClusterPlan | None
+) -> tuple[ClusterPlan, list[Placement]]:
     spec, placements = cluster_spec(ctx, adapters)
     return build_plan(spec, previous), placements
 

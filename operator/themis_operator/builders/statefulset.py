@@ -119,10 +119,14 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
     volumes: list[dict] = [{"name": "plan", "configMap": {"name": names.plan_configmap(ctx.name)}}]
     if spec.tls.enabled:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-        volumes.append({"name": "tls", "secret": {"secretName": names.tls_secret(ctx.name), "defaultMode": 0o400}})
+        volumes.append(
+            {"name": "tls", "secret": {"secretName": names.tls_secret(ctx.name), "defaultMode": 0o400}}
+        )
     for i, claim in enumerate(_model_claims(spec)):
         mounts.append({"name": f"models-{i}", "mountPath": f"{MODELS_DIR}/{claim}", "readOnly": True})
-        volumes.append({"name": f"models-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        volumes.append(
+            {"name": f"models-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
 
     container = {
         "name": "shard",
@@ -147,13 +151,15 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
             "podAntiAffinity": {
                 # Preferred, not required: a one-node dev cluster must still schedule; on real
                 # clusters this spreads shards so one node failure costs one RAID member.
-                "preferredDuringSchedulingIgnoredDuringExecution": [{
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": names.selector_labels(ctx.name)},
-                        "topologyKey": "kubernetes.io/hostname",
-                    },
-                }]
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "labelSelector": {"matchLabels": names.selector_labels(ctx.name)},
+                            "topologyKey": "kubernetes.io/hostname",
+                        },
+                    }
+                ]
             }
         },
     }

@@ -44,14 +44,17 @@ def build_ca_secret(ctx: ClusterContext, ca: tuple[bytes, bytes]) -> dict:
 
 def _issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
     try:
-        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(
+            x509.load_pem_x509_certificate(ca_pem)
+        )
         return True
     except Exception:  # malformed or foreign: re-issue
         return False
 
 
-def build_tls_secret(ctx: ClusterContext, ca: tuple[bytes, bytes], shard_count: int,
-                     existing_tls_secret: dict | None) -> dict:
+def build_tls_secret(
+    ctx: ClusterContext, ca: tuple[bytes, bytes], shard_count: int, existing_tls_secret: dict | None
+) -> dict:
     """Certificates for shards ``0..shard_count-1`` (leaving shards included until they go)."""
     old = _decode(existing_tls_secret)
     data: dict[str, bytes] = {"ca.crt": ca[0]}
@@ -59,8 +62,9 @@ def build_tls_secret(ctx: ClusterContext, ca: tuple[bytes, bytes], shard_count: 
         sid = names.shard_id(ctx.name, i)
         cert, key = old.get(f"{sid}.crt"), old.get(f"{sid}.key")
         if not (cert and key and _issued_by(cert, ca[0])):
-            cert, key = issue_shard_cert(ca[0], ca[1], sid, names.shard_dns_names(ctx.name, ctx.namespace, i),
-                                         ["127.0.0.1"])
+            cert, key = issue_shard_cert(
+                ca[0], ca[1], sid, names.shard_dns_names(ctx.name, ctx.namespace, i), ["127.0.0.1"]
+            )
         data[f"{sid}.crt"], data[f"{sid}.key"] = cert, key
     return {
         "apiVersion": "v1",

@@ -19,17 +19,33 @@ def _replan(body, patch, memo, *, deleting: bool = False) -> None:
         return  # the cluster is going away with its plan; nothing to place
     if cluster is None:
         if not deleting:
-            patch.status.update({"phase": "Pending", "placed": "", "placedShards": [],
-                                 "message": f"ThemisCluster {cluster_name!r} not found in {namespace}"})
+            patch.status.update(
+                {
+                    "phase": "Pending",
+                    "placed": "",
+                    "placedShards": [],
+                    "message": f"ThemisCluster {cluster_name!r} not found in {namespace}",
+                }
+            )
         return
     outcome = reconcile_cluster(memo.kube, cluster, exclude_adapters=[name] if deleting else ())
     if not outcome.built:
         if not deleting:
-            patch.status.update({"phase": "Pending", "message": f"cluster {cluster_name} is not built: "
-                                 f"{outcome.status.get('message', '')}"})
+            patch.status.update(
+                {
+                    "phase": "Pending",
+                    "message": f"cluster {cluster_name} is not built: {outcome.status.get('message', '')}",
+                }
+            )
         return
-    memo.kube.patch(API_VERSION, "ThemisCluster", namespace, cluster_name, {"status": outcome.status},
-                    subresource="status")
+    memo.kube.patch(
+        API_VERSION,
+        "ThemisCluster",
+        namespace,
+        cluster_name,
+        {"status": outcome.status},
+        subresource="status",
+    )
     emit(cluster, outcome)
     write_adapter_statuses(memo.kube, namespace, outcome)
     if not deleting and name in outcome.adapter_statuses:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import datetime
 import json
@@ -68,12 +69,28 @@ BUILTINS = [
     Kind("apps", "v1", "deployments", "Deployment", status=True),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", status=True),
     Kind("events.k8s.io", "v1", "events", "Event"),
-    Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-         namespaced=False, status=True),
+    Kind(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        namespaced=False,
+        status=True,
+    ),
 ]
-_SHORT = {"configmaps": {"cm"}, "services": {"svc"}, "statefulsets": {"sts"}, "poddisruptionbudgets": {"pdb"},
-          "persistentvolumeclaims": {"pvc"}, "namespaces": {"ns"}, "customresourcedefinitions": {"crd", "crds"},
-          "pods": {"po"}, "serviceaccounts": {"sa"}, "deployments": {"deploy"}, "events": {"ev"}}
+_SHORT = {
+    "configmaps": {"cm"},
+    "services": {"svc"},
+    "statefulsets": {"sts"},
+    "poddisruptionbudgets": {"pdb"},
+    "persistentvolumeclaims": {"pvc"},
+    "namespaces": {"ns"},
+    "customresourcedefinitions": {"crd", "crds"},
+    "pods": {"po"},
+    "serviceaccounts": {"sa"},
+    "deployments": {"deploy"},
+    "events": {"ev"},
+}
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
@@ -83,10 +100,19 @@ class ApiError(Exception):
         self.code, self.reason, self.message, self.details = code, reason, message, details or {}
 
     def response(self) -> aiohttp.web.Response:
-        return aiohttp.web.json_response({
-            "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-            "code": self.code, "reason": self.reason, "message": self.message, "details": self.details,
-        }, status=self.code)
+        return aiohttp.web.json_response(
+            {
+                "apiVersion": "v1",
+                "kind": "Status",
+                "metadata": {},
+                "status": "Failure",
+                "code": self.code,
+                "reason": self.reason,
+                "message": self.message,
+                "details": self.details,
+            },
+            status=self.code,
+        )
 
 
 def _now() -> str:
@@ -134,12 +160,18 @@ class ThemisEmulator(KubernetesEmulator):
             self.register(kind)
 
     # ---- registry & discovery -------------------------------------------------------------
-    def register(self, kind: Kind, shortnames: set[str] | None = None, categories: set[str] | None = None) -> None:
+    def register(
+        self, kind: Kind, shortnames: set[str] | None = None, categories: set[str] | None = None
+    ) -> None:
         self.kinds[(kind.group, kind.version, kind.plural)] = kind
         self.resources[resource(kind.group, kind.version, kind.plural)] = ResourceInfo(
-            kind=kind.kind, singular=kind.kind.lower(), namespaced=kind.namespaced, verbs=set(_VERBS),
+            kind=kind.kind,
+            singular=kind.kind.lower(),
+            namespaced=kind.namespaced,
+            verbs=set(_VERBS),
             shortnames=shortnames if shortnames is not None else _SHORT.get(kind.plural, set()),
-            categories=categories or set(), subresources={"status"} if kind.status else set(),
+            categories=categories or set(),
+            subresources={"status"} if kind.status else set(),
         )
 
     async def _serve_version(self, request):  # type: ignore[override]
@@ -165,8 +197,11 @@ class ThemisEmulator(KubernetesEmulator):
 
     def _items(self, kind: Kind, namespace: str | None) -> list[dict]:
         res = resource(kind.group, kind.version, kind.plural)
-        return [copy.deepcopy(obj.raw) for (r, ns, _), obj in list(self.objects.items())
-                if r == res and not obj.deleted and (namespace is None or ns == namespace)]
+        return [
+            copy.deepcopy(obj.raw)
+            for (r, ns, _), obj in list(self.objects.items())
+            if r == res and not obj.deleted and (namespace is None or ns == namespace)
+        ]
 
     def _emit(self, kind: Kind, type_: str, obj: dict) -> None:
         key = (kind.group, kind.version, kind.plural)
@@ -215,8 +250,14 @@ class ThemisEmulator(KubernetesEmulator):
         except ApiError as e:
             return e.response()
         if raw_request.query.get("watch") not in ("true", "1"):
-            return self._json({"apiVersion": "v1", "kind": "NamespaceList",
-                               "metadata": {"resourceVersion": str(self.rv)}, "items": items})
+            return self._json(
+                {
+                    "apiVersion": "v1",
+                    "kind": "NamespaceList",
+                    "metadata": {"resourceVersion": str(self.rv)},
+                    "items": items,
+                }
+            )
         response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         await response.prepare(raw_request)
         if not raw_request.query.get("resourceVersion"):
@@ -264,8 +305,9 @@ class ThemisEmulator(KubernetesEmulator):
                     pass  # streamed below, outside the lock
                 elif method == "GET" and name is None:
                     listing = self._list(kind, namespace, params)
-                    return self._json(self._table(kind, listing["items"]) if self._wants_table(request, kind)
-                                      else listing)
+                    return self._json(
+                        self._table(kind, listing["items"]) if self._wants_table(request, kind) else listing
+                    )
                 elif method == "GET":
                     obj = self._fetch(kind, namespace, name)
                     return self._json(self._table(kind, [obj]) if self._wants_table(request, kind) else obj)
@@ -289,8 +331,12 @@ class ThemisEmulator(KubernetesEmulator):
         return aiohttp.web.json_response(obj, status=status)
 
     def _not_found(self, kind: Kind, name: str) -> ApiError:
-        return ApiError(404, "NotFound", f'{kind.plural}.{kind.group or "core"} "{name}" not found',
-                        {"name": name, "kind": kind.plural, "group": kind.group})
+        return ApiError(
+            404,
+            "NotFound",
+            f'{kind.plural}.{kind.group or "core"} "{name}" not found',
+            {"name": name, "kind": kind.plural, "group": kind.group},
+        )
 
     # ---- verbs ---------------------------------------------------------------------------
     def _fetch(self, kind: Kind, namespace: str | None, name: str) -> dict:
@@ -304,20 +350,42 @@ class ThemisEmulator(KubernetesEmulator):
     def _namespace(self, name: str) -> dict:
         if name not in self.namespaces:
             raise self._not_found(self.kinds[("", "v1", "namespaces")], name)
-        return {"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": name, "uid": f"ns-{name}", "resourceVersion": "1"},
-                "status": {"phase": "Active"}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "uid": f"ns-{name}", "resourceVersion": "1"},
+            "status": {"phase": "Active"},
+        }
 
     def _wants_table(self, request, kind: Kind) -> bool:
-        return "as=Table" in request.headers.get("Accept", "") and (kind.group, kind.version, kind.plural) in self.columns
+        return (
+            "as=Table" in request.headers.get("Accept", "")
+            and (kind.group, kind.version, kind.plural) in self.columns
+        )
 
     def _table(self, kind: Kind, items: list[dict]) -> dict:
         """Server-side printing (what ``kubectl get`` shows) from the CRD's printer columns."""
-        columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0,
-                    "jsonPath": ".metadata.name"}]
-        columns += [{"name": c["name"], "type": c.get("type", "string"), "format": c.get("format", ""),
-                     "description": c.get("description", ""), "priority": c.get("priority", 0),
-                     "jsonPath": c["jsonPath"]} for c in self.columns[(kind.group, kind.version, kind.plural)]]
+        columns = [
+            {
+                "name": "Name",
+                "type": "string",
+                "format": "name",
+                "description": "Name",
+                "priority": 0,
+                "jsonPath": ".metadata.name",
+            }
+        ]
+        columns += [
+            {
+                "name": c["name"],
+                "type": c.get("type", "string"),
+                "format": c.get("format", ""),
+                "description": c.get("description", ""),
+                "priority": c.get("priority", 0),
+                "jsonPath": c["jsonPath"],
+            }
+            for c in self.columns[(kind.group, kind.version, kind.plural)]
+        ]
 
         def cell(obj: dict, column: dict) -> Any:
             node: Any = obj
@@ -330,11 +398,21 @@ class ThemisEmulator(KubernetesEmulator):
             return node
 
         return {
-            "apiVersion": "meta.k8s.io/v1", "kind": "Table", "metadata": {"resourceVersion": str(self.rv)},
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "Table",
+            "metadata": {"resourceVersion": str(self.rv)},
             "columnDefinitions": [{k: v for k, v in c.items() if k != "jsonPath"} for c in columns],
-            "rows": [{"cells": [cell(o, c) for c in columns],
-                      "object": {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                                 "metadata": o["metadata"]}} for o in items],
+            "rows": [
+                {
+                    "cells": [cell(o, c) for c in columns],
+                    "object": {
+                        "apiVersion": "meta.k8s.io/v1",
+                        "kind": "PartialObjectMetadata",
+                        "metadata": o["metadata"],
+                    },
+                }
+                for o in items
+            ],
         }
 
     def _list(self, kind: Kind, namespace: str | None, params: dict) -> dict:
@@ -344,8 +422,12 @@ class ThemisEmulator(KubernetesEmulator):
             items = self._items(kind, namespace)
         items = [i for i in items if _matches(i, params.get("labelSelector"), params.get("fieldSelector"))]
         items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
-        return {"apiVersion": kind.api_version, "kind": f"{kind.kind}List",
-                "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+        return {
+            "apiVersion": kind.api_version,
+            "kind": f"{kind.kind}List",
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": items,
+        }
 
     def _create(self, kind: Kind, namespace: str | None, body: Any, params: dict) -> dict:
         if not isinstance(body, dict):
@@ -360,8 +442,12 @@ class ThemisEmulator(KubernetesEmulator):
             meta["namespace"] = namespace or meta.get("namespace") or "default"
             self.namespaces.add(meta["namespace"])
         if self._get(kind, meta.get("namespace"), meta["name"]) is not None:
-            raise ApiError(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" already exists',
-                           {"name": meta["name"], "kind": kind.plural, "group": kind.group})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{kind.plural} "{meta["name"]}" already exists',
+                {"name": meta["name"], "kind": kind.plural, "group": kind.group},
+            )
         obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
         meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=_now())
         if params.get("dryRun"):
@@ -373,25 +459,39 @@ class ThemisEmulator(KubernetesEmulator):
     def _register_crd(self, crd: dict) -> None:
         spec, names = crd["spec"], crd["spec"]["names"]
         for version in spec.get("versions") or []:
-            self.columns[(spec["group"], version["name"], names["plural"])] = version.get("additionalPrinterColumns") or []
+            self.columns[(spec["group"], version["name"], names["plural"])] = (
+                version.get("additionalPrinterColumns") or []
+            )
             self.register(
-                Kind(spec["group"], version["name"], names["plural"], names["kind"],
-                     namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                     status="status" in (version.get("subresources") or {})),
-                shortnames=set(names.get("shortNames") or []), categories=set(names.get("categories") or []),
+                Kind(
+                    spec["group"],
+                    version["name"],
+                    names["plural"],
+                    names["kind"],
+                    namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                    status="status" in (version.get("subresources") or {}),
+                ),
+                shortnames=set(names.get("shortNames") or []),
+                categories=set(names.get("categories") or []),
             )
         crd["status"] = {
             "acceptedNames": names,
             "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
-            "conditions": [{"type": t, "status": "True", "reason": r, "lastTransitionTime": _now(), "message": ""}
-                           for t, r in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))],
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "lastTransitionTime": _now(), "message": ""}
+                for t, r in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))
+            ],
         }
 
     def _write(self, kind: Kind, old: dict, new: dict, sub: str | None, expected_rv: str | None) -> dict:
         """Common tail of PUT and PATCH: conflicts, status isolation, generation, finalizers."""
         if expected_rv and expected_rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{old["metadata"]["name"]}": '
-                           "the object has been modified; please apply your changes to the latest version")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {kind.plural} "{old["metadata"]["name"]}": '
+                "the object has been modified; please apply your changes to the latest version",
+            )
         if sub == "status":
             new = {**old, "status": new.get("status")}
             if new["status"] is None:
@@ -407,7 +507,9 @@ class ThemisEmulator(KubernetesEmulator):
             if field in old["metadata"]:
                 new.setdefault("metadata", {})[field] = old["metadata"][field]
         strip = ("metadata", "status")
-        if {k: v for k, v in new.items() if k not in strip} != {k: v for k, v in old.items() if k not in strip}:
+        if {k: v for k, v in new.items() if k not in strip} != {
+            k: v for k, v in old.items() if k not in strip
+        }:
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         else:
             new["metadata"]["generation"] = old["metadata"].get("generation", 1)
@@ -424,7 +526,9 @@ class ThemisEmulator(KubernetesEmulator):
         expected = (body.get("metadata") or {}).get("resourceVersion")
         return self._write(kind, old, copy.deepcopy(body), sub, expected)
 
-    def _patch(self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any, ctype: str) -> dict:
+    def _patch(
+        self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any, ctype: str
+    ) -> dict:
         old = self._fetch(kind, namespace, name)
         if "json-patch" in ctype:
             try:
@@ -450,15 +554,22 @@ class ThemisEmulator(KubernetesEmulator):
             return obj
         return self._remove(kind, obj)
 
-    async def _watch(self, request, kind: Kind, namespace: str | None, params: dict) -> aiohttp.web.StreamResponse:
+    async def _watch(
+        self, request, kind: Kind, namespace: str | None, params: dict
+    ) -> aiohttp.web.StreamResponse:
         key = (kind.group, kind.version, kind.plural)
         queue: asyncio.Queue = asyncio.Queue()
         labels, fields = params.get("labelSelector"), params.get("fieldSelector")
         async with self._lock:
             since = params.get("resourceVersion")
             if since and since not in ("0",) and since.isdigit():
-                backlog = [e for rv, k, e in self.log if k == key and rv > int(since)
-                           and (namespace is None or e["object"]["metadata"].get("namespace") == namespace)]
+                backlog = [
+                    e
+                    for rv, k, e in self.log
+                    if k == key
+                    and rv > int(since)
+                    and (namespace is None or e["object"]["metadata"].get("namespace") == namespace)
+                ]
                 initial: list[dict] = []
             else:
                 backlog = []
@@ -479,10 +590,19 @@ class ThemisEmulator(KubernetesEmulator):
             for event in initial + backlog:
                 await send(event)
             if params.get("sendInitialEvents") == "true" or params.get("allowWatchBookmarks") == "true":
-                await send({"type": "BOOKMARK", "object": {
-                    "apiVersion": kind.api_version, "kind": kind.kind,
-                    "metadata": {"resourceVersion": str(self.rv),
-                                 "annotations": {"k8s.io/initial-events-end": "true"}}}})
+                await send(
+                    {
+                        "type": "BOOKMARK",
+                        "object": {
+                            "apiVersion": kind.api_version,
+                            "kind": kind.kind,
+                            "metadata": {
+                                "resourceVersion": str(self.rv),
+                                "annotations": {"k8s.io/initial-events-end": "true"},
+                            },
+                        },
+                    }
+                )
             while (left := deadline - loop.time()) > 0:
                 try:
                     event = await asyncio.wait_for(queue.get(), timeout=min(left, 5.0))
@@ -493,10 +613,8 @@ class ThemisEmulator(KubernetesEmulator):
             pass
         finally:
             self.watchers[:] = [w for w in self.watchers if w[2] is not queue]
-        try:
+        with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
-        except ConnectionResetError:
-            pass
         return response
 
     # ---- conveniences for tests ----------------------------------------------------------
@@ -508,11 +626,18 @@ class ThemisEmulator(KubernetesEmulator):
 
 def kubeconfig(url: str, namespace: str = "default") -> dict:
     return {
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator", "preferences": {},
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "emulator",
+        "preferences": {},
         "clusters": [{"name": "emulator", "cluster": {"server": url}}],
         "users": [{"name": "emulator", "user": {"token": "emulator-token"}}],
-        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
-                                                      "namespace": namespace}}],
+        "contexts": [
+            {
+                "name": "emulator",
+                "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+            }
+        ],
     }
 
 
@@ -561,9 +686,11 @@ class EmulatorThread:
 
     def call(self, fn, *args):
         """Run ``fn(emulator, *args)`` on the emulator's loop (thread-safe reads for assertions)."""
+
         async def run():
             async with self.emulator._lock:
                 return fn(self.emulator, *args)
+
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
 
     def objects(self, api_version: str, plural: str, namespace: str | None = None) -> list[dict]:

@@ -28,7 +28,9 @@ class FakeKube:
         out = []
         for (av, k, ns, _), obj in sorted(self.objects.items()):
             labels = obj.get("metadata", {}).get("labels") or {}
-            if (av, k, ns) == (api_version, kind, namespace) and all(labels.get(a) == b for a, b in wanted.items()):
+            if (av, k, ns) == (api_version, kind, namespace) and all(
+                labels.get(a) == b for a, b in wanted.items()
+            ):
                 out.append(copy.deepcopy(obj))
         return out
 

@@ -19,7 +19,7 @@ class FakeShards:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            def do_GET(self) -> None:
                 parts = [p for p in self.path.split("/") if p]
                 payload = None
                 if len(parts) == 5 and parts[2:] == ["v1", "cluster", "status"]:
@@ -50,13 +50,23 @@ class FakeShards:
         self.server.shutdown()
         self.server.server_close()
 
-    def set(self, namespace: str, shard_id: str, *, ring_version: int = 1, migration: str = "idle",
-            state: str = "up", adapters: list[dict] | None = None) -> None:
+    def set(
+        self,
+        namespace: str,
+        shard_id: str,
+        *,
+        ring_version: int = 1,
+        migration: str = "idle",
+        state: str = "up",
+        adapters: list[dict] | None = None,
+    ) -> None:
         with self._lock:
             self.statuses[(namespace, shard_id)] = {
-                "shard_id": shard_id, "ring_version": ring_version,
+                "shard_id": shard_id,
+                "ring_version": ring_version,
                 "members": [{"shard_id": shard_id, "url": "", "state": state}],
-                "migration": {"state": migration}, "adapters": adapters or [],
+                "migration": {"state": migration},
+                "adapters": adapters or [],
             }
 
     def down(self, namespace: str, shard_id: str) -> None:

@@ -60,8 +60,9 @@ def _strict(schema: dict) -> dict:
 def _validator(kind: str) -> jsonschema.Draft4Validator:
     crd = load_crds()[kind]
     version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
-    return jsonschema.Draft4Validator(_strict(version["schema"]["openAPIV3Schema"]),
-                                      format_checker=jsonschema.FormatChecker())
+    return jsonschema.Draft4Validator(
+        _strict(version["schema"]["openAPIV3Schema"]), format_checker=jsonschema.FormatChecker()
+    )
 
 
 def validate_custom_resource(obj: dict) -> None:

@@ -39,8 +39,10 @@ def generate_ca(cluster: str) -> tuple[bytes, bytes]:
     """A self-signed CA for ``cluster``: ``(cert_pem, key_pem)``."""
     key = _new_key()
     name = x509.Name(
-        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "themisdb.io"),
-         x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster} cluster CA")]
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "themisdb.io"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster} cluster CA"),
+        ]
     )
     now = datetime.datetime.now(datetime.UTC)
     cert = (
@@ -54,9 +56,15 @@ def generate_ca(cluster: str) -> tuple[bytes, bytes]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -88,8 +96,14 @@ def issue_shard_cert(
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "themisdb.io"),
-                                 x509.NameAttribute(NameOID.COMMON_NAME, shard_id)]))
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "themisdb.io"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, shard_id),
+                ]
+            )
+        )
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -98,9 +112,15 @@ def issue_shard_cert(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_encipherment=False, key_agreement=True, key_cert_sign=False,
-                crl_sign=False, content_commitment=False, data_encipherment=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_encipherment=False,
+                key_agreement=True,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
