@@ -16,8 +16,10 @@ pytestmark = pytest.mark.llm
 
 
 @pytest.fixture(scope="module")
-def server(make_server):
-    return make_server(max_concurrent_requests=4, max_queue=4, n_ctx=1024)
+def server(make_server, model_path):
+    # a second alias for the same GGUF file: any path can be served under its own name
+    return make_server(max_concurrent_requests=4, max_queue=4, n_ctx=1024,
+                       extra_models={"gemma-copy": str(model_path)})
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +49,17 @@ def sse_events(response: httpx.Response) -> list:
 def test_ready_and_models(http):
     assert http.get("/ready").status_code == 200
     models = http.get("/v1/models").json()
-    (m,) = models["data"]
-    assert m["id"] == "gemma3-270m" and m["object"] == "model"
+    m, copy = models["data"]
+    assert (m["id"], copy["id"]) == ("gemma3-270m", "gemma-copy") and m["object"] == "model"
     assert m["fingerprint"]["architecture"] == "gemma3" and m["fingerprint"]["quantisation"] == "Q4_K_M"
-    assert len(m["fingerprint"]["sha256"]) == 64
+    assert len(m["fingerprint"]["sha256"]) == 64 and copy["fingerprint"] == m["fingerprint"]
+
+
+def test_each_alias_is_served(http):
+    body = {"prompt": "The capital of France is", "max_tokens": 4}
+    a = http.post("/v1/infer", json=body).json()
+    b = http.post("/v1/infer", json={**body, "model": "gemma-copy"}).json()
+    assert b["model"] == "gemma-copy" and a["text"] == b["text"]
 
 
 def test_infer_returns_text_tokens_and_timings(http):

@@ -211,6 +211,7 @@ class Engine:
         batch = self.batch
         batch.clear()
         outputs: list[tuple[Sequence, int, int | None]] = []
+        prefill = sum(n for seq, n in plan.work if not seq.decoding)
         for seq, n in plan.work:
             a = seq.n_cached
             completes = a + n == len(seq.tokens)
@@ -235,7 +236,6 @@ class Engine:
         if self._m:
             self._m["batch_size"].observe(len(outputs))
             self._m["batch_tokens"].observe(batch.n)
-            prefill = sum(n for s, n, _ in outputs if n > 1 or s.n_generated == 0)
             if prefill:
                 self._m["prompt_tokens"].inc(prefill)
         for seq, n, idx in outputs:
