@@ -178,7 +178,7 @@ def test_semantically_invalid_cluster_is_degraded_with_no_children(cluster):
             }
         ),
     )
-    eventually(lambda: kubectl.json("tc", "broken").get("status", {}).get("phase") == "Degraded")
+    kubectl.run("wait", "--for=condition=Degraded", "tc/broken", "--timeout=20s")
     message = kubectl.run(
         "get", "tc", "broken", "-o", "jsonpath={.status.conditions[?(@.type=='Degraded')].message}"
     ).stdout

@@ -1,0 +1,92 @@
+"""Shard status probing: the shape of /v1/cluster/status, tolerance of failures, TLS with the CA."""
+
+import json
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from themis_operator.probe import ShardProber, adapter_states, parse_status, reports_from_status
+from themis_operator.testing.fakeshards import FakeShards
+from themis_shard.cluster.certs import generate_ca, issue_shard_cert
+
+
+def test_parse_status_reads_ring_version_migration_and_own_member_state():
+    payload = {
+        "shard_id": "demo-1",
+        "ring_version": 4,
+        "members": [{"shard_id": "demo-0", "state": "up"}, {"shard_id": "demo-1", "state": "joining"}],
+        "migration": {"state": "migrating", "moved": 10},
+        "adapters": [{"name": "legal", "state": "loaded"}],
+    }
+    report = parse_status("demo-1", "https://x", "member", payload)
+    assert (report.reachable, report.state, report.ringVersion, report.migration) == (
+        True,
+        "joining",
+        4,
+        "migrating",
+    )
+    assert adapter_states([report]) == {"legal": [("demo-1", {"name": "legal", "state": "loaded"})]}
+
+
+@pytest.fixture
+def fake_shards():
+    shards = FakeShards().start()
+    yield shards
+    shards.stop()
+
+
+def test_probe_reports_unreachable_and_failing_shards_instead_of_raising(fake_shards):
+    fake_shards.set("ns", "demo-0", migration="idle")
+    fake_shards.set("ns", "demo-2", migration="drained")
+    prober = ShardProber(timeout_s=0.5, url_template=fake_shards.url_template)
+    reports = prober.probe("demo", "ns", count=3, members=2, tls=False)
+    assert [(r.id, r.reachable, r.role) for r in reports] == [
+        ("demo-0", True, "member"),
+        ("demo-1", False, "member"),  # answers 503
+        ("demo-2", True, "leaving"),
+    ]
+    assert reports[2].migration == "drained"
+    nowhere = ShardProber(timeout_s=0.2).probe("demo", "ns", count=1, members=1, tls=True)
+    assert nowhere[0].reachable is False and nowhere[0].url == "https://demo-0.demo-headless.ns.svc:8080"
+
+
+def test_reports_survive_a_round_trip_through_the_status():
+    report = parse_status("demo-0", "u", "member", {"ring_version": 2, "migration": {"state": "drained"}})
+    again = reports_from_status({"shards": [report.summary(), {"garbage": True}]})
+    assert again["demo-0"].migration == "drained" and again["demo-0"].ringVersion == 2
+
+
+def test_https_probes_verify_the_shard_certificate_against_the_cluster_ca(tmp_path):
+    ca = generate_ca("demo")
+    cert, key = issue_shard_cert(*ca, "demo-0", ["localhost"], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(
+                {"shard_id": "demo-0", "ring_version": 1, "migration": {"state": "idle"}}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        prober = ShardProber(timeout_s=2, url_template=f"https://127.0.0.1:{server.server_address[1]}")
+        (trusted,) = prober.probe("demo", "ns", count=1, members=1, tls=True, ca_pem=ca[0])
+        assert trusted.reachable and trusted.ringVersion == 1
+        (foreign,) = prober.probe("demo", "ns", count=1, members=1, tls=True, ca_pem=generate_ca("x")[0])
+        assert foreign.reachable is False
+    finally:
+        server.shutdown()
+        server.server_close()
