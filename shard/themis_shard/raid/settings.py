@@ -1,0 +1,50 @@
+"""Typed RAID settings (env prefix ``THEMIS_RAID_``); off by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Units must be a whole number of 64-byte lines: SIMD XOR and Reed–Solomon (even lengths) need it.
+UNIT_ALIGN = 64
+
+
+class RaidSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THEMIS_RAID_", extra="ignore")
+
+    #: On: the shard keeps its units of the model, assembles + verifies the model file before the
+    #: LLM engine loads it, and repairs missing/corrupt units from its peers.
+    enabled: bool = False
+    #: The weights volume; None = ``<data_dir>/weights``.
+    weights_dir: Path | None = None
+    #: Stripe unit size in bytes (1 MiB: large enough for ~memory-bandwidth XOR, small enough
+    #: that a repair moves little).
+    unit_size: int = Field(1 << 20, ge=UNIT_ALIGN, le=1 << 30)
+    #: RAID6 geometry k data + m parity units per stripe; 0 = k = shards − m.
+    data_units: int = Field(0, ge=0, le=1024)
+    parity_units: int = Field(2, ge=1, le=64)
+    #: RAID1 copies of every unit; 0 = the plan's copies.
+    mirrors: int = Field(0, ge=0, le=16)
+    #: What to ingest when the cluster holds no model yet: "bundled", a GGUF path or an http(s) URL;
+    #: "" = the LLM's ``model_path``.
+    source: str = ""
+    #: Rebuild/assembly bandwidth cap in MB/s (0 = unlimited) so repairs leave room for serving.
+    rebuild_rate_limit_mb_s: float = Field(0.0, ge=0)
+    #: Stripes fetched/repaired concurrently.
+    parallel_stripes: int = Field(4, ge=1, le=64)
+    #: Background crc scrub + repair interval (0 = only at start and on demand).
+    scrub_interval_s: float = Field(300.0, ge=0)
+    #: How long start-up waits for enough peers to rebuild from before giving up.
+    startup_timeout_s: float = Field(600.0, gt=0)
+
+    @field_validator("unit_size")
+    @classmethod
+    def _aligned(cls, v: int) -> int:
+        if v % UNIT_ALIGN:
+            raise ValueError(f"unit_size {v} is not a multiple of {UNIT_ALIGN} bytes")
+        return v
+
+    def weights_path(self, data_dir: Path) -> Path:
+        return self.weights_dir if self.weights_dir is not None else data_dir / "weights"
