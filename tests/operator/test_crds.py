@@ -129,3 +129,23 @@ def test_crd_defaults_equal_the_operator_model_defaults():
     lmodel = LoRAAdapterSpec.model_validate({"clusterRef": {"name": "x"}, "domain": "d", "source": "s"})
     assert lmodel.rank == lora["rank"] and lmodel.scale == lora["scale"]
     assert lmodel.placement.replicas == lora["placement"]["replicas"]
+
+
+def test_operator_install_example_is_valid_for_supported_kubernetes_versions():
+    from themis_operator.testing.validation import EXAMPLES_DIR, validate_manifest
+
+    docs = [d for d in yaml.safe_load_all((EXAMPLES_DIR / "operator.yaml").read_text()) if d]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"]
+    for doc in docs:
+        validate_manifest(doc)
+    rules = docs[1]["rules"]
+    granted = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    for needed in [
+        ("themisdb.io", "themisclusters/status"),
+        ("apps", "statefulsets"),
+        ("policy", "poddisruptionbudgets"),
+        ("", "secrets"),
+        ("", "events"),
+        ("monitoring.coreos.com", "servicemonitors"),
+    ]:
+        assert needed in granted
