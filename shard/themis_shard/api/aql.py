@@ -1,0 +1,41 @@
+"""AQL over HTTP (API.md "Query language"): ``POST /v1/aql`` and the peers' scan fragments."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..aql.service import AqlService
+from ..node import ShardNode
+from .deps import node
+
+router = APIRouter(tags=["aql"])
+Node = Annotated[ShardNode, Depends(node)]
+
+
+class AqlRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(..., description="one AQL statement, optionally prefixed by EXPLAIN")
+    bind_vars: dict[str, Any] = Field(default_factory=dict, description="values for @name / @@name")
+
+
+class AqlResponse(BaseModel):
+    result: list[Any]
+    stats: dict[str, Any]
+
+
+@router.post("/v1/aql", response_model=AqlResponse)
+async def aql(body: AqlRequest, shard: Node) -> dict:
+    """Run a query. Errors: 400 ``aql_syntax_error`` (with line/column and expected tokens),
+    400 for semantic errors (unknown collection/variable/function, missing bind parameter,
+    wrong types) and for exceeded limits (``query_timeout``, ``result_too_large``)."""
+    return await AqlService.of(shard).execute(body.query, body.bind_vars)
+
+
+@router.post("/internal/aql/scan", include_in_schema=False)
+async def scan_fragment(shard: Node, body: Annotated[dict[str, Any], Body()]) -> dict:
+    """This shard's rows of a scan coordinated elsewhere (first-owner rows, pushed FILTER/SORT/LIMIT)."""
+    return await AqlService.of(shard).scan_fragment(body)

@@ -1,0 +1,364 @@
+"""Runs a plan: rows flow through the nodes on the coordinator; scans, lookups and vector
+searches go to the data layer (:class:`~themis_shard.aql.data.NodeData`), inference to the
+gateway. Writes of one query are collected and committed as one transaction.
+
+Every step checks the query's deadline and row budget, so a runaway query ends in a 400
+(``query_timeout``, ``result_too_large``) instead of starving the shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import NotFound, ThemisError
+from ..storage.documents import Change, Write
+from ..storage.names import check_key
+from ..vector.catalog import EMBEDDING_FIELD
+from . import ast
+from .errors import limit_exceeded, type_error
+from .evaluate import evaluate, score_slot
+from .gateway import InferenceGateway
+from .planner import (
+    SYSTEM_ATTRIBUTES,
+    FilterNode,
+    IterNode,
+    LetNode,
+    LimitNode,
+    LookupNode,
+    Plan,
+    ScanNode,
+    SortNode,
+    VectorNode,
+    constant,
+)
+from .settings import AqlSettings
+from .values import equal, sort_key, truthy
+
+INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "priority", "speculative"}
+ROW_SOURCES = (ScanNode, LookupNode, VectorNode, IterNode)
+
+
+def strip_system(document: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in document.items() if k not in SYSTEM_ATTRIBUTES}
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """UPDATE semantics: objects merge recursively, everything else is replaced."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def key_of(value: Any, what: str) -> str:
+    if isinstance(value, dict):
+        value = value.get("_key")
+    if not isinstance(value, str):
+        raise type_error(f"{what} needs a document key (a string, or an object with _key)")
+    return check_key(value)
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.scanned = 0
+        self.shards: set[str] = set()
+        self.index: list[str] = []
+        self.writes = 0
+        self.failed_shards: set[str] = set()
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"scanned": self.scanned, "shards": sorted(self.shards), "index": self.index,
+               "writes": self.writes}
+        if self.failed_shards:
+            out["shards_failed"] = sorted(self.failed_shards)
+        return out
+
+
+class Executor:
+    def __init__(self, data, gateway: InferenceGateway, settings: AqlSettings, *,
+                 max_writes: int = 1000, embed_fields: Mapping[str, str] | None = None) -> None:
+        self.data = data
+        self.gateway = gateway
+        self.settings = settings
+        self.max_writes = max_writes
+        self.embed_fields = embed_fields or {}
+
+    async def run(self, plan: Plan, binds: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        run = _Run(self, plan, binds)
+        try:
+            result = await asyncio.wait_for(run.execute(), self.settings.timeout_s)
+        except TimeoutError:
+            raise limit_exceeded(f"the query ran longer than {self.settings.timeout_s:g}s",
+                                 "query_timeout") from None
+        except RecursionError:
+            raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None
+        return result, run.stats.as_dict()
+
+
+class _Run:
+    """One execution: its deadline, budgets, stats and scan cache."""
+
+    def __init__(self, ex: Executor, plan: Plan, binds: Mapping[str, Any]) -> None:
+        self.ex = ex
+        self.plan = plan
+        self.binds = binds
+        self.stats = Stats()
+        self.deadline = time.monotonic() + ex.settings.timeout_s
+        self.scans: dict[int, list[dict]] = {}
+
+    def tick(self, rows: int) -> None:
+        if rows > self.ex.settings.max_rows:
+            raise limit_exceeded(f"the query would hold more than {self.ex.settings.max_rows} rows",
+                                 "result_too_large")
+        if time.monotonic() > self.deadline:
+            raise limit_exceeded(f"the query ran longer than {self.ex.settings.timeout_s:g}s", "query_timeout")
+
+    def eval(self, expr: ast.Expr, env: Mapping[str, Any]) -> Any:
+        return evaluate(expr, env, self.binds)
+
+    async def execute(self) -> list[Any]:
+        rows: list[dict[str, Any]] = [{}]
+        for node in self.plan.nodes:
+            rows = await self.step(node, rows)
+            self.tick(len(rows))
+        return await self.finish(rows)
+
+    # -- nodes ------------------------------------------------------------------------------
+    async def step(self, node, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        match node:
+            case ScanNode():
+                docs = self.scans.get(node.fragment)
+                if docs is None:
+                    result = await self.ex.data.scan(node, self.binds, self.deadline)
+                    docs = self.scans[node.fragment] = result.rows
+                    self.stats.scanned += result.scanned
+                    self.stats.shards |= set(result.shards)
+                    self.stats.index.append(f"scan:{node.collection}")
+                return self.product(rows, node.var, docs)
+            case LookupNode():
+                key = constant(node.key, self.binds)
+                doc = await self.ex.data.lookup(node.collection, key)
+                self.stats.index.append(f"primary:{node.collection}")
+                self.stats.shards |= set(self.ex.data.owners(node.collection, key)[:1])
+                self.stats.scanned += doc is not None
+                out = self.product(rows, node.var, [doc] if doc is not None else [])
+                return [env for env in out if all(truthy(self.eval(f, env)) for f in node.filters)]
+            case VectorNode():
+                return await self.vector(node, rows)
+            case IterNode():
+                out = []
+                for env in rows:
+                    values = self.eval(node.source, env)
+                    if not isinstance(values, list):
+                        raise type_error(f"FOR {node.var} IN … needs an array or a collection, "
+                                         f"got {type(values).__name__}")
+                    out.extend({**env, node.var: v} for v in values)
+                    self.tick(len(out))
+                return out
+            case FilterNode():
+                return [env for env in rows if truthy(self.eval(node.expr, env))]
+            case LetNode():
+                return [{**env, node.var: self.eval(node.expr, env)} for env in rows]
+            case SortNode():
+                keyed = [(tuple(self.eval(e, env) for e, _ in node.items), env) for env in rows]
+                keyed.sort(key=sort_key(tuple(asc for _, asc in node.items)))
+                return [env for _, env in keyed]
+            case LimitNode():
+                return rows[node.offset:node.offset + node.count]
+        raise AssertionError(f"unknown plan node {node!r}")  # pragma: no cover
+
+    def product(self, rows: list[dict], var: str, docs: list[dict]) -> list[dict]:
+        self.tick(len(rows) * len(docs))
+        return [{**env, var: doc} for env in rows for doc in docs]
+
+    async def vector(self, node: VectorNode, rows: list[dict]) -> list[dict]:
+        vector = constant(node.vector, self.binds)
+        if not isinstance(vector, list) or not vector or any(
+                isinstance(x, bool) or not isinstance(x, int | float) for x in vector):
+            raise type_error("SIMILARITY needs a vector: a non-empty list of numbers")
+        hits, failed = await self.ex.data.vector_search(node.collection, vector, node.fetch, node.filter or None)
+        self.stats.index.append(f"vector:{node.collection}")
+        self.stats.shards |= set(self.ex.data.members())
+        self.stats.failed_shards |= set(failed)
+        self.stats.scanned += len(hits)
+        out = []
+        for env in rows:
+            for score, doc in hits:
+                row = {**env, node.var: doc, score_slot(node.var): score}
+                if all(truthy(self.eval(f, row)) for f in node.residual):
+                    out.append(row)
+        return out[:node.k] if len(rows) == 1 else out
+
+    # -- terminals --------------------------------------------------------------------------
+    async def finish(self, rows: list[dict]) -> list[Any]:
+        t = self.plan.terminal
+        match t:
+            case ast.Return(expr, distinct):
+                values = [self.eval(expr, env) for env in rows]
+                if distinct:
+                    unique: list[Any] = []
+                    for v in values:
+                        if not any(equal(v, u) for u in unique):
+                            unique.append(v)
+                    values = unique
+                return self.result(values)
+            case ast.Insert() | ast.Update() | ast.Remove() | ast.Upsert():
+                return await self.write(rows)
+            case ast.Infer():
+                return await self.infer(rows)
+            case ast.Embed(text, model):
+                texts = [self.eval(text, env) for env in rows]
+                if not all(isinstance(x, str) for x in texts):
+                    raise type_error("EMBED needs a string")
+                if not texts:
+                    return []
+                name = constant(model, self.binds) if model is not None else None
+                return self.result(await self.ex.gateway.embed(texts, name))
+            case ast.EmbedDocument(urn):
+                return self.result([await self.embed_document(self.eval(urn, env)) for env in rows])
+            case ast.Rag():
+                return self.result([await self.rag(env) for env in rows])
+        raise AssertionError(f"unknown terminal {t!r}")  # pragma: no cover
+
+    def result(self, values: list[Any]) -> list[Any]:
+        if len(values) > self.ex.settings.max_result_rows:
+            raise limit_exceeded(f"the result has more than {self.ex.settings.max_result_rows} rows",
+                                 "result_too_large")
+        return values
+
+    async def write(self, rows: list[dict]) -> list[dict]:
+        t = self.plan.terminal
+        coll = self.plan.collection
+        if len(rows) > self.ex.max_writes:
+            raise limit_exceeded(f"one query may write at most {self.ex.max_writes} documents",
+                                 "transaction_too_large")
+        writes: list[tuple[str, Write]] = []
+        if isinstance(t, ast.Insert):
+            for env in rows:
+                doc = self.eval(t.document, env)
+                if not isinstance(doc, dict):
+                    raise type_error("INSERT needs an object")
+                key = key_of(doc, "INSERT") if "_key" in doc else uuid.uuid4().hex
+                writes.append(("insert", Write(coll, key, strip_system(doc), 0)))
+        elif isinstance(t, ast.Remove):
+            for env in rows:
+                writes.append(("remove", Write(coll, key_of(self.eval(t.key, env), "REMOVE"), None)))
+        else:
+            keys = [key_of(self.eval(t.key, env), type(t).__name__.upper()) for env in rows]
+            current = await asyncio.gather(*(self.ex.data.lookup(coll, k) for k in keys))
+            for env, key, doc in zip(rows, keys, current, strict=True):
+                if doc is None and isinstance(t, ast.Update):
+                    raise NotFound(f"document {coll}/{key} does not exist", code="document_not_found")
+                if doc is None:
+                    new = self.eval(t.insert, env)
+                    if not isinstance(new, dict):
+                        raise type_error("UPSERT … INSERT needs an object")
+                    writes.append(("insert", Write(coll, key, strip_system(new), 0)))
+                    continue
+                changes = self.eval(t.changes if isinstance(t, ast.Update) else t.update, env)
+                if not isinstance(changes, dict):
+                    raise type_error(f"{type(t).__name__.upper()} needs an object of changes")
+                writes.append(("update", Write(coll, key, merge(strip_system(doc), strip_system(changes)),
+                                               doc["_version"])))
+        if not writes:
+            return []
+        committed: list[Change] = await self.ex.data.commit([w for _, w in writes])
+        self.stats.writes = len(committed)
+        self.stats.shards |= set(self.ex.data.owners(coll, writes[0][1].key)[:1])
+        return [{"op": op, "_key": c.key, "_urn": f"urn:themis:{c.collection}:{c.key}", "_version": c.version}
+                for (op, _), c in zip(writes, committed, strict=True)]
+
+    # -- inference --------------------------------------------------------------------------
+    def infer_body(self, t: ast.Infer, env: Mapping[str, Any]) -> dict[str, Any]:
+        prompt = self.eval(t.prompt, env)
+        if not isinstance(prompt, str):
+            raise type_error("INFER needs a string prompt")
+        body: dict[str, Any] = {"prompt": prompt, "model": constant(t.model, self.binds)}
+        for name, expr in (("domain", t.domain), ("adapter", t.lora)):
+            if expr is not None:
+                value = self.eval(expr, env)
+                if value is not None and not isinstance(value, str):
+                    raise type_error(f"INFER {'LORA' if name == 'adapter' else 'DOMAIN'} needs a string")
+                body[name] = value
+        body.update(self.options(t.options, env))
+        return body
+
+    def options(self, expr: ast.Expr | None, env: Mapping[str, Any]) -> dict[str, Any]:
+        if expr is None:
+            return {}
+        options = self.eval(expr, env)
+        if not isinstance(options, dict):
+            raise type_error("OPTIONS needs an object")
+        unknown = set(options) - INFER_OPTIONS
+        if unknown:
+            raise type_error(f"unknown OPTIONS {sorted(unknown)}; use {sorted(INFER_OPTIONS)}")
+        return options
+
+    async def infer(self, rows: list[dict]) -> list[dict]:
+        t = self.plan.terminal
+        bodies = [self.infer_body(t, env) for env in rows]
+        if not any(isinstance(n, ROW_SOURCES) for n in self.plan.nodes) and len(bodies) == 1:
+            return [await self.ex.gateway.infer(bodies[0])]
+        size = self.ex.settings.infer_batch
+        chunks = [bodies[i:i + size] for i in range(0, len(bodies), size)]
+        results = await asyncio.gather(*(self.ex.gateway.infer_batch(c) for c in chunks))
+        return self.result([r for chunk in results for r in chunk])
+
+    async def embed_document(self, urn_value: Any) -> list[float]:
+        """The stored embedding when the document has one (no model call); else its text field."""
+        if not isinstance(urn_value, str):
+            raise type_error("EMBED DOCUMENT needs a URN string")
+        collection, doc = await self.ex.data.document(urn_value)
+        if doc is None:
+            raise NotFound(f"document {urn_value} does not exist", code="document_not_found")
+        vector = doc.get(EMBEDDING_FIELD)
+        if isinstance(vector, list):
+            return vector
+        text = self.text_of(collection, doc)
+        return (await self.ex.gateway.embed([text]))[0]
+
+    def text_of(self, collection: str, doc: Mapping[str, Any]) -> str:
+        field_ = self.ex.embed_fields.get(collection)
+        for name in (field_, "text", "content", "body"):
+            if name and isinstance(doc.get(name), str):
+                return doc[name]
+        rest = {k: v for k, v in doc.items() if k not in (*SYSTEM_ATTRIBUTES, EMBEDDING_FIELD)}
+        return json.dumps(rest, ensure_ascii=False, sort_keys=True)
+
+    async def rag(self, env: Mapping[str, Any]) -> dict[str, Any]:
+        t: ast.Rag = self.plan.terminal
+        question = self.eval(t.question, env)
+        if not isinstance(question, str) or not question.strip():
+            raise type_error("RAG needs a non-empty question string")
+        k = constant(t.top, self.binds) if t.top is not None else self.ex.settings.rag_top
+        vector = (await self.ex.gateway.embed([question]))[0]
+        hits, failed = await self.ex.data.vector_search(self.plan.collection, vector, max(1, k), None)
+        self.stats.index.append(f"vector:{self.plan.collection}")
+        self.stats.shards |= set(self.ex.data.members())
+        self.stats.failed_shards |= set(failed)
+        limit = self.ex.settings.rag_context_chars
+        context = "\n".join(f"[{i + 1}] {self.text_of(self.plan.collection, doc)[:limit]}"
+                            for i, (_, doc) in enumerate(hits))
+        prompt = (f"Answer the question using only the context.\n\nContext:\n{context}\n\n"
+                  f"Question: {question}\nAnswer:")
+        body: dict[str, Any] = {"prompt": prompt}
+        if t.model is not None:
+            body["model"] = constant(t.model, self.binds)
+        if t.domain is not None:
+            domain = self.eval(t.domain, env)
+            if domain is not None and not isinstance(domain, str):
+                raise type_error("RAG DOMAIN needs a string")
+            body["domain"] = domain
+        body.update(self.options(t.options, env))
+        try:
+            answer = await self.ex.gateway.infer(body)
+        except ThemisError:
+            raise
+        return {"answer": answer.get("text"), "urns": [doc["_urn"] for _, doc in hits],
+                "scores": [score for score, _ in hits], "shard_id": answer.get("shard_id"),
+                "model": answer.get("model"), "domain": body.get("domain")}

@@ -1,0 +1,119 @@
+"""EXPLAIN: a plan as JSON — access paths, pushed-down work, shards touched, routing. Pure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import ast
+from .planner import (
+    FilterNode,
+    IterNode,
+    LetNode,
+    LimitNode,
+    LookupNode,
+    Plan,
+    ScanNode,
+    SortNode,
+    VectorNode,
+    constant,
+)
+
+_PRECEDENCE = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "in": 4, "not in": 4,
+               "like": 4, "..": 5, "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
+
+
+def render(expr: ast.Expr) -> str:
+    """AQL text for an expression (bind parameters stay parameters)."""
+    match expr:
+        case ast.Literal(value):
+            return json.dumps(value)
+        case ast.Bind(name):
+            return f"@{name}"
+        case ast.Var(name):
+            return name
+        case ast.Score(var):
+            return f"SCORE({var})"
+        case ast.Attr(obj, name):
+            return f"{render(obj)}.{name}"
+        case ast.Index(obj, key):
+            return f"{render(obj)}[{render(key)}]"
+        case ast.Array(items):
+            return "[" + ", ".join(render(i) for i in items) + "]"
+        case ast.Object(pairs):
+            return "{" + ", ".join(f"{json.dumps(k)}: {render(v)}" for k, v in pairs) + "}"
+        case ast.Unary(op, operand):
+            return f"{'NOT ' if op == 'not' else '-'}{render(operand)}"
+        case ast.Binary(op, left, right):
+            return f"({render(left)} {op.upper() if op[0].isalpha() else op} {render(right)})"
+        case ast.Ternary(c, t, o):
+            return f"({render(c)} ? {render(t)} : {render(o)})"
+        case ast.Call(name, args):
+            return f"{name}(" + ", ".join(render(a) for a in args) + ")"
+    return type(expr).__name__
+
+
+def _sort(items) -> list[str]:
+    return [f"{render(e)} {'ASC' if asc else 'DESC'}" for e, asc in items]
+
+
+def describe(plan: Plan, binds: Mapping[str, Any], *, members: list[str],
+             owners: Callable[[str, Any], list[str]], routing: Callable[[Any], dict] | None = None) -> dict:
+    """The plan, the shards each step touches and, for inference, how it will be routed."""
+    steps: list[dict[str, Any]] = []
+    shards: set[str] = set()
+    for node in plan.nodes:
+        match node:
+            case ScanNode():
+                steps.append({"type": "scan", "collection": node.collection, "var": node.var, "index": None,
+                              "pushed_filters": [render(f) for f in node.filters],
+                              "pushed_sort": _sort(node.sort), "pushed_limit": node.top,
+                              "shards": members, "distribution": "scatter-gather, first owner per key"})
+                shards |= set(members)
+            case LookupNode():
+                key = constant(node.key, binds)
+                who = owners(node.collection, key)
+                steps.append({"type": "lookup", "collection": node.collection, "var": node.var, "index": "primary",
+                              "key": key, "shards": who[:1], "filters": [render(f) for f in node.filters]})
+                shards |= set(who[:1])
+            case VectorNode():
+                steps.append({"type": "vector", "collection": node.collection, "var": node.var,
+                              "index": "vector", "k": node.k, "fetch": node.fetch, "pushed_filter": node.filter,
+                              "residual_filters": [render(f) for f in node.residual], "shards": members})
+                shards |= set(members)
+            case IterNode():
+                steps.append({"type": "for", "var": node.var, "source": render(node.source)})
+            case FilterNode():
+                steps.append({"type": "filter", "expr": render(node.expr)})
+            case LetNode():
+                steps.append({"type": "let", "var": node.var, "expr": render(node.expr)})
+            case SortNode():
+                steps.append({"type": "sort", "by": _sort(node.items)})
+            case LimitNode():
+                steps.append({"type": "limit", "offset": node.offset, "count": node.count})
+    t = plan.terminal
+    terminal: dict[str, Any] = {"type": type(t).__name__.lower()}
+    if plan.collection is not None:
+        terminal["collection"] = plan.collection
+    if plan.kind == "write":
+        terminal["transaction"] = "all writes commit atomically on one coordinator (else cross_shard_transaction)"
+    if isinstance(t, ast.Return):
+        terminal["expr"] = render(t.expr)
+    if isinstance(t, ast.Infer | ast.Rag) and routing is not None:
+        domain = constant(t.domain, binds) if t.domain is not None and not _uses_rows(t.domain) else None
+        terminal["routing"] = routing(domain)
+    if isinstance(t, ast.Rag):
+        terminal["retrieval"] = {"index": "vector", "shards": members}
+        shards |= set(members)
+    batched = isinstance(t, ast.Infer) and any(isinstance(n, ScanNode | LookupNode | VectorNode | IterNode)
+                                               for n in plan.nodes)
+    if isinstance(t, ast.Infer):
+        terminal["mode"] = "batch (/v1/infer:batch)" if batched else "single (/v1/infer)"
+    return {"kind": plan.kind, "steps": steps, "terminal": terminal, "shards": sorted(shards)}
+
+
+def _uses_rows(expr: ast.Expr) -> bool:
+    from .planner import free_vars
+
+    return bool(free_vars(expr))

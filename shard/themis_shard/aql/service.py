@@ -1,0 +1,113 @@
+"""One shard's AQL entry point: parse (cached) → plan → execute, and the peer side of scans.
+
+Built lazily per ShardNode (kept in ``node.extras``), never module-level, so several shards can
+live in one process. The gateway defaults to loopback HTTP against the shard's public URL;
+tests may put another one in ``node.extras["aql.gateway"]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from . import ast
+from .data import NodeData, decode_scan
+from .errors import type_error
+from .executor import Executor
+from .explain import describe
+from .gateway import HttpGateway, InferenceGateway
+from .parser import parse
+from .planner import Plan, plan
+from .settings import AqlSettings
+
+_CACHE_SIZE = 512
+
+
+class AqlService:
+    def __init__(self, node, gateway: InferenceGateway | None = None, settings: AqlSettings | None = None) -> None:
+        self.node = node
+        self.settings = settings or AqlSettings()
+        self.data = NodeData(node)
+        s = node.settings
+        self._default_gateway = gateway or HttpGateway(s.url, verify=str(s.tls_ca_path) if s.tls else True)
+        self._parsed: OrderedDict[str, ast.Query] = OrderedDict()
+
+    @property
+    def gateway(self) -> InferenceGateway:
+        return self.node.extras.get("aql.gateway") or self._default_gateway
+
+    @classmethod
+    def of(cls, node) -> AqlService:
+        service = node.extras.get("aql")
+        if service is None:
+            service = node.extras["aql"] = cls(node)
+        return service
+
+    def parse(self, text: str) -> ast.Query:
+        query = self._parsed.get(text)
+        if query is None:
+            query = parse(text)
+            self._parsed[text] = query
+            if len(self._parsed) > _CACHE_SIZE:
+                self._parsed.popitem(last=False)
+        else:
+            self._parsed.move_to_end(text)
+        return query
+
+    def plan(self, text: str, binds: Mapping[str, Any]) -> Plan:
+        return plan(self.parse(text), binds, self.data.collections(), max_search_k=self.node.settings.max_search_k)
+
+    def executor(self) -> Executor:
+        fields = {c.name: c.embed_field for c in self.node.store.collections() if c.embed_field}
+        return Executor(self.data, self.gateway, self.settings,
+                        max_writes=self.node.settings.max_transaction_operations, embed_fields=fields)
+
+    async def execute(self, text: str, binds: Mapping[str, Any] | None) -> dict[str, Any]:
+        if binds is None:
+            binds = {}
+        if not isinstance(binds, Mapping):
+            raise type_error("bind_vars must be an object")
+        started = time.perf_counter()
+        the_plan = self.plan(text, binds)
+        planned = time.perf_counter()
+        if the_plan.explain:
+            result = [describe(the_plan, binds, members=self.data.members(), owners=self.data.owners,
+                               routing=self.routing)]
+            stats: dict[str, Any] = {}
+        else:
+            result, stats = await self.executor().run(the_plan, binds)
+        done = time.perf_counter()
+        stats.update({"kind": the_plan.kind, "plan_ms": round((planned - started) * 1000, 3),
+                      "execution_ms": round((done - planned) * 1000, 3), "result_count": len(result),
+                      "coordinator": self.node.cluster.topology.self_id})
+        return {"result": result, "stats": stats}
+
+    def routing(self, domain: str | None) -> dict[str, Any]:
+        """How INFER will be routed: the adaptive router's ranking when this shard has one."""
+        out: dict[str, Any] = {"via": "/v1/infer", "domain": domain}
+        router = getattr(self.node.cluster, "router", None)
+        rank = getattr(router, "rank", None)
+        if rank is not None:
+            try:
+                decisions = rank(domain, domain or "")
+                out["candidates"] = [{"shard": d.shard_id, "tier": d.tier, "reason": d.reason,
+                                      "fallback": d.fallback, "adapter": d.adapter_id} for d in decisions[:3]]
+            except Exception as exc:  # explain must not fail because routing state is odd
+                out["candidates_error"] = type(exc).__name__
+        return out
+
+    async def scan_fragment(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A peer's request for this shard's part of a scan (see ``NodeData.scan``)."""
+        try:
+            node = decode_scan(body["fragment"])
+            binds = body.get("bind_vars") or {}
+            down = [str(d) for d in body.get("down") or []]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise type_error(f"malformed scan fragment: {exc}") from None
+        deadline = time.monotonic() + self.settings.timeout_s
+        result = await run_in_threadpool(self.data.local_scan, node, binds, down, deadline)
+        return {"rows": result.rows, "scanned": result.scanned}
