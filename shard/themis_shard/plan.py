@@ -42,8 +42,12 @@ class RouterSettings(_Strict):
     """The adaptive domain router's knobs (paper §III-C, §IV-A)."""
 
     thresholds: tuple[float, float, float] = (0.8, 0.6, 0.4)
-    #: Latency penalty weight: score = α − γ·(λ / 100 ms); the paper's "γ = 0.1 per 100 ms".
+    #: Latency penalty weight: score = α − γ·(λ / latency_unit_ms); "γ = 0.1 per 100 ms" by
+    #: default. (The paper's parenthetical example, 100 ms ≙ 0.01 points, is latency_unit_ms=1000.)
     gamma: float = Field(0.1, ge=0)
+    latency_unit_ms: float = Field(100.0, gt=0)
+    #: Scores closer than this tie; LEAST_LOADED (pending_llm_requests) decides among them.
+    score_tie_tolerance: float = Field(1e-6, ge=0)
     announcement_ttl_s: float = Field(7200, gt=0)
 
     @field_validator("thresholds")

@@ -118,3 +118,24 @@ def test_everything_committed_is_there_after_reopen(tmp_path) -> None:
         assert reopened.get("c", "k5") is None
     finally:
         reopened.close()
+
+
+def test_paged_scan_visits_every_entry_once_including_tombstones(store: DocumentStore) -> None:
+    store.commit([Write("a", f"k{i:03}", {"i": i}) for i in range(25)])
+    store.delete("a", "k007")
+    store.put("b", "x", {})
+    seen, cursor = [], None
+    while True:
+        page, cursor = store.scan_page(cursor, 10)
+        seen += [(e.collection, e.key, e.document is None) for e in page]
+        if cursor is None:
+            break
+    assert len(seen) == 26 and len(set(seen)) == 26
+    assert ("a", "k007", True) in seen
+
+
+def test_purge_drops_copies_without_a_new_version(store: DocumentStore) -> None:
+    store.commit([Write("a", f"k{i}", {"i": i}) for i in range(5)])
+    assert store.purge([("a", "k1"), ("a", "k2"), ("a", "missing")]) == 2
+    assert store.get("a", "k1") is None and store.version("a", "k1") == 0  # gone, not tombstoned
+    assert store.count("a") == 3

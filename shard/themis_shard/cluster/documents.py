@@ -90,9 +90,10 @@ class DistributedDocuments:
             if target == topo.self_id:
                 return await self.commit_here(writes)
             try:
+                # No retries on the same peer: the next owner is the better second try.
                 reply = await self.executor.request(
                     target, "POST", "/internal/commit", json_body={"writes": [write_to_json(w) for w in writes]},
-                    idempotent=False)
+                    idempotent=False, retries=0)
                 return [change_from_json(c) for c in reply["changes"]]
             except PeerUnavailable as exc:
                 log.info("coordinator %s unavailable (%s); trying the next owner", target, exc.reason)
@@ -135,7 +136,7 @@ class DistributedDocuments:
     async def _send_replicas(self, peer: str, items: list[Replicated]) -> None:
         try:
             await self.executor.request(peer, "POST", "/internal/replicate",
-                                        json_body={"items": encode_items(items)}, idempotent=True)
+                                        json_body={"items": encode_items(items)}, idempotent=True, retries=1)
             self.metrics.replication.labels(outcome="replicated").inc(len(items))
         except (PeerUnavailable, PeerError) as exc:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
@@ -180,7 +181,8 @@ class DistributedDocuments:
                     return doc
                 continue
             try:
-                reply = await self.executor.request(target, "GET", f"/internal/documents/{collection}/{key}")
+                reply = await self.executor.request(target, "GET", f"/internal/documents/{collection}/{key}",
+                                                    retries=0)
                 return StoredDocument(collection, key, int(reply["version"]), reply["document"])
             except PeerUnavailable as exc:
                 log.info("owner %s unavailable for a read (%s); trying the next", target, exc.reason)

@@ -103,8 +103,10 @@ class ClusterService:
         self.caught_up = not self._topology.clustered
         self.migration = MigrationProgress(ring_version=plan.ring_version)
         self._handoff_complete = False
-        self.migration_page_size = 2000
-        self.migration_page_pause_s = 0.0
+        # Small pages with a pause between them bound the handoff's share of the event loop
+        # (JSON work holds the GIL): foreground requests stay fast while keys move.
+        self.migration_page_size = self.settings.migration_page_size
+        self.migration_page_pause_s = self.settings.migration_page_pause_s
         self.settings_migration_attempts = 3
 
     # -- topology ----------------------------------------------------------------------------
@@ -153,6 +155,9 @@ class ClusterService:
         if self.gossiper is not None:
             self._tasks.append(self.gossiper.start())
         self._tasks.append(asyncio.create_task(self._every(1.0, self._replay_hints), name="hint-replay"))
+        if self.settings.breaker_health_probe_s:
+            self._tasks.append(asyncio.create_task(
+                self._every(self.settings.breaker_health_probe_s, self._probe_open_peers), name="breaker-probe"))
         if self.plan_path:
             self._tasks.append(asyncio.create_task(self._every(1.0, self._watch_plan), name="plan-watch"))
         self._tasks.append(asyncio.create_task(self.catch_up(), name="catch-up"))
@@ -189,6 +194,19 @@ class ClusterService:
             down = self.executor.open_peers()
             return {m: ("dead" if m in down else "alive") for m in self._topology.members}
         return {m: str(s) for m, s in self.state.statuses(time.monotonic()).items()}
+
+    async def _probe_open_peers(self) -> None:
+        """Close the breaker of an open peer that answers /ready again (out-of-band probe)."""
+        for peer in self.executor.open_peers():
+            if peer not in self._topology.members:
+                continue
+            try:
+                r = await self.executor.client.get(f"{self._resolve(peer)}/ready", timeout=1.0)
+            except Exception:  # still down: the breaker stays open
+                continue
+            if r.status_code == 200:
+                self.executor.breakers.get(peer).record_success()
+                log.info("peer %s answers again; breaker closed", peer)
 
     # -- hinted handoff ----------------------------------------------------------------------
     async def _replay_hints(self) -> None:

@@ -47,6 +47,10 @@ class ClusterSettings(BaseSettings):
     retry_backoff_max_s: float = Field(1.0, ge=0)
     breaker_failure_threshold: int = Field(5, ge=1)
     breaker_recovery_s: float = Field(60.0, ge=0)
+    #: While a peer's breaker is open, probe its /ready out of band this often and close the
+    #: breaker when it answers — a restarted peer gets traffic back in ~1 s instead of waiting
+    #: out the recovery window, and the probe costs no client request. 0 disables.
+    breaker_health_probe_s: float = Field(1.0, ge=0)
     pool_max_connections: int = Field(100, ge=1)
     pool_max_keepalive: int = Field(20, ge=0)
     #: mTLS material (PEM files written from the cluster Secret). All three or none.
@@ -55,6 +59,11 @@ class ClusterSettings(BaseSettings):
     tls_key_path: Path | None = None
     #: Shard certificates carry the shard's DNS names; turn off only for IP-addressed labs.
     tls_check_hostname: bool = True
+
+    # ---- resharding / catch-up ----------------------------------------------------------------
+    #: Entries scanned per handoff page, and the pause between pages (the rate limit).
+    migration_page_size: int = Field(500, ge=1)
+    migration_page_pause_s: float = Field(0.02, ge=0)
 
     # ---- gossip (Demers et al. epidemic dissemination) ----------------------------------------
     gossip_interval_s: float = Field(1.0, gt=0)
@@ -104,4 +113,6 @@ class ClusterSettings(BaseSettings):
             "thresholds": tuple(router.thresholds),
             "gamma": float(router.gamma),
             "announcement_ttl_s": float(router.announcement_ttl_s),
+            "latency_unit_ms": float(getattr(router, "latency_unit_ms", self.latency_unit_ms)),
+            "score_tie_tolerance": float(getattr(router, "score_tie_tolerance", self.score_tie_tolerance)),
         })
