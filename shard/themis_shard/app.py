@@ -15,11 +15,13 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from . import __version__
-from .api import cluster, documents, health, internal, search
+from .api import aql, cluster, documents, health, internal, search
+from .api import raid as raid_api  # RAID weight storage (issue 8)
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
 from .errors import install_error_handlers
 from .metrics import ShardMetrics
 from .node import ShardNode
+from .raid.service import start_raid  # RAID weight storage (issue 8)
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         node = await run_in_threadpool(ShardNode.open, settings, metrics)
+        # RAID weight storage (issue 8): units repaired, model assembled + sha256-verified before the engine.
+        node.raid, raid_model = await start_raid(node, settings.llm.model_path, assemble=settings.llm.enabled)
+        if raid_model is not None:
+            settings.llm.model_path = str(raid_model)
         if settings.llm.enabled:
             from .llm.runtime import LLMRuntime
 
@@ -44,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             app.state.node = None
+            if node.raid is not None:  # RAID (issue 8)
+                await node.raid.stop()
             await node.cluster.stop()
             if node.llm is not None:
                 await node.llm.stop()
@@ -61,6 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(search.router)
     app.include_router(cluster.router)
     app.include_router(internal.router)
+    app.include_router(aql.router)
+    app.include_router(raid_api.router)  # RAID (issue 8)
     if settings.llm.enabled:
         from .api import inference
 

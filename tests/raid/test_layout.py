@@ -8,7 +8,6 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from themis_shard.raid.layout import LayoutError, RaidLayout
 from themis_shard.raid.settings import RaidSettings
 

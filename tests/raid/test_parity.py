@@ -7,7 +7,6 @@ import zlib
 
 import numpy as np
 import pytest
-
 from themis_shard.raid.parity import NotEnoughUnits, crc32, make_codec, xor_into
 
 UNIT = 64 << 10

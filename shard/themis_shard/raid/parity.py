@@ -40,7 +40,7 @@ def array_module(prefer_gpu: bool = True) -> Any:
 
             if cupy.cuda.is_available():
                 return cupy
-        except Exception:  # noqa: BLE001 - no cupy / no driver: CPU path
+        except Exception:
             pass
     return np
 

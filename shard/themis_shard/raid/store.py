@@ -98,6 +98,7 @@ class UnitStore:
 
     def read_unit(self, manifest: Manifest, ref: UnitRef) -> np.ndarray:
         """The unit's bytes, verified; UnitMissing / UnitCorrupt otherwise."""
+        self._check_ref(manifest, ref)
         path = self.unit_path(manifest.key, ref)
         try:
             data = np.fromfile(path, dtype=np.uint8)
@@ -117,9 +118,12 @@ class UnitStore:
         self.unit_path(key, ref).unlink(missing_ok=True)
 
     @staticmethod
-    def _check(manifest: Manifest, ref: UnitRef, data) -> None:
+    def _check_ref(manifest: Manifest, ref: UnitRef) -> None:
         if not (0 <= ref.stripe < manifest.stripes and 0 <= ref.index < manifest.layout.width):
             raise UnitCorrupt(ref, f"not a unit of manifest {manifest.key}")
+
+    def _check(self, manifest: Manifest, ref: UnitRef, data) -> None:
+        self._check_ref(manifest, ref)
         n = memoryview(data).nbytes
         if n != manifest.unit_size:
             raise UnitCorrupt(ref, f"length {n} != unit size {manifest.unit_size} (truncated?)")

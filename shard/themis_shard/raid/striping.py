@@ -32,7 +32,7 @@ def codec_for(layout: RaidLayout) -> Codec:
 
 
 def iter_stripes(f: BinaryIO, layout: RaidLayout, size: int, codec: Codec | None = None,
-                 hasher: "hashlib._Hash | None" = None) -> Iterator[Stripe]:
+                 hasher: hashlib._Hash | None = None) -> Iterator[Stripe]:
     codec = codec or codec_for(layout)
     buf = np.zeros(layout.stripe_bytes, dtype=np.uint8)
     view = memoryview(buf)

@@ -1,0 +1,629 @@
+"""RaidService: ingest, assembly, rebuild and scrub of one shard's model units (the I/O edge).
+
+Start-up (``prepare``, awaited by the app before the LLM engine exists):
+
+1. If a peer (or this shard) already holds the cluster's manifest, the cluster copy is the
+   authority: the shard repairs its own missing/corrupt units from the surviving units + parity
+   and assembles the model from its peers — never from the original source, so a loss beyond
+   the layout's tolerance fails loudly instead of being papered over by a re-download.
+2. Otherwise the cluster is new: the shard stripes the source itself (deterministic, so every
+   shard derives the same manifest and exactly its own units) and keeps the file it read.
+
+The assembled file's sha256 is checked against the manifest before it is handed to the engine.
+Peers are called through the shard's RemoteExecutor (breakers, timeouts, typed errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..errors import ThemisError
+from .layout import RaidLayout, UnitRef
+from .manifest import Manifest, ManifestError
+from .parity import NotEnoughUnits, crc32
+from .settings import RaidSettings
+from .store import UnitError, UnitStore
+from .striping import codec_for, sha256_file, stripe_file
+
+log = logging.getLogger(__name__)
+
+
+class RaidUnrecoverable(ThemisError):
+    """More units of a stripe are lost than the layout tolerates: the model cannot be rebuilt."""
+
+    status, code = 503, "raid_beyond_tolerance"
+
+
+class RaidUnavailable(ThemisError):
+    status, code = 503, "raid_unavailable"
+
+
+@dataclass
+class Progress:
+    """The current (or last) long operation, as ``/v1/raid/status`` reports it."""
+
+    op: str = "idle"
+    state: str = "idle"  # running, done, failed
+    stripes_total: int = 0
+    stripes_done: int = 0
+    bytes_transferred: int = 0
+    units_repaired: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        end = self.finished_at or time.time()
+        elapsed = max(end - self.started_at, 1e-9) if self.started_at else 0.0
+        d["elapsed_s"] = round(elapsed, 3)
+        d["progress"] = round(self.stripes_done / self.stripes_total, 4) if self.stripes_total else 0.0
+        d["rate_bytes_per_s"] = round(self.bytes_transferred / elapsed) if elapsed else 0
+        return d
+
+
+class RaidMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.units = Gauge("themis_raid_units", "This shard's model units by state at the last scan", ["state"],
+                           registry=r)
+        self.repaired = Counter("themis_raid_units_repaired_total", "Units rebuilt from parity and written back",
+                                registry=r)
+        self.corrupt = Counter("themis_raid_corrupt_units_total", "Units found with a crc32 or length mismatch",
+                               registry=r)
+        self.transferred = Counter("themis_raid_transfer_bytes_total", "Unit bytes fetched from or sent to peers",
+                                   ["op"], registry=r)
+        self.progress = Gauge("themis_raid_operation_progress_ratio", "Stripes done / total of the running operation",
+                              ["op"], registry=r)
+        self.rate = Gauge("themis_raid_transfer_rate_bytes_per_second",
+                          "Throughput of the last or running rebuild/assembly", ["op"], registry=r)
+        self.duration = Histogram("themis_raid_operation_seconds", "Ingest/rebuild/assembly/scrub durations",
+                                  ["op"], buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
+                                  registry=r)
+        self.lost = Gauge("themis_raid_unrecoverable_stripes",
+                          "Stripes with more lost units than the layout tolerates", registry=r)
+
+
+class _RateLimit:
+    """Sleeps so that transferred bytes stay under ``mb_s`` (0 = unlimited)."""
+
+    def __init__(self, mb_s: float) -> None:
+        self.rate = mb_s * 1e6
+        self.start = time.monotonic()
+        self.bytes = 0
+
+    async def account(self, n: int) -> None:
+        self.bytes += n
+        if self.rate:
+            ahead = self.bytes / self.rate - (time.monotonic() - self.start)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+
+
+class RaidService:
+    def __init__(self, settings: RaidSettings, self_id: str, store: UnitStore, executor: Any,
+                 topology: Callable[[], Any], registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self.self_id = self_id
+        self.store = store
+        self.executor = executor
+        self._topology = topology
+        self.metrics = RaidMetrics(registry or CollectorRegistry())
+        self.progress = Progress()
+        self.last_scan: dict[str, Any] = {}
+        self.model_path: Path | None = None
+        self.error: str | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._lock = asyncio.Lock()  # one rebuild/assembly/ingest at a time
+        self._repair_soon = asyncio.Event()
+
+    @classmethod
+    def for_node(cls, node: Any, settings: RaidSettings | None = None) -> RaidService:
+        settings = settings or RaidSettings()
+        store = UnitStore(settings.weights_path(node.settings.data_dir))
+        return cls(settings, node.settings.shard_id, store, node.cluster.executor, lambda: node.cluster.topology,
+                   node.metrics.registry)
+
+    # -- layout -------------------------------------------------------------------------------------
+    def layout(self) -> RaidLayout:
+        plan = self._topology().plan
+        return RaidLayout.build(plan.raid_mode, plan.ring_spec.shards, self.settings, copies=plan.copies)
+
+    def peers(self, manifest: Manifest | None = None) -> list[str]:
+        shards = manifest.shards if manifest else self._topology().members
+        return [s for s in shards if s != self.self_id]
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def prepare(self, source: str, *, assemble: bool = True) -> Path | None:
+        """Make this shard's units whole and (when ``assemble``) return the verified model file."""
+        manifest = await self.find_manifest()
+        if manifest is None:
+            manifest = await self.ingest_local(source, keep_file=assemble)
+        else:
+            await self.sync(manifest, assemble=assemble, wait=True)
+        self.store.set_active(manifest.key)
+        self.model_path = self.store.model_path(manifest.key) if assemble else None
+        return self.model_path
+
+    async def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._scrub_loop(), name="raid-scrub"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    def request_repair(self) -> None:
+        self._repair_soon.set()
+
+    async def _scrub_loop(self) -> None:
+        interval = self.settings.scrub_interval_s
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._repair_soon.wait(), timeout=interval or None)
+            self._repair_soon.clear()
+            manifest = self.store.active()
+            if manifest is None:
+                continue
+            try:
+                report = await self.verify(manifest)
+                if report["missing"] or report["corrupt"]:
+                    await self.sync(manifest, assemble=False)
+            except Exception as exc:
+                log.error("raid scrub/repair failed: %s", exc)
+
+    # -- manifests ----------------------------------------------------------------------------------
+    async def find_manifest(self) -> Manifest | None:
+        """The cluster's active manifest: this shard's, else the first peer's that answers."""
+        local = self.store.active()
+        if local is not None:
+            return local
+        for peer in self.peers():
+            m = await self._peer_manifest(peer)
+            if m is not None:
+                self.store.save_manifest(m)
+                return m
+        return None
+
+    async def _peer_manifest(self, peer: str) -> Manifest | None:
+        from ..cluster.remote import PeerError, PeerUnavailable
+
+        try:
+            raw = await self.executor.request(peer, "GET", "/internal/raid/manifest", expect="bytes", retries=0,
+                                              timeout_s=5)
+        except (PeerUnavailable, PeerError):
+            return None
+        try:
+            return Manifest.parse(raw)
+        except ManifestError as exc:
+            log.error("peer %s sent an invalid manifest: %s", peer, exc)
+            return None
+
+    # -- ingest -------------------------------------------------------------------------------------
+    async def resolve_source(self, source: str) -> tuple[Path, str, bool]:
+        """(local file, model name, temporary?) for "bundled", a path, or an http(s) URL."""
+        if source in ("", "bundled"):
+            from ..llm.model import bundled_model_path
+
+            path = await asyncio.to_thread(bundled_model_path)
+            return path, path.name, False
+        if source.startswith(("http://", "https://")):
+            return await self._download(source), source.rsplit("/", 1)[-1] or "model.gguf", True
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise RaidUnavailable(f"model source not found: {source}", code="source_not_found")
+        return path, path.name, False
+
+    async def _download(self, url: str) -> Path:
+        import httpx
+
+        target = self.store.root / "incoming" / f"{os.getpid()}-{time.time_ns()}.part"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=10), follow_redirects=True) as client, \
+                    client.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    raise RaidUnavailable(f"download of {url} failed: HTTP {resp.status_code}",
+                                          code="source_unavailable")
+                with open(target, "wb") as f:
+                    async for chunk in resp.aiter_bytes(1 << 20):
+                        await asyncio.to_thread(f.write, chunk)
+        except httpx.HTTPError as exc:
+            target.unlink(missing_ok=True)
+            raise RaidUnavailable(f"download of {url} failed: {exc}", code="source_unavailable") from exc
+        return target
+
+    async def ingest_local(self, source: str, *, keep_file: bool = True) -> Manifest:
+        """Stripe the source here, keeping only this shard's units (and a copy of the file)."""
+        async with self._lock:
+            path, name, temporary = await self.resolve_source(source)
+            layout = self.layout()
+            progress = self._begin("ingest", layout.stripes(path.stat().st_size))
+            started = time.monotonic()
+            key_dir = self.store.root / "units" / ".ingest"
+            try:
+                manifest = await asyncio.to_thread(self._stripe_here, path, layout, name, key_dir, progress)
+                if keep_file:
+                    target = self.store.model_path(manifest.key)
+                    if temporary:
+                        os.replace(path, target)
+                    else:
+                        await asyncio.to_thread(_copy_file, path, target)
+                    await self._verify_model(manifest, target)
+            except Exception as exc:
+                self._fail(progress, exc)
+                raise
+            finally:
+                if temporary:
+                    path.unlink(missing_ok=True)
+            self._finish(progress, started)
+            log.info("raid: striped %s (%d bytes) into %d stripes, %s, key %s", name, manifest.size,
+                     manifest.stripes, layout.mode, manifest.key)
+            return manifest
+
+    def _stripe_here(self, path: Path, layout: RaidLayout, name: str, staging: Path, progress: Progress) -> Manifest:
+        """Runs in a thread: units go to a staging dir until the manifest (their key) is known."""
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+
+        def keep(stripe) -> None:
+            for u, unit in enumerate(stripe.units):
+                if layout.shard_of(stripe.index, u) == self.self_id:
+                    unit.tofile(staging / f"{stripe.index}.{u}")
+            progress.stripes_done += 1
+
+        manifest = stripe_file(path, layout, name, keep)
+        final = self.store.root / "units" / manifest.key
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(staging, final)
+        self.store.save_manifest(manifest)
+        return manifest
+
+    async def ingest(self, source: str, *, activate: bool = False) -> Manifest:
+        """Stripe a model and place every unit on its shard (``PUT /internal/raid/units/...``).
+
+        All shards of the layout must be reachable. Two passes over the file: the first computes
+        the manifest (every unit's crc), which each shard then uses to check the units it receives.
+        """
+        async with self._lock:
+            path, name, temporary = await self.resolve_source(source)
+            try:
+                layout = self.layout()
+                manifest = await asyncio.to_thread(stripe_file, path, layout, name)
+                body = manifest.canonical()
+                self.store.save_manifest(manifest)
+                for peer in self.peers(manifest):
+                    await self.executor.request(peer, "PUT", f"/internal/raid/manifests/{manifest.key}",
+                                                content=body, headers={"content-type": "application/json"},
+                                                expect="none", timeout_s=30)
+                progress = self._begin("ingest", manifest.stripes)
+                started = time.monotonic()
+                await self._place_units(path, manifest, progress)
+                if activate:
+                    for peer in self.peers(manifest):
+                        await self.executor.request(peer, "PUT", f"/internal/raid/active/{manifest.key}",
+                                                    expect="none", timeout_s=30)
+                    self.store.set_active(manifest.key)
+                self._finish(progress, started)
+                return manifest
+            except ThemisError:
+                raise
+            except Exception as exc:
+                from ..cluster.remote import RemoteCallError
+
+                if isinstance(exc, RemoteCallError):
+                    raise RaidUnavailable(f"ingest needs every shard of the layout: {exc}") from exc
+                raise
+            finally:
+                if temporary:
+                    path.unlink(missing_ok=True)
+
+    async def _place_units(self, path: Path, manifest: Manifest, progress: Progress) -> None:
+        layout = manifest.layout
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue(maxsize=2)
+
+        def produce() -> None:
+            with path.open("rb") as f:
+                from .striping import iter_stripes
+
+                for stripe in iter_stripes(f, layout, manifest.size):
+                    units = [u.tobytes() for u in stripe.units]  # the reader reuses its buffers
+                    asyncio.run_coroutine_threadsafe(queue.put((stripe.index, units)), loop).result()
+            asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
+
+        producer = loop.run_in_executor(None, produce)
+        limit = _RateLimit(self.settings.rebuild_rate_limit_mb_s)
+        while (item := await queue.get()) is not None:
+            s, units = item
+            sends = []
+            for u, data in enumerate(units):
+                owner = layout.shard_of(s, u)
+                ref = UnitRef(s, u)
+                if owner == self.self_id:
+                    await asyncio.to_thread(self.store.write_unit, manifest, ref, np.frombuffer(data, np.uint8))
+                else:
+                    sends.append(self.executor.request(
+                        owner, "PUT", f"/internal/raid/units/{manifest.key}/{s}/{u}", content=data,
+                        headers={"content-type": "application/octet-stream"}, expect="none", timeout_s=60))
+            await asyncio.gather(*sends)
+            sent = sum(len(d) for d in units)
+            self.metrics.transferred.labels(op="ingest").inc(sent)
+            progress.bytes_transferred += sent
+            progress.stripes_done += 1
+            await limit.account(sent)
+        await producer
+
+    # -- verify -------------------------------------------------------------------------------------
+    async def verify(self, manifest: Manifest | None = None) -> dict:
+        """crc-check every unit this shard should hold; the result also feeds status and metrics."""
+        manifest = manifest or self.store.active()
+        if manifest is None:
+            raise RaidUnavailable("no RAID model on this shard", code="no_model")
+        started = time.monotonic()
+        refs = manifest.layout.units_on(self.self_id, manifest.size)
+
+        def scan() -> dict:
+            states: dict[str, list[str]] = {"ok": [], "missing": [], "corrupt": []}
+            for ref in refs:
+                states[self.store.unit_state(manifest, ref)].append(str(ref))
+            return states
+
+        states = await asyncio.to_thread(scan)
+        if states["corrupt"]:
+            self.metrics.corrupt.inc(len(states["corrupt"]))
+            log.warning("raid: %d corrupt unit(s) on %s: %s", len(states["corrupt"]), self.self_id,
+                        states["corrupt"][:10])
+        for state, units in states.items():
+            self.metrics.units.labels(state=state).set(len(units))
+        self.metrics.duration.labels(op="verify").observe(time.monotonic() - started)
+        self.last_scan = {"key": manifest.key, "at": time.time(), "expected": len(refs),
+                          **{k: len(v) for k, v in states.items()},
+                          "bad_units": (states["missing"] + states["corrupt"])[:100]}
+        return self.last_scan
+
+    # -- rebuild and assembly -----------------------------------------------------------------------
+    async def sync(self, manifest: Manifest, *, assemble: bool, wait: bool = False) -> dict:
+        """Repair this shard's missing/corrupt units and (``assemble``) write the verified model file.
+
+        ``wait``: peers that cannot be reached are waited for (up to ``startup_timeout_s``); a unit
+        that is gone on a live peer beyond the tolerance fails at once with RaidUnrecoverable.
+        """
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while True:
+            try:
+                return await self._sync_once(manifest, assemble)
+            except _PeersDown as exc:
+                if not wait or time.monotonic() > deadline:
+                    raise RaidUnrecoverable(str(exc)) from None
+                log.warning("raid: waiting for peers to rebuild from: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def _sync_once(self, manifest: Manifest, assemble: bool) -> dict:
+        async with self._lock:
+            layout = manifest.layout
+            target = self.store.model_path(manifest.key)
+            if assemble and target.exists():
+                if await asyncio.to_thread(sha256_file, target) == manifest.sha256:
+                    assemble = False  # already whole: only the units may need repair
+                else:
+                    log.warning("raid: assembled model %s fails its sha256; reassembling", target.name)
+                    target.unlink()
+            op = "assemble" if assemble else "rebuild"
+            progress = self._begin(op, manifest.stripes)
+            started = time.monotonic()
+            part = target.with_suffix(".part")
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if assemble else None
+            limit = _RateLimit(self.settings.rebuild_rate_limit_mb_s)
+            todo: asyncio.Queue[int] = asyncio.Queue()
+            mine = {ref.stripe for ref in layout.units_on(self.self_id, manifest.size)}
+            for s in range(manifest.stripes):
+                if assemble or s in mine:
+                    todo.put_nowait(s)
+            progress.stripes_total = todo.qsize()
+            lost: list[str] = []
+            down: list[str] = []
+
+            async def worker() -> None:
+                codec = codec_for(layout)  # one per worker: the XOR output buffer is reused
+                while True:
+                    try:
+                        s = todo.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    try:
+                        n = await self._sync_stripe(manifest, s, codec, fd, progress)
+                    except _StripeLost as exc:
+                        (down if exc.peers_down else lost).append(str(exc))
+                        continue
+                    progress.stripes_done += 1
+                    self.metrics.progress.labels(op=op).set(progress.stripes_done / max(progress.stripes_total, 1))
+                    await limit.account(n)
+
+            try:
+                await asyncio.gather(*(worker() for _ in range(self.settings.parallel_stripes)))
+                if lost or down:
+                    self.metrics.lost.set(len(lost) + len(down))
+                    summary = (f"{len(lost) + len(down)} stripe(s) of {manifest.name} cannot be rebuilt "
+                               f"({layout.mode} tolerates {layout.tolerance} lost shard(s)): {(lost + down)[0]}")
+                    if lost:
+                        raise RaidUnrecoverable(summary)
+                    raise _PeersDown(summary)
+                self.metrics.lost.set(0)
+                if fd is not None:
+                    os.ftruncate(fd, manifest.size)
+                    os.fsync(fd)
+                    os.close(fd)
+                    fd = None
+                    await self._verify_model(manifest, part)
+                    os.replace(part, target)
+            except BaseException as exc:
+                if fd is not None:
+                    os.close(fd)
+                part.unlink(missing_ok=True)
+                self._fail(progress, exc)
+                raise
+            self._finish(progress, started)
+            log.info("raid: %s of %s done: %d unit(s) repaired, %d bytes fetched in %.2fs", op, manifest.name,
+                     progress.units_repaired, progress.bytes_transferred, time.monotonic() - started)
+            return progress.as_dict()
+
+    async def _sync_stripe(self, manifest: Manifest, s: int, codec: Any, fd: int | None, progress: Progress) -> int:
+        """Read (local or peer), reconstruct and write back one stripe; returns bytes fetched."""
+        from ..cluster.remote import PeerError, PeerUnavailable
+
+        layout = manifest.layout
+        have: dict[int, np.ndarray] = {}
+        broken: dict[int, str] = {}
+        own = [u for u in range(layout.width) if layout.shard_of(s, u) == self.self_id]
+        for u in own:
+            try:
+                have[u] = await asyncio.to_thread(self.store.read_unit, manifest, UnitRef(s, u))
+            except UnitError as exc:
+                broken[u] = exc.reason
+                if exc.reason == "corrupt":
+                    self.metrics.corrupt.inc()
+        need = set(broken) | (set(range(layout.k)) if fd is not None else set())
+        fetched = 0
+        unreachable: set[int] = set()
+
+        async def fetch(u: int) -> None:
+            nonlocal fetched
+            peer = layout.shard_of(s, u)
+            try:
+                raw = await self.executor.request(peer, "GET", f"/internal/raid/units/{manifest.key}/{s}/{u}",
+                                                  expect="bytes", retries=1, timeout_s=60)
+            except PeerUnavailable:
+                broken[u] = f"{peer} unreachable"
+                unreachable.add(u)
+                return
+            except PeerError as exc:
+                broken[u] = f"{exc.code} on {peer}"
+                return
+            data = np.frombuffer(raw, dtype=np.uint8)
+            if data.size != manifest.unit_size or crc32(data) != manifest.crc(s, u):
+                broken[u] = f"corrupt in transit from {peer}"
+                return
+            fetched += data.size
+            have[u] = data
+
+        direct = [u for u in need if u not in have and u not in broken]
+        await asyncio.gather(*(fetch(u) for u in direct))
+        missing = need - have.keys()
+        if missing:
+            # Survivors: redundancy first (data units already failed or are what we need).
+            extra = sorted((u for u in range(layout.width) if u not in have and u not in broken),
+                           key=lambda u: (u < layout.k, u))
+            while len(have) < layout.k and extra:
+                batch, extra = extra[:layout.k - len(have)], extra[layout.k - len(have):]
+                await asyncio.gather(*(fetch(u) for u in batch))
+            if len(have) < layout.k:
+                # Worth waiting only if the unreachable peers coming back would be enough.
+                peers_down = len(have) + len(unreachable) >= layout.k
+                detail = ", ".join(f"unit {u} ({layout.shard_of(s, u)}): {why}" for u, why in sorted(broken.items()))
+                raise _StripeLost(f"stripe {s}: {len(have)} of {layout.k} needed units readable; {detail}",
+                                  peers_down)
+            try:
+                rebuilt = await asyncio.to_thread(codec.reconstruct, have, sorted(missing))
+            except NotEnoughUnits as exc:
+                raise _StripeLost(f"stripe {s}: {exc}", False) from None
+            for u in sorted(missing):
+                if u in own:
+                    await asyncio.to_thread(self.store.write_unit, manifest, UnitRef(s, u), rebuilt[u])
+                    progress.units_repaired += 1
+                    self.metrics.repaired.inc()
+                    log.info("raid: rebuilt unit %d/%d of %s (%s)", s, u, manifest.name, broken.get(u))
+            have.update(rebuilt)
+        if fd is not None:
+            start = s * layout.stripe_bytes
+            stripe = b"".join(memoryview(have[u]) for u in range(layout.k))
+            await asyncio.to_thread(os.pwrite, fd, stripe, start)
+        progress.bytes_transferred += fetched
+        self.metrics.transferred.labels(op="assemble" if fd is not None else "rebuild").inc(fetched)
+        return fetched
+
+    async def _verify_model(self, manifest: Manifest, path: Path) -> None:
+        digest = await asyncio.to_thread(sha256_file, path)
+        if digest != manifest.sha256 or path.stat().st_size != manifest.size:
+            path.unlink(missing_ok=True)
+            raise RaidUnrecoverable(f"assembled {manifest.name} fails verification: sha256 {digest[:16]}… "
+                                    f"!= manifest {manifest.sha256[:16]}…; not loading it",
+                                    code="model_verification_failed")
+
+    # -- progress -----------------------------------------------------------------------------------
+    def _begin(self, op: str, total: int) -> Progress:
+        self.progress = Progress(op=op, state="running", stripes_total=total, started_at=time.time())
+        self.metrics.progress.labels(op=op).set(0)
+        return self.progress
+
+    def _finish(self, progress: Progress, started: float) -> None:
+        progress.state = "done"
+        progress.finished_at = time.time()
+        elapsed = time.monotonic() - started
+        self.metrics.duration.labels(op=progress.op).observe(elapsed)
+        self.metrics.progress.labels(op=progress.op).set(1)
+        self.metrics.rate.labels(op=progress.op).set(progress.bytes_transferred / max(elapsed, 1e-9))
+        self.error = None
+
+    def _fail(self, progress: Progress, exc: BaseException) -> None:
+        progress.state = "failed"
+        progress.finished_at = time.time()
+        progress.error = str(exc) or type(exc).__name__
+        self.error = progress.error
+
+    def status(self) -> dict:
+        manifest = self.store.active()
+        try:
+            layout = self.layout().describe()
+        except ValueError as exc:
+            layout = {"error": str(exc)}
+        return {"enabled": True, "shard_id": self.self_id, "layout": layout,
+                "model": manifest.summary() if manifest else None,
+                "model_path": str(self.model_path) if self.model_path else None,
+                "units": self.last_scan, "operation": self.progress.as_dict(), "error": self.error,
+                "degraded": bool(self.last_scan.get("missing") or self.last_scan.get("corrupt"))}
+
+
+class _StripeLost(Exception):
+    def __init__(self, message: str, peers_down: bool) -> None:
+        super().__init__(message)
+        self.peers_down = peers_down
+
+
+class _PeersDown(Exception):
+    """Not enough peers answer right now (they may come back)."""
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    import shutil
+
+    tmp = dst.with_suffix(".part")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+async def start_raid(node: Any, source: str, *, assemble: bool) -> tuple[RaidService | None, Path | None]:
+    """App lifespan hook: (service, verified model path) when THEMIS_RAID_ENABLED, else (None, None)."""
+    settings = RaidSettings()
+    if not settings.enabled:
+        return None, None
+    service = RaidService.for_node(node, settings)
+    path = await service.prepare(settings.source or source, assemble=assemble)
+    await service.verify()
+    await service.start()
+    return service, path
