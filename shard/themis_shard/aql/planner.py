@@ -291,10 +291,11 @@ class _Planner:
 
     def collection(self, ref: ast.CollectionRef, *, must_exist: bool = True) -> str:
         name = ref.name
-        if ref.bind is not None:
-            if ref.bind not in self.binds:
+        if ref.bind is not None:  # ArangoDB's convention: @@c is given as "@c" in bind_vars
+            slot = "@" + ref.bind if "@" + ref.bind in self.binds else ref.bind
+            if slot not in self.binds:
                 raise missing_bind("@" + ref.bind)
-            name = self.binds[ref.bind]
+            name = self.binds[slot]
             if not isinstance(name, str):
                 raise type_error(f"bind parameter @@{ref.bind} must be a collection name (a string)")
         if not COLLECTION_RE.match(name):
