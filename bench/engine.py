@@ -51,8 +51,16 @@ def free_port() -> int:
 # -- clients ---------------------------------------------------------------------------------------
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> tuple[float | None, int]:
-    body = {"model": "gemma3-270m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+async def stream_one(
+    client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int
+) -> tuple[float | None, int]:
+    body = {
+        "model": "gemma3-270m",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
     t0 = time.perf_counter()
     ttft, chunks = None, 0
     try:
@@ -73,18 +81,25 @@ async def stream_one(client: httpx.AsyncClient, url: str, prompt: str, max_token
 
 async def drive(url: str, clients: int, requests: int, max_tokens: int) -> dict:
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
+
         async def worker(i: int) -> list[tuple[float | None, int]]:
-            return [await stream_one(client, url, PROMPTS[(i + k) % len(PROMPTS)], max_tokens)
-                    for k in range(requests)]
+            return [
+                await stream_one(client, url, PROMPTS[(i + k) % len(PROMPTS)], max_tokens)
+                for k in range(requests)
+            ]
 
         t0 = time.perf_counter()
         results = [r for rs in await asyncio.gather(*(worker(i) for i in range(clients))) for r in rs]
         wall = time.perf_counter() - t0
     ttfts = [t for t, _ in results if t is not None] or [float("nan")]
     tokens = sum(n for _, n in results)
-    return {"tok_s": tokens / wall, "ttft_p50": float(np.percentile(ttfts, 50)),
-            "ttft_p99": float(np.percentile(ttfts, 99)), "tokens": tokens,
-            "expected": clients * requests * max_tokens}
+    return {
+        "tok_s": tokens / wall,
+        "ttft_p50": float(np.percentile(ttfts, 50)),
+        "ttft_p99": float(np.percentile(ttfts, 99)),
+        "tokens": tokens,
+        "expected": clients * requests * max_tokens,
+    }
 
 
 # -- servers ---------------------------------------------------------------------------------------
@@ -93,8 +108,9 @@ async def drive(url: str, clients: int, requests: int, max_tokens: int) -> dict:
 class Process:
     def __init__(self, cmd: list[str], env: dict, port: int, ready_path: str) -> None:
         self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -117,20 +133,54 @@ class Process:
 
 def start_themis(model: Path, threads: int, data_dir: str, adapters: dict[str, str] | None = None) -> Process:
     port = free_port()
-    env = {"THEMIS_DATA_DIR": data_dir, "THEMIS_PORT": str(port), "THEMIS_LLM_ENABLED": "true",
-           "THEMIS_LLM_MODEL_PATH": str(model), "THEMIS_LLM_N_THREADS": str(threads),
-           "THEMIS_LLM_N_CTX": "8192", "THEMIS_LLM_EMBEDDING_MODEL": "none",
-           "THEMIS_LLM_ADAPTERS": json.dumps(adapters or {}), "THEMIS_LLM_ADAPTER_EVAL_ON_LOAD": "false"}
-    cmd = [sys.executable, "-m", "uvicorn", "themis_shard.app:create_app", "--factory", "--host", "127.0.0.1",
-           "--port", str(port), "--log-level", "warning"]
+    env = {
+        "THEMIS_DATA_DIR": data_dir,
+        "THEMIS_PORT": str(port),
+        "THEMIS_LLM_ENABLED": "true",
+        "THEMIS_LLM_MODEL_PATH": str(model),
+        "THEMIS_LLM_N_THREADS": str(threads),
+        "THEMIS_LLM_N_CTX": "8192",
+        "THEMIS_LLM_EMBEDDING_MODEL": "none",
+        "THEMIS_LLM_ADAPTERS": json.dumps(adapters or {}),
+        "THEMIS_LLM_ADAPTER_EVAL_ON_LOAD": "false",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "themis_shard.app:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     return Process(cmd, env, port, "/ready")
 
 
 def start_llama_cpp_server(model: Path, threads: int) -> Process:
     port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
-           "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", "8192",
-           "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        "gemma3-270m",
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        "--n_ctx",
+        "8192",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     return Process(cmd, {}, port, "/v1/models")
 
 
@@ -142,8 +192,9 @@ def raw_batched(model_path: Path, threads: int, clients: int, requests: int, max
     from themis_shard.llm.native import Batch, NativeContext, NativeModel
 
     model = NativeModel(model_path)
-    ctx = NativeContext(model, n_ctx=8192, n_seq_max=max(clients, 1), n_batch=4096, n_ubatch=512,
-                        n_threads=threads)
+    ctx = NativeContext(
+        model, n_ctx=8192, n_seq_max=max(clients, 1), n_batch=4096, n_ubatch=512, n_threads=threads
+    )
     batch = Batch(4096)
     batch.add(model.tokenize(PROMPTS[0]), 0, 0)  # warm-up: llama.cpp builds its graph on first use
     ctx.decode(batch)
@@ -180,9 +231,13 @@ def raw_batched(model_path: Path, threads: int, clients: int, requests: int, max
     wall = time.perf_counter() - t0
     ctx.close()
     model.close()
-    return {"tok_s": tokens_out / wall, "ttft_p50": float(np.percentile(ttfts, 50)),
-            "ttft_p99": float(np.percentile(ttfts, 99)), "tokens": tokens_out,
-            "expected": clients * requests * max_tokens}
+    return {
+        "tok_s": tokens_out / wall,
+        "ttft_p50": float(np.percentile(ttfts, 50)),
+        "ttft_p99": float(np.percentile(ttfts, 99)),
+        "tokens": tokens_out,
+        "expected": clients * requests * max_tokens,
+    }
 
 
 # -- report ------------------------------------------------------------------------------------------
@@ -192,8 +247,10 @@ def row(name: str, n: int, r: dict | None, raw: dict | None) -> str:
     if r is None:
         return f"| {name:<22} | {n:>2} | {'skipped':>10} | {'':>9} | {'':>9} | {'':>8} | {'':>11} |"
     pct = f"{100 * r['tok_s'] / raw['tok_s']:.0f} %" if raw else ""
-    return (f"| {name:<22} | {n:>2} | {r['tok_s']:>10.1f} | {r['ttft_p50'] * 1000:>7.0f}ms | "
-            f"{r['ttft_p99'] * 1000:>7.0f}ms | {pct:>8} | {r['tokens']:>5}/{r['expected']:<5} |")
+    return (
+        f"| {name:<22} | {n:>2} | {r['tok_s']:>10.1f} | {r['ttft_p50'] * 1000:>7.0f}ms | "
+        f"{r['ttft_p99'] * 1000:>7.0f}ms | {pct:>8} | {r['tokens']:>5}/{r['expected']:<5} |"
+    )
 
 
 def main() -> None:
@@ -205,7 +262,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--skip", default="", help="comma list of: themis,llama_cpp_server,raw")
     ap.add_argument("--lora", action="store_true", help="also measure serving LoRA adapter groups")
+    ap.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="only compare embedding models (recall@k on the labelled set, latency)",
+    )
     args = ap.parse_args()
+    if args.embeddings:
+        embeddings(args)
+        return
     levels = [int(x) for x in args.clients.split(",")]
     skip = set(filter(None, args.skip.split(",")))
     from themis_shard.llm.model import resolve_model_path
@@ -234,7 +299,9 @@ def main() -> None:
                     if "raw" not in skip:
                         runs["raw"] = raw_batched(model, args.threads, n, args.requests, args.max_tokens)
                     for name, srv in servers.items():
-                        runs[name] = asyncio.run(drive(srv.url, n, args.requests, args.max_tokens)) if srv else None
+                        runs[name] = (
+                            asyncio.run(drive(srv.url, n, args.requests, args.max_tokens)) if srv else None
+                        )
                     for name, r in runs.items():
                         best = results[name].get(n)
                         if r is not None and (best is None or r["tok_s"] > best["tok_s"]):
@@ -244,14 +311,19 @@ def main() -> None:
                 if srv is not None:
                     srv.close()
 
-    print(f"\nGemma 3 270M Q4_K_M, {args.threads} threads, greedy, {args.max_tokens} tokens × {args.requests} "
-          f"request(s) per client, best of {args.repeat}\n")
+    print(
+        f"\nGemma 3 270M Q4_K_M, {args.threads} threads, greedy, {args.max_tokens} tokens × {args.requests} "
+        f"request(s) per client, best of {args.repeat}\n"
+    )
     print("| system                 |  N |      tok/s |  TTFT p50 |  TTFT p99 | % of raw | tokens got  |")
     print("|------------------------|----|------------|-----------|-----------|----------|-------------|")
     for n in levels:
         raw = results["raw"].get(n)
-        for name, label in (("raw", "raw llama-cpp (static)"), ("themis", "themis shard"),
-                            ("llama_cpp_server", "llama_cpp.server")):
+        for name, label in (
+            ("raw", "raw llama-cpp (static)"),
+            ("themis", "themis shard"),
+            ("llama_cpp_server", "llama_cpp.server"),
+        ):
             if name in skip:
                 continue
             print(row(label, n, results[name].get(n), raw if name != "raw" else None))
@@ -274,20 +346,30 @@ def lora_cost(model: Path, args: argparse.Namespace) -> None:
             asyncio.run(drive(srv.url, 1, 1, 8))
             print("\nLoRA groups, 8 clients:\n\n| mix                      | tok/s | TTFT p50 | TTFT p99 |")
             print("|--------------------------|-------|----------|----------|")
-            for label, adapters in (("8 base", [None] * 8), ("4 base + 4 adapter", [None, "bench"] * 4),
-                                    ("8 adapter", ["bench"] * 8)):
+            for label, adapters in (
+                ("8 base", [None] * 8),
+                ("4 base + 4 adapter", [None, "bench"] * 4),
+                ("8 adapter", ["bench"] * 8),
+            ):
                 r = asyncio.run(drive_adapters(srv.url, adapters, args.max_tokens))
-                print(f"| {label:<24} | {r['tok_s']:5.1f} | {r['ttft_p50'] * 1000:6.0f}ms | "
-                      f"{r['ttft_p99'] * 1000:6.0f}ms |")
+                print(
+                    f"| {label:<24} | {r['tok_s']:5.1f} | {r['ttft_p50'] * 1000:6.0f}ms | "
+                    f"{r['ttft_p99'] * 1000:6.0f}ms |"
+                )
         finally:
             srv.close()
 
 
 async def drive_adapters(url: str, adapters: list[str | None], max_tokens: int) -> dict:
     async with httpx.AsyncClient(timeout=600) as client:
+
         async def one(i: int, adapter: str | None) -> tuple[float | None, int]:
-            body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens, "stream": True,
-                    "adapter": adapter}
+            body = {
+                "prompt": PROMPTS[i % len(PROMPTS)],
+                "max_tokens": max_tokens,
+                "stream": True,
+                "adapter": adapter,
+            }
             t0, ttft, n = time.perf_counter(), None, 0
             async with client.stream("POST", f"{url}/v1/infer", json=body) as r:
                 async for line in r.aiter_lines():
@@ -300,8 +382,86 @@ async def drive_adapters(url: str, adapters: list[str | None], max_tokens: int) 
         res = await asyncio.gather(*(one(i, a) for i, a in enumerate(adapters)))
         wall = time.perf_counter() - t0
     ttfts = [t for t, _ in res if t is not None]
-    return {"tok_s": sum(n for _, n in res) / wall, "ttft_p50": float(np.percentile(ttfts, 50)),
-            "ttft_p99": float(np.percentile(ttfts, 99))}
+    return {
+        "tok_s": sum(n for _, n in res) / wall,
+        "ttft_p50": float(np.percentile(ttfts, 50)),
+        "ttft_p99": float(np.percentile(ttfts, 99)),
+    }
+
+
+def embeddings(args: argparse.Namespace) -> None:
+    """Bundled all-MiniLM-L6-v2 (GGUF) vs Gemma 3 270M mean-pooled states on the labelled set."""
+    import llama_cpp as L
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from themis_shard.llm.embeddings import Embedder, bundled_embedding_gguf
+    from themis_shard.llm.model import resolve_model_path
+    from themis_shard.llm.native import Batch, NativeContext, NativeModel
+    from themis_shard.llm.settings import LLMSettings
+
+    from tests.llm.retrieval_set import DOCUMENTS, QUERIES
+
+    settings = LLMSettings(n_threads=args.threads)
+    texts = DOCUMENTS + [q for q, _ in QUERIES]
+
+    def score(vectors: np.ndarray) -> tuple[float, float]:
+        d, q = vectors[: len(DOCUMENTS)], vectors[len(DOCUMENTS) :]
+        ranked = np.argsort(-(q @ d.T), axis=1)
+        gold = np.array([g for _, g in QUERIES])
+        return float(np.mean(ranked[:, 0] == gold)), float(
+            np.mean([g in r[:3] for g, r in zip(gold, ranked, strict=True)])
+        )
+
+    print(
+        "\n| embedding model              | dim | recall@1 | recall@3 | ms/text (batch) | ms/text (alone) |"
+    )
+    print("|------------------------------|-----|----------|----------|-----------------|-----------------|")
+    mini = Embedder(bundled_embedding_gguf(settings), settings, name="all-MiniLM-L6-v2")
+    mini.embed_sync(texts[:2])
+    t = time.perf_counter()
+    v = mini.embed_sync(texts)
+    batch_ms = (time.perf_counter() - t) * 1000 / len(texts)
+    t = time.perf_counter()
+    for x in texts[:16]:
+        mini.embed_sync([x])
+    alone_ms = (time.perf_counter() - t) * 1000 / 16
+    r1, r3 = score(v)
+    print(
+        f"| all-MiniLM-L6-v2 (bundled)   | {mini.dimension} | {r1:8.3f} | {r3:8.3f} | {batch_ms:15.1f} | "
+        f"{alone_ms:15.1f} |"
+    )
+    mini.close()
+
+    gemma = NativeModel(resolve_model_path("bundled"))
+    ctx = NativeContext(
+        gemma,
+        n_ctx=512,
+        n_seq_max=1,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=args.threads,
+        embeddings=True,
+        pooling=L.LLAMA_POOLING_TYPE_MEAN,
+    )
+    b = Batch(512)
+    out = []
+    t = time.perf_counter()
+    for x in texts:
+        ctx.clear()
+        b.clear()
+        b.add(gemma.tokenize(x), 0, 0, logits="all")
+        ctx.decode(b)
+        out.append(ctx.seq_embedding(0, gemma.n_embd))
+    alone_ms = (time.perf_counter() - t) * 1000 / len(texts)
+    v = np.stack(out)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    r1, r3 = score(v)
+    print(
+        f"| gemma3-270m mean-pooled      | {gemma.n_embd} | {r1:8.3f} | {r3:8.3f} | {'':>15} "
+        f"| {alone_ms:15.1f} |"
+    )
+    ctx.close()
+    gemma.close()
 
 
 if __name__ == "__main__":

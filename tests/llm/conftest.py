@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from themis_shard.llm.settings import LLMSettings
 
 NOISE_LOGITS = 0.75
@@ -39,8 +38,13 @@ def native_model(model_path: Path):
 
 def llm_settings(**overrides) -> LLMSettings:
     """Small, fast settings for tests (2 cores): a modest cache, no embedding model."""
-    base = {"enabled": True, "n_ctx": 1024, "max_concurrent_requests": 16, "embedding_model": "none",
-            "adapter_eval_on_load": False}
+    base = {
+        "enabled": True,
+        "n_ctx": 1024,
+        "max_concurrent_requests": 16,
+        "embedding_model": "none",
+        "adapter_eval_on_load": False,
+    }
     return LLMSettings(**{**base, **overrides})
 
 
@@ -59,8 +63,11 @@ class Server:
         self.app = app
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                     timeout_graceful_shutdown=5))
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=5
+            )
+        )
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
     def __enter__(self) -> Server:

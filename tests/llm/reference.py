@@ -8,13 +8,13 @@ recording the top-2 logit margin of every choice (how close it was to a tie).
 from __future__ import annotations
 
 import numpy as np
-
 from themis_shard.llm.native import Batch, NativeContext, NativeModel
 from themis_shard.llm.sampling import top2_margin
 
 
-def greedy_reference(model: NativeModel, prompt: list[int], n: int, *, n_threads: int = 2
-                     ) -> tuple[list[int], list[float]]:
+def greedy_reference(
+    model: NativeModel, prompt: list[int], n: int, *, n_threads: int = 2
+) -> tuple[list[int], list[float]]:
     ctx = NativeContext(model, n_ctx=512, n_seq_max=1, n_batch=512, n_ubatch=512, n_threads=n_threads)
     batch = Batch(512)
     tokens: list[int] = []

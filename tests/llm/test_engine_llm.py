@@ -7,7 +7,6 @@ import threading
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
-
 from themis_shard.llm.engine import Engine, EngineConfig
 from themis_shard.llm.metrics import LLMMetrics
 from themis_shard.llm.native import Batch, NativeContext
@@ -20,10 +19,17 @@ from .reference import first_divergence, greedy_reference
 
 pytestmark = pytest.mark.llm
 
-PROMPTS = ["The quick brown fox", "In 1492, Columbus sailed", "def fibonacci(n):",
-           "Photosynthesis is the process by which plants"]
-DISTRACTORS = ["Hello there, my friend, how", "A B C D E F G H I J K L M N",
-               "Once upon a time in a land far away there lived a"]
+PROMPTS = [
+    "The quick brown fox",
+    "In 1492, Columbus sailed",
+    "def fibonacci(n):",
+    "Photosynthesis is the process by which plants",
+]
+DISTRACTORS = [
+    "Hello there, my friend, how",
+    "A B C D E F G H I J K L M N",
+    "Once upon a time in a land far away there lived a",
+]
 
 
 class Collector:
@@ -74,7 +80,8 @@ def assert_greedy_equivalent(ref: tuple[list[int], list[float]], got: list[int])
         return
     margin = margins[min(i, len(margins) - 1)]
     assert margin <= NOISE_LOGITS, (
-        f"diverged from the single-sequence reference at a confident position {i} (top-2 margin {margin:.3f})")
+        f"diverged from the single-sequence reference at a confident position {i} (top-2 margin {margin:.3f})"
+    )
 
 
 def test_batch_shape_noise_is_bounded(native_model, references):
@@ -99,7 +106,7 @@ def test_batch_shape_noise_is_bounded(native_model, references):
                 for i in range(len(others)):
                     b.add([5], opos[i], i + 1)
                     opos[i] += 1
-                b.add(full[pos:pos + n], pos, 0, logits="all")
+                b.add(full[pos : pos + n], pos, 0, logits="all")
                 assert ctx.decode(b) == 0
                 for j in range(n):
                     k = pos + j - (len(toks) - 1)
@@ -146,7 +153,7 @@ def test_seeded_sampling_reproduces(engine, native_model):
     params = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.95, seed=1234)
     first, second = Collector(), Collector()
     engine.submit(prompt, params, first)
-    first.done
+    assert first.done.completion_tokens > 0
     engine.submit(prompt, params, second)
     assert second.done.text == first.done.text and second.tokens == first.tokens
 
@@ -154,16 +161,18 @@ def test_seeded_sampling_reproduces(engine, native_model):
 def test_stop_string_ends_generation_before_it(engine, native_model, references):
     prompt = PROMPTS[0]
     full = native_model.detokenize(references[prompt][0])
-    stop = full[len(full) // 2:len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     c = Collector()
     engine.submit(native_model.tokenize(prompt), SamplingParams(max_tokens=24, stop=(stop,)), c)
     assert c.done.finish_reason == "stop"
-    assert c.done.text == full[:full.index(stop)]
+    assert c.done.text == full[: full.index(stop)]
 
 
 def test_cancel_frees_the_sequence_and_its_kv(engine, native_model):
     c = Collector()
-    seq = engine.submit(native_model.tokenize("Tell me a very long story:"), SamplingParams(max_tokens=500), c)
+    seq = engine.submit(
+        native_model.tokenize("Tell me a very long story:"), SamplingParams(max_tokens=500), c
+    )
     assert pytest.importorskip("time") and _wait(lambda: len(c.tokens) >= 2)
     slot = seq.slot
     assert engine.call(lambda: engine.ctx.seq_pos_max(slot)).result(10) >= 0

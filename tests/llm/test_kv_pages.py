@@ -1,7 +1,6 @@
 """PagedKVCache ledger: whole pages per sequence, never more than the cache holds."""
 
 import pytest
-
 from themis_shard.llm.kv_pages import PageLedger, pages_for
 
 

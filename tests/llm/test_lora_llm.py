@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-
 from themis_shard.llm.tools.lora_fixture import make_test_lora, write_lora
 
 from .conftest import wait_until
@@ -31,8 +30,10 @@ def http(server):
 def adapter_files(server, tmp_path_factory):
     meta = server.llm.models["gemma3-270m"].native.meta
     d = tmp_path_factory.mktemp("adapters")
-    return {name: make_test_lora(d / f"{name}.gguf", meta, rank=4, seed=seed)
-            for name, seed in (("legal", 1), ("medical", 2))}
+    return {
+        name: make_test_lora(d / f"{name}.gguf", meta, rank=4, seed=seed)
+        for name, seed in (("legal", 1), ("medical", 2))
+    }
 
 
 def text(http, **extra) -> str:
@@ -43,8 +44,10 @@ def text(http, **extra) -> str:
 
 def test_load_use_and_unload_an_adapter(http, adapter_files):
     base = text(http)
-    r = http.post("/v1/adapters", json={"name": "legal", "domain": "legal", "path": str(adapter_files["legal"]),
-                                        "evaluate": False})
+    r = http.post(
+        "/v1/adapters",
+        json={"name": "legal", "domain": "legal", "path": str(adapter_files["legal"]), "evaluate": False},
+    )
     assert r.status_code == 201 and r.json()["name"] == "legal" and r.json()["alpha"] == 8.0
     assert [a["name"] for a in http.get("/v1/adapters").json()["adapters"]] == ["legal"]
     with_adapter = text(http, adapter="legal")
@@ -52,7 +55,10 @@ def test_load_use_and_unload_an_adapter(http, adapter_files):
     assert text(http, domain="legal") == with_adapter  # the domain routes to its adapter
     assert text(http, domain="tax") == base  # no adapter for that domain: base model
     assert text(http) == base  # other requests are unaffected
-    assert http.post("/v1/adapters", json={"name": "legal", "path": str(adapter_files["legal"])}).status_code == 409
+    assert (
+        http.post("/v1/adapters", json={"name": "legal", "path": str(adapter_files["legal"])}).status_code
+        == 409
+    )
     assert http.delete("/v1/adapters/legal").status_code == 200
     assert http.post("/v1/infer", json={**PROMPT, "adapter": "legal"}).status_code == 404
     assert http.delete("/v1/adapters/legal").status_code == 404
@@ -61,8 +67,10 @@ def test_load_use_and_unload_an_adapter(http, adapter_files):
 
 def test_several_adapters_resident_and_served_in_one_engine(server, http, adapter_files):
     for name in ("legal", "medical"):
-        r = http.post("/v1/adapters", json={"name": name, "domain": name, "path": str(adapter_files[name]),
-                                            "evaluate": False})
+        r = http.post(
+            "/v1/adapters",
+            json={"name": name, "domain": name, "path": str(adapter_files[name]), "evaluate": False},
+        )
         assert r.status_code == 201
     solo = {a: text(http, adapter=a) if a else text(http) for a in ("legal", "medical", None)}
     assert len(set(solo.values())) == 3
@@ -84,8 +92,13 @@ def test_malformed_adapter_files_are_refused(http, tmp_path, server):
     wrong_arch = write_lora(tmp_path / "llama.gguf", "llama", {"blk.0.attn_q.weight": (1024, 640)})
     wrong_shape = write_lora(tmp_path / "shape.gguf", "gemma3", {"blk.0.attn_q.weight": (1024, 999)})
     wrong_tensor = write_lora(tmp_path / "tensor.gguf", "gemma3", {"blk.99.attn_q.weight": (1024, 640)})
-    for path, code in ((garbage, "invalid_adapter"), (wrong_arch, "invalid_adapter"), (wrong_shape, "invalid_adapter"),
-                       (wrong_tensor, "invalid_adapter"), (tmp_path / "missing.gguf", "adapter_file_not_found")):
+    for path, code in (
+        (garbage, "invalid_adapter"),
+        (wrong_arch, "invalid_adapter"),
+        (wrong_shape, "invalid_adapter"),
+        (wrong_tensor, "invalid_adapter"),
+        (tmp_path / "missing.gguf", "adapter_file_not_found"),
+    ):
         r = http.post("/v1/adapters", json={"name": "bad", "path": str(path)})
         assert r.status_code == 400 and r.json()["error"]["code"] == code, (path.name, r.text)
     assert http.post("/v1/adapters", json={"name": "Bad Name!", "path": str(garbage)}).status_code == 400
@@ -94,8 +107,10 @@ def test_malformed_adapter_files_are_refused(http, tmp_path, server):
 
 
 def test_evaluation_hook_measures_accuracy_and_latency_deltas(http, adapter_files):
-    r = http.post("/v1/adapters", json={"name": "legal", "domain": "legal", "path": str(adapter_files["legal"]),
-                                        "evaluate": True})
+    r = http.post(
+        "/v1/adapters",
+        json={"name": "legal", "domain": "legal", "path": str(adapter_files["legal"]), "evaluate": True},
+    )
     assert r.status_code == 201
     assert wait_until(lambda: http.get("/v1/adapters/legal").json()["evaluation"] is not None, timeout=60)
     ev = http.get("/v1/adapters/legal").json()["evaluation"]

@@ -4,8 +4,13 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
-from themis_shard.llm.model import ModelError, ModelFingerprint, fingerprint, quantisation_name, resolve_model_path
+from themis_shard.llm.model import (
+    ModelError,
+    ModelFingerprint,
+    fingerprint,
+    quantisation_name,
+    resolve_model_path,
+)
 
 
 def test_quantisation_names_come_from_the_gguf_file_type():
@@ -17,8 +22,13 @@ def test_quantisation_names_come_from_the_gguf_file_type():
 def test_fingerprint_reads_metadata_and_hashes_the_bytes(tmp_path: Path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"not really weights")
-    meta = {"general.architecture": "gemma3", "general.file_type": "15", "general.name": "tiny",
-            "gemma3.block_count": "18", "gemma3.context_length": "32768"}
+    meta = {
+        "general.architecture": "gemma3",
+        "general.file_type": "15",
+        "general.name": "tiny",
+        "gemma3.block_count": "18",
+        "gemma3.context_length": "32768",
+    }
     fp = fingerprint(f, meta.get)
     assert (fp.architecture, fp.quantisation, fp.n_layers, fp.size_bytes) == ("gemma3", "Q4_K_M", 18, 18)
     assert fp.sha256 == hashlib.sha256(b"not really weights").hexdigest()

@@ -21,11 +21,15 @@ def test_models_list(client):
 
 
 def test_completion(client):
-    r = client.completions.create(model="gemma3-270m", prompt="The capital of France is", max_tokens=6,
-                                  temperature=0)
+    r = client.completions.create(
+        model="gemma3-270m", prompt="The capital of France is", max_tokens=6, temperature=0
+    )
     assert r.object == "text_completion" and len(r.choices) == 1
     assert r.choices[0].finish_reason in ("length", "stop") and r.choices[0].text
-    assert r.usage.completion_tokens <= 6 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert (
+        r.usage.completion_tokens <= 6
+        and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    )
 
 
 def test_streamed_completion_equals_the_plain_one(client):
@@ -37,12 +41,21 @@ def test_streamed_completion_equals_the_plain_one(client):
 
 
 def test_chat_completion_and_stream(client):
-    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name a colour."}]
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Name a colour."},
+    ]
     r = client.chat.completions.create(model="gemma3-270m", messages=messages, max_tokens=8, temperature=0)
     msg = r.choices[0].message
     assert r.object == "chat.completion" and msg.role == "assistant" and isinstance(msg.content, str)
-    stream = client.chat.completions.create(model="gemma3-270m", messages=messages, max_tokens=8, temperature=0,
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="gemma3-270m",
+        messages=messages,
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == msg.content

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from themis_shard.llm.sampling import Sampler, SamplingError, SamplingParams, top2_margin
 
 VOCAB = 50_000
@@ -49,10 +48,20 @@ def test_low_temperature_concentrates_on_the_best():
     assert all(s.sample(row) == int(np.argmax(row)) for _ in range(20))
 
 
-@pytest.mark.parametrize("bad", [
-    {"max_tokens": 0}, {"temperature": -0.1}, {"temperature": 9.0}, {"top_p": 0.0}, {"top_p": 1.5},
-    {"top_k": -1}, {"seed": -1}, {"stop": ("",)}, {"stop": tuple("abcdefghij")},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_tokens": 0},
+        {"temperature": -0.1},
+        {"temperature": 9.0},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"top_k": -1},
+        {"seed": -1},
+        {"stop": ("",)},
+        {"stop": tuple("abcdefghij")},
+    ],
+)
 def test_invalid_parameters_are_refused(bad):
     with pytest.raises(SamplingError):
         SamplingParams(**bad).validate(max_stop_strings=8)

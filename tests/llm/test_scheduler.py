@@ -9,8 +9,14 @@ _rid = iter(range(10**6))
 
 
 def seq(prompt_len: int, *, priority: int = 0, adapter: str | None = None, max_tokens: int = 100) -> Sequence:
-    return Sequence(rid=next(_rid), prompt=list(range(1, prompt_len + 1)), params=SamplingParams(max_tokens=max_tokens),
-                    sink=lambda ev: None, priority=priority, adapter=adapter)
+    return Sequence(
+        rid=next(_rid),
+        prompt=list(range(1, prompt_len + 1)),
+        params=SamplingParams(max_tokens=max_tokens),
+        sink=lambda ev: None,
+        priority=priority,
+        adapter=adapter,
+    )
 
 
 def run(plan) -> None:

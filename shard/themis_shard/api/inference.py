@@ -43,10 +43,22 @@ class InferBody(BaseModel):
 
 
 def submit_infer(rt: LLMRuntime, body: InferBody) -> Generation:
-    params = rt.sampling(max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
-                         top_k=body.top_k, seed=body.seed, stop=body.stop)
-    return rt.submit(prompt=body.prompt, model=body.model, adapter=body.adapter, domain=body.domain,
-                     params=params, priority=body.priority)
+    params = rt.sampling(
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        stop=body.stop,
+    )
+    return rt.submit(
+        prompt=body.prompt,
+        model=body.model,
+        adapter=body.adapter,
+        domain=body.domain,
+        params=params,
+        priority=body.priority,
+    )
 
 
 def infer_result(done: DoneEvent, gen: Generation, shard: str) -> dict:
@@ -158,7 +170,9 @@ async def load_adapter(body: AdapterBody, request: Request):
     if not path:
         raise BadRequest("path (a GGUF LoRA file on this shard) is required", code="invalid_request")
     m = rt.model(body.model)
-    info = await m.adapters.load(body.name, path, domain=body.domain, scale=body.scale, evaluate=body.evaluate)
+    info = await m.adapters.load(
+        body.name, path, domain=body.domain, scale=body.scale, evaluate=body.evaluate
+    )
     return info.as_dict()
 
 

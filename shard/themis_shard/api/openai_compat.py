@@ -87,8 +87,14 @@ class ChatBody(_Common):
 
 
 def _params(rt: LLMRuntime, body: _Common, max_tokens: int | None):
-    return rt.sampling(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                       top_k=body.top_k, seed=body.seed, stop=body.stop)
+    return rt.sampling(
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        stop=body.stop,
+    )
 
 
 def _usage(done: list[DoneEvent]) -> dict:
@@ -107,9 +113,20 @@ def _finish(reason: str) -> str:
 @router.get("/v1/models")
 async def list_models(request: Request):
     rt = runtime(request)
-    return {"object": "list", "data": [
-        {"id": m["id"], "object": "model", "created": m["created"], "owned_by": "themis",
-         "fingerprint": m["fingerprint"], "adapters": m["adapters"]} for m in rt.describe()]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": m["id"],
+                "object": "model",
+                "created": m["created"],
+                "owned_by": "themis",
+                "fingerprint": m["fingerprint"],
+                "adapters": m["adapters"],
+            }
+            for m in rt.describe()
+        ],
+    }
 
 
 # -- /v1/completions -----------------------------------------------------------------------------
@@ -128,8 +145,16 @@ async def completions(body: CompletionBody, request: Request):
     gens: list[Generation] = []
     try:
         for p in prompts:
-            gens.append(rt.submit(prompt=p, model=body.model, adapter=body.adapter, domain=body.domain,
-                                  params=params, priority=body.priority))
+            gens.append(
+                rt.submit(
+                    prompt=p,
+                    model=body.model,
+                    adapter=body.adapter,
+                    domain=body.domain,
+                    params=params,
+                    priority=body.priority,
+                )
+            )
     except Exception:
         for g in gens:
             g.cancel()
@@ -143,17 +168,32 @@ async def completions(body: CompletionBody, request: Request):
     finally:
         for g in gens:
             g.cancel()
-    return {"id": cid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"text": d.text, "index": i, "logprobs": None, "finish_reason": _finish(d.finish_reason)}
-                        for i, d in enumerate(done)],
-            "usage": _usage(list(done))}
+    return {
+        "id": cid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"text": d.text, "index": i, "logprobs": None, "finish_reason": _finish(d.finish_reason)}
+            for i, d in enumerate(done)
+        ],
+        "usage": _usage(list(done)),
+    }
 
 
-async def _stream_completions(gens: list[Generation], cid: str, created: int, model: str,
-                              include_usage: bool) -> AsyncIterator[bytes]:
+async def _stream_completions(
+    gens: list[Generation], cid: str, created: int, model: str, include_usage: bool
+) -> AsyncIterator[bytes]:
     def chunk(index: int, text: str, finish: str | None) -> bytes:
-        return sse({"id": cid, "object": "text_completion", "created": created, "model": model,
-                    "choices": [{"text": text, "index": index, "logprobs": None, "finish_reason": finish}]})
+        return sse(
+            {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [{"text": text, "index": index, "logprobs": None, "finish_reason": finish}],
+            }
+        )
 
     done: list[DoneEvent] = []
     try:
@@ -166,8 +206,16 @@ async def _stream_completions(gens: list[Generation], cid: str, created: int, mo
                     done.append(ev)
                     yield chunk(i, "", _finish(ev.finish_reason))
         if include_usage:
-            yield sse({"id": cid, "object": "text_completion", "created": created, "model": model,
-                       "choices": [], "usage": _usage(done)})
+            yield sse(
+                {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": _usage(done),
+                }
+            )
     except GenerationFailed as exc:
         err = failure_to_error(exc)
         yield sse({"error": {"code": err.code, "message": err.message}})
@@ -189,23 +237,48 @@ async def chat_completions(body: ChatBody, request: Request):
     messages = [("system" if m.role == "developer" else m.role, m.text()) for m in body.messages]
     prompt = rt.apply_chat_template(body.model, messages)
     max_tokens = body.max_completion_tokens or body.max_tokens
-    gen = rt.submit(prompt=prompt, model=body.model, adapter=body.adapter, domain=body.domain,
-                    params=_params(rt, body, max_tokens), priority=body.priority, special=True)
+    gen = rt.submit(
+        prompt=prompt,
+        model=body.model,
+        adapter=body.adapter,
+        domain=body.domain,
+        params=_params(rt, body, max_tokens),
+        priority=body.priority,
+        special=True,
+    )
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(_stream_chat(gen, cid, created, include_usage))
     done = await wait_done(request, gen)
-    return {"id": cid, "object": "chat.completion", "created": created, "model": gen.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
-                         "logprobs": None, "finish_reason": _finish(done.finish_reason)}],
-            "usage": _usage([done])}
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": gen.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": done.text},
+                "logprobs": None,
+                "finish_reason": _finish(done.finish_reason),
+            }
+        ],
+        "usage": _usage([done]),
+    }
 
 
 async def _stream_chat(gen: Generation, cid: str, created: int, include_usage: bool) -> AsyncIterator[bytes]:
     def chunk(delta: dict, finish: str | None) -> bytes:
-        return sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": gen.model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+        return sse(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": gen.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+        )
 
     yield chunk({"role": "assistant", "content": ""}, None)
     try:
@@ -216,8 +289,16 @@ async def _stream_chat(gen: Generation, cid: str, created: int, include_usage: b
             else:
                 yield chunk({}, _finish(ev.finish_reason))
                 if include_usage:
-                    yield sse({"id": cid, "object": "chat.completion.chunk", "created": created,
-                               "model": gen.model, "choices": [], "usage": _usage([ev])})
+                    yield sse(
+                        {
+                            "id": cid,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": gen.model,
+                            "choices": [],
+                            "usage": _usage([ev]),
+                        }
+                    )
     except GenerationFailed as exc:
         err = failure_to_error(exc)
         yield sse({"error": {"code": err.code, "message": err.message}})

@@ -19,9 +19,8 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 import llama_cpp as L
+import numpy as np
 
 from .metrics import LLMMetrics
 from .model import ModelError, sha256_file
@@ -72,8 +71,9 @@ def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:
 
 
 class Embedder:
-    def __init__(self, path: Path, settings: LLMSettings, metrics: LLMMetrics | None = None,
-                 name: str | None = None) -> None:
+    def __init__(
+        self, path: Path, settings: LLMSettings, metrics: LLMMetrics | None = None, name: str | None = None
+    ) -> None:
         self.name = name or path.stem
         self.path = path
         self.settings = settings
@@ -84,10 +84,16 @@ class Embedder:
         self.max_text_tokens = min(settings.embedding_n_ctx, train_ctx)
         self.batch_tokens = max(settings.embedding_batch_tokens, self.max_text_tokens)
         self.max_seqs = 64
-        self.ctx = NativeContext(self.model, n_ctx=self.batch_tokens, n_seq_max=self.max_seqs,
-                                 n_batch=self.batch_tokens, n_ubatch=self.batch_tokens,
-                                 n_threads=settings.n_threads or (os.cpu_count() or 1), embeddings=True,
-                                 pooling=L.LLAMA_POOLING_TYPE_MEAN)
+        self.ctx = NativeContext(
+            self.model,
+            n_ctx=self.batch_tokens,
+            n_seq_max=self.max_seqs,
+            n_batch=self.batch_tokens,
+            n_ubatch=self.batch_tokens,
+            n_threads=settings.n_threads or (os.cpu_count() or 1),
+            embeddings=True,
+            pooling=L.LLAMA_POOLING_TYPE_MEAN,
+        )
         self._batch = Batch(self.batch_tokens)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm-embed")
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .kv_pages import PageLedger
@@ -47,19 +47,30 @@ class EngineConfig:
     n_ubatch: int = 512
     page_size: int = 16
     max_queue: int = 1024
-    limits: Limits = Limits()
+    limits: Limits = field(default_factory=Limits)
 
 
 class Engine:
-    def __init__(self, model: NativeModel, config: EngineConfig, *, name: str = "default",
-                 metrics: LLMMetrics | None = None) -> None:
+    def __init__(
+        self,
+        model: NativeModel,
+        config: EngineConfig,
+        *,
+        name: str = "default",
+        metrics: LLMMetrics | None = None,
+    ) -> None:
         self.model = model
         self.config = config
         self.name = name
         lim = config.limits
-        self.ctx = NativeContext(model, n_ctx=config.n_ctx, n_seq_max=lim.max_running,
-                                 n_batch=lim.max_tokens_per_batch, n_ubatch=config.n_ubatch,
-                                 n_threads=config.n_threads)
+        self.ctx = NativeContext(
+            model,
+            n_ctx=config.n_ctx,
+            n_seq_max=lim.max_running,
+            n_batch=lim.max_tokens_per_batch,
+            n_ubatch=config.n_ubatch,
+            n_threads=config.n_threads,
+        )
         self.ledger = PageLedger(self.ctx.n_ctx, config.page_size)
         self.scheduler = Scheduler(self.ledger, lim)
         self.batch = Batch(lim.max_tokens_per_batch)
@@ -67,10 +78,31 @@ class Engine:
         self.adapters: dict[str, tuple[Any, float]] = {}
         self.iterations = 0
         self._metrics = metrics
-        self._m = {k: getattr(metrics, k).labels(model=name) for k in (
-            "ttft", "inter_token", "queue", "request_latency", "tokens", "prompt_tokens", "batch_size",
-            "batch_tokens", "running", "pending", "queued", "kv_pages_used", "kv_pages_free",
-            "preemptions", "rejected", "adapter_switches")} if metrics else {}
+        self._m = (
+            {
+                k: getattr(metrics, k).labels(model=name)
+                for k in (
+                    "ttft",
+                    "inter_token",
+                    "queue",
+                    "request_latency",
+                    "tokens",
+                    "prompt_tokens",
+                    "batch_size",
+                    "batch_tokens",
+                    "running",
+                    "pending",
+                    "queued",
+                    "kv_pages_used",
+                    "kv_pages_free",
+                    "preemptions",
+                    "rejected",
+                    "adapter_switches",
+                )
+            }
+            if metrics
+            else {}
+        )
         self._rids = itertools.count()
         self._inbox: deque[tuple] = deque()
         self._cv = threading.Condition()
@@ -107,8 +139,15 @@ class Engine:
             self._thread.join(timeout=30)
         self.ctx.close()
 
-    def submit(self, prompt: list[int], params: SamplingParams, sink: Sink, *, adapter: str | None = None,
-               priority: int = 0) -> Sequence:
+    def submit(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        sink: Sink,
+        *,
+        adapter: str | None = None,
+        priority: int = 0,
+    ) -> Sequence:
         """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``."""
         with self._cv:
             if self._closed:
@@ -120,8 +159,14 @@ class Engine:
                 if self._m:
                     self._m["rejected"].inc()
                 raise QueueFull(f"{queued} requests queued")
-            seq = Sequence(rid=next(self._rids), prompt=list(prompt), params=params, sink=sink,
-                           adapter=adapter, priority=priority)
+            seq = Sequence(
+                rid=next(self._rids),
+                prompt=list(prompt),
+                params=params,
+                sink=sink,
+                adapter=adapter,
+                priority=priority,
+            )
             self._inbox.append(("add", seq))
             self._cv.notify()
         return seq
@@ -143,10 +188,16 @@ class Engine:
         return fut
 
     def stats(self) -> dict[str, int]:
-        return {"running": len(self.scheduler.running), "queued": self.scheduler.n_waiting,
-                "kv_pages_used": self.ledger.used_pages, "kv_pages_free": self.ledger.free_pages,
-                "kv_pages_total": self.ledger.total_pages, "kv_page_size": self.ledger.page_size,
-                "preemptions": self.scheduler.preemptions, "iterations": self.iterations}
+        return {
+            "running": len(self.scheduler.running),
+            "queued": self.scheduler.n_waiting,
+            "kv_pages_used": self.ledger.used_pages,
+            "kv_pages_free": self.ledger.free_pages,
+            "kv_pages_total": self.ledger.total_pages,
+            "kv_page_size": self.ledger.page_size,
+            "preemptions": self.scheduler.preemptions,
+            "iterations": self.iterations,
+        }
 
     # -- engine thread ---------------------------------------------------------------------------
 
@@ -165,7 +216,7 @@ class Engine:
                 if not self.scheduler.idle:
                     try:
                         self._iterate()
-                    except Exception:  # noqa: BLE001 - one bad iteration must not kill the engine
+                    except Exception:
                         log.exception("engine iteration failed")
                         self._fail_running("engine_error", "inference failed")
                 self._update_gauges()
@@ -187,7 +238,7 @@ class Engine:
             if fut.set_running_or_notify_cancel():
                 try:
                     fut.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                except BaseException as exc:
                     fut.set_exception(exc)
 
     def _iterate(self) -> None:
@@ -215,7 +266,7 @@ class Engine:
         for seq, n in plan.work:
             a = seq.n_cached
             completes = a + n == len(seq.tokens)
-            idx = batch.add(seq.tokens[a:a + n], a, seq.slot, logits="last" if completes else "none")
+            idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits="last" if completes else "none")
             outputs.append((seq, n, idx if completes else None))
         rc = self.ctx.decode(batch)
         self.iterations += 1
@@ -284,13 +335,18 @@ class Engine:
         if self._m:
             self._m["request_latency"].observe(now - seq.t_arrival)
             self._metrics.requests.labels(model=self.name, finish_reason=reason).inc()
-        seq.sink(DoneEvent(
-            finish_reason=reason, text=seq.assembler.text, prompt_tokens=len(seq.prompt),
-            completion_tokens=seq.n_generated,
-            ttft_s=None if seq.t_first is None else seq.t_first - seq.t_arrival,
-            total_s=now - seq.t_arrival,
-            queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
-            preemptions=seq.preemptions))
+        seq.sink(
+            DoneEvent(
+                finish_reason=reason,
+                text=seq.assembler.text,
+                prompt_tokens=len(seq.prompt),
+                completion_tokens=seq.n_generated,
+                ttft_s=None if seq.t_first is None else seq.t_first - seq.t_arrival,
+                total_s=now - seq.t_arrival,
+                queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
+                preemptions=seq.preemptions,
+            )
+        )
 
     def _fail(self, seq: Sequence, code: str, message: str) -> None:
         slot = self.scheduler.remove(seq)

@@ -8,6 +8,7 @@ leaves through ``aclose``/``cancel``, which tells the engine to drop the sequenc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from .sequence import DoneEvent, ErrorEvent, Event, Sequence, TokenEvent
@@ -32,10 +33,8 @@ class Generation:
 
     def sink(self, event: Event) -> None:
         """Called on the engine thread."""
-        try:
+        with contextlib.suppress(RuntimeError):  # loop closed: nobody is listening any more
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-        except RuntimeError:  # loop closed: nobody is listening any more
-            pass
 
     def bind(self, seq: Sequence, cancel: Callable[[], None]) -> None:
         self.seq = seq

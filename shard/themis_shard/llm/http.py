@@ -21,6 +21,7 @@ from .generation import Generation, GenerationFailed
 from .runtime import LLMRuntime
 from .sequence import DoneEvent
 
+
 def runtime(request: Request) -> LLMRuntime:
     rt = getattr(request.app.state, "llm", None)
     if rt is None:

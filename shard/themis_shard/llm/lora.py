@@ -61,8 +61,10 @@ def validate_adapter_file(path: Path, architecture: str) -> dict:
     if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
         raise BadRequest("not a GGUF LoRA adapter (general.type/adapter.type)", code="invalid_adapter")
     if meta.get("general.architecture") != architecture:
-        raise BadRequest(f"adapter is for {meta.get('general.architecture')!r}, model is {architecture!r}",
-                         code="invalid_adapter")
+        raise BadRequest(
+            f"adapter is for {meta.get('general.architecture')!r}, model is {architecture!r}",
+            code="invalid_adapter",
+        )
     return meta
 
 
@@ -97,8 +99,9 @@ class AdapterManager:
                     return info.name
         return None
 
-    async def load(self, name: str, path: str, *, domain: str | None, scale: float = 1.0,
-                   evaluate: bool | None = None) -> AdapterInfo:
+    async def load(
+        self, name: str, path: str, *, domain: str | None, scale: float = 1.0, evaluate: bool | None = None
+    ) -> AdapterInfo:
         if not name or len(name) > 64 or not set(name) <= _NAME_CHARS:
             raise BadRequest("adapter name must be 1-64 chars of [a-z0-9-_.]", code="invalid_adapter_name")
         if not (-4.0 <= scale <= 4.0):
@@ -107,21 +110,33 @@ class AdapterManager:
             if name in self._infos:
                 raise Conflict(f"adapter {name!r} is already loaded", code="adapter_exists")
             if len(self._infos) >= self.settings.max_adapters:
-                raise Conflict(f"at most {self.settings.max_adapters} adapters resident", code="too_many_adapters")
+                raise Conflict(
+                    f"at most {self.settings.max_adapters} adapters resident", code="too_many_adapters"
+                )
             file = Path(path).expanduser()
             meta = await asyncio.to_thread(validate_adapter_file, file, self.model.fingerprint.architecture)
             digest = await asyncio.to_thread(sha256_file, file)
             engine = self.model.engine
-            ptr = await asyncio.wrap_future(engine.call(
-                lambda: L.llama_adapter_lora_init(self.model.native.ptr, str(file).encode())))
+            ptr = await asyncio.wrap_future(
+                engine.call(lambda: L.llama_adapter_lora_init(self.model.native.ptr, str(file).encode()))
+            )
             if not ptr:
-                raise BadRequest("llama.cpp rejected the adapter (tensor shapes or names do not match the model)",
-                                 code="invalid_adapter")
+                raise BadRequest(
+                    "llama.cpp rejected the adapter (tensor shapes or names do not match the model)",
+                    code="invalid_adapter",
+                )
             await asyncio.wrap_future(engine.call(lambda: engine.adapters.__setitem__(name, (ptr, scale))))
             alpha = meta.get("adapter.lora.alpha")
-            info = AdapterInfo(name=name, path=str(file), domain=domain, scale=scale, sha256=digest,
-                               alpha=float(alpha) if alpha is not None else None, rank=None,
-                               loaded_at=time.time())
+            info = AdapterInfo(
+                name=name,
+                path=str(file),
+                domain=domain,
+                scale=scale,
+                sha256=digest,
+                alpha=float(alpha) if alpha is not None else None,
+                rank=None,
+                loaded_at=time.time(),
+            )
             self._infos[name] = info
             self._ptrs[name] = ptr
             self._gauge()
@@ -171,9 +186,10 @@ class AdapterManager:
         async def run() -> None:
             info.evaluating = True
             try:
-                info.evaluation = await asyncio.to_thread(evaluate_adapter, self.model.native,
-                                                          self._ptrs[info.name], info.scale, self.settings)
-            except Exception:  # noqa: BLE001 - evaluation is advisory
+                info.evaluation = await asyncio.to_thread(
+                    evaluate_adapter, self.model.native, self._ptrs[info.name], info.scale, self.settings
+                )
+            except Exception:
                 log.exception("evaluating adapter %s failed", info.name)
             finally:
                 info.evaluating = False
@@ -181,4 +197,3 @@ class AdapterManager:
         task = asyncio.get_running_loop().create_task(run())
         self._tasks[info.name] = task
         task.add_done_callback(lambda _: self._tasks.pop(info.name, None))
-

@@ -71,14 +71,21 @@ def decode_latencies(ctx: NativeContext, batch: Batch, prompt: list[int], steps:
     return out
 
 
-def evaluate_adapter(model: NativeModel, adapter: object, scale: float, settings: LLMSettings,
-                     *, latency_steps: int = 16) -> dict:
+def evaluate_adapter(
+    model: NativeModel, adapter: object, scale: float, settings: LLMSettings, *, latency_steps: int = 16
+) -> dict:
     pairs = load_validation_set(settings.adapter_validation_set)
     encoded = [(model.tokenize(p), model.tokenize(c, add_special=False)) for p, c in pairs]
     longest = max(len(p) + len(c) for p, c in encoded)
     n_ctx = max(256, longest + latency_steps + 8)
-    ctx = NativeContext(model, n_ctx=n_ctx, n_seq_max=1, n_batch=n_ctx, n_ubatch=min(512, n_ctx),
-                        n_threads=settings.n_threads or (os.cpu_count() or 1))
+    ctx = NativeContext(
+        model,
+        n_ctx=n_ctx,
+        n_seq_max=1,
+        n_batch=n_ctx,
+        n_ubatch=min(512, n_ctx),
+        n_threads=settings.n_threads or (os.cpu_count() or 1),
+    )
     batch = Batch(n_ctx)
     try:
         results = {}

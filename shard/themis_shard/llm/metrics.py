@@ -17,36 +17,82 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class LLMMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.ttft = Histogram("themis_llm_ttft_seconds", "Time to first token", ["model"],
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.inter_token = Histogram("themis_llm_inter_token_seconds", "Time between consecutive tokens",
-                                     ["model"], buckets=TOKEN_BUCKETS, registry=r)
-        self.queue = Histogram("themis_llm_queue_seconds", "Time from arrival to admission", ["model"],
-                               buckets=TTFT_BUCKETS, registry=r)
-        self.request_latency = Histogram("themis_llm_request_seconds", "Arrival to last token", ["model"],
-                                         buckets=TTFT_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "themis_llm_ttft_seconds", "Time to first token", ["model"], buckets=TTFT_BUCKETS, registry=r
+        )
+        self.inter_token = Histogram(
+            "themis_llm_inter_token_seconds",
+            "Time between consecutive tokens",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.queue = Histogram(
+            "themis_llm_queue_seconds",
+            "Time from arrival to admission",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "themis_llm_request_seconds", "Arrival to last token", ["model"], buckets=TTFT_BUCKETS, registry=r
+        )
         self.tokens = Counter("themis_llm_tokens_generated_total", "Tokens generated", ["model"], registry=r)
-        self.prompt_tokens = Counter("themis_llm_prompt_tokens_total", "Prompt tokens prefilled (incl. recompute)",
-                                     ["model"], registry=r)
-        self.requests = Counter("themis_llm_requests_total", "Finished requests by finish reason",
-                                ["model", "finish_reason"], registry=r)
-        self.rejected = Counter("themis_llm_rejected_requests_total", "Requests refused (queue full)", ["model"],
-                                registry=r)
-        self.batch_size = Histogram("themis_llm_batch_size", "Sequences per engine iteration", ["model"],
-                                    buckets=BATCH_BUCKETS, registry=r)
-        self.batch_tokens = Histogram("themis_llm_batch_tokens", "Tokens per engine iteration", ["model"],
-                                      buckets=(1, 4, 16, 64, 256, 512, 1024, 2048, 4096, 8192), registry=r)
-        self.running = Gauge("themis_llm_running_sequences", "Sequences holding a KV slot", ["model"], registry=r)
-        self.pending = Gauge("themis_pending_llm_requests", "Requests queued or running (not finished)",
-                             ["model"], registry=r)
-        self.queued = Gauge("themis_llm_queued_requests", "Requests waiting for admission", ["model"], registry=r)
-        self.kv_pages_used = Gauge("themis_llm_kv_pages_used", "PagedKVCache pages held", ["model"], registry=r)
-        self.kv_pages_free = Gauge("themis_llm_kv_pages_free", "PagedKVCache pages free", ["model"], registry=r)
-        self.preemptions = Counter("themis_llm_preemptions_total", "Sequences preempted for recompute", ["model"],
-                                   registry=r)
+        self.prompt_tokens = Counter(
+            "themis_llm_prompt_tokens_total",
+            "Prompt tokens prefilled (incl. recompute)",
+            ["model"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "themis_llm_requests_total",
+            "Finished requests by finish reason",
+            ["model", "finish_reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "themis_llm_rejected_requests_total", "Requests refused (queue full)", ["model"], registry=r
+        )
+        self.batch_size = Histogram(
+            "themis_llm_batch_size",
+            "Sequences per engine iteration",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batch_tokens = Histogram(
+            "themis_llm_batch_tokens",
+            "Tokens per engine iteration",
+            ["model"],
+            buckets=(1, 4, 16, 64, 256, 512, 1024, 2048, 4096, 8192),
+            registry=r,
+        )
+        self.running = Gauge(
+            "themis_llm_running_sequences", "Sequences holding a KV slot", ["model"], registry=r
+        )
+        self.pending = Gauge(
+            "themis_pending_llm_requests", "Requests queued or running (not finished)", ["model"], registry=r
+        )
+        self.queued = Gauge(
+            "themis_llm_queued_requests", "Requests waiting for admission", ["model"], registry=r
+        )
+        self.kv_pages_used = Gauge(
+            "themis_llm_kv_pages_used", "PagedKVCache pages held", ["model"], registry=r
+        )
+        self.kv_pages_free = Gauge(
+            "themis_llm_kv_pages_free", "PagedKVCache pages free", ["model"], registry=r
+        )
+        self.preemptions = Counter(
+            "themis_llm_preemptions_total", "Sequences preempted for recompute", ["model"], registry=r
+        )
         self.active_adapters = Gauge("themis_active_lora_adapters", "LoRA adapters resident", registry=r)
-        self.adapter_switches = Counter("themis_llm_adapter_switches_total",
-                                        "Iterations that changed the applied LoRA set", ["model"], registry=r)
-        self.embed_latency = Histogram("themis_llm_embed_seconds", "Embedding call latency",
-                                       buckets=TTFT_BUCKETS, registry=r)
+        self.adapter_switches = Counter(
+            "themis_llm_adapter_switches_total",
+            "Iterations that changed the applied LoRA set",
+            ["model"],
+            registry=r,
+        )
+        self.embed_latency = Histogram(
+            "themis_llm_embed_seconds", "Embedding call latency", buckets=TTFT_BUCKETS, registry=r
+        )
         self.embedded_texts = Counter("themis_llm_embedded_texts_total", "Texts embedded", registry=r)

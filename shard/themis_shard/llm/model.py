@@ -69,7 +69,7 @@ def read_gguf_metadata(path: Path) -> dict[str, object]:
 
     try:
         reader = gguf.GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+    except Exception as exc:
         raise ModelError(f"not a readable GGUF file: {path.name}: {exc}") from exc
     out: dict[str, object] = {}
     for key, field in reader.fields.items():
@@ -77,7 +77,7 @@ def read_gguf_metadata(path: Path) -> dict[str, object]:
             continue
         try:
             out[key] = field.contents()
-        except Exception:  # noqa: BLE001, S112 - exotic field types are irrelevant here
+        except Exception:
             continue
     return out
 

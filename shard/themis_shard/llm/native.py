@@ -12,9 +12,8 @@ import ctypes
 import logging
 from pathlib import Path
 
-import numpy as np
-
 import llama_cpp as L
+import numpy as np
 
 from .model import ModelError
 
@@ -171,9 +170,19 @@ class Batch:
 class NativeContext:
     """A llama context: KV cache (unified across sequence slots), logits, adapters."""
 
-    def __init__(self, model: NativeModel, *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int,
-                 n_threads: int, embeddings: bool = False, pooling: int | None = None,
-                 kv_unified: bool = True) -> None:
+    def __init__(
+        self,
+        model: NativeModel,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_threads: int,
+        embeddings: bool = False,
+        pooling: int | None = None,
+        kv_unified: bool = True,
+    ) -> None:
         p = L.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch

@@ -41,10 +41,18 @@ class LoadedModel:
 
 def engine_config(s: LLMSettings) -> EngineConfig:
     return EngineConfig(
-        n_ctx=s.n_ctx, n_threads=s.n_threads or (os.cpu_count() or 1), n_ubatch=s.n_ubatch,
-        page_size=s.kv_page_size, max_queue=s.max_queue,
-        limits=Limits(max_running=s.max_concurrent_requests, max_batch_size=s.max_batch_size,
-                      max_tokens_per_batch=s.max_tokens_per_batch, chunk=s.chunked_prefill_size))
+        n_ctx=s.n_ctx,
+        n_threads=s.n_threads or (os.cpu_count() or 1),
+        n_ubatch=s.n_ubatch,
+        page_size=s.kv_page_size,
+        max_queue=s.max_queue,
+        limits=Limits(
+            max_running=s.max_concurrent_requests,
+            max_batch_size=s.max_batch_size,
+            max_tokens_per_batch=s.max_tokens_per_batch,
+            chunk=s.chunked_prefill_size,
+        ),
+    )
 
 
 class LLMRuntime:
@@ -92,7 +100,9 @@ class LLMRuntime:
             engine = Engine(native, engine_config(s), name=alias, metrics=self.metrics)
             engine.start()
             self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()))
-            log.info("model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12])
+            log.info(
+                "model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12]
+            )
 
     async def _load_adapters(self) -> None:
         from .lora import AdapterManager
@@ -125,28 +135,48 @@ class LLMRuntime:
         tokens = m.native.tokenize(prompt, parse_special=special)
         limit = m.engine.capacity_tokens - 1
         if len(tokens) > limit:
-            raise BadRequest(f"prompt is {len(tokens)} tokens; this model's context holds {limit}",
-                             code="context_length_exceeded")
+            raise BadRequest(
+                f"prompt is {len(tokens)} tokens; this model's context holds {limit}",
+                code="context_length_exceeded",
+            )
         return tokens
 
-    def sampling(self, *, max_tokens: int | None = None, temperature: float | None = None,
-                 top_p: float | None = None, top_k: int | None = None, seed: int | None = None,
-                 stop: str | list[str] | None = None) -> SamplingParams:
+    def sampling(
+        self,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+    ) -> SamplingParams:
         if isinstance(stop, str):
             stop = [stop]
         try:
             return SamplingParams(
                 max_tokens=self.settings.default_max_tokens if max_tokens is None else max_tokens,
                 temperature=0.0 if temperature is None else float(temperature),
-                top_p=1.0 if top_p is None else float(top_p), top_k=top_k or 0, seed=seed,
+                top_p=1.0 if top_p is None else float(top_p),
+                top_k=top_k or 0,
+                seed=seed,
                 stop=tuple(stop or ()),
             ).validate(max_stop_strings=self.settings.max_stop_strings)
         except SamplingError as exc:
             raise BadRequest(str(exc), code="invalid_sampling") from exc
 
-    def submit(self, *, prompt: str | None = None, tokens: list[int] | None = None, model: str | None = None,
-               adapter: str | None = None, domain: str | None = None, params: SamplingParams | None = None,
-               priority: int = 0, special: bool = False) -> Generation:
+    def submit(
+        self,
+        *,
+        prompt: str | None = None,
+        tokens: list[int] | None = None,
+        model: str | None = None,
+        adapter: str | None = None,
+        domain: str | None = None,
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        special: bool = False,
+    ) -> Generation:
         """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve."""
         m = self.model(model)
         if tokens is None:
@@ -157,11 +187,16 @@ class LLMRuntime:
         gen = Generation(asyncio.get_running_loop())
         gen.model, gen.adapter = m.alias, adapter_name
         try:
-            seq = m.engine.submit(tokens, params or self.sampling(), gen.sink, adapter=adapter_name,
-                                  priority=priority)
+            seq = m.engine.submit(
+                tokens, params or self.sampling(), gen.sink, adapter=adapter_name, priority=priority
+            )
         except QueueFull as exc:
-            raise ThemisError(f"inference queue is full ({exc})", code="queue_full", status=429,
-                              headers={"Retry-After": str(self.settings.retry_after_s)}) from exc
+            raise ThemisError(
+                f"inference queue is full ({exc})",
+                code="queue_full",
+                status=429,
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            ) from exc
         except EngineClosed as exc:
             raise Unavailable(str(exc), code="llm_not_ready") from exc
         gen.bind(seq, lambda: m.engine.cancel(seq))
@@ -200,7 +235,14 @@ class LLMRuntime:
     def describe(self) -> list[dict]:
         out = []
         for m in self.models.values():
-            out.append({"id": m.alias, "created": m.created, "fingerprint": m.fingerprint.as_dict(),
-                        "n_ctx": m.engine.ctx.n_ctx, "engine": m.engine.stats(),
-                        "adapters": [a.name for a in m.adapters.list()] if m.adapters is not None else []})
+            out.append(
+                {
+                    "id": m.alias,
+                    "created": m.created,
+                    "fingerprint": m.fingerprint.as_dict(),
+                    "n_ctx": m.engine.ctx.n_ctx,
+                    "engine": m.engine.stats(),
+                    "adapters": [a.name for a in m.adapters.list()] if m.adapters is not None else [],
+                }
+            )
         return out

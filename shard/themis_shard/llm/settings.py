@@ -47,6 +47,8 @@ class LLMSettings(BaseSettings):
     #: "none" = disabled, or a path to an embedding GGUF (mean pooling is applied).
     embedding_model: str = "bundled"
     embedding_cache_dir: str = Field("", description="where the converted GGUF is kept; '' = ~/.cache/themis")
-    embedding_n_ctx: int = Field(256, ge=16, description="max tokens per text (MiniLM: 256); longer are truncated")
+    embedding_n_ctx: int = Field(
+        256, ge=16, description="max tokens per text (MiniLM: 256); longer are truncated"
+    )
     embedding_batch_tokens: int = Field(2048, ge=16)
     max_embed_texts: int = Field(256, ge=1)

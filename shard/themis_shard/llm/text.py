@@ -42,7 +42,7 @@ class TextAssembler:
         return self._release(self._pending)
 
     def _release(self, out: str, rest: int = 0) -> str:
-        self._pending = self._pending[len(self._pending) - rest:] if rest else ""
+        self._pending = self._pending[len(self._pending) - rest :] if rest else ""
         self.text += out
         return out
 

