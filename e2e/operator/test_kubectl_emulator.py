@@ -162,6 +162,20 @@ def test_apply_lora_adapter_writes_placement_into_the_plan(cluster):
     assert "legal" in kubectl.run("get", "lora").stdout
 
 
+def test_schema_violations_are_rejected_by_the_api_server(cluster):
+    kubectl, _ = cluster
+    bad = {
+        "apiVersion": "themisdb.io/v1alpha1",
+        "kind": "ThemisCluster",
+        "metadata": {"name": "bad"},
+        "spec": {"shards": 0, "raidMode": "raid10"},
+    }
+    done = kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps(bad), check=False)
+    assert done.returncode != 0
+    assert "is invalid" in done.stderr and "spec.raidMode" in done.stderr and "spec.shards" in done.stderr
+    assert not kubectl.exists("tc", "bad")
+
+
 def test_semantically_invalid_cluster_is_degraded_with_no_children(cluster):
     kubectl, _ = cluster
     kubectl.run(

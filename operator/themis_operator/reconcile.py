@@ -105,11 +105,20 @@ def _degraded(body: dict, reason: str, message: str) -> Outcome:
     return Outcome(status={k: v for k, v in status.items() if v is not None}, events=events)
 
 
+#: What a shard may report for an adapter; anything else is shown as "unknown".
+ADAPTER_STATES = ("pending", "loading", "loaded", "failed")
+
+
+def _adapter_state(entry: dict | None) -> str:
+    if entry is None:
+        return "pending"
+    state = str(entry.get("state") or "unknown").lower()
+    return state if state in ADAPTER_STATES else "unknown"
+
+
 def _adapter_status(placement: Placement, body: dict, reported: list[tuple[str, dict]]) -> dict:
     by_shard = {sid: entry for sid, entry in reported}
-    shards = [
-        {"id": sid, "state": str(by_shard.get(sid, {}).get("state") or "pending")} for sid in placement.shards
-    ]
+    shards = [{"id": sid, "state": _adapter_state(by_shard.get(sid))} for sid in placement.shards]
     loaded = bool(shards) and all(s["state"] == "loaded" for s in shards)
     problems = [f"shards not in the cluster: {', '.join(placement.missing)}"] if placement.missing else []
     problems += list(placement.notes)

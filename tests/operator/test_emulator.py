@@ -146,3 +146,23 @@ def test_watch_streams_json_lines_resumable_from_a_resource_version(api):
 def test_unknown_resources_are_not_found(api):
     response = api.get("/apis/example.com/v1/namespaces/default/widgets")
     assert response.status_code == 404 and response.json()["reason"] == "NotFound"
+
+
+def test_custom_resources_are_defaulted_and_validated_against_the_crd_schema(api):
+    body = {
+        "apiVersion": "themisdb.io/v1alpha1",
+        "kind": "ThemisCluster",
+        "metadata": {"name": "defaults"},
+        "spec": {"shards": 2},
+    }
+    created = api.post(TC, json=body).json()
+    assert created["spec"]["raidMode"] == "raid1" and created["spec"]["tls"] == {"enabled": True}
+    assert created["spec"]["router"]["thresholds"] == [0.8, 0.6, 0.4]
+    bad = {**body, "metadata": {"name": "bad"}, "spec": {"shards": 0, "raidMode": "raid10", "colour": "red"}}
+    rejected = api.post(TC, json=bad)
+    assert rejected.status_code == 422 and rejected.json()["reason"] == "Invalid"
+    fields = {c["field"] for c in rejected.json()["details"]["causes"]}
+    assert fields == {"spec", "spec.shards", "spec.raidMode"}  # "spec": the unknown field
+    assert api.get(f"{TC}/bad").status_code == 404
+    merge = {"Content-Type": "application/merge-patch+json"}
+    assert api.patch(f"{TC}/defaults", json={"spec": {"vnodes": 0}}, headers=merge).status_code == 422

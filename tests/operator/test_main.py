@@ -1,5 +1,8 @@
 """``python -m themis_operator``: scope flags map onto kopf's namespaces / cluster-wide mode."""
 
+import sys
+import types
+
 import kopf
 import pytest
 from themis_operator.__main__ import main
@@ -9,6 +12,8 @@ from themis_operator.__main__ import main
 def kopf_run(monkeypatch):
     calls = []
     monkeypatch.setattr(kopf, "run", lambda **kw: calls.append(kw))
+    # Importing the real handlers would fix the timer interval before the kopf tests set it.
+    monkeypatch.setitem(sys.modules, "themis_operator.handlers", types.ModuleType("themis_operator.handlers"))
     monkeypatch.delenv("WATCH_NAMESPACE", raising=False)
     return calls
 

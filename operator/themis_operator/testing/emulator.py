@@ -11,11 +11,14 @@ official Python client — work against it. What it adds (see ARCHITECTURE.md §
 * watch streams as ``application/json`` lines, resumable from a ``resourceVersion``, with
   the initial-events-end bookmark that ``kubectl wait`` waits for;
 * standard Status errors (``NotFound``, ``AlreadyExists``, ``Conflict``);
-* CRDs: POSTing one registers its resource (kind, short names, status subresource), and the
-  status subresource is isolated from the main resource as on a real server;
+* CRDs: POSTing one registers its resource (kind, short names, status subresource, printer
+  columns for ``kubectl get``); custom resources are defaulted and validated against the CRD's
+  schema (unknown fields rejected, 422 ``Invalid`` as from a real API server), and the status
+  subresource is isolated from the main resource;
 * merge, JSON and (approximated as merge) strategic-merge patches.
 
-Still absent, by design: garbage collection, schema validation, /openapi, /scale, protobuf.
+Still absent, by design: garbage collection, validation of built-in kinds, /openapi, /scale,
+protobuf, server-side apply.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import yaml
 from kmock import KubernetesEmulator, ResourceInfo, Server, resource
 
 from .merge import merge_patch
+from .validation import apply_defaults, error_path, structural_validator
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class ThemisEmulator(KubernetesEmulator):
         self.watchers: list[tuple[tuple[str, str, str], str | None, asyncio.Queue]] = []
         self.namespaces: set[str] = {"default", "kube-system"}
         self.columns: dict[tuple[str, str, str], list[dict]] = {}  # CRD additionalPrinterColumns
+        self.schemas: dict[tuple[str, str, str], dict] = {}  # CRD openAPIV3Schema per version
         for kind in BUILTINS:
             self.register(kind)
 
@@ -450,6 +455,7 @@ class ThemisEmulator(KubernetesEmulator):
             )
         obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
         meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=_now())
+        self._admit(kind, obj)
         if params.get("dryRun"):
             return obj
         if kind.plural == "customresourcedefinitions":
@@ -462,6 +468,8 @@ class ThemisEmulator(KubernetesEmulator):
             self.columns[(spec["group"], version["name"], names["plural"])] = (
                 version.get("additionalPrinterColumns") or []
             )
+            if schema := (version.get("schema") or {}).get("openAPIV3Schema"):
+                self.schemas[(spec["group"], version["name"], names["plural"])] = schema
             self.register(
                 Kind(
                     spec["group"],
@@ -513,11 +521,32 @@ class ThemisEmulator(KubernetesEmulator):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         else:
             new["metadata"]["generation"] = old["metadata"].get("generation", 1)
+        self._admit(kind, new)
         if new == {**old, "metadata": {**old["metadata"]}}:
             return old  # no-op writes do not bump resourceVersion (as on a real server)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self._remove(kind, new)
         return self._store(kind, new, "MODIFIED")
+
+    def _admit(self, kind: Kind, obj: dict) -> None:
+        """CRD schema defaulting and validation (strict: unknown fields are rejected)."""
+        schema = self.schemas.get((kind.group, kind.version, kind.plural))
+        if schema is None:
+            return
+        apply_defaults(schema, obj)
+        errors = sorted(structural_validator(schema).iter_errors(obj), key=error_path)
+        if errors:
+            name = obj["metadata"].get("name")
+            causes = [
+                {"field": error_path(e), "message": e.message, "reason": "FieldValueInvalid"} for e in errors
+            ]
+            summary = ", ".join(f"{c['field']}: Invalid value: {c['message']}" for c in causes)
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind.kind}.{kind.group} "{name}" is invalid: {summary}',
+                {"name": name, "group": kind.group, "kind": kind.kind, "causes": causes},
+            )
 
     def _put(self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any) -> dict:
         old = self._fetch(kind, namespace, name)

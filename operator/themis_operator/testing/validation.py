@@ -56,13 +56,35 @@ def _strict(schema: dict) -> dict:
     return schema
 
 
+def structural_validator(schema: dict) -> jsonschema.Draft4Validator:
+    """A validator for one CRD version's openAPIV3Schema (OpenAPI 3.0 ≈ JSON Schema draft 4)."""
+    return jsonschema.Draft4Validator(_strict(schema), format_checker=jsonschema.FormatChecker())
+
+
+def apply_defaults(schema: dict, value: object) -> None:
+    """Fill in ``default``s in place, as the API server does before validation and storage."""
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key == "metadata":
+                continue
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                apply_defaults(sub, value[key])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            apply_defaults(schema["items"], item)
+
+
+def error_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<root>"
+
+
 @cache
 def _validator(kind: str) -> jsonschema.Draft4Validator:
     crd = load_crds()[kind]
     version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
-    return jsonschema.Draft4Validator(
-        _strict(version["schema"]["openAPIV3Schema"]), format_checker=jsonschema.FormatChecker()
-    )
+    return structural_validator(version["schema"]["openAPIV3Schema"])
 
 
 def validate_custom_resource(obj: dict) -> None:
