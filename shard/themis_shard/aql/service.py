@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from . import ast
 from .data import NodeData, decode_scan
-from .errors import type_error
+from .errors import limit_exceeded, type_error
 from .executor import Executor
 from .explain import describe
 from .gateway import HttpGateway, InferenceGateway
@@ -72,14 +72,17 @@ class AqlService:
         if not isinstance(binds, Mapping):
             raise type_error("bind_vars must be an object")
         started = time.perf_counter()
-        the_plan = self.plan(text, binds)
-        planned = time.perf_counter()
-        if the_plan.explain:
-            result = [describe(the_plan, binds, members=self.data.members(), owners=self.data.owners,
-                               routing=self.routing)]
-            stats: dict[str, Any] = {}
-        else:
-            result, stats = await self.executor().run(the_plan, binds)
+        try:
+            the_plan = self.plan(text, binds)
+            planned = time.perf_counter()
+            if the_plan.explain:
+                result = [describe(the_plan, binds, members=self.data.members(), owners=self.data.owners,
+                                   routing=self.routing)]
+                stats: dict[str, Any] = {}
+            else:
+                result, stats = await self.executor().run(the_plan, binds)
+        except RecursionError:  # a pathological nesting that slipped past the parser's guard
+            raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None
         done = time.perf_counter()
         stats.update({"kind": the_plan.kind, "plan_ms": round((planned - started) * 1000, 3),
                       "execution_ms": round((done - planned) * 1000, 3), "result_count": len(result),
