@@ -149,3 +149,28 @@ def test_operator_install_example_is_valid_for_supported_kubernetes_versions():
         ("monitoring.coreos.com", "servicemonitors"),
     ]:
         assert needed in granted
+
+
+def test_crd_manifests_are_valid_apiextensions_objects_for_supported_versions():
+    from themis_operator.testing.validation import validate_manifest
+
+    for crd in load_crds().values():
+        validate_manifest(crd)
+
+
+def _walk(node, path="spec"):
+    yield path, node
+    for key, child in (node.get("properties") or {}).items():
+        yield from _walk(child, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{path}[]")
+
+
+def test_crd_schemas_are_structural():
+    """Every node has a type (or preserves unknown fields): what the API server requires."""
+    for kind, crd in load_crds().items():
+        root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in _walk(root, kind):
+            assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+            for forbidden in ("$ref", "allOf", "anyOf", "oneOf", "not"):
+                assert forbidden not in node, f"{path}: {forbidden} breaks structural schemas here"

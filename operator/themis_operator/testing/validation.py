@@ -21,7 +21,14 @@ EXAMPLES_DIR = REPO / "examples"
 #: Oldest and newest Kubernetes versions we support.
 KUBERNETES_VERSIONS = ("1.29", "1.37")
 #: Kinds kubernetes-validate knows (others come from CRDs, e.g. ServiceMonitor).
-_BUILTIN_GROUPS = {"v1", "apps/v1", "policy/v1", "batch/v1", "rbac.authorization.k8s.io/v1"}
+_BUILTIN_GROUPS = {
+    "v1",
+    "apps/v1",
+    "policy/v1",
+    "batch/v1",
+    "rbac.authorization.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+}
 
 
 def load_crds() -> dict[str, dict]:
