@@ -176,7 +176,12 @@ def reconcile_cluster(
     previous = previous_plan(configmap)
     sts = kube.get("apps/v1", "StatefulSet", ctx.namespace, names.statefulset(ctx.name))
     current = int(((sts or {}).get("spec") or {}).get("replicas") or 0)
-    ready = int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
+    sts_status = (sts or {}).get("status") or {}
+    ready = int(sts_status.get("readyReplicas") or 0)
+    # A StatefulSet rolls pod by pod; until every pod runs the new revision we are progressing.
+    rolling = bool(sts_status.get("updateRevision")) and (
+        sts_status.get("currentRevision") != sts_status.get("updateRevision")
+    )
     reports = reports if reports is not None else reports_from_status(prev)
 
     desired = spec.shards
@@ -260,13 +265,16 @@ def reconcile_cluster(
         phase, reason, message = "Running", "ShardsReady", f"{ready}/{desired} shards ready"
     else:
         phase, reason, message = "Creating", "ShardsNotReady", f"{ready}/{desired} shards ready"
+    if rolling and phase in ("Running", "Creating"):
+        updated = int(sts_status.get("updatedReplicas") or 0)
+        reason, message = "RollingUpdate", f"rolling update: {updated}/{replicas} shards on the new revision"
 
     was_degraded = condition_status(prev.get("conditions"), "Degraded") == "True"
     if unreachable and (not was_degraded or prev.get("message") != message):
         events.append(Event("Warning", "ShardsUnreachable", message))
     elif was_degraded and not unreachable:
         events.append(Event("Normal", "Recovered", "the spec is valid and every shard answers again"))
-    progressing = bool(waiting) or ready < desired or replicas != desired
+    progressing = bool(waiting) or rolling or ready < desired or replicas != desired
     conditions = merge_conditions(
         prev.get("conditions"),
         [

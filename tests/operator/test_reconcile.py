@@ -276,3 +276,15 @@ def test_delete_removes_every_child_explicitly(kube):
     removed = delete_children(kube, NS, "demo")
     assert len(removed) == 8
     assert kube.kinds() == [("ThemisCluster", "demo")]
+
+
+def test_a_rolling_statefulset_keeps_the_cluster_progressing(kube):
+    body = cluster(kube)
+    reconcile_cluster(kube, body)
+    rolling = {"readyReplicas": 3, "updatedReplicas": 1, "currentRevision": "a", "updateRevision": "b"}
+    kube.patch("apps/v1", "StatefulSet", NS, "demo", {"status": rolling})
+    outcome = reconcile_cluster(kube, body)
+    progressing = next(c for c in outcome.status["conditions"] if c["type"] == "Progressing")
+    assert progressing["status"] == "True" and progressing["reason"] == "RollingUpdate"
+    assert "1/3" in progressing["message"]
+    assert outcome.status["phase"] == "Running"  # still serving: every shard is ready
