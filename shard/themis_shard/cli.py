@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
+from .raid.cli import add_raid_commands  # RAID weight storage (issue 8)
 
 STATE_DIR = Path(".themis")
 
@@ -298,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go")
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a local cluster and wait until it is ready")
-    p_up.add_argument("--shards", type=int, default=1)
+    p_up.add_argument("--shards", type=int, default=3)
     p_up.add_argument("--raid-mode", choices=["raid0", "raid1", "raid5", "raid6"], default=None)
     p_up.add_argument("--host", default="127.0.0.1")
     p_up.add_argument("--base-port", type=int, default=8701)
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_scale.set_defaults(func=scale)
     p_status = sub.add_parser("status", help="show the local cluster's shards")
     p_status.set_defaults(func=status)
+    add_raid_commands(sub)  # RAID weight storage (issue 8)
     return parser
 
 

@@ -83,6 +83,9 @@ class RaidCluster:
         manifests = [await s.ingest_local(str(source)) for s in self.services.values()]
         for s, m in zip(self.services.values(), manifests, strict=True):
             s.store.set_active(m.key)
+            await s.verify()
+        for s in self.services.values():
+            assert await s.check_formed()
         return manifests[0]
 
     async def close(self) -> None:

@@ -57,6 +57,11 @@ async def active_manifest(service: Raid) -> Response:
     return Response(manifest.canonical(), media_type="application/json")
 
 
+@router.get("/internal/raid/state", include_in_schema=False)
+async def state(service: Raid) -> dict:
+    return service.local_state()
+
+
 @router.get("/internal/raid/manifests/{key}", include_in_schema=False)
 async def get_manifest(key: str, service: Raid) -> Response:
     return Response(_manifest(service, key).canonical(), media_type="application/json")

@@ -146,18 +146,84 @@ class RaidService:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def prepare(self, source: str, *, assemble: bool = True) -> Path | None:
-        """Make this shard's units whole and (when ``assemble``) return the verified model file."""
-        manifest = await self.find_manifest()
+        """Make this shard's units whole and (when ``assemble``) return the verified model file.
+
+        Once the cluster has *formed* (every shard held all its units of the model at least once)
+        the cluster copy is the only authority: a wiped shard rebuilds from its peers and never
+        re-reads the source. Before that — a cluster still starting — the source is used.
+        """
+        manifest = self.store.active()
         if manifest is None:
-            manifest = await self.ingest_local(source, keep_file=assemble)
-        else:
-            await self.sync(manifest, assemble=assemble, wait=True)
+            states = await self._peer_states()
+            formed = [st for st in states.values() if st.get("formed")]
+            if formed:
+                manifest = await self._peer_manifest(next(p for p, st in states.items() if st.get("formed")))
+                if manifest is None:
+                    raise RaidUnavailable("the formed cluster's manifest could not be read", code="no_manifest")
+                self.store.save_manifest(manifest)
+                self.store.mark_formed(manifest.key)
+                log.info("raid: replacing a shard of formed model %s: rebuilding from peers", manifest.key)
+            else:
+                manifest = await self.ingest_local(source, keep_file=assemble)
+                other = {st["key"] for st in states.values() if st.get("key")} - {manifest.key}
+                if other:
+                    raise RaidUnavailable(f"peers hold model(s) {sorted(other)} but this shard's source gives "
+                                          f"{manifest.key}: check THEMIS_RAID_SOURCE / unit size on every shard",
+                                          code="manifest_conflict")
+                self.store.set_active(manifest.key)
+                self.model_path = self.store.model_path(manifest.key) if assemble else None
+                return self.model_path
+        await self.sync(manifest, assemble=assemble, wait=True)
         self.store.set_active(manifest.key)
         self.model_path = self.store.model_path(manifest.key) if assemble else None
         return self.model_path
 
+    def local_state(self) -> dict:
+        """What peers ask before deciding whether to rebuild from us (``/internal/raid/state``)."""
+        key = self.store.active_key
+        scan = self.last_scan
+        complete = bool(key and scan.get("key") == key and scan.get("ok") == scan.get("expected"))
+        return {"shard_id": self.self_id, "key": key, "complete": complete,
+                "formed": bool(key and self.store.is_formed(key))}
+
+    async def _peer_states(self, manifest: Manifest | None = None) -> dict[str, dict]:
+        from ..cluster.remote import PeerError, PeerUnavailable
+
+        async def ask(peer: str) -> dict | None:
+            try:
+                return await self.executor.request(peer, "GET", "/internal/raid/state", retries=0, timeout_s=5)
+            except (PeerUnavailable, PeerError):
+                return None
+
+        peers = self.peers(manifest)
+        answers = await asyncio.gather(*(ask(p) for p in peers))
+        return {p: a for p, a in zip(peers, answers, strict=True) if isinstance(a, dict)}
+
+    async def _form_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(Exception):
+                await self.check_formed()
+
+    async def check_formed(self) -> bool:
+        """Mark the active model formed once every shard of its layout reports it complete."""
+        manifest = self.store.active()
+        if manifest is None:
+            return False
+        if self.store.is_formed(manifest.key):
+            return True
+        states = await self._peer_states(manifest)
+        if any(st.get("formed") and st.get("key") == manifest.key for st in states.values()) or (
+                self.local_state()["complete"] and len(states) == len(manifest.shards) - 1
+                and all(st.get("key") == manifest.key and st.get("complete") for st in states.values())):
+            self.store.mark_formed(manifest.key)
+            log.info("raid: model %s formed on all %d shards", manifest.key, len(manifest.shards))
+            return True
+        return False
+
     async def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._scrub_loop(), name="raid-scrub"))
+        self._tasks.append(asyncio.create_task(self._form_loop(), name="raid-form"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -182,22 +248,11 @@ class RaidService:
                 report = await self.verify(manifest)
                 if report["missing"] or report["corrupt"]:
                     await self.sync(manifest, assemble=False)
+                    await self.verify(manifest)
             except Exception as exc:
                 log.error("raid scrub/repair failed: %s", exc)
 
     # -- manifests ----------------------------------------------------------------------------------
-    async def find_manifest(self) -> Manifest | None:
-        """The cluster's active manifest: this shard's, else the first peer's that answers."""
-        local = self.store.active()
-        if local is not None:
-            return local
-        for peer in self.peers():
-            m = await self._peer_manifest(peer)
-            if m is not None:
-                self.store.save_manifest(m)
-                return m
-        return None
-
     async def _peer_manifest(self, peer: str) -> Manifest | None:
         from ..cluster.remote import PeerError, PeerUnavailable
 
@@ -593,6 +648,7 @@ class RaidService:
         except ValueError as exc:
             layout = {"error": str(exc)}
         return {"enabled": True, "shard_id": self.self_id, "layout": layout,
+                "formed": bool(manifest and self.store.is_formed(manifest.key)),
                 "model": manifest.summary() if manifest else None,
                 "model_path": str(self.model_path) if self.model_path else None,
                 "units": self.last_scan, "operation": self.progress.as_dict(), "error": self.error,

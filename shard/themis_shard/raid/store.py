@@ -7,6 +7,7 @@ unit's name)::
     <weights>/active                 key of the model the shard serves
     <weights>/units/<key>/<stripe>.<index>
     <weights>/models/<key>.gguf      the assembled model (sha256-verified before every load)
+    <weights>/formed/<key>           marker: every shard of the layout once held all its units
 
 A unit is only ever accepted or served after its length and crc32 match the manifest.
 """
@@ -53,7 +54,7 @@ def _atomic_write(path: Path, data) -> None:
 class UnitStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        for sub in ("manifests", "units", "models"):
+        for sub in ("manifests", "units", "models", "formed"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     # -- manifests ---------------------------------------------------------------------------------
@@ -86,6 +87,12 @@ class UnitStore:
     def active(self) -> Manifest | None:
         key = self.active_key
         return self.manifest(key) if key else None
+
+    def is_formed(self, key: str) -> bool:
+        return (self.root / "formed" / key).exists()
+
+    def mark_formed(self, key: str) -> None:
+        _atomic_write(self.root / "formed" / key, b"")
 
     # -- units -------------------------------------------------------------------------------------
     def unit_path(self, key: str, ref: UnitRef) -> Path:
