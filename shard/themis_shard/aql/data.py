@@ -96,6 +96,26 @@ class NodeData:
     def collections(self) -> dict[str, CollectionConfig]:
         return {c.name: c for c in self.node.store.collections()}
 
+    async def cluster_collections(self) -> dict[str, CollectionConfig]:
+        """Local configs plus the peers': a collection created implicitly by a write exists only
+        on the shards that store its documents, which need not include the coordinator."""
+        out = self.collections()
+        executor = self.node.cluster.executor
+
+        async def ask(peer: str) -> list[dict]:
+            try:
+                reply = await executor.request(peer, "GET", "/internal/collections", retries=0, timeout_s=5)
+                return reply["collections"]
+            except (PeerUnavailable, PeerError, KeyError, TypeError):
+                return []
+
+        replies = await asyncio.gather(*(ask(p) for p in self.topology.peers))
+        for configs in replies:
+            for raw in configs:
+                config = CollectionConfig.model_validate(raw)
+                out.setdefault(config.name, config)
+        return out
+
     def members(self) -> list[str]:
         return self.topology.members if self.topology.clustered else [self.topology.self_id]
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from ..errors import ThemisError
+
 from . import ast
 from .data import NodeData, decode_scan
 from .errors import limit_exceeded, type_error
@@ -58,8 +60,15 @@ class AqlService:
             self._parsed.move_to_end(text)
         return query
 
-    def plan(self, text: str, binds: Mapping[str, Any]) -> Plan:
-        return plan(self.parse(text), binds, self.data.collections(), max_search_k=self.node.settings.max_search_k)
+    async def plan(self, text: str, binds: Mapping[str, Any]) -> Plan:
+        query = self.parse(text)
+        k = self.node.settings.max_search_k
+        try:
+            return plan(query, binds, self.data.collections(), max_search_k=k)
+        except ThemisError as exc:
+            if exc.code != "aql_unknown_collection" or not self.node.cluster.topology.clustered:
+                raise
+        return plan(query, binds, await self.data.cluster_collections(), max_search_k=k)
 
     def executor(self) -> Executor:
         fields = {c.name: c.embed_field for c in self.node.store.collections() if c.embed_field}
@@ -73,7 +82,7 @@ class AqlService:
             raise type_error("bind_vars must be an object")
         started = time.perf_counter()
         try:
-            the_plan = self.plan(text, binds)
+            the_plan = await self.plan(text, binds)
             planned = time.perf_counter()
             if the_plan.explain:
                 result = [describe(the_plan, binds, members=self.data.members(), owners=self.data.owners,
