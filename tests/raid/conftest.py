@@ -55,7 +55,8 @@ class RaidCluster:
         executor = RemoteExecutor(ClusterSettings(max_retries=0, breaker_failure_threshold=1000), topo.url,
                                   transport=self.transport)
         self.executors.append(executor)
-        service = RaidService(self.settings, sid, UnitStore(self.root / sid / "weights"), executor, lambda: topo,
+        store = UnitStore(self.root / sid / "weights")
+        service = RaidService(self.settings, sid, store, executor, lambda: topo,
                               CollectorRegistry())
         app = FastAPI()
         install_error_handlers(app)

@@ -60,7 +60,7 @@ async def test_wrong_manifests_are_refused(raid_cluster, model_file):
     manifest = await cluster.ingest_everywhere(model_file)
     body = json.loads(manifest.canonical())
     async with client_for(cluster, "shard-2") as c:
-        tampered = {**body, "crc32": [[0] * 4] + body["crc32"][1:]}
+        tampered = {**body, "crc32": [[0] * 4, *body["crc32"][1:]]}
         r = await c.put(f"/internal/raid/manifests/{manifest.key}", content=json.dumps(tampered))
         assert r.status_code == 400 and "does not match its key" in r.json()["error"]["message"]
         short = {**body, "crc32": body["crc32"][:-1]}

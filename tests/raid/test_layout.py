@@ -33,7 +33,8 @@ def layouts(draw) -> tuple[RaidLayout, int]:
 def test_every_unit_is_placed_exactly_once(case):
     layout, size = case
     held = [ref for shard in layout.shards for ref in layout.units_on(shard, size)]
-    assert sorted((r.stripe, r.index) for r in held) == sorted((r.stripe, r.index) for r in layout.units(size))
+    everything = sorted((r.stripe, r.index) for r in layout.units(size))
+    assert sorted((r.stripe, r.index) for r in held) == everything
     assert len(held) == layout.stripes(size) * layout.width
     for shard in layout.shards:
         assert all(layout.shard_of(r.stripe, r.index) == shard for r in layout.units_on(shard, size))

@@ -25,7 +25,8 @@ OCTETS = "application/octet-stream"
 def raid(shard: Node) -> RaidService:
     service = getattr(shard, "raid", None)
     if service is None:
-        raise Unavailable("RAID weight storage is off on this shard (THEMIS_RAID_ENABLED)", code="raid_disabled")
+        raise Unavailable("RAID weight storage is off on this shard (THEMIS_RAID_ENABLED)",
+                          code="raid_disabled")
     return service
 
 

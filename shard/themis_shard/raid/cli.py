@@ -66,7 +66,8 @@ def status(args: argparse.Namespace) -> int:
             health = "DEGRADED" if body.get("degraded") else ("ERROR" if body.get("error") else "ok")
             bad += health != "ok"
             print(f"{s['shard_id']} {health} {layout.get('mode')} k={layout.get('data_units')} "
-                  f"m={layout.get('parity_units')} model={model.get('name', '-')} {_units(body.get('units'))}; "
+                  f"m={layout.get('parity_units')} model={model.get('name', '-')} "
+                  f"{_units(body.get('units'))}; "
                   f"last {op['op']} {op['state']} {op['progress']:.0%} "
                   f"{op['rate_bytes_per_s'] / 1e6:.1f} MB/s, {op['units_repaired']} repaired"
                   + (f" — {body['error']}" if body.get("error") else ""))
@@ -95,14 +96,16 @@ def rebuild(args: argparse.Namespace) -> int:
     bad = 0
     with httpx.Client(timeout=args.timeout, verify=tls) as client:
         for s in shards:
-            code, body = _call(client, "POST", f"{s['url']}/v1/raid/rebuild", json={"assemble": args.assemble})
+            code, body = _call(client, "POST", f"{s['url']}/v1/raid/rebuild",
+                               json={"assemble": args.assemble})
             if code != 200:
                 print(f"{s['shard_id']} FAILED {body['error']['message']}")
                 bad += 1
                 continue
             op = body["operation"]
             print(f"{s['shard_id']} {op['op']} {op['state']}: {op['units_repaired']} unit(s) repaired, "
-                  f"{op['bytes_transferred'] / 1e6:.1f} MB in {op['elapsed_s']:.2f}s; {_units(body['units'])}")
+                  f"{op['bytes_transferred'] / 1e6:.1f} MB in {op['elapsed_s']:.2f}s; "
+                  f"{_units(body['units'])}")
     return 1 if bad else 0
 
 

@@ -54,7 +54,8 @@ class RaidLayout:
         if len(set(self.shards)) != len(self.shards):
             raise LayoutError(f"duplicate shard ids in {list(self.shards)}")
         if len(self.shards) < MIN_SHARDS[self.mode]:
-            raise LayoutError(f"{self.mode} needs at least {MIN_SHARDS[self.mode]} shards, got {len(self.shards)}")
+            raise LayoutError(f"{self.mode} needs at least {MIN_SHARDS[self.mode]} shards, "
+                              f"got {len(self.shards)}")
         if self.k < 1 or self.m < 0:
             raise LayoutError(f"bad geometry k={self.k}, m={self.m}")
         if self.width > len(self.shards):

@@ -46,7 +46,9 @@ def array_module(prefer_gpu: bool = True) -> Any:
 
 
 def as_u8(buf: Any) -> np.ndarray:
-    return buf if isinstance(buf, np.ndarray) and buf.dtype == np.uint8 else np.frombuffer(buf, dtype=np.uint8)
+    if isinstance(buf, np.ndarray) and buf.dtype == np.uint8:
+        return buf
+    return np.frombuffer(buf, dtype=np.uint8)
 
 
 def xor_into(out: Any, sources: Sequence[Any], block: int = XOR_BLOCK_BYTES, xp: Any = np) -> Any:

@@ -76,15 +76,20 @@ class Progress:
 class RaidMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.units = Gauge("themis_raid_units", "This shard's model units by state at the last scan", ["state"],
+        self.units = Gauge("themis_raid_units", "This shard's model units by state at the last scan",
+                           ["state"],
                            registry=r)
-        self.repaired = Counter("themis_raid_units_repaired_total", "Units rebuilt from parity and written back",
+        self.repaired = Counter("themis_raid_units_repaired_total",
+                                "Units rebuilt from parity and written back",
                                 registry=r)
-        self.corrupt = Counter("themis_raid_corrupt_units_total", "Units found with a crc32 or length mismatch",
+        self.corrupt = Counter("themis_raid_corrupt_units_total",
+                               "Units found with a crc32 or length mismatch",
                                registry=r)
-        self.transferred = Counter("themis_raid_transfer_bytes_total", "Unit bytes fetched from or sent to peers",
+        self.transferred = Counter("themis_raid_transfer_bytes_total",
+                                   "Unit bytes fetched from or sent to peers",
                                    ["op"], registry=r)
-        self.progress = Gauge("themis_raid_operation_progress_ratio", "Stripes done / total of the running operation",
+        self.progress = Gauge("themis_raid_operation_progress_ratio",
+                              "Stripes done / total of the running operation",
                               ["op"], registry=r)
         self.rate = Gauge("themis_raid_transfer_rate_bytes_per_second",
                           "Throughput of the last or running rebuild/assembly", ["op"], registry=r)
@@ -132,7 +137,8 @@ class RaidService:
     def for_node(cls, node: Any, settings: RaidSettings | None = None) -> RaidService:
         settings = settings or RaidSettings()
         store = UnitStore(settings.weights_path(node.settings.data_dir))
-        return cls(settings, node.settings.shard_id, store, node.cluster.executor, lambda: node.cluster.topology,
+        return cls(settings, node.settings.shard_id, store, node.cluster.executor,
+                   lambda: node.cluster.topology,
                    node.metrics.registry)
 
     # -- layout -------------------------------------------------------------------------------------
@@ -159,7 +165,8 @@ class RaidService:
             if formed:
                 manifest = await self._peer_manifest(next(p for p, st in states.items() if st.get("formed")))
                 if manifest is None:
-                    raise RaidUnavailable("the formed cluster's manifest could not be read", code="no_manifest")
+                    raise RaidUnavailable("the formed cluster's manifest could not be read",
+                                          code="no_manifest")
                 self.store.save_manifest(manifest)
                 self.store.mark_formed(manifest.key)
                 log.info("raid: replacing a shard of formed model %s: rebuilding from peers", manifest.key)
@@ -167,8 +174,9 @@ class RaidService:
                 manifest = await self.ingest_local(source, keep_file=assemble)
                 other = {st["key"] for st in states.values() if st.get("key")} - {manifest.key}
                 if other:
-                    raise RaidUnavailable(f"peers hold model(s) {sorted(other)} but this shard's source gives "
-                                          f"{manifest.key}: check THEMIS_RAID_SOURCE / unit size on every shard",
+                    raise RaidUnavailable(f"peers hold model(s) {sorted(other)} but this shard's source "
+                                          f"gives {manifest.key}: check THEMIS_RAID_SOURCE / unit size "
+                                          "on every shard",
                                           code="manifest_conflict")
                 self.store.set_active(manifest.key)
                 self.model_path = self.store.model_path(manifest.key) if assemble else None
@@ -191,7 +199,8 @@ class RaidService:
 
         async def ask(peer: str) -> dict | None:
             try:
-                return await self.executor.request(peer, "GET", "/internal/raid/state", retries=0, timeout_s=5)
+                return await self.executor.request(peer, "GET", "/internal/raid/state", retries=0,
+                                                   timeout_s=5)
             except (PeerUnavailable, PeerError):
                 return None
 
@@ -257,7 +266,8 @@ class RaidService:
         from ..cluster.remote import PeerError, PeerUnavailable
 
         try:
-            raw = await self.executor.request(peer, "GET", "/internal/raid/manifest", expect="bytes", retries=0,
+            raw = await self.executor.request(peer, "GET", "/internal/raid/manifest", expect="bytes",
+                                              retries=0,
                                               timeout_s=5)
         except (PeerUnavailable, PeerError):
             return None
@@ -288,7 +298,8 @@ class RaidService:
         target = self.store.root / "incoming" / f"{os.getpid()}-{time.time_ns()}.part"
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(60, connect=10), follow_redirects=True) as client, \
+            timeout = httpx.Timeout(60, connect=10)
+            async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client, \
                     client.stream("GET", url) as resp:
                 if resp.status_code != 200:
                     raise RaidUnavailable(f"download of {url} failed: HTTP {resp.status_code}",
@@ -329,7 +340,8 @@ class RaidService:
                      manifest.stripes, layout.mode, manifest.key)
             return manifest
 
-    def _stripe_here(self, path: Path, layout: RaidLayout, name: str, staging: Path, progress: Progress) -> Manifest:
+    def _stripe_here(self, path: Path, layout: RaidLayout, name: str, staging: Path,
+                     progress: Progress) -> Manifest:
         """Runs in a thread: units go to a staging dir until the manifest (their key) is known."""
         import shutil
 
@@ -411,7 +423,8 @@ class RaidService:
                 owner = layout.shard_of(s, u)
                 ref = UnitRef(s, u)
                 if owner == self.self_id:
-                    await asyncio.to_thread(self.store.write_unit, manifest, ref, np.frombuffer(data, np.uint8))
+                    unit = np.frombuffer(data, np.uint8)
+                    await asyncio.to_thread(self.store.write_unit, manifest, ref, unit)
                 else:
                     sends.append(self.executor.request(
                         owner, "PUT", f"/internal/raid/units/{manifest.key}/{s}/{u}", content=data,
@@ -507,7 +520,8 @@ class RaidService:
                         (down if exc.peers_down else lost).append(str(exc))
                         continue
                     progress.stripes_done += 1
-                    self.metrics.progress.labels(op=op).set(progress.stripes_done / max(progress.stripes_total, 1))
+                    ratio = progress.stripes_done / max(progress.stripes_total, 1)
+                    self.metrics.progress.labels(op=op).set(ratio)
                     await limit.account(n)
 
             try:
@@ -515,7 +529,8 @@ class RaidService:
                 if lost or down:
                     self.metrics.lost.set(len(lost) + len(down))
                     summary = (f"{len(lost) + len(down)} stripe(s) of {manifest.name} cannot be rebuilt "
-                               f"({layout.mode} tolerates {layout.tolerance} lost shard(s)): {(lost + down)[0]}")
+                               f"({layout.mode} tolerates {layout.tolerance} lost shard(s)): "
+                               f"{(lost + down)[0]}")
                     if lost:
                         raise RaidUnrecoverable(summary)
                     raise _PeersDown(summary)
@@ -538,7 +553,8 @@ class RaidService:
                      progress.units_repaired, progress.bytes_transferred, time.monotonic() - started)
             return progress.as_dict()
 
-    async def _sync_stripe(self, manifest: Manifest, s: int, codec: Any, fd: int | None, progress: Progress) -> int:
+    async def _sync_stripe(self, manifest: Manifest, s: int, codec: Any, fd: int | None,
+                           progress: Progress) -> int:
         """Read (local or peer), reconstruct and write back one stripe; returns bytes fetched."""
         from ..cluster.remote import PeerError, PeerUnavailable
 
@@ -590,7 +606,8 @@ class RaidService:
             if len(have) < layout.k:
                 # Worth waiting only if the unreachable peers coming back would be enough.
                 peers_down = len(have) + len(unreachable) >= layout.k
-                detail = ", ".join(f"unit {u} ({layout.shard_of(s, u)}): {why}" for u, why in sorted(broken.items()))
+                detail = ", ".join(f"unit {u} ({layout.shard_of(s, u)}): {why}"
+                                   for u, why in sorted(broken.items()))
                 raise _StripeLost(f"stripe {s}: {len(have)} of {layout.k} needed units readable; {detail}",
                                   peers_down)
             try:
