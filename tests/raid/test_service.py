@@ -187,3 +187,44 @@ async def test_unit_refs_outside_the_manifest_are_refused(raid_cluster, model_fi
 
     with pytest.raises(UnitCorrupt, match="not a unit"):
         cluster["shard-0"].store.read_unit(manifest, UnitRef(manifest.stripes, 0))
+
+
+async def test_ingest_from_a_url(raid_cluster, model_file):
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(model_file.parent))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = raid_cluster(3, "raid5")
+        url = f"http://127.0.0.1:{server.server_port}/{model_file.name}"
+        manifest = await cluster["shard-0"].ingest(url, activate=True)
+        assert manifest.sha256 == sha(model_file) and manifest.name == model_file.name
+        assert not list((cluster["shard-0"].store.root / "incoming").glob("*"))  # download cleaned up
+        with pytest.raises(Exception, match="HTTP 404"):
+            await cluster["shard-0"].ingest(url + ".missing")
+    finally:
+        server.shutdown()
+
+
+async def test_before_formation_a_wiped_shard_restripes_the_source(raid_cluster, model_file):
+    cluster = raid_cluster(4, "raid5")
+    for service in cluster.services.values():
+        await service.ingest_local(str(model_file))  # a cluster still starting: nothing formed yet
+    cluster.wipe("shard-3")
+    path = await cluster["shard-3"].prepare(str(model_file), assemble=True)
+    assert sha(path) == sha(model_file) and cluster["shard-3"].progress.op == "ingest"
+
+
+async def test_a_source_that_differs_from_the_peers_model_is_refused(raid_cluster, model_file, tmp_path):
+    cluster = raid_cluster(4, "raid5")
+    for sid in ("shard-0", "shard-1"):
+        m = await cluster[sid].ingest_local(str(model_file))
+        cluster[sid].store.set_active(m.key)
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"x" * 1000)
+    with pytest.raises(Exception, match="peers hold model"):
+        await cluster["shard-2"].prepare(str(other), assemble=True)

@@ -92,7 +92,7 @@ async def get_unit(key: str, stripe: int, index: int, service: Raid) -> Response
     manifest = _manifest(service, key)
     ref = _ref(manifest, stripe, index)
     try:
-        data = await asyncio.to_thread(service.store.read_unit, manifest, ref)
+        data = await asyncio.to_thread(service.store.read_unit_bytes, manifest, ref)
     except UnitMissing as exc:
         service.request_repair()
         raise NotFound(str(exc), code="unit_missing") from exc
@@ -100,7 +100,7 @@ async def get_unit(key: str, stripe: int, index: int, service: Raid) -> Response
         service.metrics.corrupt.inc()
         service.request_repair()
         raise Conflict(str(exc), code="unit_corrupt") from exc
-    return Response(data.tobytes(), media_type=OCTETS,
+    return Response(data, media_type=OCTETS,
                     headers={"x-themis-crc32": f"{manifest.crc(stripe, index):08x}"})
 
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -405,16 +406,38 @@ class RaidService:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue(maxsize=2)
 
-        def produce() -> None:
-            with path.open("rb") as f:
-                from .striping import iter_stripes
+        stop = threading.Event()
 
-                for stripe in iter_stripes(f, layout, manifest.size):
-                    units = [u.tobytes() for u in stripe.units]  # the reader reuses its buffers
-                    asyncio.run_coroutine_threadsafe(queue.put((stripe.index, units)), loop).result()
-            asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    asyncio.run_coroutine_threadsafe(asyncio.wait_for(queue.put(item), 1.0), loop).result()
+                    return True
+                except TimeoutError:
+                    continue
+            return False
+
+        def produce() -> None:
+            from .striping import iter_stripes
+
+            try:
+                with path.open("rb") as f:
+                    for stripe in iter_stripes(f, layout, manifest.size):
+                        # the reader reuses its buffers: copy before handing the units over
+                        if not put((stripe.index, [u.tobytes() for u in stripe.units])):
+                            return
+            finally:
+                put(None)  # the sender stops even when reading failed (the error surfaces below)
 
         producer = loop.run_in_executor(None, produce)
+        try:
+            await self._send_units(manifest, queue, progress)
+        finally:
+            stop.set()
+            await producer
+
+    async def _send_units(self, manifest: Manifest, queue: asyncio.Queue, progress: Progress) -> None:
+        layout = manifest.layout
         limit = _RateLimit(self.settings.rebuild_rate_limit_mb_s)
         while (item := await queue.get()) is not None:
             s, units = item
@@ -435,7 +458,6 @@ class RaidService:
             progress.bytes_transferred += sent
             progress.stripes_done += 1
             await limit.account(sent)
-        await producer
 
     # -- verify -------------------------------------------------------------------------------------
     async def verify(self, manifest: Manifest | None = None) -> dict:
@@ -623,8 +645,7 @@ class RaidService:
             have.update(rebuilt)
         if fd is not None:
             start = s * layout.stripe_bytes
-            stripe = b"".join(memoryview(have[u]) for u in range(layout.k))
-            await asyncio.to_thread(os.pwrite, fd, stripe, start)
+            await asyncio.to_thread(_pwrite_all, fd, [have[u] for u in range(layout.k)], start)
         progress.bytes_transferred += fetched
         self.metrics.transferred.labels(op="assemble" if fd is not None else "rebuild").inc(fetched)
         return fetched
@@ -680,6 +701,18 @@ class _StripeLost(Exception):
 
 class _PeersDown(Exception):
     """Not enough peers answer right now (they may come back)."""
+
+
+def _pwrite_all(fd: int, buffers: list, offset: int) -> None:
+    """Write the buffers back to back at ``offset`` (one pwritev, finishing short writes)."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    done = os.pwritev(fd, views, offset)
+    total = sum(v.nbytes for v in views)
+    if done < total:  # rare (signals, huge writes): finish from a joined copy
+        rest = b"".join(views)[done:]
+        while rest:
+            n = os.pwrite(fd, rest, offset + done)
+            done, rest = done + n, rest[n:]
 
 
 def _copy_file(src: Path, dst: Path) -> None:

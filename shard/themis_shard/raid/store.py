@@ -104,12 +104,15 @@ class UnitStore:
         _atomic_write(self.unit_path(manifest.key, ref), memoryview(data).cast("B"))
 
     def read_unit(self, manifest: Manifest, ref: UnitRef) -> np.ndarray:
-        """The unit's bytes, verified; UnitMissing / UnitCorrupt otherwise."""
+        """The unit, verified; UnitMissing / UnitCorrupt otherwise."""
+        return np.frombuffer(self.read_unit_bytes(manifest, ref), dtype=np.uint8)
+
+    def read_unit_bytes(self, manifest: Manifest, ref: UnitRef) -> bytes:
+        """The unit's bytes, verified (served to peers as they are: no extra copy)."""
         self._check_ref(manifest, ref)
-        path = self.unit_path(manifest.key, ref)
         try:
-            data = np.fromfile(path, dtype=np.uint8)
-        except (FileNotFoundError, ValueError):
+            data = self.unit_path(manifest.key, ref).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
             raise UnitMissing(ref) from None
         self._check(manifest, ref, data)
         return data
