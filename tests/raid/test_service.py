@@ -228,3 +228,13 @@ async def test_a_source_that_differs_from_the_peers_model_is_refused(raid_cluste
     other.write_bytes(b"x" * 1000)
     with pytest.raises(Exception, match="peers hold model"):
         await cluster["shard-2"].prepare(str(other), assemble=True)
+
+
+async def test_rebuild_respects_the_rate_limit(raid_cluster, model_file):
+    cluster = raid_cluster(4, "raid5", rebuild_rate_limit_mb_s=4)
+    await cluster.ingest_everywhere(model_file)
+    cluster.wipe("shard-1")
+    await cluster["shard-1"].prepare(str(model_file), assemble=False)
+    op = cluster["shard-1"].status()["operation"]
+    assert op["bytes_transferred"] > 1e6
+    assert op["rate_bytes_per_s"] <= 4.4e6 and op["elapsed_s"] >= op["bytes_transferred"] / 4e6 - 0.3
