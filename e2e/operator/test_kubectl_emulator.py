@@ -17,6 +17,7 @@ from .conftest import ROOT, Kubectl, eventually, operator_process, stop
 pytestmark = pytest.mark.e2e
 
 CHILDREN = [
+    ("secret", "demo-gossip"),
     ("secret", "demo-ca"),
     ("secret", "demo-tls"),
     ("configmap", "demo-plan"),
@@ -148,8 +149,10 @@ def test_patch_shards_bumps_the_ring_and_scales_the_statefulset(cluster):
     eventually(lambda: plan(kubectl).ring_version == 3)
     eventually(lambda: kubectl.json("tc", "demo")["status"]["phase"] == "Scaling")
     assert kubectl.json("statefulset", "demo")["spec"]["replicas"] == 5  # demo-4 still hands off
+    assert plan(kubectl).draining == ("demo-4",)
     shards.set("default", "demo-4", migration="drained", ring_version=3)
     eventually(lambda: kubectl.json("statefulset", "demo")["spec"]["replicas"] == 4)
+    assert len(plan(kubectl).members) == 4 and plan(kubectl).ring_version == 3
 
 
 def test_apply_lora_adapter_writes_placement_into_the_plan(cluster):

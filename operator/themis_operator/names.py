@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 PORT = 8080
+#: Shard-to-shard listener (``/internal/...``); with TLS it demands a cluster client certificate.
+INTERNAL_PORT = 8443
 MANAGED_BY = "themis-operator"
 #: Pod names are ``{cluster}-{i}`` and must stay DNS labels together with the StatefulSet's
 #: controller-revision-hash label (``{cluster}-{10 chars}``), hence the margin below 63.
@@ -53,6 +55,10 @@ def ca_secret(cluster: str) -> str:
     return f"{cluster}-ca"
 
 
+def gossip_secret(cluster: str) -> str:
+    return f"{cluster}-gossip"
+
+
 def pdb(cluster: str) -> str:
     return cluster
 
@@ -76,6 +82,11 @@ def shard_host(cluster: str, namespace: str, index: int) -> str:
 def shard_url(cluster: str, namespace: str, index: int, tls: bool) -> str:
     scheme = "https" if tls else "http"
     return f"{scheme}://{shard_host(cluster, namespace, index)}:{PORT}"
+
+
+def shard_internal_url(cluster: str, namespace: str, index: int) -> str:
+    """The mTLS peer listener (TLS clusters only; without TLS peers use the public URL)."""
+    return f"https://{shard_host(cluster, namespace, index)}:{INTERNAL_PORT}"
 
 
 def shard_dns_names(cluster: str, namespace: str, index: int) -> list[str]:

@@ -28,6 +28,7 @@ def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardRepo
         state=str(own.get("state") or payload.get("state") or "up"),
         ringVersion=payload.get("ring_version"),
         migration=str(migration.get("state") or "idle"),
+        migrationRingVersion=migration.get("ring_version"),
         adapters=tuple(a for a in payload.get("adapters") or [] if isinstance(a, dict)),
     )
 

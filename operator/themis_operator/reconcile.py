@@ -5,9 +5,11 @@ the published plan and the shards' last reports, then converges the children wit
 patches. Running it twice, or after an operator restart half-way through, changes nothing
 more. Nothing is built for a spec that cannot work (the Degraded condition says why).
 
-Scale-in is coordinated, not performed: the new plan drops the leaving shards from the ring
-(they notice and hand off their data), while the StatefulSet keeps their pods until every
-leaving shard reports ``migration.state == "drained"`` — only then do the replicas go down.
+Scale-in is coordinated, not performed: the plan marks the leaving shards ``draining`` (still
+members, no longer in the ring, so the ring version bumps and they hand their data to the new
+owners) and the StatefulSet keeps their pods until every leaving shard reports
+``migration.state == "drained"`` for that ring version; then the plan drops them from the
+members and the replicas go down.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ def cluster_adapters(
         except ValidationError as e:
             invalid[name] = f"invalid spec: {_short(e)}"
     return valid, bodies, invalid
+
+
+def _drained(report: ShardReport | None, ring_version: int) -> bool:
+    """A leaving shard is done once it reports "drained" for this ring (not an older one)."""
+    if report is None or report.migration != "drained":
+        return False
+    return report.migrationRingVersion is None or report.migrationRingVersion >= ring_version
 
 
 def _degraded(body: dict, reason: str, message: str) -> Outcome:
@@ -187,17 +196,26 @@ def reconcile_cluster(
     desired = spec.shards
     leaving = names.shard_ids(ctx.name, current)[desired:]
     forced = (meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true"
-    waiting = (
-        [] if forced else [s for s in leaving if not (s in reports and reports[s].migration == "drained")]
-    )
+    waiting: list[str] = []
+    if leaving and not forced:
+        # Hand-off phase: the leaving shards stay members but leave the ring (``draining``).
+        plan, placements = next_plan(ctx, adapters, previous, members=current, draining=leaving)
+        waiting = [s for s in leaving if not _drained(reports.get(s), plan.ring_version)]
+    if not waiting:
+        # Steady state, or every leaving shard has handed off: drop them from the members
+        # (the ring itself, hence its version, is unchanged by that).
+        drained_plan = plan if leaving and not forced else previous
+        plan, placements = next_plan(ctx, adapters, drained_plan)
     replicas = current if waiting else desired
 
-    plan, placements = next_plan(ctx, adapters, previous)
     ca = existing_tls = None
     if spec.tls.enabled:
         ca = ca_material(kube.get("v1", "Secret", ctx.namespace, names.ca_secret(ctx.name)), ctx.name)
         existing_tls = kube.get("v1", "Secret", ctx.namespace, names.tls_secret(ctx.name))
-    children = build_children(ctx, replicas=replicas, plan=plan, ca=ca, existing_tls=existing_tls)
+    gossip = kube.get("v1", "Secret", ctx.namespace, names.gossip_secret(ctx.name))
+    children = build_children(
+        ctx, replicas=replicas, plan=plan, ca=ca, existing_tls=existing_tls, existing_gossip=gossip
+    )
 
     events: list[Event] = []
     for obj in children.apply:

@@ -55,6 +55,7 @@ class ModelRef(_Model):
 class RouterSpec(_Model):
     thresholds: tuple[float, float, float] = (0.8, 0.6, 0.4)
     gamma: float = 0.1
+    latency_unit_ms: float = 100.0
     ttl_seconds: float = 7200
 
 

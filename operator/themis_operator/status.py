@@ -62,6 +62,8 @@ class ShardReport(BaseModel):
     state: str = "unknown"
     ringVersion: int | None = None
     migration: str = "unknown"
+    #: The ring version the migration state refers to (a stale "drained" must not count).
+    migrationRingVersion: int | None = None
     adapters: tuple[dict, ...] = ()
 
     def summary(self) -> dict:

@@ -60,6 +60,7 @@ def test_children_come_in_dependency_order_with_owner_references_and_labels():
     built = children(ctx(monitoring={"serviceMonitor": True}))
     kinds = [(m["kind"], m["metadata"]["name"]) for m in built.apply]
     assert kinds == [
+        ("Secret", "demo-gossip"),
         ("Secret", "demo-ca"),
         ("Secret", "demo-tls"),
         ("ConfigMap", "demo-plan"),
@@ -118,6 +119,15 @@ def test_statefulset_runs_the_shard_with_the_contracted_env_mounts_and_probes():
     assert env["THEMIS_PLAN_PATH"] == "/etc/themis/plan/plan.json"
     assert env["THEMIS_LLM_MODEL_PATH"] == "bundled"
     assert env["THEMIS_LLM_CHUNKED_PREFILL_SIZE"] == "512" and env["THEMIS_LLM_N_DRAFT"] == "8"
+    assert env["THEMIS_CLUSTER_GOSSIP_SECRET"] == {"secretKeyRef": {"name": "demo-gossip", "key": "secret"}}
+    # Each pod picks its own pair out of the shared Secret (Kubernetes expands $(VAR)).
+    assert env["THEMIS_TLS_CERT_PATH"] == "/etc/themis/tls/$(THEMIS_SHARD_ID).crt"
+    assert env["THEMIS_TLS_KEY_PATH"] == "/etc/themis/tls/$(THEMIS_SHARD_ID).key"
+    assert env["THEMIS_TLS_CA_PATH"] == "/etc/themis/tls/ca.crt"
+    assert env["THEMIS_INTERNAL_PORT"] == "8443"
+    names_in_order = [e["name"] for e in container["env"]]
+    assert names_in_order.index("THEMIS_SHARD_ID") < names_in_order.index("THEMIS_TLS_CERT_PATH")
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8080, "internal": 8443}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts == {
         "/data": "data",
@@ -154,7 +164,8 @@ def test_tls_disabled_means_http_probes_and_no_tls_volume():
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
     assert "tls" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
-    assert "THEMIS_TLS_DIR" not in env_of(sts)
+    assert not {"THEMIS_TLS_CA_PATH", "THEMIS_INTERNAL_PORT"} & set(env_of(sts))
+    assert [p["name"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]] == ["http"]
 
 
 @pytest.mark.parametrize(
@@ -174,7 +185,8 @@ def test_headless_service_publishes_not_ready_shards_for_peer_discovery():
     built = {(m["kind"], m["metadata"]["name"]): m for m in children(ctx()).apply}
     headless = built[("Service", "demo-headless")]["spec"]
     assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
-    assert built[("Service", "demo")]["spec"]["ports"][0]["port"] == 8080
+    assert [p["port"] for p in headless["ports"]] == [8080, 8443]  # peers' mTLS listener
+    assert [p["port"] for p in built[("Service", "demo")]["spec"]["ports"]] == [8080]
 
 
 def test_plan_configmap_carries_build_plan_output_with_kubernetes_member_urls():
@@ -184,10 +196,11 @@ def test_plan_configmap_carries_build_plan_output_with_kubernetes_member_urls():
     loaded = ClusterPlan.from_json(cm["data"]["plan.json"])
     assert [m.shard_id for m in loaded.members] == ["demo-0", "demo-1", "demo-2"]
     assert loaded.members[1].url == "https://demo-1.demo-headless.prod.svc:8080"
+    assert loaded.members[1].internal_url == "https://demo-1.demo-headless.prod.svc:8443"
     assert loaded.raid_mode == "raid5" and loaded.tls is True and loaded.ring_version == 1
     assert cm["metadata"]["annotations"]["themisdb.io/ring-version"] == "1"
     http = next_plan(ctx(tls={"enabled": False}), [], None)[0]
-    assert http.members[0].url.startswith("http://demo-0.")
+    assert http.members[0].url.startswith("http://demo-0.") and http.members[0].internal_url is None
 
 
 def test_ring_version_bumps_only_when_membership_changes():
@@ -238,7 +251,8 @@ def test_tls_secret_has_a_ca_and_a_certificate_per_shard_and_reuses_them():
 
 
 def test_ca_material_is_reused_from_the_ca_secret():
-    secret = children(ctx()).apply[0]
+    secret = children(ctx()).apply[1]
+    assert secret["metadata"]["name"] == "demo-ca"
     assert ca_material(secret, "demo") == CA
 
 
@@ -249,10 +263,32 @@ def test_turned_off_features_are_listed_for_removal():
         ("Secret", "demo-ca"),
         ("ServiceMonitor", "demo"),
     }
-    assert "Secret" not in {m["kind"] for m in built.apply}
+    assert [m["metadata"]["name"] for m in built.apply if m["kind"] == "Secret"] == ["demo-gossip"]
 
 
 def test_plan_json_is_deterministic_for_equal_inputs():
     a = next_plan(ctx(), [], None)[0].to_json()
     assert a == next_plan(ctx(), [], None)[0].to_json()
     assert json.loads(a)["ring"]["vnodes"] == 2048
+
+
+def test_draining_shards_stay_members_but_leave_the_ring():
+    c = ctx(shards=3)
+    five = next_plan(ctx(shards=5), [], None)[0]
+    draining, _ = next_plan(c, [], five, members=5, draining=["demo-3", "demo-4"])
+    assert [m.shard_id for m in draining.members] == [f"demo-{i}" for i in range(5)]
+    assert draining.draining == ("demo-3", "demo-4")
+    assert draining.ring_spec.shards == ("demo-0", "demo-1", "demo-2")
+    assert draining.ring_version == 2 and draining.previous_ring["shards"][-1] == "demo-4"
+    final, _ = next_plan(c, [], draining)
+    assert [m.shard_id for m in final.members] == ["demo-0", "demo-1", "demo-2"]
+    assert final.ring_version == 2 and final.draining == ()
+
+
+def test_gossip_secret_is_generated_once_and_kept():
+    from themis_operator.builders.gossip import build_gossip_secret
+
+    first = build_gossip_secret(ctx(), None)
+    assert len(base64.b64decode(first["data"]["secret"])) == 64
+    assert build_gossip_secret(ctx(), first)["data"] == first["data"]
+    assert build_gossip_secret(ctx(), None)["data"] != first["data"]

@@ -115,13 +115,15 @@ def test_scale_out_bumps_the_ring_and_scale_in_waits_for_hand_off(operator, kube
 
     kube.patch(*TC, ns, "demo", {"spec": {"shards": 3}})
     eventually(lambda: plan(kube, ns).ring_version == 3)
-    assert [m.shard_id for m in plan(kube, ns).members] == ["demo-0", "demo-1", "demo-2"]
+    assert plan(kube, ns).draining == ("demo-3", "demo-4")
     eventually(lambda: status(kube, ns).get("phase") == "Scaling")
     time.sleep(2.5)  # a few timer ticks: the leaving shards have not handed off yet
     assert sts(kube, ns)["spec"]["replicas"] == 5
     fake_shards.set(ns, "demo-3", migration="drained", ring_version=3)
     fake_shards.set(ns, "demo-4", migration="drained", ring_version=3)
     eventually(lambda: sts(kube, ns)["spec"]["replicas"] == 3)
+    assert [m.shard_id for m in plan(kube, ns).members] == ["demo-0", "demo-1", "demo-2"]
+    assert plan(kube, ns).ring_version == 3
     assert {"Scaled", "RingChanged", "ScaleInWaiting"} <= set(events(emulator, ns))
 
 

@@ -16,7 +16,7 @@ def test_parse_status_reads_ring_version_migration_and_own_member_state():
         "shard_id": "demo-1",
         "ring_version": 4,
         "members": [{"shard_id": "demo-0", "state": "up"}, {"shard_id": "demo-1", "state": "joining"}],
-        "migration": {"state": "migrating", "moved": 10},
+        "migration": {"state": "migrating", "ring_version": 4, "keys_received": 10},
         "adapters": [{"name": "legal", "state": "loaded"}],
     }
     report = parse_status("demo-1", "https://x", "member", payload)
@@ -26,6 +26,7 @@ def test_parse_status_reads_ring_version_migration_and_own_member_state():
         4,
         "migrating",
     )
+    assert report.migrationRingVersion == 4
     assert adapter_states([report]) == {"legal": [("demo-1", {"name": "legal", "state": "loaded"})]}
 
 

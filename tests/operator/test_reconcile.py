@@ -48,6 +48,7 @@ def test_create_builds_every_child_and_reports_progress(kube):
         ("ConfigMap", "demo-plan"),
         ("PodDisruptionBudget", "demo"),
         ("Secret", "demo-ca"),
+        ("Secret", "demo-gossip"),
         ("Secret", "demo-tls"),
         ("Service", "demo"),
         ("Service", "demo-headless"),
@@ -110,18 +111,27 @@ def test_scale_in_waits_for_leaving_shards_to_hand_off_their_data(kube):
     reconcile_cluster(kube, body)
     body = update(kube, body, shards=3)
     outcome = reconcile_cluster(kube, body)
-    # The ring drops the leaving shards at once (they hand off), the pods stay.
-    assert [m.shard_id for m in plan_of(kube).members] == ["demo-0", "demo-1", "demo-2"]
-    assert plan_of(kube).ring_version == 2
+    # The ring drops the leaving shards at once (they hand off); they stay members, pods stay.
+    draining = plan_of(kube)
+    assert draining.ring_spec.shards == ("demo-0", "demo-1", "demo-2") and draining.ring_version == 2
+    assert draining.draining == ("demo-3", "demo-4") and len(draining.members) == 5
     assert replicas(kube) == 5
     assert outcome.status["phase"] == "Scaling"
     assert "ScaleInWaiting" in reasons(outcome)
     roles = {s["id"]: s["role"] for s in outcome.status["shards"]}
     assert roles["demo-3"] == roles["demo-4"] == "leaving"
 
-    def reports(migration_3, migration_4):
+    def reports(migration_3, migration_4, version=2):
         return {
-            sid: ShardReport(id=sid, url="u", reachable=True, state="up", ringVersion=2, migration=m)
+            sid: ShardReport(
+                id=sid,
+                url="u",
+                reachable=True,
+                state="up",
+                ringVersion=2,
+                migration=m,
+                migrationRingVersion=version,
+            )
             for sid, m in [
                 ("demo-0", "idle"),
                 ("demo-1", "idle"),
@@ -133,10 +143,14 @@ def test_scale_in_waits_for_leaving_shards_to_hand_off_their_data(kube):
 
     reconcile_cluster(kube, body, reports=reports("drained", "migrating"))
     assert replicas(kube) == 5
+    reconcile_cluster(kube, body, reports=reports("drained", "drained", version=1))  # an older hand-off
+    assert replicas(kube) == 5
     outcome = reconcile_cluster(kube, body, reports=reports("drained", "drained"))
     assert replicas(kube) == 3
-    assert plan_of(kube).ring_version == 2
-    assert "Scaled" in reasons(outcome)
+    final = plan_of(kube)
+    assert [m.shard_id for m in final.members] == ["demo-0", "demo-1", "demo-2"] and final.draining == ()
+    assert final.ring_version == 2  # same ring: no second resharding
+    assert "Scaled" in reasons(outcome) and "RingChanged" not in reasons(outcome)
 
 
 def test_force_annotation_scales_in_without_waiting(kube):
@@ -274,7 +288,7 @@ def test_delete_removes_every_child_explicitly(kube):
     body = cluster(kube, monitoring={"serviceMonitor": True})
     reconcile_cluster(kube, body)
     removed = delete_children(kube, NS, "demo")
-    assert len(removed) == 8
+    assert len(removed) == 9
     assert kube.kinds() == [("ThemisCluster", "demo")]
 
 

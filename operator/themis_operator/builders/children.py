@@ -13,6 +13,7 @@ from themis_shard.plan import ClusterPlan
 
 from .. import names
 from .context import ClusterContext
+from .gossip import build_gossip_secret
 from .monitoring import build_service_monitor
 from .pdb import build_pdb
 from .plan import build_plan_configmap
@@ -41,8 +42,9 @@ def build_children(
     plan: ClusterPlan,
     ca: tuple[bytes, bytes] | None,
     existing_tls: dict | None,
+    existing_gossip: dict | None = None,
 ) -> Children:
-    apply: list[dict] = []
+    apply: list[dict] = [build_gossip_secret(ctx, existing_gossip)]
     remove: list[Ref] = []
     if ctx.spec.tls.enabled:
         if ca is None:
@@ -78,4 +80,5 @@ def all_child_refs(cluster: str) -> list[Ref]:
         Ref("v1", "ConfigMap", names.plan_configmap(cluster)),
         Ref("v1", "Secret", names.tls_secret(cluster)),
         Ref("v1", "Secret", names.ca_secret(cluster)),
+        Ref("v1", "Secret", names.gossip_secret(cluster)),
     ]

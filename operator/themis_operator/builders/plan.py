@@ -52,27 +52,44 @@ def place_adapter(
 
 
 def cluster_spec(
-    ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]]
+    ctx: ClusterContext,
+    adapters: Sequence[tuple[str, LoRAAdapterSpec]],
+    members: int | None = None,
+    draining: Sequence[str] = (),
 ) -> tuple[ClusterSpec, list[Placement]]:
-    """The plan input for ``spec.shards`` members plus the placement of every adapter."""
+    """The plan input: ``members`` shards (default ``spec.shards``), of which ``draining``
+    are leaving the ring (scale-in hand-off), plus the placement of every adapter.
+
+    Adapters are placed on ring shards only: a draining shard is on its way out.
+    """
     spec = ctx.spec
-    ids = names.shard_ids(ctx.name, spec.shards)
+    count = spec.shards if members is None else members
+    ids = names.shard_ids(ctx.name, count)
+    ring_ids = [s for s in ids if s not in draining]
     placements = [
-        place_adapter(n, a, ids, spec.vnodes, spec.ring_seed) for n, a in sorted(adapters, key=lambda x: x[0])
+        place_adapter(n, a, ring_ids, spec.vnodes, spec.ring_seed)
+        for n, a in sorted(adapters, key=lambda x: x[0])
     ]
     by_name = dict(adapters)
+    tls = spec.tls.enabled
     return ClusterSpec(
         name=ctx.name,
         members=tuple(
-            Member(shard_id=sid, url=names.shard_url(ctx.name, ctx.namespace, i, spec.tls.enabled))
+            Member(
+                shard_id=sid,
+                url=names.shard_url(ctx.name, ctx.namespace, i, tls),
+                internal_url=names.shard_internal_url(ctx.name, ctx.namespace, i) if tls else None,
+            )
             for i, sid in enumerate(ids)
         ),
+        draining=tuple(draining),
         raid_mode=spec.raid_mode,
         vnodes=spec.vnodes,
         ring_seed=spec.ring_seed,
         router=RouterSettings(
             thresholds=spec.router.thresholds,
             gamma=spec.router.gamma,
+            latency_unit_ms=spec.router.latency_unit_ms,
             announcement_ttl_s=spec.router.ttl_seconds,
         ),
         adapters=tuple(
@@ -84,7 +101,7 @@ def cluster_spec(
             )
             for p in placements
         ),
-        tls=spec.tls.enabled,
+        tls=tls,
     ), placements
 
 
@@ -100,9 +117,13 @@ def previous_plan(configmap: dict | None) -> ClusterPlan | None:
 
 
 def next_plan(
-    ctx: ClusterContext, adapters: Sequence[tuple[str, LoRAAdapterSpec]], previous: ClusterPlan | None
+    ctx: ClusterContext,
+    adapters: Sequence[tuple[str, LoRAAdapterSpec]],
+    previous: ClusterPlan | None,
+    members: int | None = None,
+    draining: Sequence[str] = (),
 ) -> tuple[ClusterPlan, list[Placement]]:
-    spec, placements = cluster_spec(ctx, adapters)
+    spec, placements = cluster_spec(ctx, adapters, members, draining)
     return build_plan(spec, previous), placements
 
 

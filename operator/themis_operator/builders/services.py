@@ -6,6 +6,7 @@ from .. import names
 from .context import ClusterContext
 
 _PORTS = [{"name": "http", "port": names.PORT, "targetPort": "http", "protocol": "TCP"}]
+_INTERNAL = {"name": "internal", "port": names.INTERNAL_PORT, "targetPort": "internal", "protocol": "TCP"}
 
 
 def build_headless_service(ctx: ClusterContext) -> dict:
@@ -18,7 +19,8 @@ def build_headless_service(ctx: ClusterContext) -> dict:
             # Shards must resolve each other before they are ready (ring join, data hand-off).
             "publishNotReadyAddresses": True,
             "selector": names.selector_labels(ctx.name),
-            "ports": _PORTS,
+            # Peers dial the mTLS listener by pod DNS name; clients never need it.
+            "ports": _PORTS + ([_INTERNAL] if ctx.spec.tls.enabled else []),
         },
     }
 

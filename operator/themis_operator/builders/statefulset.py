@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import names
 from ..spec import ModelRef, ThemisClusterSpec
 from .context import ClusterContext
+from .gossip import KEY as GOSSIP_KEY
 
 PLAN_DIR = "/etc/themis/plan"
 TLS_DIR = "/etc/themis/tls"
@@ -33,7 +34,9 @@ def _model_claims(spec: ThemisClusterSpec) -> list[str]:
     return list(dict.fromkeys(r.pvc[0] for r in refs if r is not None and r.kind == "pvc"))
 
 
-def _env(spec: ThemisClusterSpec) -> list[dict]:
+def _env(ctx: ClusterContext) -> list[dict]:
+    spec = ctx.spec
+
     def var(name: str, value: object) -> dict:
         return {"name": name, "value": str(value).lower() if isinstance(value, bool) else str(value)}
 
@@ -44,6 +47,10 @@ def _env(spec: ThemisClusterSpec) -> list[dict]:
         var("THEMIS_DATA_DIR", DATA_DIR),
         var("THEMIS_WEIGHTS_DIR", WEIGHTS_DIR),
         var("THEMIS_PLAN_PATH", f"{PLAN_DIR}/plan.json"),
+        {
+            "name": "THEMIS_CLUSTER_GOSSIP_SECRET",
+            "valueFrom": {"secretKeyRef": {"name": names.gossip_secret(ctx.name), "key": GOSSIP_KEY}},
+        },
         var("THEMIS_USE_GPU", spec.resources.gpus > 0),
         var("THEMIS_LLM_ENABLED", True),
         var("THEMIS_LLM_MODEL_ALIAS", spec.model.alias or "gemma3-270m"),
@@ -67,7 +74,14 @@ def _env(spec: ThemisClusterSpec) -> list[dict]:
         if ref.sha256:
             env.append(var(f"THEMIS_LLM_{prefix}_MODEL_SHA256", ref.sha256))
     if spec.tls.enabled:
-        env.append(var("THEMIS_TLS_DIR", TLS_DIR))
+        # One Secret holds every shard's pair; each pod picks its own by name ($(VAR) expands
+        # variables defined earlier in the list, here THEMIS_SHARD_ID).
+        env += [
+            var("THEMIS_INTERNAL_PORT", names.INTERNAL_PORT),
+            var("THEMIS_TLS_CA_PATH", f"{TLS_DIR}/ca.crt"),
+            var("THEMIS_TLS_CERT_PATH", f"{TLS_DIR}/$(THEMIS_SHARD_ID).crt"),
+            var("THEMIS_TLS_KEY_PATH", f"{TLS_DIR}/$(THEMIS_SHARD_ID).key"),
+        ]
     return env
 
 
@@ -133,8 +147,13 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["themis-shard"],
-        "ports": [{"name": "http", "containerPort": names.PORT, "protocol": "TCP"}],
-        "env": _env(spec),
+        "ports": [{"name": "http", "containerPort": names.PORT, "protocol": "TCP"}]
+        + (
+            [{"name": "internal", "containerPort": names.INTERNAL_PORT, "protocol": "TCP"}]
+            if spec.tls.enabled
+            else []
+        ),
+        "env": _env(ctx),
         "resources": _resources(spec),
         "volumeMounts": mounts,
         "readinessProbe": _probe("/ready", scheme, 5, 3),

@@ -65,7 +65,7 @@ class FakeShards:
                 "shard_id": shard_id,
                 "ring_version": ring_version,
                 "members": [{"shard_id": shard_id, "url": "", "state": state}],
-                "migration": {"state": migration},
+                "migration": {"state": migration, "ring_version": ring_version},
                 "adapters": adapters or [],
             }
 
