@@ -69,18 +69,23 @@ def scan_rows(documents: Iterable[StoredDocument], node: ScanNode, binds: Mappin
         out.sort(key=sort_key(tuple(asc for _, asc in node.sort)))
     if node.top is not None:
         out = out[:node.top]
+    if node.fields is not None:
+        keep_fields = (*node.fields, "_key", "_urn", "_version")
+        return ScanResult([{k: row[k] for k in keep_fields if k in row} for _, row in out], scanned)
     return ScanResult([row for _, row in out], scanned)
 
 
 def encode_scan(node: ScanNode) -> dict[str, Any]:
     return {"var": node.var, "collection": node.collection, "filters": codec.encode(node.filters),
-            "sort": codec.encode(node.sort), "top": node.top}
+            "sort": codec.encode(node.sort), "top": node.top,
+            "fields": None if node.fields is None else list(node.fields)}
 
 
 def decode_scan(body: Mapping[str, Any]) -> ScanNode:
     sort = tuple((expr, bool(asc)) for expr, asc in codec.decode(body.get("sort") or []))
+    fields = body.get("fields")
     return ScanNode(str(body["var"]), str(body["collection"]), codec.decode(body.get("filters") or []), sort,
-                    body.get("top"))
+                    body.get("top"), fields=None if fields is None else tuple(str(f) for f in fields))
 
 
 class NodeData:

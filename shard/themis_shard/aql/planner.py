@@ -43,6 +43,9 @@ class ScanNode:
     sort: tuple[tuple[ast.Expr, bool], ...] = ()
     top: int | None = None
     fragment: int = 0
+    #: Top-level attributes the rest of the query reads (None: the whole document). Shards ship
+    #: only these (plus the system attributes): a scan that returns ``d.n`` moves no embeddings.
+    fields: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,70 @@ def replace(tree: Any, target: ast.Expr, replacement: ast.Expr) -> Any:
         changes = {f.name: replace(getattr(tree, f.name), target, replacement) for f in dataclasses.fields(tree)}
         return dataclasses.replace(tree, **changes)
     return tree
+
+
+def attributes_used(expr: ast.Expr, var: str) -> set[str] | None:
+    """Top-level attributes of ``var`` that ``expr`` reads; None when it uses ``var`` whole."""
+    used: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        root, first = node, None
+        while isinstance(root, ast.Attr | ast.Index):
+            if isinstance(root, ast.Attr):
+                first = root.name
+            elif isinstance(root.key, ast.Literal) and isinstance(root.key.value, str):
+                first = root.key.value
+            else:
+                first = None
+                break
+            root = root.obj
+        if isinstance(root, ast.Var) and root.name == var and first is not None and root is not node:
+            used.add(first)
+            stack.extend(c for n in _index_keys(node) for c in [n])
+            continue
+        if isinstance(node, ast.Var) and node.name == var:
+            return None
+        stack.extend(children(node))
+    return used
+
+
+def _index_keys(expr: ast.Expr) -> list[ast.Expr]:
+    out = []
+    while isinstance(expr, ast.Attr | ast.Index):
+        if isinstance(expr, ast.Index):
+            out.append(expr.key)
+        expr = expr.obj
+    return out
+
+
+def _expressions(item: Any) -> list[ast.Expr]:
+    """Every expression inside a plan node or terminal."""
+    if isinstance(item, ast.Expr):
+        return [item]
+    if isinstance(item, tuple):
+        return [e for i in item for e in _expressions(i)]
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return [e for f in dataclasses.fields(item) for e in _expressions(getattr(item, f.name))]
+    return []
+
+
+def _project(nodes: list, terminal: ast.Terminal) -> list:
+    """Give each scan the attributes the nodes after it (and the terminal) read."""
+    out = list(nodes)
+    for i, node in enumerate(nodes):
+        if not isinstance(node, ScanNode):
+            continue
+        fields: set[str] | None = set()
+        for expr in _expressions((tuple(nodes[i + 1:]), terminal)):
+            used = attributes_used(expr, node.var)
+            if used is None:
+                fields = None
+                break
+            fields |= used
+        if fields is not None:
+            out[i] = dataclasses.replace(node, fields=tuple(sorted(fields)))
+    return out
 
 
 def conjuncts(expr: ast.Expr) -> list[ast.Expr]:
@@ -390,7 +457,8 @@ class _Planner:
                 nodes.append(LimitNode(_count(op.offset, self.binds, "LIMIT offset"),
                                        _count(op.count, self.binds, "LIMIT count")))
             i += 1
-        return Plan(tuple(nodes), terminal, self.terminal(terminal), query.explain)
+        collection = self.terminal(terminal)
+        return Plan(tuple(_project(nodes, terminal)), terminal, collection, query.explain)
 
     def terminal(self, t: ast.Terminal) -> str | None:
         for value in vars(t).values():
