@@ -68,7 +68,11 @@ def _env(ctx: ClusterContext) -> list[dict]:
     for prefix, ref in (("DRAFT", spec.draft_model), ("EMBEDDING", spec.embedding_model)):
         if ref is None:
             continue
-        env.append(var(f"THEMIS_LLM_{prefix}_MODEL_PATH", _model_location(ref)))
+        # The engine's embedding setting is THEMIS_LLM_EMBEDDING_MODEL ("bundled", "none" or a path).
+        path_var = (
+            "THEMIS_LLM_EMBEDDING_MODEL" if prefix == "EMBEDDING" else f"THEMIS_LLM_{prefix}_MODEL_PATH"
+        )
+        env.append(var(path_var, _model_location(ref)))
         if ref.alias:
             env.append(var(f"THEMIS_LLM_{prefix}_MODEL_ALIAS", ref.alias))
         if ref.sha256:
