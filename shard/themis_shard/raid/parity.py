@@ -186,7 +186,13 @@ class RSCodec:
 
 
 def _bytes(buf: Any) -> bytes:
-    return buf if isinstance(buf, bytes) else memoryview(buf).cast("B").tobytes()
+    """The library takes ``bytes``: reuse the one behind a unit read from disk or a peer."""
+    if isinstance(buf, bytes):
+        return buf
+    base = getattr(buf, "base", None)
+    if isinstance(base, bytes) and buf.nbytes == len(base):
+        return base
+    return memoryview(buf).cast("B").tobytes()
 
 
 def make_codec(kind: str, k: int, m: int, unit_size: int, xp: Any = np) -> Codec:

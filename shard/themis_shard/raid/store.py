@@ -9,7 +9,9 @@ unit's name)::
     <weights>/models/<key>.gguf      the assembled model (sha256-verified before every load)
     <weights>/formed/<key>           marker: every shard of the layout once held all its units
 
-A unit is only ever accepted or served after its length and crc32 match the manifest.
+A unit is only ever accepted or served after its length and crc32 match the manifest. Units are
+not fsynced one by one: a unit torn by a power loss fails its crc and is rebuilt from parity,
+which is cheaper than an fsync per MiB on the ingest path.
 """
 
 from __future__ import annotations
