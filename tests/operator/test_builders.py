@@ -155,6 +155,8 @@ def test_pvc_model_sources_are_mounted_read_only_and_passed_as_paths():
     env = env_of(sts)
     assert env["THEMIS_LLM_MODEL_PATH"] == "/models/models/gemma/q4.gguf"
     assert env["THEMIS_LLM_DRAFT_MODEL_PATH"] == "/models/models/draft.gguf"
+    vols = [v for v in sts["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert vols == [{"name": "models-0", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}]
 
 
 def test_embedding_model_goes_to_the_engines_embedding_setting():
@@ -162,8 +164,6 @@ def test_embedding_model_goes_to_the_engines_embedding_setting():
         build_statefulset(ctx(embeddingModel={"source": "pvc://emb/minilm.gguf", "dimension": 384}), 3)
     )
     assert env["THEMIS_LLM_EMBEDDING_MODEL"] == "/models/emb/minilm.gguf"
-    vols = [v for v in sts["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
-    assert vols == [{"name": "models-0", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}]
 
 
 def test_tls_disabled_means_http_probes_and_no_tls_volume():
