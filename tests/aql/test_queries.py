@@ -224,3 +224,22 @@ def test_join_size_limit(aql):
 def test_request_validation(aql):
     assert aql.post("/v1/aql", json={"bind_vars": {}}).status_code == 400
     assert aql.post("/v1/aql", json={"query": "RETURN 1", "bind_vars": []}).status_code == 400
+
+
+def test_explain_infer_shows_the_adaptive_routers_choice_for_the_domain(aql):
+    from themis_shard.cluster.router import AdaptiveShardRouter, Capability
+
+    class View:  # gossip's view: shard-2 announced a 'legal' adapter
+        def capabilities(self, domain):
+            return [Capability("shard-2", "legal", 0.9, 5.0, "legal-lora")] if domain == "legal" else []
+
+        def loads(self):
+            return {}
+
+    node = aql.app.state.node
+    node.cluster.router = AdaptiveShardRouter(View(), lambda key: ["shard-0"], lambda: ())
+    [plan] = run(aql, "EXPLAIN INFER 'm' @p DOMAIN @d", p="x", d="legal")
+    best = plan["terminal"]["routing"]["candidates"][0]
+    assert (best["shard"], best["adapter"], best["fallback"]) == ("shard-2", "legal-lora", False)
+    [plan] = run(aql, "EXPLAIN INFER 'm' @p", p="x")
+    assert plan["terminal"]["routing"]["candidates"][0]["fallback"] is True  # no domain: the ring decides
