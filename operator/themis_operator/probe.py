@@ -30,6 +30,7 @@ def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardRepo
         migration=str(migration.get("state") or "idle"),
         migrationRingVersion=migration.get("ring_version"),
         adapters=tuple(a for a in payload.get("adapters") or [] if isinstance(a, dict)),
+        capabilities=tuple(c for c in payload.get("capabilities") or [] if isinstance(c, dict)),
     )
 
 
@@ -91,10 +92,28 @@ def reports_from_status(status: dict | None) -> dict[str, ShardReport]:
 
 
 def adapter_states(reports: Sequence[ShardReport]) -> dict[str, list[tuple[str, dict]]]:
-    """``adapter name → [(shard id, reported entry)]`` from every reachable shard."""
-    found: dict[str, list[tuple[str, dict]]] = {}
+    """``adapter name → [(shard id, entry)]`` with ``state``, ``accuracy_delta``, ``p99_delta_ms``.
+
+    Two sources: a shard's own ``adapters`` list, and the gossiped ``capabilities``
+    (AdapterCapabilityAnnouncement: an active announcement means "loaded on that shard"),
+    which every shard repeats for the whole cluster — deduplicated here.
+    """
+    found: dict[tuple[str, str], dict] = {}
     for report in reports:
+        for cap in report.capabilities:
+            name, shard = cap.get("adapter_id"), cap.get("shard_id")
+            if name and shard:
+                found[(str(name), str(shard))] = {
+                    "name": name,
+                    "state": "loaded" if cap.get("active", True) else "unknown",
+                    "accuracy_delta": cap.get("accuracy_delta"),
+                    "p99_delta_ms": cap.get("performance_delta_p99_ms"),
+                }
+    for report in reports:  # a shard's word about itself wins over gossip
         for entry in report.adapters:
             if name := entry.get("name"):
-                found.setdefault(str(name), []).append((report.id, entry))
-    return found
+                found[(str(name), report.id)] = entry
+    grouped: dict[str, list[tuple[str, dict]]] = {}
+    for (name, shard), entry in sorted(found.items()):
+        grouped.setdefault(name, []).append((shard, entry))
+    return grouped

@@ -65,6 +65,8 @@ class ShardReport(BaseModel):
     #: The ring version the migration state refers to (a stale "drained" must not count).
     migrationRingVersion: int | None = None
     adapters: tuple[dict, ...] = ()
+    #: Gossiped adapter announcements (cluster-wide), as /v1/cluster/status returns them.
+    capabilities: tuple[dict, ...] = ()
 
     def summary(self) -> dict:
-        return self.model_dump(exclude={"adapters"}, exclude_none=True)
+        return self.model_dump(exclude={"adapters", "capabilities"}, exclude_none=True)

@@ -91,3 +91,29 @@ def test_https_probes_verify_the_shard_certificate_against_the_cluster_ca(tmp_pa
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_gossiped_capabilities_tell_where_an_adapter_is_loaded():
+    """Every shard repeats the cluster's announcements; they are counted once per shard."""
+    caps = [
+        {
+            "shard_id": "demo-0",
+            "adapter_id": "legal",
+            "domain": "legal",
+            "accuracy_delta": 0.07,
+            "performance_delta_p99_ms": 15.0,
+            "active": True,
+        },
+        {
+            "shard_id": "demo-2",
+            "adapter_id": "legal",
+            "domain": "legal",
+            "accuracy_delta": 0.05,
+            "performance_delta_p99_ms": 9.0,
+            "active": True,
+        },
+    ]
+    reports = [parse_status(f"demo-{i}", "u", "member", {"capabilities": caps}) for i in range(3)]
+    states = adapter_states(reports)
+    assert [shard for shard, _ in states["legal"]] == ["demo-0", "demo-2"]
+    assert states["legal"][0][1]["state"] == "loaded" and states["legal"][1][1]["p99_delta_ms"] == 9.0
