@@ -27,13 +27,20 @@ from e2e.conftest import LocalCluster  # noqa: E402
 
 DIM = 32
 STATEMENTS = {
-    "scan+filter+sort+limit": ("FOR d IN items FILTER d.grp == @g AND d.n > 10 SORT d.n DESC LIMIT 10 "
-                               "RETURN {k: d._key, n: d.n}", {"g": "g1"}),
+    "scan+filter+sort+limit": (
+        "FOR d IN items FILTER d.grp == @g AND d.n > 10 SORT d.n DESC LIMIT 10 RETURN {k: d._key, n: d.n}",
+        {"g": "g1"},
+    ),
     "point lookup": ("FOR d IN items FILTER d._key == @k RETURN d", {"k": "i1"}),
-    "join": ("FOR u IN users FOR o IN orders FILTER o.user == u._key SORT o.total DESC LIMIT 5 "
-             "RETURN [u.name, o.total]", {}),
-    "similarity k=10": ("FOR d IN items FILTER d.grp == 'g1' SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 "
-                        "RETURN d._key", {"v": [0.0] * DIM}),
+    "join": (
+        "FOR u IN users FOR o IN orders FILTER o.user == u._key SORT o.total DESC LIMIT 5 "
+        "RETURN [u.name, o.total]",
+        {},
+    ),
+    "similarity k=10": (
+        "FOR d IN items FILTER d.grp == 'g1' SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 RETURN d._key",
+        {"v": [0.0] * DIM},
+    ),
     "insert": ("INSERT {_key: @k, n: 1} INTO items", {"k": "x"}),
     "upsert": ("UPSERT @k INSERT {n: 1} UPDATE {n: 2} IN items", {"k": "x"}),
     "infer": ("INFER 'gemma' @p DOMAIN 'legal' OPTIONS {max_tokens: 8}", {"p": "hello"}),
@@ -41,8 +48,11 @@ STATEMENTS = {
     "rag": ("RAG @q FROM items TOP 3 DOMAIN 'legal'", {"q": "what?"}),
     "explain": ("EXPLAIN FOR d IN items FILTER d.n > 3 SORT d.n LIMIT 5 RETURN d", {}),
 }
-COLLECTIONS = {"items": CollectionConfig(name="items", dimension=DIM), "users": CollectionConfig(name="users"),
-               "orders": CollectionConfig(name="orders")}
+COLLECTIONS = {
+    "items": CollectionConfig(name="items", dimension=DIM),
+    "users": CollectionConfig(name="users"),
+    "orders": CollectionConfig(name="orders"),
+}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -51,8 +61,10 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def row(*cells, widths=(28, 12, 12, 12)) -> str:
-    return "".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
-                                                                                                  strict=False)))
+    return "".join(
+        str(c).ljust(w) if i == 0 else str(c).rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+    )
 
 
 def bench_parse_plan(n: int) -> None:
@@ -70,8 +82,14 @@ def bench_parse_plan(n: int) -> None:
             parses.append(t1 - t0)
             plans.append(t2 - t1)
             totals.append(t2 - t0)
-        print(row(name, f"{statistics.median(parses) * 1e6:.0f}", f"{statistics.median(plans) * 1e6:.0f}",
-                  f"{pct(totals, 0.99) * 1e6:.0f}"))
+        print(
+            row(
+                name,
+                f"{statistics.median(parses) * 1e6:.0f}",
+                f"{statistics.median(plans) * 1e6:.0f}",
+                f"{pct(totals, 0.99) * 1e6:.0f}",
+            )
+        )
 
 
 def timed(client: httpx.Client, n: int, call) -> list[float]:
@@ -95,43 +113,104 @@ def bench_cluster(docs: int, n: int) -> None:
                 assert c.put("/v1/collections/items", json={"dimension": DIM}).status_code == 200
                 started = time.perf_counter()
                 for start in range(0, docs, 1000):
-                    items = [{"key": f"i{j}", "document": {"n": j, "grp": f"g{j % 10}",
-                                                           "embedding": [rng.uniform(-1, 1) for _ in range(DIM)]}}
-                             for j in range(start, min(docs, start + 1000))]
+                    items = [
+                        {
+                            "key": f"i{j}",
+                            "document": {
+                                "n": j,
+                                "grp": f"g{j % 10}",
+                                "embedding": [rng.uniform(-1, 1) for _ in range(DIM)],
+                            },
+                        }
+                        for j in range(start, min(docs, start + 1000))
+                    ]
                     r = c.post("/v1/collections/items/documents:batch", json={"documents": items})
                     assert r.status_code == 200, r.text
-                print(f"\n== 3-shard cluster (RAID1), {docs} documents, dim {DIM}: seeded in "
-                      f"{time.perf_counter() - started:.1f}s ==")
+                print(
+                    f"\n== 3-shard cluster (RAID1), {docs} documents, dim {DIM}: seeded in "
+                    f"{time.perf_counter() - started:.1f}s =="
+                )
 
                 def aql(query, **binds):
-                    return lambda client, i: client.post("/v1/aql", json={"query": query, "bind_vars": binds(i)
-                                                                          if callable(binds) else binds})
+                    return lambda client, i: client.post(
+                        "/v1/aql", json={"query": query, "bind_vars": binds(i) if callable(binds) else binds}
+                    )
 
                 keys = [f"i{rng.randrange(docs)}" for _ in range(n)]
                 vectors = [[rng.uniform(-1, 1) for _ in range(DIM)] for _ in range(n)]
                 cases = [
-                    ("point lookup (AQL)", n, lambda cl, i: cl.post("/v1/aql", json={
-                        "query": "FOR d IN items FILTER d._key == @k RETURN d", "bind_vars": {"k": keys[i]}})),
-                    ("point lookup (GET)", n, lambda cl, i: cl.get(f"/v1/collections/items/documents/{keys[i]}")),
-                    ("filtered scan 10% (AQL)", max(5, n // 10), lambda cl, i: cl.post("/v1/aql", json={
-                        "query": "FOR d IN items FILTER d.grp == 'g3' RETURN d.n"})),
-                    ("scan+SORT+LIMIT 10 (AQL)", max(5, n // 10), lambda cl, i: cl.post("/v1/aql", json={
-                        "query": "FOR d IN items FILTER d.n % 7 == 0 SORT d.n DESC LIMIT 10 RETURN d.n"})),
-                    ("similarity k=10 (AQL)", n, lambda cl, i: cl.post("/v1/aql", json={
-                        "query": "FOR d IN items SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 RETURN d._key",
-                        "bind_vars": {"v": vectors[i]}})),
-                    ("similarity k=10 (REST)", n, lambda cl, i: cl.post("/v1/collections/items/search", json={
-                        "vector": vectors[i], "k": 10})),
+                    (
+                        "point lookup (AQL)",
+                        n,
+                        lambda cl, i: cl.post(
+                            "/v1/aql",
+                            json={
+                                "query": "FOR d IN items FILTER d._key == @k RETURN d",
+                                "bind_vars": {"k": keys[i]},
+                            },
+                        ),
+                    ),
+                    (
+                        "point lookup (GET)",
+                        n,
+                        lambda cl, i: cl.get(f"/v1/collections/items/documents/{keys[i]}"),
+                    ),
+                    (
+                        "filtered scan 10% (AQL)",
+                        max(5, n // 10),
+                        lambda cl, i: cl.post(
+                            "/v1/aql", json={"query": "FOR d IN items FILTER d.grp == 'g3' RETURN d.n"}
+                        ),
+                    ),
+                    (
+                        "scan+SORT+LIMIT 10 (AQL)",
+                        max(5, n // 10),
+                        lambda cl, i: cl.post(
+                            "/v1/aql",
+                            json={
+                                "query": "FOR d IN items FILTER d.n % 7 == 0 SORT d.n DESC LIMIT 10 "
+                                "RETURN d.n"
+                            },
+                        ),
+                    ),
+                    (
+                        "similarity k=10 (AQL)",
+                        n,
+                        lambda cl, i: cl.post(
+                            "/v1/aql",
+                            json={
+                                "query": "FOR d IN items SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 "
+                                "RETURN d._key",
+                                "bind_vars": {"v": vectors[i]},
+                            },
+                        ),
+                    ),
+                    (
+                        "similarity k=10 (REST)",
+                        n,
+                        lambda cl, i: cl.post(
+                            "/v1/collections/items/search", json={"vector": vectors[i], "k": 10}
+                        ),
+                    ),
                 ]
                 print(row("query", "p50 ms", "p99 ms", "mean ms"))
                 for name, count, call in cases:
                     timed(c, 2, call)  # warm-up (connections, caches)
                     xs = timed(c, count, call)
-                    print(row(name, f"{statistics.median(xs) * 1e3:.1f}", f"{pct(xs, 0.99) * 1e3:.1f}",
-                              f"{statistics.fmean(xs) * 1e3:.1f}"))
+                    print(
+                        row(
+                            name,
+                            f"{statistics.median(xs) * 1e3:.1f}",
+                            f"{pct(xs, 0.99) * 1e3:.1f}",
+                            f"{statistics.fmean(xs) * 1e3:.1f}",
+                        )
+                    )
                 r = c.post("/v1/aql", json={"query": "FOR d IN items FILTER d.grp == 'g3' RETURN d.n"}).json()
-                print(f"(filtered scan: {r['stats']['scanned']} rows scanned on {len(r['stats']['shards'])} shards, "
-                      f"{r['stats']['result_count']} returned)")
+                print(
+                    f"(filtered scan: {r['stats']['scanned']} rows scanned on "
+                    f"{len(r['stats']['shards'])} shards, "
+                    f"{r['stats']['result_count']} returned)"
+                )
         finally:
             cluster.stop()
 

@@ -42,8 +42,10 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def seeded(cluster):
     rng = random.Random(7)
-    items = {f"i{n:03d}": {"n": n, "grp": f"g{n % 3}", "embedding": [rng.uniform(-1, 1) for _ in range(DIM)]}
-             for n in range(N)}
+    items = {
+        f"i{n:03d}": {"n": n, "grp": f"g{n % 3}", "embedding": [rng.uniform(-1, 1) for _ in range(DIM)]}
+        for n in range(N)
+    }
     a = cluster.url("shard-0")
     assert httpx.put(f"{a}/v1/collections/items", json={"dimension": DIM}).status_code == 200
     for key, doc in items.items():  # one key per request: the cluster has no cross-shard batch atomicity
@@ -69,8 +71,10 @@ def test_scans_see_every_row_once_sort_limit_merge_across_shards(seeded):
 
 def test_join_across_shards(seeded):
     cluster, _ = seeded
-    got = aql(cluster.url("shard-2"), "FOR p IN people FOR b IN buys FILTER b.who == p._key "
-                                      "SORT b.total RETURN [p.city, b.total]")
+    got = aql(
+        cluster.url("shard-2"),
+        "FOR p IN people FOR b IN buys FILTER b.who == p._key SORT b.total RETURN [p.city, b.total]",
+    )
     assert got["result"] == [["Berlin", 1], ["Berlin", 5], ["Paris", 7]]
 
 
@@ -79,14 +83,21 @@ def test_similarity_top_k_uses_every_shards_index(seeded):
     v = [0.3, -0.2, 0.9, 0.1]
     best = sorted(items, key=lambda k: -cosine(items[k]["embedding"], v))[:10]
     for shard in cluster.ids:
-        body = aql(cluster.url(shard), "FOR d IN items SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 RETURN d._key",
-                   v=v)
+        body = aql(
+            cluster.url(shard),
+            "FOR d IN items SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 RETURN d._key",
+            v=v,
+        )
         assert body["result"] == best
         assert body["stats"]["index"] == ["vector:items"]
-    filtered = [k for k in sorted(items, key=lambda k: -cosine(items[k]["embedding"], v))
-                if items[k]["grp"] == "g2"][:3]
-    got = aql(cluster.url("shard-1"), "FOR d IN items FILTER d.grp == 'g2' "
-                                      "SORT SIMILARITY(d.embedding, @v) DESC LIMIT 3 RETURN d._key", v=v)
+    filtered = [
+        k for k in sorted(items, key=lambda k: -cosine(items[k]["embedding"], v)) if items[k]["grp"] == "g2"
+    ][:3]
+    got = aql(
+        cluster.url("shard-1"),
+        "FOR d IN items FILTER d.grp == 'g2' SORT SIMILARITY(d.embedding, @v) DESC LIMIT 3 RETURN d._key",
+        v=v,
+    )
     assert got["result"] == filtered
 
 
@@ -108,8 +119,10 @@ def test_writes_route_to_the_owner_and_cross_shard_writes_are_refused(seeded):
     assert aql(cluster.url("shard-2"), "FOR d IN items FILTER d._key == 'fresh' RETURN d.n")["result"] == [-1]
     aql(cluster.url("shard-0"), "UPDATE 'fresh' WITH {n: -2} IN items")
     assert aql(cluster.url("shard-1"), "FOR d IN items FILTER d.n < 0 RETURN d.n")["result"] == [-2]
-    r = httpx.post(f"{cluster.url('shard-0')}/v1/aql",
-                   json={"query": "FOR i IN 1..40 INSERT {_key: CONCAT('k', i)} INTO items"})
+    r = httpx.post(
+        f"{cluster.url('shard-0')}/v1/aql",
+        json={"query": "FOR i IN 1..40 INSERT {_key: CONCAT('k', i)} INTO items"},
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == "cross_shard_transaction"
     assert aql(cluster.url("shard-2"), "REMOVE 'fresh' IN items")["result"][0]["op"] == "remove"
     assert aql(cluster.url("shard-0"), "FOR d IN items FILTER d.n < 0 RETURN d")["result"] == []

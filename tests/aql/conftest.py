@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-
 from themis_shard.app import create_app
 
 USERS = [
@@ -45,11 +44,18 @@ class FakeGateway:
     async def infer(self, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("infer", body))
         shard = {"legal": "shard-legal"}.get(body.get("domain") or "", "shard-0")
-        return {"text": f"echo:{body['prompt'][-12:]}", "tokens": 1, "shard_id": shard, "model": body.get("model")}
+        return {
+            "text": f"echo:{body['prompt'][-12:]}",
+            "tokens": 1,
+            "shard_id": shard,
+            "model": body.get("model"),
+        }
 
     async def infer_batch(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.calls.append(("infer_batch", bodies))
-        return [{"text": f"echo:{b['prompt']}", "shard_id": "shard-0", "domain": b.get("domain")} for b in bodies]
+        return [
+            {"text": f"echo:{b['prompt']}", "shard_id": "shard-0", "domain": b.get("domain")} for b in bodies
+        ]
 
     async def embed(self, texts: list[str], model: str | None = None) -> list[list[float]]:
         self.calls.append(("embed", texts))
@@ -61,7 +67,10 @@ def seed(client: TestClient) -> None:
     assert client.put("/v1/collections/passages", json={"dimension": 3}).status_code == 200
     for coll, docs in (("users", USERS), ("orders", ORDERS), ("passages", PASSAGES)):
         items = [{"key": d["_key"], "document": {k: v for k, v in d.items() if k != "_key"}} for d in docs]
-        assert client.post(f"/v1/collections/{coll}/documents:batch", json={"documents": items}).status_code == 200
+        assert (
+            client.post(f"/v1/collections/{coll}/documents:batch", json={"documents": items}).status_code
+            == 200
+        )
 
 
 @pytest.fixture

@@ -8,21 +8,106 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from themis_shard.app import create_app
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings
 
 from .conftest import FakeGateway, seed
 
-KEYWORDS = ["FOR", "IN", "FILTER", "SORT", "LIMIT", "RETURN", "LET", "INSERT", "INTO", "UPDATE", "WITH",
-            "REMOVE", "UPSERT", "INFER", "EMBED", "DOCUMENT", "RAG", "FROM", "TOP", "DOMAIN", "LORA", "OPTIONS",
-            "USING", "MODEL", "EXPLAIN", "ASC", "DESC", "DISTINCT", "AND", "OR", "NOT", "LIKE", "true", "null"]
-SYMBOLS = ["==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "..", ".", ",", ":", "?", "(", ")", "[", "]",
-           "{", "}", "=", "!", "&&", "||"]
-ATOMS = ["d", "u", "x", "users", "passages", "orders", "d.age", "d._key", "d.embedding", "@v", "@n", "@s",
-         "@@c", "@missing", "0", "1", "-3", "2.5", "1e308", "'a'", "\"b\"", "'law'", "[1,0,0]", "{a: 1}",
-         "SIMILARITY(d.embedding, @v)", "LENGTH(d)", "NOPE(1)", "1..3"]
+KEYWORDS = [
+    "FOR",
+    "IN",
+    "FILTER",
+    "SORT",
+    "LIMIT",
+    "RETURN",
+    "LET",
+    "INSERT",
+    "INTO",
+    "UPDATE",
+    "WITH",
+    "REMOVE",
+    "UPSERT",
+    "INFER",
+    "EMBED",
+    "DOCUMENT",
+    "RAG",
+    "FROM",
+    "TOP",
+    "DOMAIN",
+    "LORA",
+    "OPTIONS",
+    "USING",
+    "MODEL",
+    "EXPLAIN",
+    "ASC",
+    "DESC",
+    "DISTINCT",
+    "AND",
+    "OR",
+    "NOT",
+    "LIKE",
+    "true",
+    "null",
+]
+SYMBOLS = [
+    "==",
+    "!=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "..",
+    ".",
+    ",",
+    ":",
+    "?",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    "=",
+    "!",
+    "&&",
+    "||",
+]
+ATOMS = [
+    "d",
+    "u",
+    "x",
+    "users",
+    "passages",
+    "orders",
+    "d.age",
+    "d._key",
+    "d.embedding",
+    "@v",
+    "@n",
+    "@s",
+    "@@c",
+    "@missing",
+    "0",
+    "1",
+    "-3",
+    "2.5",
+    "1e308",
+    "'a'",
+    '"b"',
+    "'law'",
+    "[1,0,0]",
+    "{a: 1}",
+    "SIMILARITY(d.embedding, @v)",
+    "LENGTH(d)",
+    "NOPE(1)",
+    "1..3",
+]
 BINDS = {"v": [1, 0, 0], "n": 2, "s": "law", "@c": "users"}
 
 tokens = st.lists(st.sampled_from(KEYWORDS + SYMBOLS + ATOMS), min_size=1, max_size=14).map(" ".join)
@@ -35,18 +120,48 @@ def shaped_queries(draw) -> str:
     expr = st.recursive(
         st.sampled_from(ATOMS),
         lambda inner: st.one_of(
-            st.tuples(inner, st.sampled_from(SYMBOLS[:11] + ["AND", "OR", "IN", "LIKE"]), inner).map(" ".join),
-            inner.map(lambda e: f"({e})"), inner.map(lambda e: f"NOT {e}"),
-            st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]")),
-        max_leaves=6)
-    head = draw(st.sampled_from(["FOR d IN users", "FOR d IN passages", "FOR d IN @@c", "FOR d IN [1, 2]",
-                                 "FOR d IN 1..3 FOR u IN orders", "LET d = @n", ""]))
-    ops = draw(st.lists(st.one_of(expr.map(lambda e: f"FILTER {e}"), expr.map(lambda e: f"SORT {e} DESC"),
-                                  st.sampled_from(["LIMIT 2", "LIMIT @n", "LIMIT 1, 1", "LIMIT -1", "LIMIT 'x'"]),
-                                  expr.map(lambda e: f"LET z{draw(st.integers(0, 3))} = {e}")), max_size=3))
-    tail = draw(st.one_of(expr.map(lambda e: f"RETURN {e}"), expr.map(lambda e: f"INFER 'm' {e}"),
-                          expr.map(lambda e: f"EMBED {e}"), expr.map(lambda e: f"UPDATE {e} WITH {{f: 1}} IN users"),
-                          expr.map(lambda e: f"RAG {e} FROM passages TOP 2")))
+            st.tuples(inner, st.sampled_from([*SYMBOLS[:11], "AND", "OR", "IN", "LIKE"]), inner).map(
+                " ".join
+            ),
+            inner.map(lambda e: f"({e})"),
+            inner.map(lambda e: f"NOT {e}"),
+            st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
+        ),
+        max_leaves=6,
+    )
+    head = draw(
+        st.sampled_from(
+            [
+                "FOR d IN users",
+                "FOR d IN passages",
+                "FOR d IN @@c",
+                "FOR d IN [1, 2]",
+                "FOR d IN 1..3 FOR u IN orders",
+                "LET d = @n",
+                "",
+            ]
+        )
+    )
+    ops = draw(
+        st.lists(
+            st.one_of(
+                expr.map(lambda e: f"FILTER {e}"),
+                expr.map(lambda e: f"SORT {e} DESC"),
+                st.sampled_from(["LIMIT 2", "LIMIT @n", "LIMIT 1, 1", "LIMIT -1", "LIMIT 'x'"]),
+                expr.map(lambda e: f"LET z{draw(st.integers(0, 3))} = {e}"),
+            ),
+            max_size=3,
+        )
+    )
+    tail = draw(
+        st.one_of(
+            expr.map(lambda e: f"RETURN {e}"),
+            expr.map(lambda e: f"INFER 'm' {e}"),
+            expr.map(lambda e: f"EMBED {e}"),
+            expr.map(lambda e: f"UPDATE {e} WITH {{f: 1}} IN users"),
+            expr.map(lambda e: f"RAG {e} FROM passages TOP 2"),
+        )
+    )
     return " ".join(p for p in [draw(st.sampled_from(["", "EXPLAIN"])), head, *ops, tail] if p)
 
 
@@ -84,8 +199,16 @@ def test_random_statements_give_results_or_4xx(shard, query):
     check(shard, query)
 
 
-@pytest.mark.parametrize("query", ["RETURN " + "(" * 3000 + "1" + ")" * 3000, "RETURN " + "[" * 3000 + "]" * 3000,
-                                   "RETURN " + "-" * 5000 + "1", "RETURN " + " + ".join(["1"] * 4000),
-                                   "RETURN 1e308 * 10", "RETURN 'x' " * 20000])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "RETURN " + "(" * 3000 + "1" + ")" * 3000,
+        "RETURN " + "[" * 3000 + "]" * 3000,
+        "RETURN " + "-" * 5000 + "1",
+        "RETURN " + " + ".join(["1"] * 4000),
+        "RETURN 1e308 * 10",
+        "RETURN 'x' " * 20000,
+    ],
+)
 def test_pathological_queries(shard, query):
     check(shard, query)

@@ -8,7 +8,6 @@ import json
 
 import httpx
 import pytest
-
 from themis_shard.aql.gateway import HttpGateway
 from themis_shard.errors import ThemisError
 
@@ -26,30 +25,39 @@ def test_infer_batch_and_embed_bodies():
         if request.url.path == "/v1/infer":
             return httpx.Response(200, json={"text": "ok", "shard_id": "shard-1"})
         if request.url.path == "/v1/infer:batch":
-            return httpx.Response(200, json={"results": [{"text": "a"}, {"error": {"code": "x", "message": "y"}}]})
+            return httpx.Response(
+                200, json={"results": [{"text": "a"}, {"error": {"code": "x", "message": "y"}}]}
+            )
         return httpx.Response(200, json={"embeddings": [[0.1, 0.2]]})
 
     gw = gateway(handler)
     assert asyncio.run(gw.infer({"prompt": "p", "domain": "legal"}))["shard_id"] == "shard-1"
     assert len(asyncio.run(gw.infer_batch([{"prompt": "a"}, {"prompt": "b"}]))) == 2
     assert asyncio.run(gw.embed(["t"])) == [[0.1, 0.2]]
-    assert seen == [("/v1/infer", {"prompt": "p", "domain": "legal"}),
-                    ("/v1/infer:batch", {"requests": [{"prompt": "a"}, {"prompt": "b"}]}),
-                    ("/v1/embed", {"texts": ["t"]})]
+    assert seen == [
+        ("/v1/infer", {"prompt": "p", "domain": "legal"}),
+        ("/v1/infer:batch", {"requests": [{"prompt": "a"}, {"prompt": "b"}]}),
+        ("/v1/embed", {"texts": ["t"]}),
+    ]
 
 
 def test_client_errors_are_relayed():
-    gw = gateway(lambda r: httpx.Response(404, json={"error": {"code": "model_not_found", "message": "no m"}}))
+    gw = gateway(
+        lambda r: httpx.Response(404, json={"error": {"code": "model_not_found", "message": "no m"}})
+    )
     with pytest.raises(ThemisError) as info:
         asyncio.run(gw.infer({"prompt": "p", "model": "m"}))
     assert (info.value.status, info.value.code, info.value.message) == (404, "model_not_found", "no m")
 
 
-@pytest.mark.parametrize("handler", [
-    lambda r: httpx.Response(500, json={"error": {"code": "internal", "message": "boom"}}),
-    lambda r: httpx.Response(200, text="not json"),
-    lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused")),
-])
+@pytest.mark.parametrize(
+    "handler",
+    [
+        lambda r: httpx.Response(500, json={"error": {"code": "internal", "message": "boom"}}),
+        lambda r: httpx.Response(200, text="not json"),
+        lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused")),
+    ],
+)
 def test_no_answer_is_503(handler):
     with pytest.raises(ThemisError) as info:
         asyncio.run(gateway(handler).infer({"prompt": "p"}))

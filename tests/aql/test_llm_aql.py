@@ -24,14 +24,19 @@ def free_port() -> int:
 def shard(tmp_path_factory) -> Iterator[str]:
     pytest.importorskip("llama_cpp")
     import uvicorn
-
     from themis_shard.app import create_app
     from themis_shard.llm.settings import LLMSettings
     from themis_shard.settings import Settings
 
     port = free_port()
-    llm = LLMSettings(enabled=True, n_ctx=1024, max_concurrent_requests=8, embedding_model="bundled",
-                      embedding_cache_dir=str(tmp_path_factory.mktemp("emb")), adapter_eval_on_load=False)
+    llm = LLMSettings(
+        enabled=True,
+        n_ctx=1024,
+        max_concurrent_requests=8,
+        embedding_model="bundled",
+        embedding_cache_dir=str(tmp_path_factory.mktemp("emb")),
+        adapter_eval_on_load=False,
+    )
     app = create_app(Settings(data_dir=tmp_path_factory.mktemp("shard"), port=port, llm=llm))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -59,23 +64,36 @@ def aql(url: str, query: str, **binds):
 
 
 def test_infer_and_batch_infer(shard):
-    [one] = aql(shard, "INFER @m @p DOMAIN 'general' OPTIONS {max_tokens: 4, temperature: 0}",
-                m="gemma3-270m", p="The capital of France is")
+    [one] = aql(
+        shard,
+        "INFER @m @p DOMAIN 'general' OPTIONS {max_tokens: 4, temperature: 0}",
+        m="gemma3-270m",
+        p="The capital of France is",
+    )
     assert one["text"] and one["tokens"] <= 4 and one["shard_id"]
-    many = aql(shard, "FOR r IN @reqs INFER 'gemma3-270m' r OPTIONS {max_tokens: 2, temperature: 0}",
-               reqs=["One, two,", "Red, green,"])
+    many = aql(
+        shard,
+        "FOR r IN @reqs INFER 'gemma3-270m' r OPTIONS {max_tokens: 2, temperature: 0}",
+        reqs=["One, two,", "Red, green,"],
+    )
     assert len(many) == 2 and all("text" in m for m in many)
 
 
 def test_embed_and_rag_return_the_urns_used(shard):
     assert httpx.put(f"{shard}/v1/collections/facts", json={"embed_field": "text"}).status_code == 200
-    facts = {"paris": "Paris is the capital of France.", "tokyo": "Tokyo is the capital of Japan.",
-             "kiwi": "The kiwi is a flightless bird from New Zealand."}
+    facts = {
+        "paris": "Paris is the capital of France.",
+        "tokyo": "Tokyo is the capital of Japan.",
+        "kiwi": "The kiwi is a flightless bird from New Zealand.",
+    }
     for key, text in facts.items():
         assert aql(shard, "INSERT {_key: @k, text: @t} INTO facts", k=key, t=text)
     [vector] = aql(shard, "EMBED @t", t="capital of France")
     assert len(vector) == len(aql(shard, "EMBED DOCUMENT 'urn:themis:facts:paris'")[0])
-    [answer] = aql(shard, "RAG @q FROM facts TOP 2 OPTIONS {max_tokens: 4, temperature: 0}",
-                   q="What is the capital of France?")
+    [answer] = aql(
+        shard,
+        "RAG @q FROM facts TOP 2 OPTIONS {max_tokens: 4, temperature: 0}",
+        q="What is the capital of France?",
+    )
     assert answer["urns"][0] == "urn:themis:facts:paris" and len(answer["urns"]) == 2
     assert isinstance(answer["answer"], str)

@@ -4,7 +4,6 @@ pushdown are decided here, testable without a shard."""
 from __future__ import annotations
 
 import pytest
-
 from themis_shard.aql import ast
 from themis_shard.aql.parser import parse
 from themis_shard.aql.planner import (
@@ -20,8 +19,11 @@ from themis_shard.aql.planner import (
 from themis_shard.errors import BadRequest
 from themis_shard.storage.collections import CollectionConfig
 
-COLLECTIONS = {"users": CollectionConfig(name="users"), "orders": CollectionConfig(name="orders"),
-               "docs": CollectionConfig(name="docs", dimension=3)}
+COLLECTIONS = {
+    "users": CollectionConfig(name="users"),
+    "orders": CollectionConfig(name="orders"),
+    "docs": CollectionConfig(name="docs", dimension=3),
+}
 
 
 def planned(text, **binds):
@@ -38,10 +40,14 @@ def test_outer_scan_pushes_filter_sort_and_limit():
 
 
 def test_filters_on_other_variables_stay_on_the_coordinator():
-    p = planned("FOR u IN users FOR o IN orders FILTER o.total > 1 FILTER o.user == u._key SORT o.total RETURN o")
+    p = planned(
+        "FOR u IN users FOR o IN orders FILTER o.total > 1 FILTER o.user == u._key SORT o.total RETURN o"
+    )
     outer, inner, residual, sort = p.nodes
     assert isinstance(outer, ScanNode) and outer.filters == () and outer.top is None
-    assert isinstance(inner, ScanNode) and len(inner.filters) == 1 and inner.sort == ()  # join: no sort pushdown
+    assert (
+        isinstance(inner, ScanNode) and len(inner.filters) == 1 and inner.sort == ()
+    )  # join: no sort pushdown
     assert isinstance(residual, FilterNode) and isinstance(sort, SortNode)
     assert (outer.fragment, inner.fragment) == (0, 1)
 
@@ -52,9 +58,11 @@ def test_key_equality_is_a_point_lookup():
 
 
 def test_similarity_sort_uses_the_vector_index_with_pushdown():
-    p = planned("FOR d IN docs FILTER d.tag == 'a' AND d.n >= 2 AND d.m < 3 "
-                "SORT SIMILARITY(d.embedding, @v) DESC LIMIT 1, 4 RETURN {d, s: SIMILARITY(d.embedding, @v)}",
-                v=[1, 0, 0])
+    p = planned(
+        "FOR d IN docs FILTER d.tag == 'a' AND d.n >= 2 AND d.m < 3 "
+        "SORT SIMILARITY(d.embedding, @v) DESC LIMIT 1, 4 RETURN {d, s: SIMILARITY(d.embedding, @v)}",
+        v=[1, 0, 0],
+    )
     vec, limit = p.nodes
     assert isinstance(vec, VectorNode)
     assert vec.k == 5 and vec.fetch == 50  # a residual filter over-fetches
@@ -64,12 +72,15 @@ def test_similarity_sort_uses_the_vector_index_with_pushdown():
     assert p.terminal.expr.pairs[1][1] == ast.Score("d")  # SIMILARITY reuses the index score
 
 
-@pytest.mark.parametrize("text", [
-    "FOR d IN docs SORT SIMILARITY(d.embedding, @v) ASC LIMIT 3 RETURN d",  # ascending: not index order
-    "FOR d IN docs SORT SIMILARITY(d.embedding, @v) DESC RETURN d",  # no LIMIT: no k
-    "FOR d IN docs SORT SIMILARITY(d.other, @v) DESC LIMIT 3 RETURN d",  # not the indexed field
-    "FOR d IN users SORT SIMILARITY(d.embedding, @v) DESC LIMIT 3 RETURN d",  # no index
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "FOR d IN docs SORT SIMILARITY(d.embedding, @v) ASC LIMIT 3 RETURN d",  # ascending: not index order
+        "FOR d IN docs SORT SIMILARITY(d.embedding, @v) DESC RETURN d",  # no LIMIT: no k
+        "FOR d IN docs SORT SIMILARITY(d.other, @v) DESC LIMIT 3 RETURN d",  # not the indexed field
+        "FOR d IN users SORT SIMILARITY(d.embedding, @v) DESC LIMIT 3 RETURN d",  # no index
+    ],
+)
 def test_similarity_falls_back_to_an_exact_scan(text):
     assert isinstance(planned(text, v=[1, 0, 0]).nodes[0], ScanNode)
 
@@ -92,6 +103,7 @@ def test_peers_plan_without_collection_checks():
 
 
 def test_kinds():
-    assert [planned(q, p="x", v=[1]).kind for q in (
-        "RETURN 1", "INSERT {} INTO users", "INFER 'm' @p", "EMBED @p", "RAG @p FROM docs")] == \
-        ["read", "write", "infer", "embed", "rag"]
+    assert [
+        planned(q, p="x", v=[1]).kind
+        for q in ("RETURN 1", "INSERT {} INTO users", "INFER 'm' @p", "EMBED @p", "RAG @p FROM docs")
+    ] == ["read", "write", "infer", "embed", "rag"]

@@ -29,37 +29,76 @@ CASES = [
     ("FOR u IN users FILTER u.age > 30 SORT u.name RETURN u.name", {}, ["Alice", "Carol"]),
     ("FOR u IN users SORT u.age DESC, u.name ASC LIMIT 3 RETURN u._key", {}, ["carol", "alice", "bob"]),
     ("FOR u IN users SORT u.age, u.name LIMIT 1, 2 RETURN u.name", {}, ["Bob", "Erin"]),
-    ("FOR u IN users FILTER u.city == @city SORT u._key RETURN {n: u.name, a: u.age}", {"city": "Paris"},
-     [{"n": "Bob", "a": 27}, {"n": "Erin", "a": 27}]),
+    (
+        "FOR u IN users FILTER u.city == @city SORT u._key RETURN {n: u.name, a: u.age}",
+        {"city": "Paris"},
+        [{"n": "Bob", "a": 27}, {"n": "Erin", "a": 27}],
+    ),
     ("FOR u IN users FILTER 'dev' IN u.tags SORT u._key RETURN u._key", {}, ["alice", "bob"]),
     ("FOR u IN users FILTER u.tags == null RETURN u._key", {}, ["erin"]),
     ("FOR u IN users FILTER u.city NOT IN ['Berlin', 'Paris'] RETURN u._key", {}, ["dave"]),
     ("FOR u IN users FILTER u.name LIKE 'C%' OR u.age < 20 SORT u.age RETURN u._key", {}, ["dave", "carol"]),
     ("FOR u IN users SORT u._key RETURN DISTINCT u.city", {}, ["Berlin", "Paris", "Rome"]),
     ("FOR u IN @@c FILTER u._key == 'bob' RETURN u.age", {"@c": "users"}, [27]),
-    ("FOR u IN users FILTER u._key == @k RETURN [u._urn, u._version]", {"k": "dave"},
-     [["urn:themis:users:dave", 1]]),
+    (
+        "FOR u IN users FILTER u._key == @k RETURN [u._urn, u._version]",
+        {"k": "dave"},
+        [["urn:themis:users:dave", 1]],
+    ),
     ("FOR u IN users FILTER u._key == 'nobody' RETURN u", {}, []),
-    ("FOR u IN users LET decade = FLOOR(u.age / 10) * 10 FILTER decade == 20 SORT u._key RETURN u._key", {},
-     ["bob", "erin"]),
+    (
+        "FOR u IN users LET decade = FLOOR(u.age / 10) * 10 FILTER decade == 20 SORT u._key RETURN u._key",
+        {},
+        ["bob", "erin"],
+    ),
     # joins of FOR loops
-    ("FOR u IN users FOR o IN orders FILTER o.user == u._key SORT o.total DESC RETURN [u.name, o.total]", {},
-     [["Bob", 99], ["Alice", 30], ["Alice", 12.5], ["Dave", 5]]),
-    ("FOR o IN orders FILTER o.total > 10 FOR u IN users FILTER u._key == o.user SORT o._key RETURN u.city", {},
-     ["Berlin", "Berlin", "Paris"]),
-    ("FOR u IN users FILTER u.city == 'Berlin' FOR o IN orders FILTER o.user == u._key "
-     "LET t = o.total * 2 SORT t RETURN t", {}, [25.0, 60]),
+    (
+        "FOR u IN users FOR o IN orders FILTER o.user == u._key SORT o.total DESC RETURN [u.name, o.total]",
+        {},
+        [["Bob", 99], ["Alice", 30], ["Alice", 12.5], ["Dave", 5]],
+    ),
+    (
+        "FOR o IN orders FILTER o.total > 10 FOR u IN users FILTER u._key == o.user "
+        "SORT o._key RETURN u.city",
+        {},
+        ["Berlin", "Berlin", "Paris"],
+    ),
+    (
+        "FOR u IN users FILTER u.city == 'Berlin' FOR o IN orders FILTER o.user == u._key "
+        "LET t = o.total * 2 SORT t RETURN t",
+        {},
+        [25.0, 60],
+    ),
     # vector similarity through the index
-    ("FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 3 RETURN p._key", {"v": [1, 0, 0]},
-     ["p1", "p2", "p6"]),
-    ("FOR p IN passages FILTER p.topic == 'med' SORT SIMILARITY(p.embedding, @v) DESC LIMIT 1 RETURN p._key",
-     {"v": [1, 0, 0]}, ["p4"]),
-    ("FOR p IN passages FILTER p.year >= 2020 AND p.topic IN ['law', 'tax'] "
-     "SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p._key", {"v": [0, 0, 1]}, ["p5", "p2"]),
-    ("FOR p IN passages FILTER LENGTH(p.text) < 18 SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p._key",
-     {"v": [1, 0, 0]}, ["p6", "p4"]),
-    ("FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 1, 1 "
-     "RETURN {k: p._key, s: ROUND(SIMILARITY(p.embedding, @v), 3)}", {"v": [0, 1, 0]}, [{"k": "p4", "s": 0.988}]),
+    (
+        "FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 3 RETURN p._key",
+        {"v": [1, 0, 0]},
+        ["p1", "p2", "p6"],
+    ),
+    (
+        "FOR p IN passages FILTER p.topic == 'med' SORT SIMILARITY(p.embedding, @v) DESC LIMIT 1 "
+        "RETURN p._key",
+        {"v": [1, 0, 0]},
+        ["p4"],
+    ),
+    (
+        "FOR p IN passages FILTER p.year >= 2020 AND p.topic IN ['law', 'tax'] "
+        "SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p._key",
+        {"v": [0, 0, 1]},
+        ["p5", "p2"],
+    ),
+    (
+        "FOR p IN passages FILTER LENGTH(p.text) < 18 SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 "
+        "RETURN p._key",
+        {"v": [1, 0, 0]},
+        ["p6", "p4"],
+    ),
+    (
+        "FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 1, 1 "
+        "RETURN {k: p._key, s: ROUND(SIMILARITY(p.embedding, @v), 3)}",
+        {"v": [0, 1, 0]},
+        [{"k": "p4", "s": 0.988}],
+    ),
 ]
 
 
@@ -74,8 +113,13 @@ def test_stats_report_scan_and_index_use(aql):
     assert body["stats"]["scanned"] == 5
     assert body["stats"]["result_count"] == 2
     assert {"plan_ms", "execution_ms", "shards", "kind"} <= set(body["stats"])
-    body = aql.post("/v1/aql", json={"query": "FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 "
-                                              "RETURN p", "bind_vars": {"v": [1, 0, 0]}}).json()
+    body = aql.post(
+        "/v1/aql",
+        json={
+            "query": "FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p",
+            "bind_vars": {"v": [1, 0, 0]},
+        },
+    ).json()
     assert body["stats"]["index"] == ["vector:passages"]
     assert body["stats"]["scanned"] == 2  # the index returned k rows: nothing was scanned
 
@@ -85,8 +129,9 @@ def test_insert_update_upsert_remove(aql):
     [ins] = run(aql, "INSERT {_key: 'zed', name: 'Zed', meta: {a: 1}} INTO users")
     assert ins == {"op": "insert", "_key": "zed", "_urn": "urn:themis:users:zed", "_version": 1}
     run(aql, "UPDATE 'zed' WITH {age: 50, meta: {b: 2}} IN users")
-    assert run(aql, "FOR u IN users FILTER u._key == 'zed' RETURN [u.age, u.meta, u._version]") == \
-        [[50, {"a": 1, "b": 2}, 2]]
+    assert run(aql, "FOR u IN users FILTER u._key == 'zed' RETURN [u.age, u.meta, u._version]") == [
+        [50, {"a": 1, "b": 2}, 2]
+    ]
     assert run(aql, "UPSERT 'zed' INSERT {n: 0} UPDATE {n: 1} IN users")[0]["op"] == "update"
     assert run(aql, "UPSERT 'new' INSERT {n: 0} UPDATE {n: 1} IN users")[0]["op"] == "insert"
     assert run(aql, "FOR u IN users FILTER u._key IN ['zed', 'new'] SORT u._key RETURN u.n") == [0, 1]
@@ -118,10 +163,24 @@ def test_write_errors(aql):
 
 # -- inference through the gateway ---------------------------------------------------------------
 def test_infer_passes_model_domain_adapter_and_options(aql, gateway):
-    [out] = run(aql, "INFER 'gemma' @p DOMAIN 'legal' LORA 'contracts' OPTIONS {max_tokens: 8, temperature: 0}",
-                p="Is this valid?")
-    assert gateway.calls == [("infer", {"prompt": "Is this valid?", "model": "gemma", "domain": "legal",
-                                        "adapter": "contracts", "max_tokens": 8, "temperature": 0})]
+    [out] = run(
+        aql,
+        "INFER 'gemma' @p DOMAIN 'legal' LORA 'contracts' OPTIONS {max_tokens: 8, temperature: 0}",
+        p="Is this valid?",
+    )
+    assert gateway.calls == [
+        (
+            "infer",
+            {
+                "prompt": "Is this valid?",
+                "model": "gemma",
+                "domain": "legal",
+                "adapter": "contracts",
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+        )
+    ]
     assert out["shard_id"] == "shard-legal"
 
 
@@ -149,8 +208,11 @@ def test_embed_and_embed_document(aql, gateway):
 
 
 def test_rag_returns_answer_and_the_urns_used(aql, gateway):
-    [out] = run(aql, "RAG @q FROM passages TOP 2 DOMAIN 'legal' USING MODEL 'gemma' OPTIONS {max_tokens: 8}",
-                q="what is contract law?")
+    [out] = run(
+        aql,
+        "RAG @q FROM passages TOP 2 DOMAIN 'legal' USING MODEL 'gemma' OPTIONS {max_tokens: 8}",
+        q="what is contract law?",
+    )
     assert out["urns"] == ["urn:themis:passages:p1", "urn:themis:passages:p2"]
     assert out["shard_id"] == "shard-legal"
     [_, (_, body)] = gateway.calls
@@ -168,8 +230,12 @@ def test_inference_errors(aql):
 
 # -- EXPLAIN ------------------------------------------------------------------------------------
 def test_explain_shows_access_paths_without_running(aql, gateway):
-    [plan] = run(aql, "EXPLAIN FOR p IN passages FILTER p.topic == 'law' AND LENGTH(p.text) > 3 "
-                      "SORT SIMILARITY(p.embedding, @v) DESC LIMIT 5 RETURN p", v=[1, 0, 0])
+    [plan] = run(
+        aql,
+        "EXPLAIN FOR p IN passages FILTER p.topic == 'law' AND LENGTH(p.text) > 3 "
+        "SORT SIMILARITY(p.embedding, @v) DESC LIMIT 5 RETURN p",
+        v=[1, 0, 0],
+    )
     [step, _limit] = plan["steps"]
     assert step["type"] == "vector" and step["index"] == "vector"
     assert step["pushed_filter"] == {"topic": {"$eq": "law"}}
@@ -184,23 +250,33 @@ def test_explain_shows_access_paths_without_running(aql, gateway):
 
 
 # -- semantic errors and limits -----------------------------------------------------------------
-@pytest.mark.parametrize(("query", "binds", "code"), [
-    ("FOR u IN nowhere RETURN u", {}, "aql_unknown_collection"),
-    ("RETURN @missing", {}, "aql_missing_bind_var"),
-    ("FOR u IN @@c RETURN u", {}, "aql_missing_bind_var"),
-    ("FOR u IN @@c RETURN u", {"@c": 5}, "aql_type_error"),
-    ("RETURN x", {}, "aql_unknown_variable"),
-    ("RETURN NOPE(1)", {}, "aql_unknown_function"),
-    ("RETURN LENGTH(1, 2)", {}, "aql_wrong_arguments"),
-    ("FOR u IN users LIMIT -1 RETURN u", {}, "aql_type_error"),
-    ("FOR u IN users LIMIT @n RETURN u", {"n": "ten"}, "aql_type_error"),
-    ("FOR x IN 5 RETURN x", {}, "aql_type_error"),
-    ("FOR u IN users FOR u IN orders RETURN u", {}, "aql_variable_redefined"),
-    ("FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p", {"v": "x"}, "aql_type_error"),
-    ("FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p", {"v": [1, 0]},
-     "dimension_mismatch"),
-    ("FOR i IN 1..10000000 RETURN i", {}, "aql_type_error"),
-])
+@pytest.mark.parametrize(
+    ("query", "binds", "code"),
+    [
+        ("FOR u IN nowhere RETURN u", {}, "aql_unknown_collection"),
+        ("RETURN @missing", {}, "aql_missing_bind_var"),
+        ("FOR u IN @@c RETURN u", {}, "aql_missing_bind_var"),
+        ("FOR u IN @@c RETURN u", {"@c": 5}, "aql_type_error"),
+        ("RETURN x", {}, "aql_unknown_variable"),
+        ("RETURN NOPE(1)", {}, "aql_unknown_function"),
+        ("RETURN LENGTH(1, 2)", {}, "aql_wrong_arguments"),
+        ("FOR u IN users LIMIT -1 RETURN u", {}, "aql_type_error"),
+        ("FOR u IN users LIMIT @n RETURN u", {"n": "ten"}, "aql_type_error"),
+        ("FOR x IN 5 RETURN x", {}, "aql_type_error"),
+        ("FOR u IN users FOR u IN orders RETURN u", {}, "aql_variable_redefined"),
+        (
+            "FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p",
+            {"v": "x"},
+            "aql_type_error",
+        ),
+        (
+            "FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 2 RETURN p",
+            {"v": [1, 0]},
+            "dimension_mismatch",
+        ),
+        ("FOR i IN 1..10000000 RETURN i", {}, "aql_type_error"),
+    ],
+)
 def test_semantic_errors_are_400(aql, query, binds, code):
     err = fail(aql, query, **binds)
     assert (err["status"], err["code"]) == (400, code), err

@@ -8,14 +8,31 @@ from typing import Any
 from . import ast
 from .errors import semantic
 
-_TYPES = {cls.__name__: cls for cls in (ast.Literal, ast.Bind, ast.Var, ast.Attr, ast.Index, ast.Array,
-                                        ast.Object, ast.Unary, ast.Binary, ast.Ternary, ast.Call, ast.Score)}
+_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        ast.Literal,
+        ast.Bind,
+        ast.Var,
+        ast.Attr,
+        ast.Index,
+        ast.Array,
+        ast.Object,
+        ast.Unary,
+        ast.Binary,
+        ast.Ternary,
+        ast.Call,
+        ast.Score,
+    )
+}
 
 
 def encode(value: Any) -> Any:
     if isinstance(value, ast.Expr):
-        return {"t": type(value).__name__, **{f.name: encode(getattr(value, f.name))
-                                               for f in dataclasses.fields(value)}}
+        return {
+            "t": type(value).__name__,
+            **{f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)},
+        }
     if isinstance(value, tuple):
         return [encode(v) for v in value]
     return value

@@ -44,8 +44,13 @@ class ScanResult:
     shards: list[str] = field(default_factory=list)
 
 
-def scan_rows(documents: Iterable[StoredDocument], node: ScanNode, binds: Mapping[str, Any],
-              keep: Callable[[str], bool] | None = None, deadline: float | None = None) -> ScanResult:
+def scan_rows(
+    documents: Iterable[StoredDocument],
+    node: ScanNode,
+    binds: Mapping[str, Any],
+    keep: Callable[[str], bool] | None = None,
+    deadline: float | None = None,
+) -> ScanResult:
     """One shard's part of a scan: owned rows that pass the pushed FILTERs, sorted and cut to
     ``top`` when the fragment carries SORT/LIMIT. Pure apart from reading ``documents``."""
     out: list[tuple[tuple, dict]] = []
@@ -68,7 +73,7 @@ def scan_rows(documents: Iterable[StoredDocument], node: ScanNode, binds: Mappin
     if node.sort:
         out.sort(key=sort_key(tuple(asc for _, asc in node.sort)))
     if node.top is not None:
-        out = out[:node.top]
+        out = out[: node.top]
     if node.fields is not None:
         keep_fields = (*node.fields, "_key", "_urn", "_version")
         return ScanResult([{k: row[k] for k in keep_fields if k in row} for _, row in out], scanned)
@@ -76,16 +81,27 @@ def scan_rows(documents: Iterable[StoredDocument], node: ScanNode, binds: Mappin
 
 
 def encode_scan(node: ScanNode) -> dict[str, Any]:
-    return {"var": node.var, "collection": node.collection, "filters": codec.encode(node.filters),
-            "sort": codec.encode(node.sort), "top": node.top,
-            "fields": None if node.fields is None else list(node.fields)}
+    return {
+        "var": node.var,
+        "collection": node.collection,
+        "filters": codec.encode(node.filters),
+        "sort": codec.encode(node.sort),
+        "top": node.top,
+        "fields": None if node.fields is None else list(node.fields),
+    }
 
 
 def decode_scan(body: Mapping[str, Any]) -> ScanNode:
     sort = tuple((expr, bool(asc)) for expr, asc in codec.decode(body.get("sort") or []))
     fields = body.get("fields")
-    return ScanNode(str(body["var"]), str(body["collection"]), codec.decode(body.get("filters") or []), sort,
-                    body.get("top"), fields=None if fields is None else tuple(str(f) for f in fields))
+    return ScanNode(
+        str(body["var"]),
+        str(body["collection"]),
+        codec.decode(body.get("filters") or []),
+        sort,
+        body.get("top"),
+        fields=None if fields is None else tuple(str(f) for f in fields),
+    )
 
 
 class NodeData:
@@ -125,8 +141,13 @@ class NodeData:
         return self.topology.members if self.topology.clustered else [self.topology.self_id]
 
     # -- scans ------------------------------------------------------------------------------
-    def local_scan(self, node: ScanNode, binds: Mapping[str, Any], down: Iterable[str] = (),
-                   deadline: float | None = None) -> ScanResult:
+    def local_scan(
+        self,
+        node: ScanNode,
+        binds: Mapping[str, Any],
+        down: Iterable[str] = (),
+        deadline: float | None = None,
+    ) -> ScanResult:
         """This shard's fragment (runs in a worker thread)."""
         topo = self.topology
         keep = None
@@ -157,8 +178,15 @@ class NodeData:
                 if target == topo.self_id:
                     return await run_in_threadpool(self.local_scan, node, binds, down_now, deadline)
                 timeout = max(0.1, deadline - time.monotonic())
-                reply = await executor.request(target, "POST", SCAN_PATH, json_body={**body, "down": sorted(down_now)},
-                                               idempotent=True, retries=1, timeout_s=timeout)
+                reply = await executor.request(
+                    target,
+                    "POST",
+                    SCAN_PATH,
+                    json_body={**body, "down": sorted(down_now)},
+                    idempotent=True,
+                    retries=1,
+                    timeout_s=timeout,
+                )
                 return ScanResult(reply["rows"], int(reply.get("scanned", 0)), [target])
 
             frozen = frozenset(down)
@@ -201,8 +229,9 @@ class NodeData:
         return collection, await self.lookup(collection, key)
 
     # -- vectors ----------------------------------------------------------------------------
-    async def vector_search(self, collection: str, vector: list[float], k: int, flt: dict | None
-                            ) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
+    async def vector_search(
+        self, collection: str, vector: list[float], k: int, flt: dict | None
+    ) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
         """Top-k through the vector index (every shard's when clustered); (score, row) pairs and
         the shards that failed to answer."""
         node = self.node
@@ -213,12 +242,21 @@ class NodeData:
             hits = await run_in_threadpool(node.vectors.search, collection, vector, k, flt)
             node.metrics.vector_searches.labels(index=index.kind).inc()
             node.metrics.vector_search_latency.labels(index=index.kind).observe(time.perf_counter() - started)
-            return [{"urn": urn(collection, d.key), "score": h.score, "document": d.document,
-                     "version": d.version} for h, d in hits]
+            return [
+                {
+                    "urn": urn(collection, d.key),
+                    "score": h.score,
+                    "document": d.document,
+                    "version": d.version,
+                }
+                for h, d in hits
+            ]
 
         failed: list[str] = []
         if node.cluster.topology.clustered:
-            results, failed = await node.cluster.search(collection, {"vector": vector, "k": k, "filter": flt}, local)
+            results, failed = await node.cluster.search(
+                collection, {"vector": vector, "k": k, "filter": flt}, local
+            )
         else:
             results = await local()
         rows = []

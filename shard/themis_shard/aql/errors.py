@@ -26,7 +26,9 @@ def type_error(message: str) -> BadRequest:
 
 
 def missing_bind(name: str) -> BadRequest:
-    return BadRequest(f"bind parameter @{name} is used but not given in bind_vars", code="aql_missing_bind_var")
+    return BadRequest(
+        f"bind parameter @{name} is used but not given in bind_vars", code="aql_missing_bind_var"
+    )
 
 
 def unknown_collection(name: str) -> BadRequest:

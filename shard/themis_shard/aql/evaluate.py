@@ -62,9 +62,9 @@ def evaluate(expr: ast.Expr, env: Mapping[str, Any], binds: Mapping[str, Any]) -
 def _index(value: Any, key: Any) -> Any:
     if isinstance(value, dict) and isinstance(key, str):
         return value.get(key)
-    if isinstance(value, list) and isinstance(key, int) and not isinstance(key, bool):
-        if -len(value) <= key < len(value):
-            return value[key]
+    is_int = isinstance(key, int) and not isinstance(key, bool)
+    if isinstance(value, list) and is_int and -len(value) <= key < len(value):
+        return value[key]
     return None
 
 
@@ -111,7 +111,13 @@ def binary(op: str, a: Any, b: Any) -> Any:
         return None
     if op == "/":
         return finite(x / y)
-    return finite(math.fmod(x, y)) if isinstance(x, float) or isinstance(y, float) else x % y if x >= 0 else -(-x % y)
+    return (
+        finite(math.fmod(x, y))
+        if isinstance(x, float) or isinstance(y, float)
+        else x % y
+        if x >= 0
+        else -(-x % y)
+    )
 
 
 # -- functions ---------------------------------------------------------------------------------
@@ -177,7 +183,7 @@ def _substring(s, start, length=None):
         return None
     if length is None:
         return s[start:]
-    return s[start:start + length] if isinstance(length, int) and not isinstance(length, bool) else None
+    return s[start : start + length] if isinstance(length, int) and not isinstance(length, bool) else None
 
 
 def _unique(v):

@@ -72,16 +72,27 @@ class Stats:
         self.failed_shards: set[str] = set()
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"scanned": self.scanned, "shards": sorted(self.shards), "index": self.index,
-               "writes": self.writes}
+        out = {
+            "scanned": self.scanned,
+            "shards": sorted(self.shards),
+            "index": self.index,
+            "writes": self.writes,
+        }
         if self.failed_shards:
             out["shards_failed"] = sorted(self.failed_shards)
         return out
 
 
 class Executor:
-    def __init__(self, data, gateway: InferenceGateway, settings: AqlSettings, *,
-                 max_writes: int = 1000, embed_fields: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data,
+        gateway: InferenceGateway,
+        settings: AqlSettings,
+        *,
+        max_writes: int = 1000,
+        embed_fields: Mapping[str, str] | None = None,
+    ) -> None:
         self.data = data
         self.gateway = gateway
         self.settings = settings
@@ -93,8 +104,9 @@ class Executor:
         try:
             result = await asyncio.wait_for(run.execute(), self.settings.timeout_s)
         except TimeoutError:
-            raise limit_exceeded(f"the query ran longer than {self.settings.timeout_s:g}s",
-                                 "query_timeout") from None
+            raise limit_exceeded(
+                f"the query ran longer than {self.settings.timeout_s:g}s", "query_timeout"
+            ) from None
         except RecursionError:
             raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None
         return result, run.stats.as_dict()
@@ -113,10 +125,13 @@ class _Run:
 
     def tick(self, rows: int) -> None:
         if rows > self.ex.settings.max_rows:
-            raise limit_exceeded(f"the query would hold more than {self.ex.settings.max_rows} rows",
-                                 "result_too_large")
+            raise limit_exceeded(
+                f"the query would hold more than {self.ex.settings.max_rows} rows", "result_too_large"
+            )
         if time.monotonic() > self.deadline:
-            raise limit_exceeded(f"the query ran longer than {self.ex.settings.timeout_s:g}s", "query_timeout")
+            raise limit_exceeded(
+                f"the query ran longer than {self.ex.settings.timeout_s:g}s", "query_timeout"
+            )
 
     def eval(self, expr: ast.Expr, env: Mapping[str, Any]) -> Any:
         return evaluate(expr, env, self.binds)
@@ -155,8 +170,9 @@ class _Run:
                 for env in rows:
                     values = self.eval(node.source, env)
                     if not isinstance(values, list):
-                        raise type_error(f"FOR {node.var} IN … needs an array or a collection, "
-                                         f"got {type(values).__name__}")
+                        raise type_error(
+                            f"FOR {node.var} IN … needs an array or a collection, got {type(values).__name__}"
+                        )
                     out.extend({**env, node.var: v} for v in values)
                     self.tick(len(out))
                 return out
@@ -169,7 +185,7 @@ class _Run:
                 keyed.sort(key=sort_key(tuple(asc for _, asc in node.items)))
                 return [env for _, env in keyed]
             case LimitNode():
-                return rows[node.offset:node.offset + node.count]
+                return rows[node.offset : node.offset + node.count]
         raise AssertionError(f"unknown plan node {node!r}")  # pragma: no cover
 
     def product(self, rows: list[dict], var: str, docs: list[dict]) -> list[dict]:
@@ -178,10 +194,15 @@ class _Run:
 
     async def vector(self, node: VectorNode, rows: list[dict]) -> list[dict]:
         vector = constant(node.vector, self.binds)
-        if not isinstance(vector, list) or not vector or any(
-                isinstance(x, bool) or not isinstance(x, int | float) for x in vector):
+        if (
+            not isinstance(vector, list)
+            or not vector
+            or any(isinstance(x, bool) or not isinstance(x, int | float) for x in vector)
+        ):
             raise type_error("SIMILARITY needs a vector: a non-empty list of numbers")
-        hits, failed = await self.ex.data.vector_search(node.collection, vector, node.fetch, node.filter or None)
+        hits, failed = await self.ex.data.vector_search(
+            node.collection, vector, node.fetch, node.filter or None
+        )
         self.stats.index.append(f"vector:{node.collection}")
         self.stats.shards |= set(self.ex.data.members())
         self.stats.failed_shards |= set(failed)
@@ -192,7 +213,7 @@ class _Run:
                 row = {**env, node.var: doc, score_slot(node.var): score}
                 if all(truthy(self.eval(f, row)) for f in node.residual):
                     out.append(row)
-        return out[:node.k] if len(rows) == 1 else out
+        return out[: node.k] if len(rows) == 1 else out
 
     # -- terminals --------------------------------------------------------------------------
     async def finish(self, rows: list[dict]) -> list[Any]:
@@ -227,16 +248,18 @@ class _Run:
 
     def result(self, values: list[Any]) -> list[Any]:
         if len(values) > self.ex.settings.max_result_rows:
-            raise limit_exceeded(f"the result has more than {self.ex.settings.max_result_rows} rows",
-                                 "result_too_large")
+            raise limit_exceeded(
+                f"the result has more than {self.ex.settings.max_result_rows} rows", "result_too_large"
+            )
         return values
 
     async def write(self, rows: list[dict]) -> list[dict]:
         t = self.plan.terminal
         coll = self.plan.collection
         if len(rows) > self.ex.max_writes:
-            raise limit_exceeded(f"one query may write at most {self.ex.max_writes} documents",
-                                 "transaction_too_large")
+            raise limit_exceeded(
+                f"one query may write at most {self.ex.max_writes} documents", "transaction_too_large"
+            )
         writes: list[tuple[str, Write]] = []
         if isinstance(t, ast.Insert):
             for env in rows:
@@ -263,15 +286,21 @@ class _Run:
                 changes = self.eval(t.changes if isinstance(t, ast.Update) else t.update, env)
                 if not isinstance(changes, dict):
                     raise type_error(f"{type(t).__name__.upper()} needs an object of changes")
-                writes.append(("update", Write(coll, key, merge(strip_system(doc), strip_system(changes)),
-                                               doc["_version"])))
+                writes.append(
+                    (
+                        "update",
+                        Write(coll, key, merge(strip_system(doc), strip_system(changes)), doc["_version"]),
+                    )
+                )
         if not writes:
             return []
         committed: list[Change] = await self.ex.data.commit([w for _, w in writes])
         self.stats.writes = len(committed)
         self.stats.shards |= set(self.ex.data.owners(coll, writes[0][1].key)[:1])
-        return [{"op": op, "_key": c.key, "_urn": f"urn:themis:{c.collection}:{c.key}", "_version": c.version}
-                for (op, _), c in zip(writes, committed, strict=True)]
+        return [
+            {"op": op, "_key": c.key, "_urn": f"urn:themis:{c.collection}:{c.key}", "_version": c.version}
+            for (op, _), c in zip(writes, committed, strict=True)
+        ]
 
     # -- inference --------------------------------------------------------------------------
     def infer_body(self, t: ast.Infer, env: Mapping[str, Any]) -> dict[str, Any]:
@@ -305,7 +334,7 @@ class _Run:
         if not any(isinstance(n, ROW_SOURCES) for n in self.plan.nodes) and len(bodies) == 1:
             return [await self.ex.gateway.infer(bodies[0])]
         size = self.ex.settings.infer_batch
-        chunks = [bodies[i:i + size] for i in range(0, len(bodies), size)]
+        chunks = [bodies[i : i + size] for i in range(0, len(bodies), size)]
         results = await asyncio.gather(*(self.ex.gateway.infer_batch(c) for c in chunks))
         return self.result([r for chunk in results for r in chunk])
 
@@ -342,10 +371,13 @@ class _Run:
         self.stats.shards |= set(self.ex.data.members())
         self.stats.failed_shards |= set(failed)
         limit = self.ex.settings.rag_context_chars
-        context = "\n".join(f"[{i + 1}] {self.text_of(self.plan.collection, doc)[:limit]}"
-                            for i, (_, doc) in enumerate(hits))
-        prompt = (f"Answer the question using only the context.\n\nContext:\n{context}\n\n"
-                  f"Question: {question}\nAnswer:")
+        context = "\n".join(
+            f"[{i + 1}] {self.text_of(self.plan.collection, doc)[:limit]}" for i, (_, doc) in enumerate(hits)
+        )
+        prompt = (
+            f"Answer the question using only the context.\n\nContext:\n{context}\n\n"
+            f"Question: {question}\nAnswer:"
+        )
         body: dict[str, Any] = {"prompt": prompt}
         if t.model is not None:
             body["model"] = constant(t.model, self.binds)
@@ -359,6 +391,11 @@ class _Run:
             answer = await self.ex.gateway.infer(body)
         except ThemisError:
             raise
-        return {"answer": answer.get("text"), "urns": [doc["_urn"] for _, doc in hits],
-                "scores": [score for score, _ in hits], "shard_id": answer.get("shard_id"),
-                "model": answer.get("model"), "domain": body.get("domain")}
+        return {
+            "answer": answer.get("text"),
+            "urns": [doc["_urn"] for _, doc in hits],
+            "scores": [score for score, _ in hits],
+            "shard_id": answer.get("shard_id"),
+            "model": answer.get("model"),
+            "domain": body.get("domain"),
+        }

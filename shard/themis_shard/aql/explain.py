@@ -20,8 +20,25 @@ from .planner import (
     constant,
 )
 
-_PRECEDENCE = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "in": 4, "not in": 4,
-               "like": 4, "..": 5, "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
+_PRECEDENCE = {
+    "or": 1,
+    "and": 2,
+    "==": 4,
+    "!=": 4,
+    "<": 4,
+    "<=": 4,
+    ">": 4,
+    ">=": 4,
+    "in": 4,
+    "not in": 4,
+    "like": 4,
+    "..": 5,
+    "+": 6,
+    "-": 6,
+    "*": 7,
+    "/": 7,
+    "%": 7,
+}
 
 
 def render(expr: ast.Expr) -> str:
@@ -58,29 +75,63 @@ def _sort(items) -> list[str]:
     return [f"{render(e)} {'ASC' if asc else 'DESC'}" for e, asc in items]
 
 
-def describe(plan: Plan, binds: Mapping[str, Any], *, members: list[str],
-             owners: Callable[[str, Any], list[str]], routing: Callable[[Any], dict] | None = None) -> dict:
+def describe(
+    plan: Plan,
+    binds: Mapping[str, Any],
+    *,
+    members: list[str],
+    owners: Callable[[str, Any], list[str]],
+    routing: Callable[[Any], dict] | None = None,
+) -> dict:
     """The plan, the shards each step touches and, for inference, how it will be routed."""
     steps: list[dict[str, Any]] = []
     shards: set[str] = set()
     for node in plan.nodes:
         match node:
             case ScanNode():
-                steps.append({"type": "scan", "collection": node.collection, "var": node.var, "index": None,
-                              "pushed_filters": [render(f) for f in node.filters],
-                              "pushed_sort": _sort(node.sort), "pushed_limit": node.top,
-                              "shards": members, "distribution": "scatter-gather, first owner per key"})
+                steps.append(
+                    {
+                        "type": "scan",
+                        "collection": node.collection,
+                        "var": node.var,
+                        "index": None,
+                        "pushed_filters": [render(f) for f in node.filters],
+                        "pushed_sort": _sort(node.sort),
+                        "pushed_limit": node.top,
+                        "shards": members,
+                        "distribution": "scatter-gather, first owner per key",
+                    }
+                )
                 shards |= set(members)
             case LookupNode():
                 key = constant(node.key, binds)
                 who = owners(node.collection, key)
-                steps.append({"type": "lookup", "collection": node.collection, "var": node.var, "index": "primary",
-                              "key": key, "shards": who[:1], "filters": [render(f) for f in node.filters]})
+                steps.append(
+                    {
+                        "type": "lookup",
+                        "collection": node.collection,
+                        "var": node.var,
+                        "index": "primary",
+                        "key": key,
+                        "shards": who[:1],
+                        "filters": [render(f) for f in node.filters],
+                    }
+                )
                 shards |= set(who[:1])
             case VectorNode():
-                steps.append({"type": "vector", "collection": node.collection, "var": node.var,
-                              "index": "vector", "k": node.k, "fetch": node.fetch, "pushed_filter": node.filter,
-                              "residual_filters": [render(f) for f in node.residual], "shards": members})
+                steps.append(
+                    {
+                        "type": "vector",
+                        "collection": node.collection,
+                        "var": node.var,
+                        "index": "vector",
+                        "k": node.k,
+                        "fetch": node.fetch,
+                        "pushed_filter": node.filter,
+                        "residual_filters": [render(f) for f in node.residual],
+                        "shards": members,
+                    }
+                )
                 shards |= set(members)
             case IterNode():
                 steps.append({"type": "for", "var": node.var, "source": render(node.source)})
@@ -97,7 +148,9 @@ def describe(plan: Plan, binds: Mapping[str, Any], *, members: list[str],
     if plan.collection is not None:
         terminal["collection"] = plan.collection
     if plan.kind == "write":
-        terminal["transaction"] = "all writes commit atomically on one coordinator (else cross_shard_transaction)"
+        terminal["transaction"] = (
+            "all writes commit atomically on one coordinator (else cross_shard_transaction)"
+        )
     if isinstance(t, ast.Return):
         terminal["expr"] = render(t.expr)
     if isinstance(t, ast.Infer | ast.Rag) and routing is not None:
@@ -106,8 +159,9 @@ def describe(plan: Plan, binds: Mapping[str, Any], *, members: list[str],
     if isinstance(t, ast.Rag):
         terminal["retrieval"] = {"index": "vector", "shards": members}
         shards |= set(members)
-    batched = isinstance(t, ast.Infer) and any(isinstance(n, ScanNode | LookupNode | VectorNode | IterNode)
-                                               for n in plan.nodes)
+    batched = isinstance(t, ast.Infer) and any(
+        isinstance(n, ScanNode | LookupNode | VectorNode | IterNode) for n in plan.nodes
+    )
     if isinstance(t, ast.Infer):
         terminal["mode"] = "batch (/v1/infer:batch)" if batched else "single (/v1/infer)"
     return {"kind": plan.kind, "steps": steps, "terminal": terminal, "shards": sorted(shards)}

@@ -28,8 +28,14 @@ class HttpGateway:
     One short-lived client per query: loopback connects are cheap next to inference.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, verify: Any = True,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        verify: Any = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.verify = verify
@@ -37,22 +43,29 @@ class HttpGateway:
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, verify=self.verify,
-                                         transport=self.transport) as client:
+            async with httpx.AsyncClient(
+                base_url=self.base_url, timeout=self.timeout_s, verify=self.verify, transport=self.transport
+            ) as client:
                 response = await client.post(path, json=body)
         except httpx.HTTPError as exc:
-            raise Unavailable(f"inference call {path} failed: {type(exc).__name__}",
-                              code="inference_unavailable") from None
+            raise Unavailable(
+                f"inference call {path} failed: {type(exc).__name__}", code="inference_unavailable"
+            ) from None
         try:
             payload = response.json()
         except ValueError:
             payload = None
         if response.status_code >= 500 or not isinstance(payload, dict):
-            raise Unavailable(f"inference call {path} answered {response.status_code}", code="inference_unavailable")
+            raise Unavailable(
+                f"inference call {path} answered {response.status_code}", code="inference_unavailable"
+            )
         if response.status_code >= 400:
             err = payload.get("error") or {}
-            raise ThemisError(err.get("message") or f"{path} refused the request",
-                              code=err.get("code") or "inference_error", status=response.status_code)
+            raise ThemisError(
+                err.get("message") or f"{path} refused the request",
+                code=err.get("code") or "inference_error",
+                status=response.status_code,
+            )
         return payload
 
     async def infer(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -19,9 +19,17 @@ from . import ast
 from .errors import AqlSyntaxError, semantic
 
 MAX_QUERY_CHARS = 64 * 1024
-_FRIENDLY = {"NAME": "a name", "NUMBER": "a number", "STRING": "a string", "BIND": "a bind parameter (@name)",
-             "COLLECTION_BIND": "a collection bind parameter (@@name)", "CMP_OP": "a comparison",
-             "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '/' or '%'", "$END": "the end of the query"}
+_FRIENDLY = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "BIND": "a bind parameter (@name)",
+    "COLLECTION_BIND": "a collection bind parameter (@@name)",
+    "CMP_OP": "a comparison",
+    "ADD_OP": "'+' or '-'",
+    "MUL_OP": "'*', '/' or '%'",
+    "$END": "the end of the query",
+}
 
 
 @functools.cache
@@ -141,7 +149,11 @@ class _ToAst(Transformer):
         return ast.Bind(token[1:]) if token.type == "BIND" else ast.Literal(_unquote(token))
 
     def collection(self, token):
-        return ast.CollectionRef(bind=token[2:]) if token.type == "COLLECTION_BIND" else ast.CollectionRef(str(token))
+        return (
+            ast.CollectionRef(bind=token[2:])
+            if token.type == "COLLECTION_BIND"
+            else ast.CollectionRef(str(token))
+        )
 
     # -- expressions ------------------------------------------------------------------------
     def ternary(self, cond, then, otherwise):

@@ -108,9 +108,17 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        return {ast.Return: "read", ast.Insert: "write", ast.Update: "write", ast.Remove: "write",
-                ast.Upsert: "write", ast.Infer: "infer", ast.Embed: "embed", ast.EmbedDocument: "embed",
-                ast.Rag: "rag"}[type(self.terminal)]
+        return {
+            ast.Return: "read",
+            ast.Insert: "write",
+            ast.Update: "write",
+            ast.Remove: "write",
+            ast.Upsert: "write",
+            ast.Infer: "infer",
+            ast.Embed: "embed",
+            ast.EmbedDocument: "embed",
+            ast.Rag: "rag",
+        }[type(self.terminal)]
 
     def scan(self, fragment: int) -> ScanNode:
         for node in self.nodes:
@@ -151,7 +159,8 @@ def walk(expr: ast.Expr):
 
 def free_vars(expr: ast.Expr) -> set[str]:
     return {n.name for n in walk(expr) if isinstance(n, ast.Var)} | {
-        n.var for n in walk(expr) if isinstance(n, ast.Score)}
+        n.var for n in walk(expr) if isinstance(n, ast.Score)
+    }
 
 
 def replace(tree: Any, target: ast.Expr, replacement: ast.Expr) -> Any:
@@ -161,7 +170,9 @@ def replace(tree: Any, target: ast.Expr, replacement: ast.Expr) -> Any:
     if isinstance(tree, tuple):
         return tuple(replace(t, target, replacement) for t in tree)
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
-        changes = {f.name: replace(getattr(tree, f.name), target, replacement) for f in dataclasses.fields(tree)}
+        changes = {
+            f.name: replace(getattr(tree, f.name), target, replacement) for f in dataclasses.fields(tree)
+        }
         return dataclasses.replace(tree, **changes)
     return tree
 
@@ -219,7 +230,7 @@ def _project(nodes: list, terminal: ast.Terminal) -> list:
         if not isinstance(node, ScanNode):
             continue
         fields: set[str] | None = set()
-        for expr in _expressions((tuple(nodes[i + 1:]), terminal)):
+        for expr in _expressions((tuple(nodes[i + 1 :]), terminal)):
             used = attributes_used(expr, node.var)
             if used is None:
                 fields = None
@@ -291,8 +302,9 @@ def _vector_condition(expr: ast.Expr, var: str, binds: Mapping[str, Any]) -> tup
     return (".".join(path), _MONGO[op], value) if ok else None
 
 
-def vector_filter(filters: list[ast.Expr], var: str, binds: Mapping[str, Any]
-                  ) -> tuple[dict[str, dict[str, Any]], tuple[ast.Expr, ...]]:
+def vector_filter(
+    filters: list[ast.Expr], var: str, binds: Mapping[str, Any]
+) -> tuple[dict[str, dict[str, Any]], tuple[ast.Expr, ...]]:
     """Split FILTERs into the index's metadata filter and the residual conjuncts."""
     pushed: dict[str, dict[str, Any]] = {}
     residual: list[ast.Expr] = []
@@ -329,8 +341,9 @@ def _similarity_sort(sort: ast.Sort, var: str) -> ast.Call | None:
 
 # -- the planner -------------------------------------------------------------------------------
 class _Planner:
-    def __init__(self, binds: Mapping[str, Any], collections: Mapping[str, CollectionConfig] | None,
-                 max_search_k: int) -> None:
+    def __init__(
+        self, binds: Mapping[str, Any], collections: Mapping[str, CollectionConfig] | None, max_search_k: int
+    ) -> None:
         self.binds = binds
         self.collections = collections
         self.max_search_k = max_search_k
@@ -348,8 +361,10 @@ class _Planner:
                     raise semantic(f"unknown function {node.name}()", "aql_unknown_function")
                 if not spec[1] <= len(node.args) <= spec[2]:
                     arity = str(spec[1]) if spec[1] == spec[2] else f"{spec[1]} to {spec[2]}"
-                    raise semantic(f"{node.name}() takes {arity} argument(s), got {len(node.args)}",
-                                   "aql_wrong_arguments")
+                    raise semantic(
+                        f"{node.name}() takes {arity} argument(s), got {len(node.args)}",
+                        "aql_wrong_arguments",
+                    )
 
     def declare(self, var: str) -> None:
         if var in self.scope:
@@ -366,7 +381,9 @@ class _Planner:
             if not isinstance(name, str):
                 raise type_error(f"bind parameter @@{ref.bind} must be a collection name (a string)")
         if not COLLECTION_RE.match(name):
-            raise semantic(f"invalid collection name {name!r}: use 1-64 of [a-z0-9_-]", "invalid_collection_name")
+            raise semantic(
+                f"invalid collection name {name!r}: use 1-64 of [a-z0-9_-]", "invalid_collection_name"
+            )
         if must_exist and self.collections is not None and name not in self.collections:
             raise unknown_collection(name)
         return name
@@ -413,14 +430,15 @@ class _Planner:
                     count = _count(after.count, self.binds, "LIMIT count")
                     k = offset + count
                     if k > self.max_search_k:
-                        raise semantic(f"a similarity query may fetch at most {self.max_search_k} results",
-                                       "k_too_large")
+                        raise semantic(
+                            f"a similarity query may fetch at most {self.max_search_k} results", "k_too_large"
+                        )
                     flt, residual = vector_filter(pushed, op.var, self.binds)
                     fetch = k if not residual else min(self.max_search_k, max(k * 10, k))
                     nodes.append(VectorNode(op.var, coll, similarity.args[1], k, fetch, flt, residual))
                     nodes.append(LimitNode(offset, count))
-                    rest = replace(tuple(ops[j + 2:]), similarity, ast.Score(op.var))
-                    ops = ops[:j + 2] + list(rest)
+                    rest = replace(tuple(ops[j + 2 :]), similarity, ast.Score(op.var))
+                    ops = ops[: j + 2] + list(rest)
                     terminal = replace(terminal, similarity, ast.Score(op.var))
                     i = j + 2
                     continue
@@ -431,13 +449,20 @@ class _Planner:
                     continue
                 sort: tuple = ()
                 top = None
-                if outer and isinstance(nxt, ast.Sort) and all(free_vars(e) <= {op.var} for e, _ in nxt.items):
+                if (
+                    outer
+                    and isinstance(nxt, ast.Sort)
+                    and all(free_vars(e) <= {op.var} for e, _ in nxt.items)
+                ):
                     sort = nxt.items
                     if isinstance(after, ast.Limit):
                         top = _count(after.offset, self.binds, "LIMIT offset") + _count(
-                            after.count, self.binds, "LIMIT count")
+                            after.count, self.binds, "LIMIT count"
+                        )
                 elif outer and isinstance(nxt, ast.Limit):
-                    top = _count(nxt.offset, self.binds, "LIMIT offset") + _count(nxt.count, self.binds, "LIMIT count")
+                    top = _count(nxt.offset, self.binds, "LIMIT offset") + _count(
+                        nxt.count, self.binds, "LIMIT count"
+                    )
                 nodes.append(ScanNode(op.var, coll, tuple(pushed), sort, top, fragments))
                 fragments += 1
                 i = j
@@ -454,8 +479,12 @@ class _Planner:
                     self.check(expr)
                 nodes.append(SortNode(op.items))
             elif isinstance(op, ast.Limit):
-                nodes.append(LimitNode(_count(op.offset, self.binds, "LIMIT offset"),
-                                       _count(op.count, self.binds, "LIMIT count")))
+                nodes.append(
+                    LimitNode(
+                        _count(op.offset, self.binds, "LIMIT offset"),
+                        _count(op.count, self.binds, "LIMIT count"),
+                    )
+                )
             i += 1
         collection = self.terminal(terminal)
         return Plan(tuple(_project(nodes, terminal)), terminal, collection, query.explain)
@@ -476,16 +505,22 @@ class _Planner:
                 name = self.collection(coll)
                 config = self.collections.get(name) if self.collections is not None else None
                 if config is not None and not config.indexed:
-                    raise semantic(f"RAG needs a vector index on {name!r}: declare it with a dimension",
-                                   "not_indexed")
+                    raise semantic(
+                        f"RAG needs a vector index on {name!r}: declare it with a dimension", "not_indexed"
+                    )
                 if top is not None and _count(top, self.binds, "TOP") > self.max_search_k:
                     raise semantic(f"TOP may be at most {self.max_search_k}", "k_too_large")
                 return name
         return None
 
 
-def plan(query: ast.Query, binds: Mapping[str, Any] | None = None,
-         collections: Mapping[str, CollectionConfig] | None = None, *, max_search_k: int = 1000) -> Plan:
+def plan(
+    query: ast.Query,
+    binds: Mapping[str, Any] | None = None,
+    collections: Mapping[str, CollectionConfig] | None = None,
+    *,
+    max_search_k: int = 1000,
+) -> Plan:
     """Plan ``query``. ``collections`` None skips existence checks (a peer re-planning a fragment)."""
     binds = binds or {}
     if not isinstance(binds, Mapping):

@@ -15,7 +15,6 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import ThemisError
-
 from . import ast
 from .data import NodeData, decode_scan
 from .errors import limit_exceeded, type_error
@@ -30,7 +29,9 @@ _CACHE_SIZE = 512
 
 
 class AqlService:
-    def __init__(self, node, gateway: InferenceGateway | None = None, settings: AqlSettings | None = None) -> None:
+    def __init__(
+        self, node, gateway: InferenceGateway | None = None, settings: AqlSettings | None = None
+    ) -> None:
         self.node = node
         self.settings = settings or AqlSettings()
         self.data = NodeData(node)
@@ -72,8 +73,13 @@ class AqlService:
 
     def executor(self) -> Executor:
         fields = {c.name: c.embed_field for c in self.node.store.collections() if c.embed_field}
-        return Executor(self.data, self.gateway, self.settings,
-                        max_writes=self.node.settings.max_transaction_operations, embed_fields=fields)
+        return Executor(
+            self.data,
+            self.gateway,
+            self.settings,
+            max_writes=self.node.settings.max_transaction_operations,
+            embed_fields=fields,
+        )
 
     async def execute(self, text: str, binds: Mapping[str, Any] | None) -> dict[str, Any]:
         if binds is None:
@@ -85,17 +91,30 @@ class AqlService:
             the_plan = await self.plan(text, binds)
             planned = time.perf_counter()
             if the_plan.explain:
-                result = [describe(the_plan, binds, members=self.data.members(), owners=self.data.owners,
-                                   routing=self.routing)]
+                result = [
+                    describe(
+                        the_plan,
+                        binds,
+                        members=self.data.members(),
+                        owners=self.data.owners,
+                        routing=self.routing,
+                    )
+                ]
                 stats: dict[str, Any] = {}
             else:
                 result, stats = await self.executor().run(the_plan, binds)
         except RecursionError:  # a pathological nesting that slipped past the parser's guard
             raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None
         done = time.perf_counter()
-        stats.update({"kind": the_plan.kind, "plan_ms": round((planned - started) * 1000, 3),
-                      "execution_ms": round((done - planned) * 1000, 3), "result_count": len(result),
-                      "coordinator": self.node.cluster.topology.self_id})
+        stats.update(
+            {
+                "kind": the_plan.kind,
+                "plan_ms": round((planned - started) * 1000, 3),
+                "execution_ms": round((done - planned) * 1000, 3),
+                "result_count": len(result),
+                "coordinator": self.node.cluster.topology.self_id,
+            }
+        )
         return {"result": result, "stats": stats}
 
     def routing(self, domain: str | None) -> dict[str, Any]:
@@ -106,8 +125,16 @@ class AqlService:
         if rank is not None:
             try:
                 decisions = rank(domain, domain or "")
-                out["candidates"] = [{"shard": d.shard_id, "tier": d.tier, "reason": d.reason,
-                                      "fallback": d.fallback, "adapter": d.adapter_id} for d in decisions[:3]]
+                out["candidates"] = [
+                    {
+                        "shard": d.shard_id,
+                        "tier": d.tier,
+                        "reason": d.reason,
+                        "fallback": d.fallback,
+                        "adapter": d.adapter_id,
+                    }
+                    for d in decisions[:3]
+                ]
             except Exception as exc:  # explain must not fail because routing state is odd
                 out["candidates_error"] = type(exc).__name__
         return out
