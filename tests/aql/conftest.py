@@ -4,12 +4,15 @@ inference gateway that records what AQL asked of /v1/infer, /v1/infer:batch and 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from themis_shard.app import create_app
+from themis_shard.llm.settings import LLMSettings
+from themis_shard.settings import Settings
 
 USERS = [
     {"_key": "alice", "name": "Alice", "age": 34, "city": "Berlin", "tags": ["admin", "dev"]},
@@ -78,11 +81,26 @@ def gateway() -> FakeGateway:
     return FakeGateway()
 
 
-@pytest.fixture
-def aql(tmp_path: Path, make_settings, gateway) -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings(tmp_path / "shard"))) as client:
+@contextmanager
+def seeded_shard(data_dir: Path, gateway: FakeGateway) -> Iterator[TestClient]:
+    settings = Settings(data_dir=data_dir, llm=LLMSettings(enabled=False))
+    with TestClient(create_app(settings)) as client:
         seed(client)
         client.app.state.node.extras["aql.gateway"] = gateway
+        yield client
+
+
+@pytest.fixture
+def aql(tmp_path: Path, gateway) -> Iterator[TestClient]:
+    """A freshly seeded shard per test (for tests that write or change limits)."""
+    with seeded_shard(tmp_path / "shard", gateway) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Iterator[TestClient]:
+    """One seeded shard per module, for read-only query tables."""
+    with seeded_shard(tmp_path_factory.mktemp("aql") / "shard", FakeGateway()) as client:
         yield client
 
 

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from themis_shard.app import create_app
-from themis_shard.llm.settings import LLMSettings
-from themis_shard.settings import Settings
-
-from .conftest import FakeGateway, seed
 
 KEYWORDS = [
     "FOR",
@@ -166,12 +159,8 @@ def shaped_queries(draw) -> str:
 
 
 @pytest.fixture(scope="module")
-def shard(tmp_path_factory) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path_factory.mktemp("fuzz") / "shard", llm=LLMSettings(enabled=False))
-    with TestClient(create_app(settings)) as client:
-        seed(client)
-        client.app.state.node.extras["aql.gateway"] = FakeGateway()
-        yield client
+def shard(shared) -> TestClient:
+    return shared
 
 
 def check(client: TestClient, query: str) -> None:

@@ -103,8 +103,8 @@ CASES = [
 
 
 @pytest.mark.parametrize(("query", "binds", "expected"), CASES, ids=[c[0][:60] for c in CASES])
-def test_query_returns_expected_result(aql, query, binds, expected):
-    assert run(aql, query, **binds) == expected
+def test_query_returns_expected_result(shared, query, binds, expected):
+    assert run(shared, query, **binds) == expected
 
 
 def test_stats_report_scan_and_index_use(aql):
@@ -277,8 +277,8 @@ def test_explain_shows_access_paths_without_running(aql, gateway):
         ("FOR i IN 1..10000000 RETURN i", {}, "aql_type_error"),
     ],
 )
-def test_semantic_errors_are_400(aql, query, binds, code):
-    err = fail(aql, query, **binds)
+def test_semantic_errors_are_400(shared, query, binds, code):
+    err = fail(shared, query, **binds)
     assert (err["status"], err["code"]) == (400, code), err
 
 
