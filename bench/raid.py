@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT / "shard"), str(ROOT)]
 import numpy as np  # noqa: E402
 from themis_shard.raid.parity import array_module, make_codec  # noqa: E402
 
-UNIT = 1 << 20
+UNIT = 4 << 20  # the default THEMIS_RAID_UNIT_SIZE
 
 
 def best_rate(fn, nbytes: int, repeat: int) -> float:
@@ -47,7 +47,7 @@ def memcpy_rate(total: int, repeat: int) -> float:
     src = np.random.default_rng(0).integers(0, 256, total, dtype=np.uint8)
     dst = np.empty_like(src)
     dst[:] = 1  # first touch outside the timing
-    step = UNIT
+    step = 1 << 20
 
     def run() -> None:
         for lo in range(0, total, step):
@@ -110,7 +110,7 @@ def parity_table(quick: bool) -> None:
     print("targets: RAID5 encode ≥ 80 % of memcpy, reconstruct ≥ 60 %")
 
 
-def rebuild_bench() -> None:
+def rebuild_bench(unit_size: int, parallel: int) -> None:
     import hashlib
 
     import httpx
@@ -120,7 +120,9 @@ def rebuild_bench() -> None:
 
     model = Path(assemble())
     size = model.stat().st_size
-    os.environ.update({"THEMIS_RAID_ENABLED": "true", "THEMIS_RAID_SOURCE": str(model)})
+    os.environ.update({"THEMIS_RAID_ENABLED": "true", "THEMIS_RAID_SOURCE": str(model),
+                       "THEMIS_RAID_UNIT_SIZE": str(unit_size),
+                       "THEMIS_RAID_PARALLEL_STRIPES": str(parallel)})
     root = Path(tempfile.mkdtemp(prefix="raid-bench-"))
     cluster = LocalCluster(root, 4, "raid5", llm=False)
     try:
@@ -149,8 +151,9 @@ def rebuild_bench() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\nRebuild of the bundled model ({size / 1e6:.0f} MB, RAID5 on 4 shards, 1 MiB units, "
-          "loopback HTTP)")
+    print(f"\nRebuild of the bundled model ({size / 1e6:.0f} MB, RAID5 on 4 shards, "
+          f"{unit_size >> 10} KiB units, "
+          f"{parallel} stripes in flight, loopback HTTP)")
     print(f"{'step':<52}{'seconds':>9}{'MB moved':>10}{'MB/s':>8}")
     print(f"{'cold start of 4 shards (each stripes the source)':<52}{initial:>9.2f}")
     print(f"{'wiped shard: restart → ready (rebuild its units)':<52}{restart:>9.2f}")
@@ -165,10 +168,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-rebuild", action="store_true")
+    ap.add_argument("--rebuild-only", action="store_true")
+    ap.add_argument("--unit-size", type=int, default=UNIT)
+    ap.add_argument("--parallel", type=int, default=4, help="stripes rebuilt concurrently")
     args = ap.parse_args()
-    parity_table(args.quick)
+    if not args.rebuild_only:
+        parity_table(args.quick)
     if not args.no_rebuild:
-        rebuild_bench()
+        rebuild_bench(args.unit_size, args.parallel)
 
 
 if __name__ == "__main__":
