@@ -242,7 +242,7 @@ def reconcile_cluster(
                 "Normal",
                 "RingChanged",
                 f"ring version {previous.ring_version} → {plan.ring_version}: "
-                f"{len(previous.members)} → {len(plan.members)} shards",
+                f"{len(previous.ring_spec.shards)} → {len(plan.ring_spec.shards)} shards in the ring",
             )
         )
     if waiting and prev.get("phase") != "Scaling":

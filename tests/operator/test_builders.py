@@ -299,3 +299,10 @@ def test_gossip_secret_is_generated_once_and_kept():
     assert len(base64.b64decode(first["data"]["secret"])) == 64
     assert build_gossip_secret(ctx(), first)["data"] == first["data"]
     assert build_gossip_secret(ctx(), None)["data"] != first["data"]
+
+
+@pytest.mark.parametrize(("given", "stored"), [("2", "2"), ("0.5", "500m"), ("1.0", "1"), ("250m", "250m")])
+def test_cpu_quantities_are_written_the_way_the_api_server_stores_them(given, stored):
+    from themis_operator.builders.statefulset import canonical_cpu
+
+    assert canonical_cpu(given) == stored

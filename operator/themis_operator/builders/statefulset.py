@@ -89,12 +89,20 @@ def _env(ctx: ClusterContext) -> list[dict]:
     return env
 
 
+def canonical_cpu(quantity: str) -> str:
+    """CPU as the API server stores it ("0.5" → "500m", "2.0" → "2"), so re-applying is a no-op."""
+    if quantity.endswith("m") or "." not in quantity:
+        return quantity
+    millis = round(float(quantity) * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
 def _resources(spec: ThemisClusterSpec) -> dict:
     r = spec.resources
-    requests: dict[str, str] = {"cpu": r.cpu, "memory": r.memory}
+    requests: dict[str, str] = {"cpu": canonical_cpu(r.cpu), "memory": r.memory}
     limits: dict[str, str] = {"memory": r.memory_limit or r.memory}
     if r.cpu_limit:
-        limits["cpu"] = r.cpu_limit
+        limits["cpu"] = canonical_cpu(r.cpu_limit)
     if r.gpus > 0:
         # Extended resources must be equal in requests and limits.
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(r.gpus)
