@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON312 := $(firstword $(wildcard /root/.pyenv/versions/3.12.1/bin/python3.12) $(shell command -v python3.12))
 VENV := .venv
 PY := $(VENV)/bin/python
-SHARDS ?= 1
+SHARDS ?= 3
 # llama-cpp-python compiles from source: use every core; pip caches the wheel afterwards.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1

@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             node.llm = LLMRuntime(settings.llm, metrics.registry)
             app.state.llm = node.llm
             await node.llm.start()
+            node.cluster.runtime = node.llm  # adapters to announce through gossip
         await node.cluster.start()
         app.state.node = node
         try:

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .metrics import ShardMetrics
@@ -46,7 +47,7 @@ class ShardNode:
         tls = ({"tls_ca_path": settings.tls_ca_path, "tls_cert_path": settings.tls_cert_path,
                 "tls_key_path": settings.tls_key_path} if settings.tls else {})
         cluster = ClusterService(plan, settings.shard_id, store, vectors, ClusterSettings(**tls), metrics.registry,
-                                 plan_path=settings.plan_path)
+                                 load=LoadSampler(metrics.registry).sample, plan_path=settings.plan_path)
         node = cls(settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan, cluster=cluster)
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))

@@ -25,7 +25,8 @@ from ..storage.hints import HintLog, encode_items
 from ..vector.catalog import VectorCatalog
 from .documents import DistributedDocuments
 from .gossip import Gossiper
-from .gossip_state import GossipCodec, GossipState, ShardLoad
+from .announcer import announcements_to_publish, resident_adapters
+from .gossip_state import GossipCodec, GossipState, RoutingView, ShardLoad
 from ..ring import HashRing
 from ..storage.names import urn
 from .migration import (
@@ -40,6 +41,7 @@ from .migration import (
 )
 from .placement import Topology, merge_top_k
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .router import AdaptiveShardRouter, RoutingPolicy
 from .settings import ClusterSettings
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,12 @@ class ClusterService:
             codec = GossipCodec(plan.cluster, secret.get_secret_value().encode())
             self.gossiper = Gossiper.from_settings(self.state, codec, self._gossip_transport, self.settings,
                                                    load=load, registry=registry)
+        self.view = RoutingView(self.state)
+        self.router = AdaptiveShardRouter.from_settings(
+            self.view, lambda key: self._topology.ring.owners(key, len(self._topology.ring.shards)),
+            lambda: self.executor.open_peers() | self.view.dead_peers(), self.settings, registry)
+        #: The shard's LLMRuntime once the app started it (adapters to announce); None without LLM.
+        self.runtime = None
         self._tasks: list[asyncio.Task] = []
         self.caught_up = not self._topology.clustered
         self.migration = MigrationProgress(ring_version=plan.ring_version)
@@ -140,6 +148,8 @@ class ClusterService:
         ring_changed = plan.ring_version != self._topology.version
         self._topology = Topology.of(plan, self.self_id)
         self.metrics.ring_version.set(plan.ring_version)
+        self.settings = self.settings.with_router(plan.router)
+        self.router.set_policy(RoutingPolicy.from_settings(self.settings))
         known = set(self.state.members)
         for member in plan.members:
             if member.shard_id not in known:
@@ -154,6 +164,8 @@ class ClusterService:
     async def start(self) -> None:
         if self.gossiper is not None:
             self._tasks.append(self.gossiper.start())
+            self._tasks.append(asyncio.create_task(
+                self._every(self.settings.gossip_interval_s, self._announce), name="announce"))
         self._tasks.append(asyncio.create_task(self._every(1.0, self._replay_hints), name="hint-replay"))
         if self.settings.breaker_health_probe_s:
             self._tasks.append(asyncio.create_task(
@@ -188,6 +200,15 @@ class ClusterService:
     async def _gossip_transport(self, peer: str, message: dict[str, Any]) -> Any:
         return await self.executor.request(peer, "POST", "/internal/gossip", json_body=message, retries=0,
                                            timeout_s=self.settings.exchange_timeout_s)
+
+    async def _announce(self) -> None:
+        """Publish our adapters' capabilities (and withdrawals) into the gossip state."""
+        if self.runtime is None:
+            return
+        mine = {a.adapter_id: a for a in self.state.announcements.values() if a.shard_id == self.self_id}
+        for ann in announcements_to_publish(self.self_id, resident_adapters(self.runtime), mine, time.time(),
+                                            self.settings.announcement_ttl_s):
+            self.state.announce(ann)
 
     def member_states(self) -> dict[str, str]:
         if self.gossiper is None:
