@@ -170,7 +170,7 @@ class NodeData:
             return await run_in_threadpool(self.local_scan, node, binds, (), deadline)
         executor = self.node.cluster.executor
         down = set(executor.open_peers())
-        body = {"fragment": encode_scan(node), "bind_vars": dict(binds)}
+        body = {"fragment": encode_scan(node), "bind_vars": dict(binds), "timeout_s": 0.0}
         for _ in range(len(topo.members)):
             targets = [m for m in topo.members if m not in down] or [topo.self_id]
 
@@ -182,7 +182,7 @@ class NodeData:
                     target,
                     "POST",
                     SCAN_PATH,
-                    json_body={**body, "down": sorted(down_now)},
+                    json_body={**body, "down": sorted(down_now), "timeout_s": timeout},
                     idempotent=True,
                     retries=1,
                     timeout_s=timeout,

@@ -10,13 +10,13 @@ from __future__ import annotations
 import ast as pyast
 import functools
 import math
-from importlib import resources
 
 from lark import Lark, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ast
 from .errors import AqlSyntaxError, semantic
+from .grammar import GRAMMAR
 
 MAX_QUERY_CHARS = 64 * 1024
 _FRIENDLY = {
@@ -35,8 +35,7 @@ _FRIENDLY = {
 @functools.cache
 def _lark() -> Lark:
     """The compiled parser: built once per process, immutable afterwards."""
-    grammar = resources.files(__package__).joinpath("grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", maybe_placeholders=True)
+    return Lark(GRAMMAR, parser="lalr", maybe_placeholders=True)
 
 
 def _unquote(token: str) -> str:

@@ -147,6 +147,9 @@ class AqlService:
             down = [str(d) for d in body.get("down") or []]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise type_error(f"malformed scan fragment: {exc}") from None
-        deadline = time.monotonic() + self.settings.timeout_s
+        budget = self.settings.timeout_s
+        if isinstance(body.get("timeout_s"), int | float) and body["timeout_s"] > 0:
+            budget = min(budget, float(body["timeout_s"]))  # the coordinator's remaining time
+        deadline = time.monotonic() + budget
         result = await run_in_threadpool(self.data.local_scan, node, binds, down, deadline)
         return {"rows": result.rows, "scanned": result.scanned}

@@ -1,0 +1,31 @@
+"""AQL — the Themis query language over documents, vectors and inference (API.md "Query language").
+
+One statement per request, ``POST /v1/aql {"query", "bind_vars"}`` → ``{"result": [...], "stats"}``::
+
+    [EXPLAIN]
+    ( FOR v IN collection | @@coll | <expr>      -- a collection, or any array value
+    | FILTER <expr> | LET v = <expr>
+    | SORT <expr> [ASC|DESC], ... | LIMIT [offset,] count )*
+    ( RETURN [DISTINCT] <expr>
+    | INSERT <obj> INTO coll | UPDATE <key|doc> WITH <obj> IN coll | REMOVE <key|doc> IN coll
+    | UPSERT <key|doc> INSERT <obj> UPDATE <obj> IN coll
+    | INFER <'model'|@m> <prompt> [DOMAIN d] [LORA a] [OPTIONS {max_tokens, temperature, ...}]
+    | EMBED <text> [MODEL 'm'] | EMBED DOCUMENT <urn>
+    | RAG <question> FROM coll [TOP k] [DOMAIN d] [USING MODEL 'm'] [OPTIONS {...}] )
+
+Expressions: literals (numbers, 'strings', "strings", true/false/null, [arrays], {objects}),
+``@bind`` parameters (values never enter the query text), variables, ``a.b`` / ``a[expr]``,
+``+ - * / %``, ``== != < <= > >=``, ``IN``/``NOT IN``/``LIKE``, ``AND``/``&&``, ``OR``/``||``,
+``NOT``/``!``, ``cond ? a : b``, ``lo..hi`` ranges, and the functions in ``evaluate.FUNCTIONS``
+(``SIMILARITY(a, b)`` is cosine similarity; in ``SORT … DESC LIMIT k`` it runs on the vector
+index). Documents carry the system attributes ``_key``, ``_urn`` and ``_version``.
+
+Writes of one statement (a FOR that writes many rows too) commit as one transaction; in a
+cluster that needs one coordinator for all keys, else 400 ``cross_shard_transaction``.
+``FOR r IN @requests INFER …`` sends one ``/v1/infer:batch``.
+
+Modules: ``grammar``/``parser`` (text → ``ast``), ``planner`` (pure: AST → plan, access paths and
+pushdown), ``evaluate``/``values`` (pure expression semantics), ``executor`` (runs a plan),
+``data`` (storage edge: ring-aware scatter-gather), ``gateway`` (inference edge), ``explain``,
+``service`` (per-shard entry point), ``settings`` (limits).
+"""
