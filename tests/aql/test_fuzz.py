@@ -100,6 +100,8 @@ ATOMS = [
     "LENGTH(d)",
     "NOPE(1)",
     "1..3",
+    "99999999999999999999999",
+    "1e300",
 ]
 BINDS = {"v": [1, 0, 0], "n": 2, "s": "law", "@c": "users"}
 
@@ -188,16 +190,30 @@ def test_random_statements_give_results_or_4xx(shard, query):
     check(shard, query)
 
 
-@pytest.mark.parametrize(
-    "query",
-    [
-        "RETURN " + "(" * 3000 + "1" + ")" * 3000,
-        "RETURN " + "[" * 3000 + "]" * 3000,
-        "RETURN " + "-" * 5000 + "1",
-        "RETURN " + " + ".join(["1"] * 4000),
-        "RETURN 1e308 * 10",
-        "RETURN 'x' " * 20000,
-    ],
-)
+PATHOLOGICAL = [
+    "RETURN " + "(" * 3000 + "1" + ")" * 3000,
+    "RETURN " + "[" * 3000 + "]" * 3000,
+    "RETURN " + "-" * 5000 + "1",
+    "RETURN " + " + ".join(["1"] * 4000),
+    "RETURN 1e308 * 10",
+    "RETURN " + "9" * 5000,
+    "RETURN " + "9" * 300 + " * 1.5",
+    "RETURN 9223372036854775807 * 9223372036854775807 * 9223372036854775807",
+    "RETURN LENGTH(UNIQUE(0..999998))",
+    "FOR i IN 0..999998 COLLECT",
+    "RETURN 'x' " * 20000,
+]
+
+
+@pytest.mark.parametrize("query", PATHOLOGICAL, ids=[q[:30] for q in PATHOLOGICAL])
 def test_pathological_queries(shard, query):
     check(shard, query)
+
+
+def test_non_finite_bind_values_are_refused(shard):
+    response = shard.post(
+        "/v1/aql",
+        content=b'{"query": "RETURN @x", "bind_vars": {"x": [NaN]}}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400, response.text

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import ast
 from .errors import type_error
-from .values import compare, equal, finite, number, truthy
+from .values import compare, distinct, equal, finite, number, truthy
 
 MAX_RANGE = 1_000_000
 
@@ -101,6 +101,13 @@ def binary(op: str, a: Any, b: Any) -> Any:
     x, y = number(a), number(b)
     if x is None or y is None:
         return None
+    try:
+        return _arith(op, x, y)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _arith(op: str, x: int | float, y: int | float) -> int | float | None:
     if op == "+":
         return finite(x + y)
     if op == "-":
@@ -187,11 +194,7 @@ def _substring(s, start, length=None):
 
 
 def _unique(v):
-    out: list = []
-    for x in v if isinstance(v, list) else []:
-        if not any(equal(x, y) for y in out):
-            out.append(x)
-    return out
+    return distinct(v) if isinstance(v, list) else []
 
 
 #: name → (function, min args, max args)

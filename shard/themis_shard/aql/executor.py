@@ -37,7 +37,8 @@ from .planner import (
     constant,
 )
 from .settings import AqlSettings
-from .values import equal, sort_key, truthy
+from .values import distinct as unique
+from .values import sort_key, truthy
 
 INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "priority", "speculative"}
 ROW_SOURCES = (ScanNode, LookupNode, VectorNode, IterNode)
@@ -222,11 +223,7 @@ class _Run:
             case ast.Return(expr, distinct):
                 values = [self.eval(expr, env) for env in rows]
                 if distinct:
-                    unique: list[Any] = []
-                    for v in values:
-                        if not any(equal(v, u) for u in unique):
-                            unique.append(v)
-                    values = unique
+                    values = unique(values)
                 return self.result(values)
             case ast.Insert() | ast.Update() | ast.Remove() | ast.Upsert():
                 return await self.write(rows)

@@ -17,6 +17,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from . import ast
 from .errors import AqlSyntaxError, semantic
 from .grammar import GRAMMAR
+from .values import finite
 
 MAX_QUERY_CHARS = 64 * 1024
 _FRIENDLY = {
@@ -49,12 +50,14 @@ def _unquote(token: str) -> str:
 
 
 def _number(text: str) -> int | float:
-    if "." in text or "e" in text or "E" in text:
-        value = float(text)
-        if not math.isfinite(value):
-            raise semantic(f"number {text} is out of range", "aql_syntax_error")
-        return value
-    return int(text)
+    try:
+        value = float(text) if "." in text or "e" in text or "E" in text else int(text)
+    except ValueError:  # more digits than Python converts
+        value = math.inf
+    value = finite(value)
+    if value is None:
+        raise semantic(f"number {text[:20]}… is out of range", "aql_syntax_error")
+    return value
 
 
 _CMP = {"==", "!=", "<", "<=", ">", ">="}
@@ -289,6 +292,6 @@ def parse(text: str) -> ast.Query:
             raise semantic("query is nested too deeply", "query_too_complex") from None
         if isinstance(exc.orig_exc, Exception) and hasattr(exc.orig_exc, "status"):
             raise exc.orig_exc from None
-        raise
+        raise semantic(f"invalid query: {type(exc.orig_exc).__name__}", "aql_syntax_error") from None
     except RecursionError:
         raise semantic("query is nested too deeply", "query_too_complex") from None

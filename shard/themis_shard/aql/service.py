@@ -7,6 +7,7 @@ tests may put another one in ``node.extras["aql.gateway"]``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -26,6 +27,19 @@ from .planner import Plan, plan
 from .settings import AqlSettings
 
 _CACHE_SIZE = 512
+
+
+def check_bind_values(binds: Mapping[str, Any]) -> None:
+    """Bind values are JSON, but Python's JSON accepts NaN/Infinity: refuse them up front."""
+    stack: list[Any] = list(binds.values())
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise type_error("bind_vars may not hold NaN or Infinity")
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 class AqlService:
@@ -86,6 +100,7 @@ class AqlService:
             binds = {}
         if not isinstance(binds, Mapping):
             raise type_error("bind_vars must be an object")
+        check_bind_values(binds)
         started = time.perf_counter()
         try:
             the_plan = await self.plan(text, binds)

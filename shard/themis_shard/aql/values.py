@@ -69,11 +69,44 @@ def number(value: Any) -> float | int | None:
     return value
 
 
+MAX_EXACT_INT = 1 << 63
+
+
 def finite(value: Any) -> Any:
-    """JSON has no inf/nan: such results become null."""
+    """Numbers are doubles as far as JSON clients go: inf/nan become null, and integers beyond
+    64 bits become floats (or null), so no result can be unserialisable or arbitrarily large."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_EXACT_INT:
+        try:
+            return finite(float(value))
+        except OverflowError:
+            return None
     return value
+
+
+def canonical(value: Any) -> Any:
+    """A hashable key with ``canonical(a) == canonical(b)`` exactly when ``equal(a, b)``:
+    DISTINCT and UNIQUE in linear time."""
+    rank = type_rank(value)
+    if rank == 2:
+        return (2, float(value))
+    if rank == 4:
+        return (4, tuple(canonical(v) for v in value))
+    if rank == 5:
+        return (5, tuple(sorted((k, canonical(v)) for k, v in value.items())))
+    return (rank, value)
+
+
+def distinct(values: list[Any]) -> list[Any]:
+    seen: set = set()
+    out = []
+    for v in values:
+        key = canonical(v)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
 
 
 def sort_key(directions: tuple[bool, ...]):
