@@ -191,3 +191,17 @@ def test_metrics_cover_the_engine(http):
         "themis_llm_rejected_requests_total",
     ):
         assert name in text, name
+
+
+def test_in_process_infer_for_aql_and_rag(server):
+    import asyncio
+
+    async def go():
+        return await server.llm.infer("The capital of France is", max_tokens=3)
+
+    loop = asyncio.new_event_loop()
+    try:
+        result = loop.run_until_complete(go())
+    finally:
+        loop.close()
+    assert result["tokens"] == 3 and result["text"] and result["model"] == "gemma3-270m"

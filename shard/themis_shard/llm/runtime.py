@@ -202,6 +202,48 @@ class LLMRuntime:
         gen.bind(seq, lambda: m.engine.cancel(seq))
         return gen
 
+    async def infer(
+        self,
+        prompt: str,
+        *,
+        model: str | None = None,
+        adapter: str | None = None,
+        domain: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        priority: int = 0,
+    ) -> dict:
+        """One non-streamed generation for in-process callers (AQL ``INFER``, RAG): the /v1/infer
+        result without ``shard_id``. Raises ThemisError like the route does."""
+        from .generation import GenerationFailed
+
+        params = self.sampling(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop
+        )
+        gen = self.submit(
+            prompt=prompt, model=model, adapter=adapter, domain=domain, params=params, priority=priority
+        )
+        try:
+            done = await gen.result()
+        except GenerationFailed as exc:
+            raise ThemisError(exc.message, code=exc.code, status=503) from exc
+        return {
+            "text": done.text,
+            "tokens": done.completion_tokens,
+            "model": gen.model,
+            "adapter": gen.adapter,
+            "finish_reason": done.finish_reason,
+            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
+            "timings": {
+                "ttft_ms": None if done.ttft_s is None else round(done.ttft_s * 1000, 3),
+                "total_ms": round(done.total_s * 1000, 3),
+            },
+        }
+
     def apply_chat_template(self, model: str | None, messages: list[tuple[str, str]]) -> str:
         m = self.model(model)
         try:
