@@ -116,6 +116,9 @@ def test_apply_example_produces_the_full_validated_set_of_children(cluster):
     assert sts["spec"]["replicas"] == 3
     assert sts["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert kubectl.json("pdb", "demo")["spec"]["maxUnavailable"] == 1
+    headless = kubectl.json("service", "demo-headless")["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert [p["port"] for p in kubectl.json("service", "demo")["spec"]["ports"]] == [8080]
     tls = kubectl.json("secret", "demo-tls")["data"]
     assert base64.b64decode(tls["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
     assert {f"demo-{i}.crt" for i in range(3)} <= set(tls)

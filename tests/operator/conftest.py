@@ -105,7 +105,7 @@ def kopf_runner(extra_args=()):
 
 
 @pytest.fixture(scope="module")
-def operator(crds, operator_env):
+def running_operator(crds, operator_env):
     with kopf_runner() as runner:
         time.sleep(1.0)  # let the watchers start
         yield runner

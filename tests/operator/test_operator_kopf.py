@@ -53,7 +53,7 @@ def all_up(fake_shards, namespace, count, **kw):
         fake_shards.set(namespace, f"demo-{i}", **kw)
 
 
-def test_create_builds_valid_children_and_reports_status(operator, kube, emulator, fake_shards):
+def test_create_builds_valid_children_and_reports_status(running_operator, kube, emulator, fake_shards):
     ns = "create"
     all_up(fake_shards, ns, 3)
     owner = create_cluster(kube, ns)
@@ -82,7 +82,7 @@ def test_create_builds_valid_children_and_reports_status(operator, kube, emulato
     assert {"Created", "PlanCreated"} <= set(events(emulator, ns))
 
 
-def test_ready_shards_make_the_cluster_running(operator, kube, emulator, fake_shards):
+def test_ready_shards_make_the_cluster_running(running_operator, kube, emulator, fake_shards):
     ns = "running"
     all_up(fake_shards, ns, 3)
     create_cluster(kube, ns)
@@ -93,7 +93,7 @@ def test_ready_shards_make_the_cluster_running(operator, kube, emulator, fake_sh
     assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
 
 
-def test_unreachable_shards_degrade_the_cluster_with_a_warning(operator, kube, emulator, fake_shards):
+def test_unreachable_shards_degrade_the_cluster_with_a_warning(running_operator, kube, emulator, fake_shards):
     ns = "unreachable"
     all_up(fake_shards, ns, 3)
     fake_shards.down(ns, "demo-2")
@@ -103,7 +103,9 @@ def test_unreachable_shards_degrade_the_cluster_with_a_warning(operator, kube, e
     assert "ShardsUnreachable" in events(emulator, ns)
 
 
-def test_scale_out_bumps_the_ring_and_scale_in_waits_for_hand_off(operator, kube, emulator, fake_shards):
+def test_scale_out_bumps_the_ring_and_scale_in_waits_for_hand_off(
+    running_operator, kube, emulator, fake_shards
+):
     ns = "scale"
     all_up(fake_shards, ns, 5)
     create_cluster(kube, ns)
@@ -127,7 +129,7 @@ def test_scale_out_bumps_the_ring_and_scale_in_waits_for_hand_off(operator, kube
     assert {"Scaled", "RingChanged", "ScaleInWaiting"} <= set(events(emulator, ns))
 
 
-def test_lora_adapter_placement_goes_into_the_plan(operator, kube, emulator, fake_shards):
+def test_lora_adapter_placement_goes_into_the_plan(running_operator, kube, emulator, fake_shards):
     ns = "lora"
     all_up(fake_shards, ns, 3)
     create_cluster(kube, ns)
@@ -163,7 +165,7 @@ def test_lora_adapter_placement_goes_into_the_plan(operator, kube, emulator, fak
     eventually(lambda: kube.get(*LORA, ns, "legal") is None)
 
 
-def test_invalid_spec_is_degraded_without_children_until_fixed(operator, kube, emulator, fake_shards):
+def test_invalid_spec_is_degraded_without_children_until_fixed(running_operator, kube, emulator, fake_shards):
     ns = "invalid"
     create_cluster(kube, ns, raidMode="raid6", shards=3)
     st = eventually(lambda: status(kube, ns).get("phase") == "Degraded" and status(kube, ns))
@@ -180,7 +182,7 @@ def build_pdb_max_unavailable(kube, ns):
     return kube.get("policy/v1", "PodDisruptionBudget", ns, "demo")["spec"]["maxUnavailable"]
 
 
-def test_delete_removes_every_child(operator, kube, emulator, fake_shards):
+def test_delete_removes_every_child(running_operator, kube, emulator, fake_shards):
     ns = "delete"
     create_cluster(kube, ns, monitoring={"serviceMonitor": True})
     eventually(lambda: kube.get("monitoring.coreos.com/v1", "ServiceMonitor", ns, "demo"))
