@@ -9,6 +9,7 @@ from themis_shard.aql.parser import parse
 from themis_shard.aql.planner import (
     FilterNode,
     IterNode,
+    JoinNode,
     LimitNode,
     LookupNode,
     ScanNode,
@@ -39,17 +40,26 @@ def test_outer_scan_pushes_filter_sort_and_limit():
     assert p.nodes[1:] == (SortNode(scan.sort), LimitNode(5, 10))
 
 
-def test_filters_on_other_variables_stay_on_the_coordinator():
+def test_inner_loop_joined_by_equality_is_a_hash_join():
     p = planned(
-        "FOR u IN users FOR o IN orders FILTER o.total > 1 FILTER o.user == u._key SORT o.total RETURN o"
+        "FOR u IN users FOR o IN orders FILTER o.total > 1 FILTER o.user == u._key AND o.x != u.y "
+        "SORT o.total RETURN o"
     )
-    outer, inner, residual, sort = p.nodes
+    outer, join, residual, sort = p.nodes
     assert isinstance(outer, ScanNode) and outer.filters == () and outer.top is None
-    assert (
-        isinstance(inner, ScanNode) and len(inner.filters) == 1 and inner.sort == ()
-    )  # join: no sort pushdown
+    assert isinstance(join, JoinNode) and len(join.scan.filters) == 1 and join.scan.sort == ()
+    assert (join.inner_key, join.outer_key) == (
+        ast.Attr(ast.Var("o"), "user"),
+        ast.Attr(ast.Var("u"), "_key"),
+    )
     assert isinstance(residual, FilterNode) and isinstance(sort, SortNode)
-    assert (outer.fragment, inner.fragment) == (0, 1)
+    assert (outer.fragment, join.scan.fragment) == (0, 1)
+    assert outer.fields == ("_key", "y")  # only what the rest of the query reads travels
+
+
+def test_non_equality_joins_stay_nested_loops():
+    p = planned("FOR u IN users FOR o IN orders FILTER o.total > u.age RETURN o")
+    assert [type(n) for n in p.nodes] == [ScanNode, ScanNode, FilterNode]
 
 
 def test_key_equality_is_a_point_lookup():

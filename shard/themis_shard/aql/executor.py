@@ -27,6 +27,7 @@ from .planner import (
     SYSTEM_ATTRIBUTES,
     FilterNode,
     IterNode,
+    JoinNode,
     LetNode,
     LimitNode,
     LookupNode,
@@ -37,11 +38,11 @@ from .planner import (
     constant,
 )
 from .settings import AqlSettings
+from .values import canonical, sort_key, truthy
 from .values import distinct as unique
-from .values import sort_key, truthy
 
 INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "priority", "speculative"}
-ROW_SOURCES = (ScanNode, LookupNode, VectorNode, IterNode)
+ROW_SOURCES = (ScanNode, JoinNode, LookupNode, VectorNode, IterNode)
 
 
 def strip_system(document: dict[str, Any]) -> dict[str, Any]:
@@ -148,14 +149,18 @@ class _Run:
     async def step(self, node, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         match node:
             case ScanNode():
-                docs = self.scans.get(node.fragment)
-                if docs is None:
-                    result = await self.ex.data.scan(node, self.binds, self.deadline)
-                    docs = self.scans[node.fragment] = result.rows
-                    self.stats.scanned += result.scanned
-                    self.stats.shards |= set(result.shards)
-                    self.stats.index.append(f"scan:{node.collection}")
-                return self.product(rows, node.var, docs)
+                return self.product(rows, node.var, await self.scan(node))
+            case JoinNode():
+                table: dict[Any, list[dict]] = {}
+                for doc in await self.scan(node.scan):
+                    key = canonical(self.eval(node.inner_key, {node.scan.var: doc}))
+                    table.setdefault(key, []).append(doc)
+                out = []
+                for env in rows:
+                    matches = table.get(canonical(self.eval(node.outer_key, env)), ())
+                    out.extend({**env, node.scan.var: doc} for doc in matches)
+                    self.tick(len(out))
+                return out
             case LookupNode():
                 key = constant(node.key, self.binds)
                 doc = await self.ex.data.lookup(node.collection, key)
@@ -188,6 +193,17 @@ class _Run:
             case LimitNode():
                 return rows[node.offset : node.offset + node.count]
         raise AssertionError(f"unknown plan node {node!r}")  # pragma: no cover
+
+    async def scan(self, node: ScanNode) -> list[dict]:
+        """A scan's rows, fetched once per query (its filters never depend on outer rows)."""
+        docs = self.scans.get(node.fragment)
+        if docs is None:
+            result = await self.ex.data.scan(node, self.binds, self.deadline)
+            docs = self.scans[node.fragment] = result.rows
+            self.stats.scanned += result.scanned
+            self.stats.shards |= set(result.shards)
+            self.stats.index.append(f"scan:{node.collection}")
+        return docs
 
     def product(self, rows: list[dict], var: str, docs: list[dict]) -> list[dict]:
         self.tick(len(rows) * len(docs))

@@ -10,6 +10,7 @@ from . import ast
 from .planner import (
     FilterNode,
     IterNode,
+    JoinNode,
     LetNode,
     LimitNode,
     LookupNode,
@@ -103,6 +104,21 @@ def describe(
                     }
                 )
                 shards |= set(members)
+            case JoinNode():
+                scan = node.scan
+                steps.append(
+                    {
+                        "type": "hash_join",
+                        "collection": scan.collection,
+                        "var": scan.var,
+                        "index": None,
+                        "on": f"{render(node.inner_key)} == {render(node.outer_key)}",
+                        "pushed_filters": [render(f) for f in scan.filters],
+                        "shards": members,
+                        "distribution": "scatter-gather once, hashed on the coordinator",
+                    }
+                )
+                shards |= set(members)
             case LookupNode():
                 key = constant(node.key, binds)
                 who = owners(node.collection, key)
@@ -160,7 +176,7 @@ def describe(
         terminal["retrieval"] = {"index": "vector", "shards": members}
         shards |= set(members)
     batched = isinstance(t, ast.Infer) and any(
-        isinstance(n, ScanNode | LookupNode | VectorNode | IterNode) for n in plan.nodes
+        isinstance(n, ScanNode | JoinNode | LookupNode | VectorNode | IterNode) for n in plan.nodes
     )
     if isinstance(t, ast.Infer):
         terminal["mode"] = "batch (/v1/infer:batch)" if batched else "single (/v1/infer)"

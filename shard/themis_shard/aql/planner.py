@@ -68,6 +68,16 @@ class VectorNode:
 
 
 @dataclass(frozen=True)
+class JoinNode:
+    """An inner FOR over a collection joined by equality (``FILTER inner.x == <outer expr>``):
+    the scan runs once, is hashed on ``inner_key``, and every outer row probes it."""
+
+    scan: ScanNode
+    inner_key: ast.Expr
+    outer_key: ast.Expr
+
+
+@dataclass(frozen=True)
 class IterNode:
     var: str
     source: ast.Expr
@@ -95,7 +105,7 @@ class LimitNode:
     count: int
 
 
-Node = ScanNode | LookupNode | VectorNode | IterNode | FilterNode | LetNode | SortNode | LimitNode
+Node = ScanNode | JoinNode | LookupNode | VectorNode | IterNode | FilterNode | LetNode | SortNode | LimitNode
 
 
 @dataclass(frozen=True)
@@ -227,18 +237,38 @@ def _project(nodes: list, terminal: ast.Terminal) -> list:
     """Give each scan the attributes the nodes after it (and the terminal) read."""
     out = list(nodes)
     for i, node in enumerate(nodes):
-        if not isinstance(node, ScanNode):
+        scan = node.scan if isinstance(node, JoinNode) else node
+        if not isinstance(scan, ScanNode):
             continue
+        later = (node.inner_key,) if isinstance(node, JoinNode) else ()
         fields: set[str] | None = set()
-        for expr in _expressions((tuple(nodes[i + 1 :]), terminal)):
-            used = attributes_used(expr, node.var)
+        for expr in _expressions((later, tuple(nodes[i + 1 :]), terminal)):
+            used = attributes_used(expr, scan.var)
             if used is None:
                 fields = None
                 break
             fields |= used
         if fields is not None:
-            out[i] = dataclasses.replace(node, fields=tuple(sorted(fields)))
+            scan = dataclasses.replace(scan, fields=tuple(sorted(fields)))
+            out[i] = dataclasses.replace(node, scan=scan) if isinstance(node, JoinNode) else scan
     return out
+
+
+def _equi_join(flt: ast.Expr, var: str) -> tuple[ast.Expr, ast.Expr, ast.Expr | None] | None:
+    """(inner key, outer key, remaining filter) when ``flt`` has a conjunct ``inner == outer``."""
+    parts = conjuncts(flt)
+    for n, part in enumerate(parts):
+        if not isinstance(part, ast.Binary) or part.op != "==":
+            continue
+        for inner, outer in ((part.left, part.right), (part.right, part.left)):
+            inner_vars, outer_vars = free_vars(inner), free_vars(outer)
+            if inner_vars == {var} and outer_vars and var not in outer_vars:
+                rest = parts[:n] + parts[n + 1 :]
+                remaining = None
+                for r in rest:
+                    remaining = r if remaining is None else ast.Binary("and", remaining, r)
+                return inner, outer, remaining
+    return None
 
 
 def conjuncts(expr: ast.Expr) -> list[ast.Expr]:
@@ -463,8 +493,17 @@ class _Planner:
                     top = _count(nxt.offset, self.binds, "LIMIT offset") + _count(
                         nxt.count, self.binds, "LIMIT count"
                     )
-                nodes.append(ScanNode(op.var, coll, tuple(pushed), sort, top, fragments))
+                scan = ScanNode(op.var, coll, tuple(pushed), sort, top, fragments)
                 fragments += 1
+                join = None if outer or not isinstance(nxt, ast.Filter) else _equi_join(nxt.expr, op.var)
+                if join is not None:
+                    self.check(nxt.expr)
+                    nodes.append(JoinNode(scan, join[0], join[1]))
+                    if join[2] is not None:
+                        nodes.append(FilterNode(join[2]))
+                    i = j + 1
+                    continue
+                nodes.append(scan)
                 i = j
                 continue
             if isinstance(op, ast.Filter):
