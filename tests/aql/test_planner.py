@@ -117,3 +117,8 @@ def test_kinds():
         planned(q, p="x", v=[1]).kind
         for q in ("RETURN 1", "INSERT {} INTO users", "INFER 'm' @p", "EMBED @p", "RAG @p FROM docs")
     ] == ["read", "write", "infer", "embed", "rag"]
+
+
+def test_key_in_a_constant_list_is_a_multi_key_lookup():
+    node = planned("FOR u IN users FILTER u._key IN @ks RETURN u", ks=["a", "b"]).nodes[0]
+    assert isinstance(node, LookupNode) and node.many and node.key == ast.Bind("ks")

@@ -47,6 +47,12 @@ CASES = [
     ),
     ("FOR u IN users FILTER u._key == 'nobody' RETURN u", {}, []),
     (
+        "FOR u IN users FILTER u._key IN @ks SORT u._key RETURN u.age",
+        {"ks": ["erin", "bob", "nobody", 3, "bob"]},
+        [27, 27],
+    ),
+    ("FOR u IN users FILTER u._key IN 'alice' RETURN u", {}, []),
+    (
         "FOR u IN users LET decade = FLOOR(u.age / 10) * 10 FILTER decade == 20 SORT u._key RETURN u._key",
         {},
         ["bob", "erin"],

@@ -45,6 +45,13 @@ INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", 
 ROW_SOURCES = (ScanNode, JoinNode, LookupNode, VectorNode, IterNode)
 
 
+def lookup_keys(value: Any, many: bool) -> list[Any]:
+    """The distinct keys a lookup reads: the value itself, or the strings of an IN list."""
+    if not many:
+        return [value]
+    return list(dict.fromkeys(k for k in value if isinstance(k, str))) if isinstance(value, list) else []
+
+
 def strip_system(document: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in document.items() if k not in SYSTEM_ATTRIBUTES}
 
@@ -162,12 +169,17 @@ class _Run:
                     self.tick(len(out))
                 return out
             case LookupNode():
-                key = constant(node.key, self.binds)
-                doc = await self.ex.data.lookup(node.collection, key)
+                value = constant(node.key, self.binds)
+                keys = lookup_keys(value, node.many)
+                if len(keys) > self.ex.settings.max_rows:
+                    raise limit_exceeded("too many keys in one lookup", "result_too_large")
+                found = await asyncio.gather(*(self.ex.data.lookup(node.collection, k) for k in keys))
+                docs = [d for d in found if d is not None]
                 self.stats.index.append(f"primary:{node.collection}")
-                self.stats.shards |= set(self.ex.data.owners(node.collection, key)[:1])
-                self.stats.scanned += doc is not None
-                out = self.product(rows, node.var, [doc] if doc is not None else [])
+                for key in keys:
+                    self.stats.shards |= set(self.ex.data.owners(node.collection, key)[:1])
+                self.stats.scanned += len(docs)
+                out = self.product(rows, node.var, docs)
                 return [env for env in out if all(truthy(self.eval(f, env)) for f in node.filters)]
             case VectorNode():
                 return await self.vector(node, rows)

@@ -121,7 +121,8 @@ def describe(
                 shards |= set(members)
             case LookupNode():
                 key = constant(node.key, binds)
-                who = owners(node.collection, key)
+                keys = key if node.many and isinstance(key, list) else [] if node.many else [key]
+                who = sorted({owners(node.collection, k)[0] for k in keys})
                 steps.append(
                     {
                         "type": "lookup",
@@ -129,11 +130,11 @@ def describe(
                         "var": node.var,
                         "index": "primary",
                         "key": key,
-                        "shards": who[:1],
+                        "shards": who,
                         "filters": [render(f) for f in node.filters],
                     }
                 )
-                shards |= set(who[:1])
+                shards |= set(who)
             case VectorNode():
                 steps.append(
                     {

@@ -54,6 +54,8 @@ class LookupNode:
     collection: str
     key: ast.Expr
     filters: tuple[ast.Expr, ...] = ()
+    #: ``_key IN <list>``: ``key`` evaluates to a list of keys, read in parallel.
+    many: bool = False
 
 
 @dataclass(frozen=True)
@@ -348,13 +350,17 @@ def vector_filter(
     return pushed, tuple(residual)
 
 
-def _key_lookup(filters: list[ast.Expr], var: str) -> ast.Expr | None:
+def _key_lookup(filters: list[ast.Expr], var: str) -> tuple[ast.Expr, bool] | None:
+    """``v._key == <constant>`` → (key, False); ``v._key IN <constant>`` → (keys, True)."""
     for flt in filters:
         for part in conjuncts(flt):
             if isinstance(part, ast.Binary) and part.op == "==":
                 for a, b in ((part.left, part.right), (part.right, part.left)):
                     if _path(a, var) == ["_key"] and not free_vars(b):
-                        return b
+                        return b, False
+            is_in = isinstance(part, ast.Binary) and part.op == "in"
+            if is_in and _path(part.left, var) == ["_key"] and not free_vars(part.right):
+                return part.right, True
     return None
 
 
@@ -472,9 +478,9 @@ class _Planner:
                     terminal = replace(terminal, similarity, ast.Score(op.var))
                     i = j + 2
                     continue
-                key = _key_lookup(pushed, op.var)
-                if key is not None:
-                    nodes.append(LookupNode(op.var, coll, key, tuple(pushed)))
+                lookup = _key_lookup(pushed, op.var)
+                if lookup is not None:
+                    nodes.append(LookupNode(op.var, coll, lookup[0], tuple(pushed), many=lookup[1]))
                     i = j
                     continue
                 sort: tuple = ()
