@@ -77,6 +77,7 @@ def test_raid6_two_wiped_shards_rebuild_and_the_cli_reports_it(local_cluster, sm
         assert [p.read_bytes() for p in paths] == content[sid], f"{sid} units not bit-exact"
         st = raid_status(cluster, sid)
         assert st["operation"]["op"] == "rebuild" and st["operation"]["units_repaired"] == len(paths)
+        assert st["origin"] == "cluster"  # rebuilt from the peers' units + parity, not the source
         assert st["degraded"] is False
 
     state = tmp_path / "state"
@@ -132,6 +133,7 @@ def test_raid5_wiped_shard_rebuilds_and_serves_the_same_greedy_output(local_clus
 
     status = raid_status(cluster, "shard-2")
     assert status["operation"]["op"] == "assemble" and status["operation"]["state"] == "done"
+    assert status["origin"] == "cluster"
     assert status["operation"]["units_repaired"] == expected_units
     assert status["units"]["ok"] == expected_units and status["model"]["sha256"] == before_sha(status)
     after = httpx.post(url, json=body, timeout=120).json()

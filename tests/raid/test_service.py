@@ -40,6 +40,7 @@ async def test_raid5_wiped_shard_rebuilds_its_units_bit_exact(raid_cluster, mode
     assert sha(path) == manifest.sha256
     assert replacement.progress.state == "done" and replacement.progress.units_repaired == len(before)
     assert replacement.progress.bytes_transferred > 0
+    assert replacement.status()["origin"] == "cluster"
 
 
 async def test_raid5_rebuild_does_not_fall_back_to_the_source(raid_cluster, model_file, tmp_path):
@@ -217,6 +218,7 @@ async def test_before_formation_a_wiped_shard_restripes_the_source(raid_cluster,
     cluster.wipe("shard-3")
     path = await cluster["shard-3"].prepare(str(model_file), assemble=True)
     assert sha(path) == sha(model_file) and cluster["shard-3"].progress.op == "ingest"
+    assert cluster["shard-3"].status()["origin"] == "source"
 
 
 async def test_a_source_that_differs_from_the_peers_model_is_refused(raid_cluster, model_file, tmp_path):

@@ -129,6 +129,9 @@ class RaidService:
         self.progress = Progress()
         self.last_scan: dict[str, Any] = {}
         self.model_path: Path | None = None
+        #: Where this process got its units at start: "local" volume, "cluster" (rebuilt from
+        #: peers), or "source" (striped from the model source: a new cluster).
+        self.origin: str | None = None
         self.error: str | None = None
         self._tasks: list[asyncio.Task] = []
         self._lock = asyncio.Lock()  # one rebuild/assembly/ingest at a time
@@ -170,8 +173,16 @@ class RaidService:
                                           code="no_manifest")
                 self.store.save_manifest(manifest)
                 self.store.mark_formed(manifest.key)
+                self.origin = "cluster"
                 log.info("raid: replacing a shard of formed model %s: rebuilding from peers", manifest.key)
             else:
+                if not states and self.peers():
+                    # A new cluster starting (nobody serves yet) looks like this — and so does a shard
+                    # that lost its volume while every peer was down. Say so loudly.
+                    log.warning("raid: no peer answered; striping %s from the source. If this cluster had "
+                                "already formed, this shard's units come from the source, not from parity.",
+                                source or "bundled")
+                self.origin = "source"
                 manifest = await self.ingest_local(source, keep_file=assemble)
                 other = {st["key"] for st in states.values() if st.get("key")} - {manifest.key}
                 if other:
@@ -182,6 +193,8 @@ class RaidService:
                 self.store.set_active(manifest.key)
                 self.model_path = self.store.model_path(manifest.key) if assemble else None
                 return self.model_path
+        else:
+            self.origin = "local"
         await self.sync(manifest, assemble=assemble, wait=True)
         self.store.set_active(manifest.key)
         self.model_path = self.store.model_path(manifest.key) if assemble else None
@@ -686,7 +699,7 @@ class RaidService:
         except ValueError as exc:
             layout = {"error": str(exc)}
         return {"enabled": True, "shard_id": self.self_id, "layout": layout,
-                "formed": bool(manifest and self.store.is_formed(manifest.key)),
+                "formed": bool(manifest and self.store.is_formed(manifest.key)), "origin": self.origin,
                 "model": manifest.summary() if manifest else None,
                 "model_path": str(self.model_path) if self.model_path else None,
                 "units": self.last_scan, "operation": self.progress.as_dict(), "error": self.error,

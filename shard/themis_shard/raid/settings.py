@@ -21,7 +21,7 @@ class RaidSettings(BaseSettings):
     weights_dir: Path | None = None
     #: Stripe unit size in bytes. 4 MiB: one HTTP request per unit costs more than the XOR, so
     #: bigger units rebuild faster over loopback (measured: 1 MiB ≈ 65 MB/s, 4 MiB ≈ 100 MB/s on
-    #: 2 cores); the XOR itself works in 256 KiB blocks whatever the unit size. Must stay below
+    #: 2 cores); the XOR itself works in 1 MiB blocks whatever the unit size. Must stay below
     #: THEMIS_MAX_REQUEST_BYTES (64 MiB), the largest unit a peer accepts.
     unit_size: int = Field(4 << 20, ge=UNIT_ALIGN, le=1 << 30)
     #: RAID6 geometry k data + m parity units per stripe; 0 = k = shards − m.
