@@ -59,10 +59,15 @@ class RouterSettings(_Strict):
 
 
 class AdapterPlacement(_Strict):
+    """A LoRA adapter the shards in ``shards`` load themselves (the operator never calls them)."""
+
     name: str
     domain: str
     source: str
     shards: tuple[str, ...] = ()
+    rank: int | None = Field(None, ge=1)
+    scale: float = Field(1.0, gt=0)
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
 
 
 class Member(_Strict):

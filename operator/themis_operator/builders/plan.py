@@ -98,6 +98,9 @@ def cluster_spec(
                 domain=by_name[p.adapter].domain,
                 source=by_name[p.adapter].source,
                 shards=p.shards,
+                rank=by_name[p.adapter].rank,
+                scale=by_name[p.adapter].scale,
+                sha256=by_name[p.adapter].sha256,
             )
             for p in placements
         ),
