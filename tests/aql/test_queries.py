@@ -325,3 +325,11 @@ def test_explain_infer_shows_the_adaptive_routers_choice_for_the_domain(aql):
     assert (best["shard"], best["adapter"], best["fallback"]) == ("shard-2", "legal-lora", False)
     [plan] = run(aql, "EXPLAIN INFER 'm' @p", p="x")
     assert plan["terminal"]["routing"]["candidates"][0]["fallback"] is True  # no domain: the ring decides
+
+
+def test_update_of_a_document_read_earlier_is_optimistic(aql):
+    [bob] = run(aql, "FOR u IN users FILTER u._key == 'bob' RETURN u")
+    run(aql, "UPDATE 'bob' WITH {age: 28} IN users")  # someone else commits first
+    err = fail(aql, "UPDATE @doc WITH {age: 99} IN users", doc=bob)
+    assert (err["status"], err["code"]) == (409, "version_conflict")
+    assert run(aql, "FOR u IN users FILTER u._key == 'bob' RETURN u.age") == [28]

@@ -278,6 +278,18 @@ class _Run:
             )
         return values
 
+    async def current(self, coll: str, key: str, target: Any) -> dict | None:
+        """The document an UPDATE/UPSERT changes: the row itself when the query read it from this
+        collection (its ``_version`` then guards the commit, so a concurrent change since the read
+        is a 409), else a routed read."""
+        if (
+            isinstance(target, dict)
+            and isinstance(target.get("_version"), int)
+            and target.get("_urn") == (f"urn:themis:{coll}:{key}")
+        ):
+            return target
+        return await self.ex.data.lookup(coll, key)
+
     async def write(self, rows: list[dict]) -> list[dict]:
         t = self.plan.terminal
         coll = self.plan.collection
@@ -297,8 +309,11 @@ class _Run:
             for env in rows:
                 writes.append(("remove", Write(coll, key_of(self.eval(t.key, env), "REMOVE"), None)))
         else:
-            keys = [key_of(self.eval(t.key, env), type(t).__name__.upper()) for env in rows]
-            current = await asyncio.gather(*(self.ex.data.lookup(coll, k) for k in keys))
+            targets = [self.eval(t.key, env) for env in rows]
+            keys = [key_of(v, type(t).__name__.upper()) for v in targets]
+            current = await asyncio.gather(
+                *(self.current(coll, k, v) for k, v in zip(keys, targets, strict=True))
+            )
             for env, key, doc in zip(rows, keys, current, strict=True):
                 if doc is None and isinstance(t, ast.Update):
                     raise NotFound(f"document {coll}/{key} does not exist", code="document_not_found")
