@@ -51,7 +51,7 @@ def write_state(cluster, state_dir) -> None:
 @pytest.fixture
 def small_model(tmp_path, monkeypatch):
     src = tmp_path / "weights-source.gguf"
-    src.write_bytes(os.urandom(3_000_017))
+    src.write_bytes(b"GGUF" + os.urandom(3_000_013))
     monkeypatch.setenv("THEMIS_RAID_ENABLED", "true")
     monkeypatch.setenv("THEMIS_RAID_SOURCE", str(src))
     monkeypatch.setenv("THEMIS_RAID_UNIT_SIZE", str(64 << 10))

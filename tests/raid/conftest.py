@@ -112,5 +112,5 @@ async def raid_cluster(tmp_path):
 def model_file(tmp_path) -> Path:
     """A GGUF stand-in: random bytes whose size divides into nothing (odd tail, padded stripe)."""
     path = tmp_path / "model.gguf"
-    path.write_bytes(os.urandom(1_234_567))
+    path.write_bytes(b"GGUF" + os.urandom(1_234_563))
     return path

@@ -227,7 +227,7 @@ async def test_a_source_that_differs_from_the_peers_model_is_refused(raid_cluste
         m = await cluster[sid].ingest_local(str(model_file))
         cluster[sid].store.set_active(m.key)
     other = tmp_path / "other.gguf"
-    other.write_bytes(b"x" * 1000)
+    other.write_bytes(b"GGUF" + b"x" * 1000)
     with pytest.raises(Exception, match="peers hold model"):
         await cluster["shard-2"].prepare(str(other), assemble=True)
 
@@ -240,3 +240,16 @@ async def test_rebuild_respects_the_rate_limit(raid_cluster, model_file):
     op = cluster["shard-1"].status()["operation"]
     assert op["bytes_transferred"] > 1e6
     assert op["rate_bytes_per_s"] <= 4.4e6 and op["elapsed_s"] >= op["bytes_transferred"] / 4e6 - 0.3
+
+
+async def test_only_gguf_files_are_ingested(raid_cluster, tmp_path):
+    from themis_shard.errors import ThemisError
+
+    cluster = raid_cluster(3, "raid5")
+    secret = tmp_path / "not-a-model.txt"
+    secret.write_text("password=hunter2")
+    with pytest.raises(ThemisError, match="not a GGUF file") as err:
+        await cluster["shard-0"].ingest(str(secret))
+    assert err.value.code == "not_gguf" and err.value.status == 400
+    with pytest.raises(ThemisError, match="not found"):
+        await cluster["shard-0"].ingest(str(tmp_path / "missing.gguf"))

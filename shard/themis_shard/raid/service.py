@@ -300,10 +300,17 @@ class RaidService:
             path = await asyncio.to_thread(bundled_model_path)
             return path, path.name, False
         if source.startswith(("http://", "https://")):
-            return await self._download(source), source.rsplit("/", 1)[-1] or "model.gguf", True
+            path = await self._download(source)
+            try:
+                _check_gguf(path, source)
+            except ThemisError:
+                path.unlink(missing_ok=True)
+                raise
+            return path, source.rsplit("/", 1)[-1] or "model.gguf", True
         path = Path(source).expanduser()
         if not path.is_file():
             raise RaidUnavailable(f"model source not found: {source}", code="source_not_found")
+        _check_gguf(path, source)
         return path, path.name, False
 
     async def _download(self, url: str) -> Path:
@@ -714,6 +721,14 @@ class _StripeLost(Exception):
 
 class _PeersDown(Exception):
     """Not enough peers answer right now (they may come back)."""
+
+
+def _check_gguf(path: Path, source: str) -> None:
+    """Only model files are striped (not whatever file a path or URL happens to name)."""
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ThemisError(f"{source} is not a GGUF file (magic {magic!r})", code="not_gguf", status=400)
 
 
 def _pwrite_all(fd: int, buffers: list, offset: int) -> None:
