@@ -333,3 +333,13 @@ def test_update_of_a_document_read_earlier_is_optimistic(aql):
     err = fail(aql, "UPDATE @doc WITH {age: 99} IN users", doc=bob)
     assert (err["status"], err["code"]) == (409, "version_conflict")
     assert run(aql, "FOR u IN users FILTER u._key == 'bob' RETURN u.age") == [28]
+
+
+def test_metrics_count_queries_by_kind_and_outcome(aql):
+    run(aql, "FOR u IN users RETURN u._key")
+    fail(aql, "RETURN nope")
+    text = aql.get("/metrics").text
+    assert 'themis_aql_queries_total{kind="read",outcome="ok"} 1.0' in text
+    assert 'themis_aql_queries_total{kind="unknown",outcome="rejected"} 1.0' in text
+    assert "themis_aql_rows_scanned_total 5.0" in text
+    assert 'themis_aql_query_duration_seconds_count{kind="read"} 1.0' in text

@@ -22,6 +22,7 @@ from .errors import limit_exceeded, type_error
 from .executor import Executor
 from .explain import describe
 from .gateway import HttpGateway, InferenceGateway
+from .metrics import AqlMetrics
 from .parser import parse
 from .planner import Plan, plan
 from .settings import AqlSettings
@@ -52,6 +53,7 @@ class AqlService:
         s = node.settings
         self._default_gateway = gateway or HttpGateway(s.url, verify=str(s.tls_ca_path) if s.tls else True)
         self._parsed: OrderedDict[str, ast.Query] = OrderedDict()
+        self.metrics = AqlMetrics(node.metrics.registry)
 
     @property
     def gateway(self) -> InferenceGateway:
@@ -96,31 +98,36 @@ class AqlService:
         )
 
     async def execute(self, text: str, binds: Mapping[str, Any] | None) -> dict[str, Any]:
-        if binds is None:
-            binds = {}
-        if not isinstance(binds, Mapping):
-            raise type_error("bind_vars must be an object")
-        check_bind_values(binds)
         started = time.perf_counter()
+        kind = "unknown"
         try:
+            if binds is None:
+                binds = {}
+            if not isinstance(binds, Mapping):
+                raise type_error("bind_vars must be an object")
+            check_bind_values(binds)
             the_plan = await self.plan(text, binds)
+            kind = "explain" if the_plan.explain else the_plan.kind
             planned = time.perf_counter()
             if the_plan.explain:
-                result = [
-                    describe(
-                        the_plan,
-                        binds,
-                        members=self.data.members(),
-                        owners=self.data.owners,
-                        routing=self.routing,
-                    )
-                ]
+                members, owners = self.data.members(), self.data.owners
+                result = [describe(the_plan, binds, members=members, owners=owners, routing=self.routing)]
                 stats: dict[str, Any] = {}
             else:
                 result, stats = await self.executor().run(the_plan, binds)
         except RecursionError:  # a pathological nesting that slipped past the parser's guard
+            self.metrics.queries.labels(kind=kind, outcome="rejected").inc()
             raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None
+        except ThemisError as exc:
+            self.metrics.queries.labels(kind=kind, outcome="rejected" if exc.status < 500 else "failed").inc()
+            raise
+        except Exception:
+            self.metrics.queries.labels(kind=kind, outcome="failed").inc()
+            raise
         done = time.perf_counter()
+        self.metrics.queries.labels(kind=kind, outcome="ok").inc()
+        self.metrics.duration.labels(kind=kind).observe(done - started)
+        self.metrics.rows_scanned.inc(stats.get("scanned", 0))
         stats.update(
             {
                 "kind": the_plan.kind,
