@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 from themis_shard.aql import ast
-from themis_shard.aql.parser import parse
-from themis_shard.aql.planner import (
+from themis_shard.aql.nodes import (
     FilterNode,
     IterNode,
     JoinNode,
@@ -15,8 +14,9 @@ from themis_shard.aql.planner import (
     ScanNode,
     SortNode,
     VectorNode,
-    plan,
 )
+from themis_shard.aql.parser import parse
+from themis_shard.aql.planner import plan
 from themis_shard.errors import BadRequest
 from themis_shard.storage.collections import CollectionConfig
 

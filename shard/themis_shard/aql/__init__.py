@@ -24,8 +24,9 @@ Writes of one statement (a FOR that writes many rows too) commit as one transact
 cluster that needs one coordinator for all keys, else 400 ``cross_shard_transaction``.
 ``FOR r IN @requests INFER …`` sends one ``/v1/infer:batch``.
 
-Modules: ``grammar``/``parser`` (text → ``ast``), ``planner`` (pure: AST → plan, access paths and
-pushdown), ``evaluate``/``values`` (pure expression semantics), ``executor`` (runs a plan),
-``data`` (storage edge: ring-aware scatter-gather), ``gateway`` (inference edge), ``explain``,
-``service`` (per-shard entry point), ``settings`` (limits).
+Modules: ``grammar``/``parser`` (text → ``ast``), ``planner`` (pure: AST → ``nodes.Plan``, with
+the rules in ``pushdown`` and the tree helpers in ``exprs``), ``evaluate``/``values`` (pure
+expression semantics), ``executor`` (runs a plan), ``data`` (storage edge: ring-aware
+scatter-gather; ``codec`` ships fragments to peers), ``gateway`` (inference edge), ``explain``,
+``service`` (per-shard entry point), ``settings`` (limits), ``metrics``.
 """

@@ -26,7 +26,7 @@ from ..storage.documents import Change, StoredDocument, Write
 from ..storage.names import KEY_RE, parse_urn, urn
 from . import codec
 from .evaluate import evaluate
-from .planner import ScanNode
+from .nodes import ScanNode
 from .values import sort_key, truthy
 
 SCAN_PATH = "/internal/aql/scan"

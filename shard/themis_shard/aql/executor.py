@@ -22,8 +22,9 @@ from ..vector.catalog import EMBEDDING_FIELD
 from . import ast
 from .errors import limit_exceeded, type_error
 from .evaluate import evaluate, score_slot
+from .exprs import constant
 from .gateway import InferenceGateway
-from .planner import (
+from .nodes import (
     SYSTEM_ATTRIBUTES,
     FilterNode,
     IterNode,
@@ -35,7 +36,6 @@ from .planner import (
     ScanNode,
     SortNode,
     VectorNode,
-    constant,
 )
 from .settings import AqlSettings
 from .values import canonical, sort_key, truthy

@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import ast
-from .planner import (
+from .exprs import constant, free_vars
+from .nodes import (
     FilterNode,
     IterNode,
     JoinNode,
@@ -18,7 +19,6 @@ from .planner import (
     ScanNode,
     SortNode,
     VectorNode,
-    constant,
 )
 
 _PRECEDENCE = {
@@ -185,6 +185,4 @@ def describe(
 
 
 def _uses_rows(expr: ast.Expr) -> bool:
-    from .planner import free_vars
-
     return bool(free_vars(expr))

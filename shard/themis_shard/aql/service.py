@@ -23,8 +23,9 @@ from .executor import Executor
 from .explain import describe
 from .gateway import HttpGateway, InferenceGateway
 from .metrics import AqlMetrics
+from .nodes import Plan
 from .parser import parse
-from .planner import Plan, plan
+from .planner import plan
 from .settings import AqlSettings
 
 _CACHE_SIZE = 512
