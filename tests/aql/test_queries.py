@@ -343,3 +343,11 @@ def test_metrics_count_queries_by_kind_and_outcome(aql):
     assert 'themis_aql_queries_total{kind="unknown",outcome="rejected"} 1.0' in text
     assert "themis_aql_rows_scanned_total 5.0" in text
     assert 'themis_aql_query_duration_seconds_count{kind="read"} 1.0' in text
+
+
+def test_query_time_limit(aql):
+    from themis_shard.aql.service import AqlService
+
+    AqlService.of(aql.app.state.node).settings.timeout_s = 0.001
+    err = fail(aql, "FOR i IN 1..300 FOR j IN 1..300 FILTER i * j == -1 RETURN 1")
+    assert (err["status"], err["code"]) == (400, "query_timeout")
