@@ -109,6 +109,8 @@ def start_shard(state_dir: Path, plan_path: Path, launch: dict, member: Member, 
         env["THEMIS_INTERNAL_PORT"] = member.internal_url.rsplit(":", 1)[1]
     if launch["no_llm"]:
         env["THEMIS_LLM_ENABLED"] = "false"
+    if launch.get("raid_weights"):
+        env["THEMIS_RAID_ENABLED"] = "true"  # model weights striped with parity across the shards
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "themis_shard"], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -251,7 +253,7 @@ def up(args: argparse.Namespace) -> int:
     write_plan(plan_path, plan)
     launch = {"gossip_secret": secrets.token_hex(32),  # signs gossip; this cluster's shards only
               "host": args.host, "data_root": str(args.data_root.resolve()), "no_llm": args.no_llm,
-              "raid_mode": args.raid_mode}
+              "raid_mode": args.raid_mode, "raid_weights": args.raid_weights}
     shards = [start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
               for member in members]
     ca = str((state_dir / "tls" / "ca.crt").resolve()) if args.tls else None
@@ -306,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--data-root", type=Path, default=Path("data"))
     p_up.add_argument("--timeout", type=float, default=180.0)
     p_up.add_argument("--no-llm", action="store_true", help="documents and vectors only (no model load)")
+    p_up.add_argument("--raid-weights", action=argparse.BooleanOptionalAction, default=None,
+                      help="stripe the model weights across the shards with parity "
+                           "(default: on for raid5/raid6)")
     p_up.add_argument("--tls", action="store_true",
                       help="HTTPS for clients and mTLS between shards (certificates in .themis/tls)")
     p_up.add_argument("--grace", type=float, default=10.0)
@@ -328,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "up" and args.raid_mode is None:
         args.raid_mode = "raid1" if args.shards >= 2 else "raid0"
+    if args.command == "up" and args.raid_weights is None:
+        args.raid_weights = args.raid_mode in ("raid5", "raid6")
     return args.func(args)
 
 
