@@ -105,6 +105,8 @@ CASES = [
         {"v": [0, 1, 0]},
         [{"k": "p4", "s": 0.988}],
     ),
+    ("FOR p IN passages SORT SIMILARITY(p.embedding, @v) DESC LIMIT 0 RETURN p", {"v": [1, 0, 0]}, []),
+    ("FOR u IN users SORT u.age LIMIT 0 RETURN u", {}, []),
 ]
 
 

@@ -229,6 +229,8 @@ class _Run:
             or any(isinstance(x, bool) or not isinstance(x, int | float) for x in vector)
         ):
             raise type_error("SIMILARITY needs a vector: a non-empty list of numbers")
+        if node.fetch == 0:  # LIMIT 0: nothing to ask the index for
+            return []
         hits, failed = await self.ex.data.vector_search(
             node.collection, vector, node.fetch, node.filter or None
         )
