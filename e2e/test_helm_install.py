@@ -1,0 +1,202 @@
+"""`helm install` of charts/themis into the Kubernetes API emulator, then the operator at work.
+
+helm-sdkpy (Helm's Go code, no binary) installs the chart with ``HELM_DRIVER=memory`` (set
+before its process starts, so in a child process) into ``themis_operator.testing.emulator``:
+CRDs from crds/, RBAC, the operator Deployment, dashboards ConfigMaps, ServiceMonitor,
+PrometheusRule and a ThemisCluster from values. Then the operator runs as a process with the
+arguments of the Deployment Helm created, and reconciles the chart's ThemisCluster into its
+StatefulSet, Services, plan ConfigMap, PDB and status (shards played by FakeShards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "themis-system"
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+VALUES = {
+    "cluster": {"enabled": True, "name": "demo", "spec": {"shards": 2, "raidMode": "raid1"}},
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+    "operator": {"statusIntervalSeconds": 1},
+}
+
+INSTALL = """
+import asyncio, json, sys
+import helm_sdkpy
+kubeconfig, chart, namespace, values = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
+release = asyncio.run(helm_sdkpy.Install(config).run("themis", chart, values=values, wait=False, timeout=60))
+print(json.dumps({"name": release.get("name"), "status": (release.get("info") or {}).get("status")}))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def eventually(check, timeout: float = 30.0, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while True:
+        if result := check():
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def emulator(monkeypatch):
+    pytest.importorskip("helm_sdkpy", reason="pip install helm-sdkpy==0.1.32")
+    from themis_operator.testing import emulator as module
+    from themis_operator.testing.emulator import Kind, running_emulator
+
+    async def server_version(self, request):
+        # kmock answers v1.26.4; the chart requires kubeVersion >= 1.29 (Helm checks /version).
+        return {
+            "major": "1",
+            "minor": "37",
+            "gitVersion": "v1.37.0",
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.24",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+
+    monkeypatch.setattr(module.ThemisEmulator, "_serve_server_version", server_version)
+    extra = [
+        Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+        Kind(
+            "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+        ),
+        Kind("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+        Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+        # The Prometheus Operator's CRDs, as on a cluster running kube-prometheus-stack.
+        Kind("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"),
+        Kind("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule"),
+    ]
+    with running_emulator() as server:
+        for kind in extra:
+            server.call(lambda e, k=kind: e.register(k))
+        yield server
+
+
+def helm_install(kubeconfig: Path, values: dict) -> dict:
+    env = {**os.environ, "HELM_DRIVER": "memory"}  # read once, when Helm's Go code starts
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            INSTALL,
+            str(kubeconfig),
+            str(ROOT / "charts" / "themis"),
+            NAMESPACE,
+            json.dumps(values),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def names(emulator, api_version: str, plural: str, namespace: str | None = None) -> set[str]:
+    return {o["metadata"]["name"] for o in emulator.objects(api_version, plural, namespace)}
+
+
+def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, tmp_path):
+    from themis_operator.testing.fakeshards import FakeShards
+
+    kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
+    release = helm_install(kubeconfig, VALUES)
+    assert release == {"name": "themis", "status": "deployed"}
+
+    # What Helm created: CRDs from crds/, then the templates.
+    assert names(emulator, "apiextensions.k8s.io/v1", "customresourcedefinitions") == {
+        "themisclusters.themisdb.io",
+        "loraadapters.themisdb.io",
+    }
+    assert names(emulator, "rbac.authorization.k8s.io/v1", "clusterroles") == {"themis-operator"}
+    assert names(emulator, "rbac.authorization.k8s.io/v1", "clusterrolebindings") == {"themis-operator"}
+    assert names(emulator, "v1", "serviceaccounts", NAMESPACE) == {"themis-operator"}
+    assert names(emulator, "monitoring.coreos.com/v1", "servicemonitors", NAMESPACE) == {"themis-shards"}
+    assert names(emulator, "monitoring.coreos.com/v1", "prometheusrules", NAMESPACE) == {"themis-alerts"}
+    dashboards = names(emulator, "v1", "configmaps", NAMESPACE)
+    assert dashboards == {f"themis-dashboard-{p.stem}" for p in (ROOT / "dashboards").glob("*.json")}
+    (deployment,) = emulator.objects("apps/v1", "deployments", NAMESPACE)
+    (cluster,) = emulator.objects("themisdb.io/v1alpha1", "themisclusters", NAMESPACE)
+    assert cluster["metadata"]["name"] == "demo" and cluster["spec"]["shards"] == 2
+    assert cluster["spec"]["tls"]["enabled"] is True  # defaulted from the CRD schema by the API server
+
+    # The operator, started with the arguments of the Deployment Helm created.
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = container["command"][1:]
+    args[args.index("--liveness") + 1] = f"http://127.0.0.1:{free_port()}/healthz"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    shards = FakeShards().start()
+    for i in range(2):
+        shards.set(NAMESPACE, f"demo-{i}")
+    log = tmp_path / "operator.log"
+    operator = subprocess.Popen(
+        [sys.executable, "-m", "themis_operator", "--kubeconfig", str(kubeconfig), *args],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            **env,
+            "THEMIS_OPERATOR_SHARD_URL_TEMPLATE": shards.url_template,
+            "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "0.5",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "shard"), str(ROOT / "operator")]),
+        },
+    )
+    try:
+
+        def reconciled():
+            """the StatefulSet, Services, plan, PDB and Secrets of the chart's cluster exist"""
+            return (
+                names(emulator, "apps/v1", "statefulsets", NAMESPACE) == {"demo"}
+                and {"demo", "demo-headless"} <= names(emulator, "v1", "services", NAMESPACE)
+                and "demo-plan" in names(emulator, "v1", "configmaps", NAMESPACE)
+                and {"demo-tls", "demo-ca"} <= names(emulator, "v1", "secrets", NAMESPACE)
+                and names(emulator, "policy/v1", "poddisruptionbudgets", NAMESPACE) == {"demo"}
+            )
+
+        eventually(reconciled, 60)
+        (statefulset,) = emulator.objects("apps/v1", "statefulsets", NAMESPACE)
+        assert statefulset["spec"]["replicas"] == 2
+        assert statefulset["metadata"]["ownerReferences"][0]["uid"] == cluster["metadata"]["uid"]
+
+        def status():
+            """the cluster reports both shards and the generation it observed"""
+            (tc,) = emulator.objects("themisdb.io/v1alpha1", "themisclusters", NAMESPACE)
+            st = tc.get("status") or {}
+            return st.get("observedGeneration") == 1 and len(st.get("shards") or []) == 2 and st
+
+        st = eventually(status, 60)
+        assert st["ringVersion"] == 1
+        assert operator.poll() is None, log.read_text()[-3000:]
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(15)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait(5)
+        shards.stop()
