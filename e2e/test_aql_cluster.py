@@ -111,6 +111,8 @@ def test_explain_names_the_shards_a_query_touches(seeded):
     assert len(owner) == 1
     body = aql(url, "FOR d IN items FILTER d._key == 'i007' RETURN d.n")
     assert body["result"] == [7] and body["stats"]["shards"] == owner
+    [plan] = aql(url, "EXPLAIN UPDATE 'i007' WITH {n: 7} IN items")["result"]
+    assert [plan["terminal"]["coordinator"]] == owner
 
 
 def test_writes_route_to_the_owner_and_cross_shard_writes_are_refused(seeded):

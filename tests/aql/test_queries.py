@@ -251,6 +251,11 @@ def test_explain_shows_access_paths_without_running(aql, gateway):
     assert plan["shards"] == ["shard-0"]
     [plan] = run(aql, "EXPLAIN FOR u IN users FILTER u._key == 'bob' RETURN u")
     assert plan["steps"][0]["type"] == "lookup"
+    [plan] = run(aql, "EXPLAIN UPDATE @k WITH {a: 1} IN users", k="bob")
+    assert plan["terminal"]["coordinator"] == "shard-0" and plan["shards"] == ["shard-0"]
+    [plan] = run(aql, "EXPLAIN FOR u IN users UPDATE u WITH {a: 1} IN users")
+    assert plan["terminal"]["coordinator"] is None  # per row, decided at run time
+    assert run(aql, "FOR u IN users FILTER u.a == 1 RETURN u") == []  # EXPLAIN wrote nothing
     [plan] = run(aql, "EXPLAIN INFER 'm' 'x' DOMAIN 'legal'")
     assert plan["terminal"]["routing"]["domain"] == "legal"
     assert plan["terminal"]["mode"] == "single (/v1/infer)"

@@ -168,6 +168,10 @@ def describe(
         terminal["transaction"] = (
             "all writes commit atomically on one coordinator (else cross_shard_transaction)"
         )
+        coordinator = _write_coordinator(t, plan, binds, owners)
+        terminal["coordinator"] = coordinator
+        if coordinator is not None:
+            shards.add(coordinator)
     if isinstance(t, ast.Return):
         terminal["expr"] = render(t.expr)
     if isinstance(t, ast.Infer | ast.Rag) and routing is not None:
@@ -186,3 +190,20 @@ def describe(
 
 def _uses_rows(expr: ast.Expr) -> bool:
     return bool(free_vars(expr))
+
+
+def _write_coordinator(
+    t: ast.Terminal, plan: Plan, binds: Mapping[str, Any], owners: Callable[[str, Any], list[str]]
+) -> str | None:
+    """The shard that will commit a single-row write whose key is a constant; None otherwise
+    (the key depends on the rows, or INSERT generates one)."""
+    if any(not isinstance(n, LetNode) for n in plan.nodes):
+        return None
+    target = t.document if isinstance(t, ast.Insert) else t.key
+    if _uses_rows(target):
+        return None
+    value = constant(target, binds)
+    key = value.get("_key") if isinstance(value, dict) else value
+    if not isinstance(key, str):
+        return None
+    return owners(plan.collection, key)[0]
