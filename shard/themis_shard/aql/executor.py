@@ -336,7 +336,10 @@ class _Run:
                 )
         if not writes:
             return []
-        committed: list[Change] = await self.ex.data.commit([w for _, w in writes])
+        self.tick(len(writes))
+        # Past this point the commit runs to its end even if the query's timer fires: cancelling
+        # it between the durable local commit and replication would leave replicas without a hint.
+        committed: list[Change] = await asyncio.shield(self.ex.data.commit([w for _, w in writes]))
         self.stats.writes = len(committed)
         self.stats.shards |= set(self.ex.data.owners(coll, writes[0][1].key)[:1])
         return [
