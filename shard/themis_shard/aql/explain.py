@@ -21,26 +21,6 @@ from .nodes import (
     VectorNode,
 )
 
-_PRECEDENCE = {
-    "or": 1,
-    "and": 2,
-    "==": 4,
-    "!=": 4,
-    "<": 4,
-    "<=": 4,
-    ">": 4,
-    ">=": 4,
-    "in": 4,
-    "not in": 4,
-    "like": 4,
-    "..": 5,
-    "+": 6,
-    "-": 6,
-    "*": 7,
-    "/": 7,
-    "%": 7,
-}
-
 
 def render(expr: ast.Expr) -> str:
     """AQL text for an expression (bind parameters stay parameters)."""

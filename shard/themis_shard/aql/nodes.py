@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import ast
-from .errors import semantic
 
 EMBEDDING = "embedding"
 SYSTEM_ATTRIBUTES = ("_key", "_urn", "_version")
@@ -107,9 +106,3 @@ class Plan:
             ast.EmbedDocument: "embed",
             ast.Rag: "rag",
         }[type(self.terminal)]
-
-    def scan(self, fragment: int) -> ScanNode:
-        for node in self.nodes:
-            if isinstance(node, ScanNode) and node.fragment == fragment:
-                return node
-        raise semantic(f"the plan has no scan fragment {fragment}", "invalid_request")
