@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -200,3 +202,79 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
             operator.kill()
             operator.wait(5)
         shards.stop()
+
+
+# ---- the same chart on a real cluster (kind/k3d), skipped when none is reachable -------------------
+def reachable_cluster() -> str | None:
+    """A kubeconfig whose current context is kind/k3d (or any with THEMIS_E2E_CLUSTER=1) and ready."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    binary = str(kubectl) if kubectl.exists() else shutil.which("kubectl")
+    kubeconfig = (
+        os.environ.get("THEMIS_E2E_KUBECONFIG")
+        or os.environ.get("KUBECONFIG")
+        or os.path.expanduser("~/.kube/config")
+    )
+    if binary is None or not os.path.exists(kubeconfig):
+        return None
+    try:
+        context = subprocess.run(
+            [binary, f"--kubeconfig={kubeconfig}", "config", "current-context"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        if not (context.startswith(("kind-", "k3d-")) or os.environ.get("THEMIS_E2E_CLUSTER") == "1"):
+            return None
+        ready = subprocess.run(
+            [binary, f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz", "--request-timeout=5s"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return kubeconfig if ready.returncode == 0 else None
+
+
+REAL = """
+import asyncio, json, sys
+import helm_sdkpy
+kubeconfig, chart, namespace, values = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
+try:
+    release = asyncio.run(helm_sdkpy.Install(config).run(
+        "themis-e2e", chart, values=values, create_namespace=True, wait=False, timeout=120))
+    status = asyncio.run(helm_sdkpy.Status(config).run("themis-e2e"))
+    print(json.dumps({"status": (status.get("info") or {}).get("status")}))
+finally:
+    asyncio.run(helm_sdkpy.Uninstall(config).run("themis-e2e", wait=True, timeout=120))
+"""
+
+
+def test_helm_install_on_a_real_cluster(tmp_path):
+    """Install and uninstall with a real API server's admission (schema, RBAC escalation checks)."""
+    pytest.importorskip("helm_sdkpy", reason="pip install helm-sdkpy==0.1.32")
+    kubeconfig = reachable_cluster()
+    if kubeconfig is None:
+        pytest.skip("no reachable kind/k3d cluster (or THEMIS_E2E_CLUSTER=1 with a kubeconfig)")
+    namespace = f"themis-helm-{uuid.uuid4().hex[:6]}"
+    values = {
+        "fullnameOverride": namespace,
+        "cluster": {"enabled": True, "name": "demo", "spec": {"shards": 1}},
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            REAL,
+            kubeconfig,
+            str(ROOT / "charts" / "themis"),
+            namespace,
+            json.dumps(values),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "deployed"}
