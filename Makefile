@@ -43,6 +43,11 @@ test-fast: install
 
 bench: install
 	$(PY) bench/storage.py
+	$(PY) bench/routing.py
+	$(PY) bench/aql.py
+	$(PY) bench/raid.py
+	$(PY) bench/engine.py
+	$(PY) bench/reshard.py --docs 20000
 
 lint: install
 	$(VENV)/bin/ruff check shard operator tests e2e bench

@@ -160,7 +160,9 @@ class NodeData:
 
         if not self.node.store.has_collection(node.collection):
             return ScanResult([], 0, [topo.self_id])
-        result = scan_rows(self.node.store.scan(node.collection), node, binds, keep, deadline)
+        # The ownership test runs on the key before the value is decoded (2/3 of the copies skipped
+        # cheaply under RAID1 at 3 shards).
+        result = scan_rows(self.node.store.scan(node.collection, keep=keep), node, binds, None, deadline)
         result.shards = [topo.self_id]
         return result
 

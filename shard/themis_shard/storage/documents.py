@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,11 +204,15 @@ class DocumentStore:
     def live_version(self, collection: str, key: str) -> int:
         return codec.live_version(self._docs.get(storage_key(collection, key)))
 
-    def scan(self, collection: str, *, tombstones: bool = False) -> Iterator[StoredDocument | Tombstone]:
-        """A collection's documents in key order, from one consistent snapshot."""
+    def scan(self, collection: str, *, tombstones: bool = False,
+             keep: Callable[[str], bool] | None = None) -> Iterator[StoredDocument | Tombstone]:
+        """A collection's documents in key order, from one consistent snapshot. ``keep`` is
+        checked on the key before the value is decoded (e.g. "rows this shard owns first")."""
         prefix = collection.encode() + b"\x00"
         for raw_key, raw in self._scan_prefix(prefix):
             _, key = split_storage_key(raw_key)
+            if keep is not None and not keep(key):
+                continue
             version, document = codec.decode(raw)
             if document is not None:
                 yield StoredDocument(collection, key, version, document)
