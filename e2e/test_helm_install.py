@@ -262,19 +262,32 @@ def test_helm_install_on_a_real_cluster(tmp_path):
         "fullnameOverride": namespace,
         "cluster": {"enabled": True, "name": "demo", "spec": {"shards": 1}},
     }
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            REAL,
-            kubeconfig,
-            str(ROOT / "charts" / "themis"),
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                REAL,
+                kubeconfig,
+                str(ROOT / "charts" / "themis"),
+                namespace,
+                json.dumps(values),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "deployed"}
+    finally:
+        kubectl = Path(sys.executable).parent / "kubectl"
+        binary = str(kubectl) if kubectl.exists() else "kubectl"
+        cleanup = [
+            binary,
+            f"--kubeconfig={kubeconfig}",
+            "delete",
+            "namespace",
             namespace,
-            json.dumps(values),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "deployed"}
+            "--ignore-not-found",
+        ]
+        subprocess.run([*cleanup, "--wait=false"], capture_output=True, timeout=60)
