@@ -116,9 +116,21 @@ def workload(urls: list[str]) -> None:
         for url, body in (
             (a, {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}),
             (b, {"prompt": "Contract law says", "max_tokens": 6, "domain": "legal"}),
+            # The same prompt again: a KV-prefix cache has something to hit.
+            (a, {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}),
         ):
             r = client.post(f"{url}/v1/infer", json=body)
             assert r.status_code == 200, r.text
+        r = client.post(
+            f"{a}/v1/infer:batch",
+            json={
+                "requests": [
+                    {"prompt": "One, two,", "max_tokens": 4},
+                    {"prompt": "Red, green,", "max_tokens": 4},
+                ]
+            },
+        )
+        assert r.status_code == 200, r.text
         r = client.post(f"{b}/v1/embed", json={"texts": ["a short text to embed"]})
         assert r.status_code == 200, r.text
 
