@@ -193,3 +193,39 @@ def test_every_query_parses_in_promtool(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(rules)} rules found" in done.stdout
+
+
+def _lost(ours, theirs, path: str = "") -> list[str]:
+    """Paths of ``ours`` that ``theirs`` lacks or holds differently."""
+    if isinstance(ours, dict):
+        if not isinstance(theirs, dict):
+            return [path]
+        return [
+            p
+            for k, v in ours.items()
+            for p in ([f"{path}.{k}"] if k not in theirs else _lost(v, theirs[k], f"{path}.{k}"))
+        ]
+    if isinstance(ours, list):
+        if not isinstance(theirs, list) or len(ours) != len(theirs):
+            return [path]
+        return [
+            p for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) for p in _lost(a, b, f"{path}[{i}]")
+        ]
+    return [] if ours == theirs else [f"{path}: {ours!r} != {theirs!r}"]
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_grafana_foundation_sdk_reads_every_field(name):
+    """Decoded into the SDK's typed Grafana 11 models and encoded again, nothing is lost but the
+    variable's display-only ``definition`` (which the SDK's model does not carry)."""
+    sdk = pytest.importorskip(
+        "grafana_foundation_sdk", reason="pip install 'grafana-foundation-sdk==1769699379!11.6.0'"
+    )
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    assert sdk
+    again = json.loads(JSONEncoder().encode(Dashboard.from_json(BOARDS[name])))
+    lost = {re.sub(r"\[\d+\]", "[]", p) for p in _lost(BOARDS[name], again)}
+    assert lost <= {".templating.list[].definition"}, sorted(lost)
+    assert again["panels"][1]["targets"][0]["expr"] == BOARDS[name]["panels"][1]["targets"][0]["expr"]
