@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status test test-fast bench lint clean
+.PHONY: help install up down status test test-tools test-fast bench lint dashboards clean
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -35,7 +35,12 @@ down:
 status: install
 	$(VENV)/bin/themis status
 
-test: install
+# Tests also need a real Prometheus (dashboards are evaluated against it): Debian's package.
+test-tools:
+	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
+
+test: install test-tools
 	$(PY) -m pytest -q
 
 test-fast: install
@@ -50,7 +55,12 @@ bench: install
 	$(PY) bench/reshard.py --docs 20000
 
 lint: install
-	$(VENV)/bin/ruff check shard operator tests e2e bench
+	$(VENV)/bin/ruff check shard operator tests e2e bench tools
+	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile.shard Dockerfile.operator
+	$(PY) tools/build_dashboards.py --check
+
+dashboards: install
+	$(PY) tools/build_dashboards.py
 
 clean: down
 	rm -rf $(VENV) .themis data .pytest_cache .hypothesis
