@@ -68,14 +68,17 @@ def port() -> int:
 class LocalCluster:
     """N real shard processes sharing one plan file; shards can be killed and restarted."""
 
-    def __init__(self, root: Path, n: int, raid_mode: str = "raid1", llm: bool = False) -> None:
-        from themis_shard.plan import ClusterSpec, Member, build_plan
+    def __init__(self, root: Path, n: int, raid_mode: str = "raid1", llm: bool = False,
+                 router: dict | None = None, env: dict[str, str] | None = None) -> None:
+        from themis_shard.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
         self.ports = [free_port() for _ in range(n)]
         self.ids = [f"shard-{i}" for i in range(n)]
         members = tuple(Member(shard_id=sid, url=f"http://127.0.0.1:{p}") for sid, p in zip(self.ids, self.ports))
-        self.plan = build_plan(ClusterSpec(name="e2e", members=members, raid_mode=raid_mode))
+        self.plan = build_plan(ClusterSpec(name="e2e", members=members, raid_mode=raid_mode,
+                                           router=RouterSettings(**(router or {}))))
+        self.env = env or {}
         self.plan_path = root / "plan.json"
         self.plan_path.write_text(self.plan.to_json())
         self.llm = llm
@@ -90,8 +93,9 @@ class LocalCluster:
         env = {**os.environ, "THEMIS_SHARD_ID": shard_id, "THEMIS_PORT": str(self.ports[i]),
                "THEMIS_DATA_DIR": str(self.root / shard_id), "THEMIS_PLAN_PATH": str(self.plan_path),
                "THEMIS_LLM_ENABLED": "true" if self.llm else "false",
-               "THEMIS_CLUSTER_GOSSIP_SECRET": "e2e-secret", "THEMIS_CLUSTER_GOSSIP_INTERVAL_S": "0.2",
-               "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "1", "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "2"}
+               "THEMIS_CLUSTER_GOSSIP_SECRET": "e2e-secret", "THEMIS_CLUSTER_GOSSIP_INTERVAL_S": "0.3",
+               "THEMIS_CLUSTER_GOSSIP_EXCHANGE_TIMEOUT_S": "2",
+               "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "3", "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "10", **self.env}
         log = open(self.root / f"{shard_id}.log", "ab")
         self._logs.append(log)
         proc = subprocess.Popen([sys.executable, "-m", "themis_shard", "--log-level", "warning"], env=env,
@@ -123,8 +127,8 @@ class LocalCluster:
 def local_cluster(tmp_path):
     clusters: list[LocalCluster] = []
 
-    def make(n: int = 3, raid_mode: str = "raid1", llm: bool = False) -> LocalCluster:
-        cluster = LocalCluster(tmp_path, n, raid_mode, llm)
+    def make(n: int = 3, raid_mode: str = "raid1", llm: bool = False, **kw) -> LocalCluster:
+        cluster = LocalCluster(tmp_path, n, raid_mode, llm, **kw)
         clusters.append(cluster)
         cluster.start_all()
         return cluster

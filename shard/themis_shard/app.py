@@ -73,8 +73,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(aql.router)
     app.include_router(raid_api.router)  # RAID (issue 8)
     if settings.llm.enabled:
-        from .api import inference
+        from .api import inference, inference_cluster
 
+        app.include_router(inference_cluster.router)  # routing front first: it owns the public paths
         app.include_router(inference.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

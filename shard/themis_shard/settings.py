@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     max_batch_documents: int = Field(10_000, ge=1)
     max_transaction_operations: int = Field(1_000, ge=1)
     max_search_k: int = Field(1_000, ge=1)
+    #: Largest scatter-gather inference batch (split into engine calls of at most 256).
+    max_batch_requests: int = Field(1_024, ge=1)
     #: Persist vector indexes after this many changes (and always on clean shutdown).
     vector_persist_every: int = Field(10_000, ge=1)
     use_gpu: bool | None = Field(None, description="None = auto-detect (faiss GPUs / CUDA)")

@@ -26,6 +26,7 @@ from ..vector.catalog import VectorCatalog
 from .documents import DistributedDocuments
 from .gossip import Gossiper
 from .announcer import announcements_to_publish, resident_adapters
+from .inference import InferenceRouting
 from .gossip_state import GossipCodec, GossipState, RoutingView, ShardLoad
 from ..ring import HashRing
 from ..storage.names import urn
@@ -107,6 +108,7 @@ class ClusterService:
             lambda: self.executor.open_peers() | self.view.dead_peers(), self.settings, registry)
         #: The shard's LLMRuntime once the app started it (adapters to announce); None without LLM.
         self.runtime = None
+        self.inference = InferenceRouting(self, registry)
         self._tasks: list[asyncio.Task] = []
         self.caught_up = not self._topology.clustered
         self.migration = MigrationProgress(ring_version=plan.ring_version)

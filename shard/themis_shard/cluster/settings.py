@@ -105,7 +105,9 @@ class ClusterSettings(BaseSettings):
 
     @property
     def exchange_timeout_s(self) -> float:
-        return self.gossip_exchange_timeout_s or self.gossip_interval_s
+        """Default: two intervals but at least 2 s — a busy shard (prefill on both cores) must
+        not look unreachable to gossip."""
+        return self.gossip_exchange_timeout_s or max(2.0, 2 * self.gossip_interval_s)
 
     def with_router(self, router: Any) -> ClusterSettings:
         """A copy taking thresholds/gamma/TTL from the plan's ``RouterSettings`` (plan wins)."""
