@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .generation import deliver
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
 from .native import Batch, NativeContext, NativeModel
 from .sampling import SamplingParams
 from .scheduler import Limits, Scheduler
-from .sequence import DoneEvent, ErrorEvent, Sequence, Sink, TokenEvent
+from .sequence import DoneEvent, ErrorEvent, Event, Sequence, Sink, TokenEvent
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ class Engine:
         self._cv = threading.Condition()
         self._closed = False
         self._live: set[Sequence] = set()
+        #: Events of the current pass, handed over together (one event-loop wake-up per pass).
+        self._outbox: list[tuple[Sink, Event]] = []
         self._thread = threading.Thread(target=self._run, name=f"llm-engine-{name}", daemon=True)
 
     @property
@@ -220,8 +223,10 @@ class Engine:
                         log.exception("engine iteration failed")
                         self._fail_running("engine_error", "inference failed")
                 self._update_gauges()
+                self._flush()
         finally:
             self._drain_on_close()
+            self._flush()
 
     def _apply(self, op: tuple) -> None:
         kind = op[0]
@@ -316,7 +321,7 @@ class Engine:
         if seq.t_first is None:
             seq.t_first = now
         seq.t_last = now
-        seq.sink(TokenEvent(token, text))
+        self._emit(seq, TokenEvent(token, text))
         if seq.assembler.stopped:
             self._finish(seq, "stop")
         elif seq.n_generated >= seq.params.max_tokens or len(seq.tokens) >= self.ledger.capacity_cells:
@@ -330,12 +335,13 @@ class Engine:
         self._live.discard(seq)
         tail = seq.assembler.flush() if reason != "cancelled" else ""
         if tail:
-            seq.sink(TokenEvent(-1, tail))
+            self._emit(seq, TokenEvent(-1, tail))
         now = time.perf_counter()
         if self._m:
             self._m["request_latency"].observe(now - seq.t_arrival)
             self._metrics.requests.labels(model=self.name, finish_reason=reason).inc()
-        seq.sink(
+        self._emit(
+            seq,
             DoneEvent(
                 finish_reason=reason,
                 text=seq.assembler.text,
@@ -345,7 +351,7 @@ class Engine:
                 total_s=now - seq.t_arrival,
                 queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
                 preemptions=seq.preemptions,
-            )
+            ),
         )
 
     def _fail(self, seq: Sequence, code: str, message: str) -> None:
@@ -353,11 +359,19 @@ class Engine:
         if slot is not None and slot >= 0:
             self.ctx.drop_seq(slot)
         self._live.discard(seq)
-        seq.sink(ErrorEvent(code, message))
+        self._emit(seq, ErrorEvent(code, message))
 
     def _fail_running(self, code: str, message: str) -> None:
         for seq in list(self.scheduler.running):
             self._fail(seq, code, message)
+
+    def _emit(self, seq: Sequence, event: Event) -> None:
+        self._outbox.append((seq.sink, event))
+
+    def _flush(self) -> None:
+        if self._outbox:
+            out, self._outbox = self._outbox, []
+            deliver(out)
 
     def _update_gauges(self) -> None:
         if not self._m:

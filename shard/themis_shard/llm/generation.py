@@ -1,8 +1,9 @@
 """The asyncio side of one request: engine events → an async iterator, cancel on exit.
 
-The engine thread calls ``sink`` for every event; ``Generation`` hands them to the event loop with
-``call_soon_threadsafe``. A handler that stops iterating (client disconnect, task cancelled)
-leaves through ``aclose``/``cancel``, which tells the engine to drop the sequence and its KV.
+The engine thread emits events for ``sink``; ``deliver`` hands a whole pass's events to the
+event loop with one ``call_soon_threadsafe``. A handler that stops iterating (client disconnect,
+task cancelled) leaves through ``aclose``/``cancel``, which tells the engine to drop the sequence
+and its KV.
 """
 
 from __future__ import annotations
@@ -12,6 +13,27 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from .sequence import DoneEvent, ErrorEvent, Event, Sequence, TokenEvent
+
+
+def deliver(pairs: list[tuple[Callable[[Event], None], Event]]) -> None:
+    """Hand one engine pass's events over: a single ``call_soon_threadsafe`` (one self-pipe write,
+    one wake-up) per event loop instead of one per token — with 16 streams that is 16× fewer
+    cross-thread wake-ups competing with llama.cpp for the same cores. Other sinks are called."""
+    groups: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Event]]] = {}
+    for sink, event in pairs:
+        gen = getattr(sink, "__self__", None)
+        if isinstance(gen, Generation):
+            groups.setdefault(gen._loop, []).append((gen._queue, event))
+        else:
+            sink(event)
+    for loop, items in groups.items():
+        with contextlib.suppress(RuntimeError):  # loop closed: nobody is listening any more
+            loop.call_soon_threadsafe(_put_all, items)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, Event]]) -> None:
+    for queue, event in items:
+        queue.put_nowait(event)
 
 
 class GenerationFailed(Exception):
@@ -32,7 +54,7 @@ class Generation:
         self.adapter: str | None = None
 
     def sink(self, event: Event) -> None:
-        """Called on the engine thread."""
+        """Called on the engine thread (``deliver`` batches these per event loop)."""
         with contextlib.suppress(RuntimeError):  # loop closed: nobody is listening any more
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
