@@ -69,7 +69,7 @@ class LocalCluster:
     """N real shard processes sharing one plan file; shards can be killed and restarted."""
 
     def __init__(self, root: Path, n: int, raid_mode: str = "raid1", llm: bool = False,
-                 router: dict | None = None, env: dict[str, str] | None = None) -> None:
+                 router: dict | None = None, env: dict[str, str] | None = None, adapters: tuple = ()) -> None:
         from themis_shard.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
@@ -77,7 +77,7 @@ class LocalCluster:
         self.ids = [f"shard-{i}" for i in range(n)]
         members = tuple(Member(shard_id=sid, url=f"http://127.0.0.1:{p}") for sid, p in zip(self.ids, self.ports))
         self.plan = build_plan(ClusterSpec(name="e2e", members=members, raid_mode=raid_mode,
-                                           router=RouterSettings(**(router or {}))))
+                                           router=RouterSettings(**(router or {})), adapters=adapters))
         self.env = env or {}
         self.plan_path = root / "plan.json"
         self.plan_path.write_text(self.plan.to_json())

@@ -130,3 +130,25 @@ def test_a_shard_killed_mid_batch_never_loses_an_item(local_cluster) -> None:
     assert all("error" in r for r in results if r not in answered)
     assert all(r["shard_id"] != "shard-2" for r in answered if r.get("shard_id"))
     assert len(answered) >= 8  # retried on the survivors; an error entry only if the retry failed too
+
+
+def test_shards_load_the_adapters_the_plan_places_on_them(local_cluster, lora_file) -> None:
+    from themis_shard.plan import AdapterPlacement, ClusterPlan
+
+    placement = AdapterPlacement(name="legal-qa", domain="legal", source=str(lora_file), shards=("shard-1",))
+    cluster = local_cluster(2, llm=True, adapters=(placement,))
+
+    def adapters(shard: str) -> list[str]:
+        return [a["name"] for a in httpx.get(f"{cluster.url(shard)}/v1/adapters").json()["adapters"]]
+
+    deadline = time.monotonic() + 60
+    while "legal-qa" not in adapters("shard-1") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert adapters("shard-1") == ["legal-qa"] and adapters("shard-0") == []
+    # The operator (here: the test) rewrites the plan without the adapter: the shard unloads it.
+    plan = ClusterPlan.load(cluster.plan_path)
+    cluster.plan_path.write_text(plan.model_copy(update={"adapters": ()}).to_json())
+    deadline = time.monotonic() + 90  # a load still evaluating the adapter finishes first
+    while adapters("shard-1") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert adapters("shard-1") == []

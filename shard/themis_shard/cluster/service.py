@@ -109,6 +109,8 @@ class ClusterService:
         #: The shard's LLMRuntime once the app started it (adapters to announce); None without LLM.
         self.runtime = None
         self.inference = InferenceRouting(self, registry)
+        self._plan_adapters: set[str] = set()
+        self._adapter_failures: dict[str, str] = {}
         self._tasks: list[asyncio.Task] = []
         self.caught_up = not self._topology.clustered
         self.migration = MigrationProgress(ring_version=plan.ring_version)
@@ -149,6 +151,7 @@ class ClusterService:
         log.info("plan changed: ring version %d → %d", self._topology.version, plan.ring_version)
         ring_changed = plan.ring_version != self._topology.version
         self._topology = Topology.of(plan, self.self_id)
+        self._adapter_failures.clear()  # a new plan may have fixed a placement: try again
         self.metrics.ring_version.set(plan.ring_version)
         self.settings = self.settings.with_router(plan.router)
         self.router.set_policy(RoutingPolicy.from_settings(self.settings))
@@ -169,6 +172,7 @@ class ClusterService:
             self._tasks.append(asyncio.create_task(
                 self._every(self.settings.gossip_interval_s, self._announce), name="announce"))
         self._tasks.append(asyncio.create_task(self._every(1.0, self._replay_hints), name="hint-replay"))
+        self._tasks.append(asyncio.create_task(self._every(2.0, self._sync_adapters), name="plan-adapters"))
         if self.settings.breaker_health_probe_s:
             self._tasks.append(asyncio.create_task(
                 self._every(self.settings.breaker_health_probe_s, self._probe_open_peers), name="breaker-probe"))
@@ -202,6 +206,41 @@ class ClusterService:
     async def _gossip_transport(self, peer: str, message: dict[str, Any]) -> Any:
         return await self.executor.request(peer, "POST", "/internal/gossip", json_body=message, retries=0,
                                            timeout_s=self.settings.exchange_timeout_s)
+
+    async def _sync_adapters(self) -> None:
+        """Load the LoRA adapters the plan places on this shard; unload the ones it no longer does.
+        (The operator only writes the plan; shards act on it — no heavy calls from the operator.)"""
+        if self.runtime is None or not getattr(self.runtime, "ready", False):
+            return
+        wanted = {a.name: a for a in self._topology.plan.adapters if self.self_id in a.shards}
+        manager = self.runtime.model(None).adapters
+        loaded = {info.name: info for info in manager.list()}
+        for name, placement in wanted.items():
+            if name in loaded or name in self._adapter_failures:
+                continue
+            source = placement.source.removeprefix("file://")
+            if "://" in source:
+                self._adapter_failures[name] = f"unsupported adapter source {placement.source!r} (use a path)"
+                log.warning("adapter %s: %s", name, self._adapter_failures[name])
+                continue
+            try:
+                info = await manager.load(name, source, domain=placement.domain, scale=placement.scale)
+            except Exception as exc:  # a bad file must not stop the shard; report and go on
+                self._adapter_failures[name] = str(exc)
+                log.warning("adapter %s from the plan failed to load: %s", name, exc)
+                continue
+            if placement.sha256 and info.sha256 != placement.sha256:
+                await manager.unload(name)
+                self._adapter_failures[name] = "sha256 mismatch"
+                log.error("adapter %s: sha256 %s does not match the plan's %s", name, info.sha256, placement.sha256)
+                continue
+            self._plan_adapters.add(name)
+            log.info("loaded adapter %s (%s) from the plan", name, placement.domain)
+        for name in list(self._plan_adapters):
+            if name not in wanted and name in loaded:
+                await manager.unload(name)
+                self._plan_adapters.discard(name)
+                log.info("unloaded adapter %s: no longer placed on this shard", name)
 
     async def _announce(self) -> None:
         """Publish our adapters' capabilities (and withdrawals) into the gossip state."""

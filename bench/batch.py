@@ -1,0 +1,112 @@
+"""Scatter-gather batch benchmark (paper §IV-B, Phase 3): one batch of prompts, three ways, one run.
+
+(a) one shard, requests one after another (the paper's baseline);
+(b) one shard, the whole batch into its continuous-batching engine (`/v1/infer:batch`);
+(c) a 4-shard cluster, the batch scatter-gathered across the shards.
+
+All shard processes share this machine's cores, so (c)/(b) measures the fan-out overhead, not
+added compute; on N machines (c) would add N× the compute. Output length is reduced from the
+paper's L̄ = 200 to keep the run short (set --tokens).
+
+Run: `.venv/bin/python bench/batch.py [--batch 64] [--tokens 32]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from themis_shard.plan import ClusterPlan
+
+PROMPTS = [
+    "Write a list of fruits:",
+    "The history of Rome began",
+    "Explain photosynthesis:",
+    "Once upon a time,",
+    "The best way to learn is",
+    "Numbers: 1, 2, 3,",
+    "Dear customer,",
+    "In the contract, the parties",
+]
+
+
+def themis(cwd: Path, *args: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "themis_shard.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if out.returncode:
+        raise SystemExit(out.stderr)
+
+
+def requests(n: int, tokens: int) -> list[dict]:
+    return [
+        {"prompt": f"{PROMPTS[i % len(PROMPTS)]} ({i})", "max_tokens": tokens, "temperature": 0}
+        for i in range(n)
+    ]
+
+
+def run(cluster_shards: int, mode: str, batch: list[dict]) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        themis(
+            cwd,
+            "up",
+            "--shards",
+            str(cluster_shards),
+            "--base-port",
+            "0",
+            "--raid-mode",
+            "raid0" if cluster_shards < 2 else "raid1",
+        )
+        try:
+            url = ClusterPlan.load(cwd / ".themis" / "plan.json").members[0].url
+            with httpx.Client(timeout=1800) as client:
+                client.post(f"{url}/v1/infer", json={"prompt": "warm up", "max_tokens": 2})
+                started = time.perf_counter()
+                if mode == "serial":
+                    tokens = sum(client.post(f"{url}/v1/infer", json=r).json()["tokens"] for r in batch)
+                else:
+                    results = client.post(
+                        f"{url}/v1/infer:batch", json={"requests": batch, "timeout_s": 600}
+                    ).json()
+                    tokens = sum(r.get("tokens", 0) for r in results["results"])
+                return time.perf_counter() - started, tokens
+        finally:
+            themis(cwd, "down")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=32)
+    args = parser.parse_args()
+    batch = requests(args.batch, args.tokens)
+    rows = {
+        "(a) 1 shard, serial": run(1, "serial", batch),
+        "(b) 1 shard, whole batch in its engine": run(1, "batch", batch),
+        "(c) 4 shards, scatter-gather": run(4, "batch", batch),
+    }
+    print(f"\n| batch of {args.batch}, max {args.tokens} tokens each | wall s | tokens | tokens/s |")
+    print("|---|---:|---:|---:|")
+    for name, (wall, tokens) in rows.items():
+        print(f"| {name} | {wall:.1f} | {tokens} | {tokens / wall:.1f} |")
+    rate = {k: v[1] / v[0] for k, v in rows.items()}
+    print(
+        f"\n(c)/(a) = {rate['(c) 4 shards, scatter-gather'] / rate['(a) 1 shard, serial']:.2f}×, "
+        f"(c)/(b) = {rate['(c) 4 shards, scatter-gather'] / rate['(b) 1 shard, whole batch in its engine']:.2f}× "
+        f"(tokens/s; all shards share this machine's cores)"
+    )
+
+
+if __name__ == "__main__":
+    main()
