@@ -49,6 +49,8 @@ test-fast: install
 bench: install
 	$(PY) bench/storage.py
 	$(PY) bench/routing.py
+	$(PY) bench/forwarding.py
+	$(PY) bench/batch.py
 	$(PY) bench/aql.py
 	$(PY) bench/raid.py
 	$(PY) bench/engine.py

@@ -1,0 +1,87 @@
+"""Forwarding overhead on a real 2-shard cluster (paper §VI-A, Table II): what one extra hop
+costs compared with serving locally, for documents and for data-local EMBED.
+
+* document GET on the key's owner (local) vs through the other shard (forwarded);
+* EMBED by URN through a shard that does not hold the documents (routed to the owner) vs
+  embedding the same texts directly on the owner (target: ≤ 5 % overhead; paper ≤ 10 %).
+
+Run: `.venv/bin/python bench/forwarding.py [--n 300]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from themis_shard.cluster.placement import Topology
+from themis_shard.plan import ClusterPlan
+
+
+def themis(cwd: Path, *args: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
+                         text=True, timeout=600)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+
+
+def timed(client: httpx.Client, method: str, url: str, **kw) -> float:
+    t = time.perf_counter()
+    client.request(method, url, **kw).raise_for_status()
+    return (time.perf_counter() - t) * 1000
+
+
+def pcts(values: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(values, n=100)
+    return q[49], q[98]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        # raid0: one owner per key, so "the other shard" never holds a copy.
+        themis(cwd, "up", "--shards", "2", "--raid-mode", "raid0", "--base-port", "0")
+        try:
+            plan = ClusterPlan.load(cwd / ".themis" / "plan.json")
+            topo = Topology.of(plan, "shard-0")
+            url = {m.shard_id: m.url for m in plan.members}
+            keys = [f"k{i}" for i in range(4 * args.n)]
+            owned = [k for k in keys if topo.owners("b", k)[0] == "shard-0"][: args.n]
+            with httpx.Client(timeout=60) as c:
+                for k in owned:
+                    c.put(f"{url['shard-0']}/v1/collections/b/documents/{k}",
+                          json={"text": f"document {k} about a contract"}).raise_for_status()
+                local, forwarded = [], []
+                for k in owned:  # interleaved, so both see the same machine load
+                    local.append(timed(c, "GET", f"{url['shard-0']}/v1/collections/b/documents/{k}"))
+                    forwarded.append(timed(c, "GET", f"{url['shard-1']}/v1/collections/b/documents/{k}"))
+                texts = [f"document {k} about a contract" for k in owned[:64]]
+                urns = [f"urn:themis:b:{k}" for k in owned[:64]]
+                direct, routed = [], []
+                for i in range(0, 64, 8):
+                    direct.append(timed(c, "POST", f"{url['shard-0']}/v1/embed", json={"texts": texts[i:i + 8]}))
+                    routed.append(timed(c, "POST", f"{url['shard-1']}/v1/embed", json={"urns": urns[i:i + 8]}))
+        finally:
+            themis(cwd, "down")
+    lp, lq = pcts(local)
+    fp, fq = pcts(forwarded)
+    print("\n| path | p50 ms | p99 ms |\n|---|---:|---:|")
+    print(f"| document GET on the owner (local) | {lp:.2f} | {lq:.2f} |")
+    print(f"| document GET through the other shard (1 hop) | {fp:.2f} | {fq:.2f} |")
+    print(f"| forwarding overhead | {fp - lp:.2f} | {fq - lq:.2f} |")
+    d, r = statistics.median(direct), statistics.median(routed)
+    print(f"\n| EMBED of 8 documents | median ms |\n|---|---:|\n| texts on the owner | {d:.1f} |")
+    print(f"| URNs through a non-owner (data-local) | {r:.1f} |\n| overhead | {100 * (r - d) / d:+.1f} % |")
+
+
+if __name__ == "__main__":
+    main()
