@@ -89,7 +89,7 @@ def convert(model_dir: Path, out: Path, *, name: str = "all-MiniLM-L6-v2", f16: 
     if pooling_cfg.is_file() and json.loads(pooling_cfg.read_text()).get("pooling_mode_cls_token"):
         pooling = gguf.PoolingType.CLS
 
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_name(out.name + ".part")  # unique per output path (concurrent shards convert at once)
     w = gguf.GGUFWriter(str(tmp), arch="bert")
     w.add_name(name)
     w.add_context_length(cfg["max_position_embeddings"])
