@@ -7,6 +7,8 @@ and TTFT p50/p99 (client-side: request sent → first text chunk).
 
 "raw" is the ceiling without any server: a hand-written low-level llama.cpp loop that decodes
 all N sequences in one static batch (N=1: plain single-sequence decoding), in this process.
+"themis engine, in-proc" is our scheduler thread fed directly (no HTTP): it separates the
+engine's own efficiency from the HTTP/SSE and client costs, which share the same 2 cores.
 Optionally (``--lora``) measures the cost of serving LoRA adapter groups in one engine.
 
 Run: `.venv/bin/python bench/engine.py [--clients 1,4,8,16] [--max-tokens 64] [--requests 1]`.
@@ -240,6 +242,40 @@ def raw_batched(model_path: Path, threads: int, clients: int, requests: int, max
     }
 
 
+def engine_inprocess(engine, model, clients: int, requests: int, max_tokens: int) -> dict:
+    """Our engine without HTTP: same scheduler thread, requests submitted directly."""
+    import threading
+
+    from themis_shard.llm.sampling import SamplingParams
+    from themis_shard.llm.sequence import DoneEvent
+
+    done: list[DoneEvent] = []
+    finished = threading.Event()
+    total = clients * requests
+
+    def sink(ev) -> None:
+        if isinstance(ev, DoneEvent):
+            done.append(ev)
+            if len(done) == total:
+                finished.set()
+
+    t0 = time.perf_counter()
+    for k in range(requests):
+        for i in range(clients):
+            prompt = model.tokenize(PROMPTS[(i + k) % len(PROMPTS)])
+            engine.submit(prompt, SamplingParams(max_tokens=max_tokens), sink)
+    finished.wait(600)
+    wall = time.perf_counter() - t0
+    ttfts = [d.ttft_s for d in done if d.ttft_s is not None]
+    return {
+        "tok_s": sum(d.completion_tokens for d in done) / wall,
+        "ttft_p50": float(np.percentile(ttfts, 50)),
+        "ttft_p99": float(np.percentile(ttfts, 99)),
+        "tokens": sum(d.completion_tokens for d in done),
+        "expected": total * max_tokens,
+    }
+
+
 # -- report ------------------------------------------------------------------------------------------
 
 
@@ -260,7 +296,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1, help="requests per client")
     ap.add_argument("--repeat", type=int, default=2, help="rounds per level; the best tok/s round is kept")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--skip", default="", help="comma list of: themis,llama_cpp_server,raw")
+    ap.add_argument("--skip", default="", help="comma list of: raw,engine,themis,llama_cpp_server")
     ap.add_argument("--lora", action="store_true", help="also measure serving LoRA adapter groups")
     ap.add_argument(
         "--embeddings",
@@ -276,7 +312,23 @@ def main() -> None:
     from themis_shard.llm.model import resolve_model_path
 
     model = resolve_model_path("bundled")
-    results: dict[str, dict[int, dict | None]] = {"raw": {}, "themis": {}, "llama_cpp_server": {}}
+    results: dict[str, dict[int, dict | None]] = {
+        "raw": {},
+        "engine": {},
+        "themis": {},
+        "llama_cpp_server": {},
+    }
+    inproc = None
+    if "engine" not in skip:
+        from themis_shard.llm.engine import Engine, EngineConfig
+        from themis_shard.llm.native import NativeModel
+        from themis_shard.llm.scheduler import Limits
+
+        native = NativeModel(model)
+        inproc = Engine(
+            native, EngineConfig(n_ctx=8192, n_threads=args.threads, limits=Limits(max_running=128))
+        )
+        inproc.start()
     servers: dict[str, Process | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -298,6 +350,8 @@ def main() -> None:
                     runs = {}
                     if "raw" not in skip:
                         runs["raw"] = raw_batched(model, args.threads, n, args.requests, args.max_tokens)
+                    if inproc is not None:
+                        runs["engine"] = engine_inprocess(inproc, native, n, args.requests, args.max_tokens)
                     for name, srv in servers.items():
                         runs[name] = (
                             asyncio.run(drive(srv.url, n, args.requests, args.max_tokens)) if srv else None
@@ -310,6 +364,9 @@ def main() -> None:
             for srv in servers.values():
                 if srv is not None:
                     srv.close()
+            if inproc is not None:
+                inproc.stop()
+                native.close()
 
     print(
         f"\nGemma 3 270M Q4_K_M, {args.threads} threads, greedy, {args.max_tokens} tokens × {args.requests} "
