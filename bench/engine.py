@@ -378,7 +378,8 @@ def main() -> None:
         raw = results["raw"].get(n)
         for name, label in (
             ("raw", "raw llama-cpp (static)"),
-            ("themis", "themis shard"),
+            ("engine", "themis engine, in-proc"),
+            ("themis", "themis shard (HTTP)"),
             ("llama_cpp_server", "llama_cpp.server"),
         ):
             if name in skip:
