@@ -74,6 +74,12 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
         events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and json.loads(events[-2])["shard_id"] == "shard-1"
 
+    # AQL's INFER … DOMAIN takes the same route (paper §IV-A: the gateway's domain hint).
+    r = httpx.post(f"{s2}/v1/aql", json={"query": "INFER 'gemma3-270m' @p DOMAIN 'legal' OPTIONS {max_tokens: 3}",
+                                         "bind_vars": {"p": "The statute"}}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["result"][0]["shard_id"] == "shard-1"
+
     # Nobody announced "medical": consistent-hash fallback, counted.
     before = metric(s0, "themis_domain_routing_fallback_total")
     assert infer(s0, prompt="The patient", domain="medical")["text"] is not None
