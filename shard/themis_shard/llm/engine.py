@@ -78,6 +78,8 @@ class Engine:
         #: adapter name → (llama adapter pointer, scale); mutated only on the engine thread.
         self.adapters: dict[str, tuple[Any, float]] = {}
         self.iterations = 0
+        #: KV-prefix cache hook (prefix_cache.EnginePrefixHook), attached before start().
+        self.prefix_hook = None
         self._metrics = metrics
         self._m = (
             {
@@ -296,6 +298,8 @@ class Engine:
                 self._m["prompt_tokens"].inc(prefill)
         for seq, n, idx in outputs:
             seq.n_cached += n
+            if self.prefix_hook is not None and seq.prefill_stop:
+                self.prefix_hook.on_prefilled(seq)
             if idx is not None:
                 self._on_token(seq, seq.sampler.sample(self.ctx.logits(idx)))
 
@@ -320,6 +324,8 @@ class Engine:
                 self._m["inter_token"].observe(now - seq.t_last)
         if seq.t_first is None:
             seq.t_first = now
+            if self.prefix_hook is not None:
+                self.prefix_hook.on_first_token(seq, now - seq.t_arrival)
         seq.t_last = now
         self._emit(seq, TokenEvent(token, text))
         if seq.assembler.stopped:

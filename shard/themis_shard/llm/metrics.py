@@ -96,3 +96,48 @@ class LLMMetrics:
             "themis_llm_embed_seconds", "Embedding call latency", buckets=TTFT_BUCKETS, registry=r
         )
         self.embedded_texts = Counter("themis_llm_embedded_texts_total", "Texts embedded", registry=r)
+        # KV-prefix cache (issue 7, prefix_cache.py / kv_blob.py).
+        self.kv_prefix_hits = Counter(
+            "themis_kv_prefix_hits_total", "Requests whose prompt prefix was restored", ["model"], registry=r
+        )
+        self.kv_prefix_misses = Counter(
+            "themis_kv_prefix_misses_total", "Requests with no cached prompt prefix", ["model"], registry=r
+        )
+        self.kv_prefix_saved_tokens = Counter(
+            "themis_kv_prefix_saved_prefill_tokens_total",
+            "Prompt tokens restored instead of prefilled",
+            ["model"],
+            registry=r,
+        )
+        self.kv_prefix_saved_states = Counter(
+            "themis_kv_prefix_states_saved_total", "Prefix states saved into the cache", ["model"], registry=r
+        )
+        self.kv_prefix_restore_seconds = Histogram(
+            "themis_kv_prefix_restore_seconds",
+            "Loading one prefix state into a sequence",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.kv_prefix_ttft = Histogram(
+            "themis_kv_prefix_ttft_seconds",
+            "Time to first token of prompts long enough for the prefix cache, by hit",
+            ["model", "hit"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.kv_prefix_transfers = Counter(
+            "themis_kv_prefix_transfers_total",
+            "Prefix states moved between shards (direction: export|import; outcome: ok|refused)",
+            ["model", "direction", "outcome"],
+            registry=r,
+        )
+        self.kv_prefix_transfer_bytes = Counter(
+            "themis_kv_prefix_transfer_bytes_total",
+            "Bytes of prefix states moved between shards",
+            ["model", "direction"],
+            registry=r,
+        )
+        self.kv_prefix_cache_bytes = Gauge(
+            "themis_kv_prefix_cache_bytes", "Bytes of prefix states held in RAM", ["model"], registry=r
+        )

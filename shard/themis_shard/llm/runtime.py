@@ -98,8 +98,13 @@ class LLMRuntime:
             native = NativeModel(file, n_gpu_layers=s.n_gpu_layers)
             fp = fingerprint(file, native.meta)
             engine = Engine(native, engine_config(s), name=alias, metrics=self.metrics)
+            extra = {}
+            if s.prefix_cache:  # KV-prefix cache (issue 7)
+                from .prefix_cache import build_for
+
+                extra["prefix"] = build_for(engine, fp, s, self.metrics)
             engine.start()
-            self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()))
+            self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()), extra=extra)
             log.info(
                 "model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12]
             )

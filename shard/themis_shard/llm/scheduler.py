@@ -59,6 +59,8 @@ class Scheduler:
         self._last_adapter: str | None = None
         self._rotated = False
         self.preemptions = 0
+        #: Called with each sequence admitted to a slot (KV-prefix restore may set ``n_cached``).
+        self.on_admit = None
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -106,6 +108,8 @@ class Scheduler:
             if seq not in self.running:  # preempted earlier in this loop
                 continue
             n = 1 if seq.decoding else min(seq.n_pending, lim.chunk, tokens_left)
+            if seq.n_cached < seq.prefill_stop:  # KV-prefix cache saves the state at that boundary
+                n = min(n, seq.prefill_stop - seq.n_cached)
             if not self._grow(seq, seq.n_cached + n, plan):
                 continue
             plan.work.append((seq, n))
@@ -137,6 +141,8 @@ class Scheduler:
             promised += need
             seq.slot = self._free_slots.pop()
             seq.n_cached = 0
+            if self.on_admit is not None:
+                self.on_admit(seq)
             self.running.append(seq)
             plan.admitted.append(seq)
 

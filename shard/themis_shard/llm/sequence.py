@@ -61,6 +61,10 @@ class Sequence:
     t_admitted: float | None = None
     t_first: float | None = None
     t_last: float | None = None
+    #: KV-prefix cache (prefix_cache.py): stop the prefill at this many cached tokens to save the
+    #: state there (0 = no stop); how many prompt tokens the first admission restored.
+    prefill_stop: int = 0
+    prefix_restored: int = 0
 
     def __post_init__(self) -> None:
         if not self.tokens:

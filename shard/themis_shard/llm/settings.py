@@ -52,3 +52,20 @@ class LLMSettings(BaseSettings):
     )
     embedding_batch_tokens: int = Field(2048, ge=16)
     max_embed_texts: int = Field(256, ge=1)
+    #: KV-prefix cache (issue 7): states of block-aligned prompt prefixes, restored instead of
+    #: prefilled; exported/imported between shards (/internal/kv_prefix).
+    prefix_cache: bool = True
+    prefix_block_tokens: int = Field(64, ge=16, description="hash-chain block; multiple of kv_page_size")
+    prefix_min_tokens: int = Field(128, ge=0, description="shorter prompts are neither saved nor looked up")
+    prefix_cache_bytes: int = Field(256 << 20, ge=0, description="RAM budget (LRU)")
+    prefix_cache_dir: str = Field("", description="also keep states on disk here; '' = RAM only")
+    prefix_disk_bytes: int = Field(2 << 30, ge=0)
+    prefix_max_blob_bytes: int = Field(512 << 20, ge=1, description="largest import accepted")
+    #: Pull a missing prefix from a peer when transfer + load is estimated faster than prefill.
+    prefix_pull: bool = True
+    prefix_net_bytes_per_s: float = Field(100e6, gt=0, description="assumed peer bandwidth")
+    prefix_prefill_tokens_per_s: float = Field(180.0, gt=0, description="assumed local prefill rate")
+    prefix_load_bytes_per_s: float = Field(800e6, gt=0, description="assumed state load rate")
+    prefix_rtt_s: float = Field(0.005, ge=0, description="assumed request overhead per pull")
+    #: Directory entries a shard announces through gossip (most recently used first).
+    prefix_announce_max: int = Field(256, ge=0)

@@ -1,0 +1,374 @@
+"""KV-prefix cache of one model on one shard (issue 7, paper §IV-D).
+
+* **Identity** — a prompt is cut into fixed blocks of ``block`` tokens; block ``i``'s hash is
+  ``sha256(hash[i-1] ‖ tokens of block i)``, seeded with the model's sha256, the block size and
+  the context settings (so states of incompatible shards never share a hash). Any block-aligned
+  prefix of any prompt has a hash, so a shared system prompt is found even when the rest of the
+  prompts differ.
+* **Entries** — a saved state covers ``n`` tokens (a block boundary). Contexts are created with
+  a full-size SWA cache (``swa_full``), so an entry also serves every shorter block boundary of
+  its own tokens: restore, then drop the positions past the boundary. ``covered`` maps each of
+  those hashes to the entry.
+* **Budget** — entries live in RAM under an LRU byte budget; with a directory they are also
+  written to disk (own byte budget) and come back from there after a RAM eviction.
+
+``PrefixCache`` is plain thread-safe state (HTTP handlers export/import, the engine thread
+restores/saves). ``EnginePrefixHook`` is the engine side: on admission it restores the longest
+cached prefix into the sequence's slot and sets ``n_cached``; it asks the scheduler to stop the
+prefill at the prompt's last block boundary (``seq.prefill_stop``) and saves the state there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def chain_seed(model_sha256: str, block: int, compat: dict) -> bytes:
+    key = f"{model_sha256}|{block}|" + ",".join(f"{k}={compat[k]}" for k in sorted(compat))
+    return hashlib.sha256(key.encode()).digest()
+
+
+def block_hashes(tokens, block: int, seed: bytes, limit: int | None = None) -> list[str]:
+    """Hash of every block-aligned prefix of ``tokens`` (≤ ``limit`` tokens): index i covers
+    ``(i+1)*block`` tokens. Hex strings of 32 characters (128 bits)."""
+    n = len(tokens) if limit is None else min(limit, len(tokens))
+    arr = np.asarray(tokens[: (n // block) * block], dtype="<i4")
+    out: list[str] = []
+    h = seed
+    for i in range(0, len(arr), block):
+        h = hashlib.sha256(h + arr[i : i + block].tobytes()).digest()
+        out.append(h[:16].hex())
+    return out
+
+
+@dataclass(eq=False)
+class PrefixEntry:
+    key: str  # hash of its full prefix
+    tokens: tuple[int, ...]
+    state: bytes
+    hashes: list[str]  # hashes of every block boundary it covers (last == key)
+    created: float = field(default_factory=time.time)
+    hits: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    entry: PrefixEntry
+    n_tokens: int  # tokens to keep (≤ entry.n_tokens)
+
+
+class PrefixCache:
+    def __init__(
+        self,
+        *,
+        seed: bytes,
+        block: int = 64,
+        budget_bytes: int = 256 << 20,
+        trim: bool = True,
+        disk_dir: str | Path | None = None,
+        disk_budget_bytes: int = 2 << 30,
+        on_evict=None,
+    ) -> None:
+        self.seed = seed
+        self.block = block
+        self.budget_bytes = budget_bytes
+        self.trim = trim
+        self._lock = threading.RLock()
+        self._entries: OrderedDict[str, PrefixEntry] = OrderedDict()
+        self._covered: dict[str, str] = {}  # block hash → entry key
+        self.bytes = 0
+        self.evictions = 0
+        self.disk_dir = Path(disk_dir) if disk_dir else None
+        self.disk_budget_bytes = disk_budget_bytes
+        self.on_evict = on_evict
+        self.version = 0  # bumps on every change (the gossip announcement rebuilds on change)
+        if self.disk_dir:
+            self.disk_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def hashes(self, tokens, limit: int | None = None) -> list[str]:
+        return block_hashes(tokens, self.block, self.seed, limit)
+
+    def boundary(self, n_prompt: int) -> int:
+        """Longest block-aligned prefix that leaves at least one prompt token to decode."""
+        return ((n_prompt - 1) // self.block) * self.block if n_prompt > 1 else 0
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._entries or self._on_disk(key) is not None
+
+    def keys(self) -> list[tuple[str, int]]:
+        """(key, n_tokens) of every entry in RAM, most recently used first."""
+        with self._lock:
+            return [(k, e.n_tokens) for k, e in reversed(self._entries.items())]
+
+    def get(self, key: str) -> PrefixEntry | None:
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                self._entries.move_to_end(key)
+                return e
+        return self._load_disk(key)
+
+    def lookup(self, tokens, limit: int | None = None, hashes: list[str] | None = None) -> Hit | None:
+        """Longest cached block-aligned prefix of ``tokens`` of at most ``limit`` tokens."""
+        hs = hashes if hashes is not None else self.hashes(tokens, limit)
+        if limit is not None:
+            hs = hs[: limit // self.block]
+        with self._lock:
+            for i in range(len(hs) - 1, -1, -1):
+                h = hs[i]
+                key = h if h in self._entries else (self._covered.get(h) if self.trim else None)
+                if key is None and self.disk_dir and self._on_disk(h) is not None:
+                    self._load_disk(h)
+                    key = h if h in self._entries else None
+                if key is None:
+                    continue
+                e = self._entries[key]
+                n = (i + 1) * self.block
+                if tuple(tokens[:n]) != e.tokens[:n]:  # a hash collision, however unlikely
+                    continue
+                self._entries.move_to_end(key)
+                e.hits += 1
+                return Hit(e, n)
+        return None
+
+    # -- updates -----------------------------------------------------------------------------
+
+    def put(self, tokens, state: bytes, *, persist: bool = True) -> PrefixEntry | None:
+        tokens = tuple(int(t) for t in tokens)
+        if not tokens or len(tokens) % self.block or len(state) > self.budget_bytes:
+            return None
+        hs = self.hashes(tokens)
+        e = PrefixEntry(hs[-1], tokens, state, hs)
+        with self._lock:
+            old = self._entries.pop(e.key, None)
+            if old is not None:
+                self.bytes -= old.nbytes
+            self._entries[e.key] = e
+            self.bytes += e.nbytes
+            for h in hs:
+                cur = self._covered.get(h)
+                if cur is None or cur not in self._entries or self._entries[cur].n_tokens >= e.n_tokens:
+                    self._covered[h] = e.key  # shortest covering entry: cheapest to restore
+            self._evict()
+            self.version += 1
+        if persist and self.disk_dir:
+            self._write_disk(e)
+        return e
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            e = self._entries.pop(key, None)
+            if e is not None:
+                self._forget(e)
+                self.version += 1
+
+    def _evict(self) -> None:
+        while self.bytes > self.budget_bytes and self._entries:
+            _, e = self._entries.popitem(last=False)
+            self._forget(e)
+            self.evictions += 1
+            if self.on_evict:
+                self.on_evict(e)
+
+    def _forget(self, e: PrefixEntry) -> None:
+        self.bytes -= e.nbytes
+        for h in e.hashes:
+            if self._covered.get(h) == e.key:
+                del self._covered[h]
+                best = min(
+                    (o for o in self._entries.values() if h in o.hashes),
+                    key=lambda o: o.n_tokens,
+                    default=None,
+                )
+                if best is not None:
+                    self._covered[h] = best.key
+
+    # -- disk tier ---------------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        return self.disk_dir / f"{key}.kvp"  # type: ignore[operator]
+
+    def _on_disk(self, key: str) -> Path | None:
+        if not self.disk_dir or len(key) != 32 or not all(c in "0123456789abcdef" for c in key):
+            return None
+        p = self._path(key)
+        return p if p.is_file() else None
+
+    def _write_disk(self, e: PrefixEntry) -> None:
+        try:
+            p = self._path(e.key)
+            tmp = p.with_suffix(".tmp")
+            arr = np.asarray(e.tokens, dtype="<u4").tobytes()
+            tmp.write_bytes(len(e.tokens).to_bytes(4, "little") + arr + e.state)
+            os.replace(tmp, p)
+            files = sorted(self.disk_dir.glob("*.kvp"), key=lambda f: f.stat().st_mtime)  # type: ignore[union-attr]
+            total = sum(f.stat().st_size for f in files)
+            while total > self.disk_budget_bytes and files:
+                f = files.pop(0)
+                total -= f.stat().st_size
+                f.unlink(missing_ok=True)
+        except OSError:
+            log.warning("could not write KV prefix %s to disk", e.key, exc_info=True)
+
+    def _load_disk(self, key: str) -> PrefixEntry | None:
+        p = self._on_disk(key)
+        if p is None:
+            return None
+        try:
+            raw = p.read_bytes()
+            n = int.from_bytes(raw[:4], "little")
+            tokens = np.frombuffer(raw[4 : 4 + 4 * n], dtype="<u4").tolist()
+            state = raw[4 + 4 * n :]
+        except (OSError, ValueError):
+            return None
+        e = self.put(tokens, state, persist=False)
+        return e if e is not None and e.key == key else None
+
+
+class EnginePrefixHook:
+    """The engine's side of the prefix cache; every method runs on the engine thread."""
+
+    def __init__(self, cache: PrefixCache, ctx, metrics: dict | None = None, min_tokens: int = 0) -> None:
+        self.cache = cache
+        self.ctx = ctx
+        self.m = metrics or {}
+        self.min_tokens = max(min_tokens, cache.block)
+        self.saves = 0
+        self.restores = 0
+
+    def on_admit(self, seq) -> None:
+        """Scheduler callback: ``seq`` just got its (empty) slot and ``n_cached == 0``."""
+        from time import perf_counter
+
+        from .kv_state import set_seq_state
+
+        seq.prefill_stop = 0
+        n_prompt = len(seq.prompt)
+        if n_prompt <= self.min_tokens:
+            return
+        first = seq.preemptions == 0 and not getattr(seq, "prefix_seen", False)
+        seq.prefix_seen = True
+        limit = len(seq.tokens) - 1
+        hit = self.cache.lookup(seq.tokens, limit)
+        restored = 0
+        if hit is not None:
+            t0 = perf_counter()
+            keep = hit.n_tokens if hit.n_tokens < hit.entry.n_tokens else None
+            if set_seq_state(self.ctx, seq.slot, hit.entry.state, keep):
+                restored = hit.n_tokens
+                seq.n_cached = restored
+                self.restores += 1
+                if "restore" in self.m:
+                    self.m["restore"].observe(perf_counter() - t0)
+            else:
+                log.warning("llama.cpp refused KV prefix %s: dropped", hit.entry.key)
+                self.cache.remove(hit.entry.key)
+        if first:
+            seq.prefix_restored = restored
+            if restored:
+                self._inc("hits")
+                self._inc("saved_tokens", restored)
+            else:
+                self._inc("misses")
+        target = self.cache.boundary(n_prompt)
+        if target > restored and target >= self.min_tokens:  # lookup is longest-first: not cached
+            seq.prefill_stop = target
+
+    def on_prefilled(self, seq) -> None:
+        """After a decode: if the sequence just reached its ``prefill_stop``, save the state."""
+        from .kv_state import get_seq_state
+
+        if not seq.prefill_stop or seq.n_cached != seq.prefill_stop:
+            return
+        n = seq.prefill_stop
+        seq.prefill_stop = 0
+        state = get_seq_state(self.ctx, seq.slot)
+        if state and self.cache.put(seq.tokens[:n], state) is not None:
+            self.saves += 1
+            self._inc("saved_states")
+
+    def on_first_token(self, seq, ttft: float) -> None:
+        h = self.m.get("ttft")
+        if h is not None:
+            h.labels(hit="true" if getattr(seq, "prefix_restored", 0) else "false").observe(ttft)
+
+    def _inc(self, name: str, by: float = 1) -> None:
+        c = self.m.get(name)
+        if c is not None:
+            c.inc(by)
+
+
+def attach(engine, cache: PrefixCache, metrics=None, min_tokens: int = 0) -> EnginePrefixHook:
+    """Wire a prefix cache into an engine (before ``engine.start()``)."""
+    m: dict = {}
+    if metrics is not None:
+        lab = {"model": engine.name}
+        m = {
+            "hits": metrics.kv_prefix_hits.labels(**lab),
+            "misses": metrics.kv_prefix_misses.labels(**lab),
+            "saved_tokens": metrics.kv_prefix_saved_tokens.labels(**lab),
+            "saved_states": metrics.kv_prefix_saved_states.labels(**lab),
+            "restore": metrics.kv_prefix_restore_seconds.labels(**lab),
+            "ttft": _Partial(metrics.kv_prefix_ttft, lab),
+        }
+    hook = EnginePrefixHook(cache, engine.ctx, m, min_tokens)
+    engine.prefix_hook = hook
+    engine.scheduler.on_admit = hook.on_admit
+    return hook
+
+
+class _Partial:
+    def __init__(self, metric, labels: dict) -> None:
+        self.metric, self.base = metric, labels
+
+    def labels(self, **kw):
+        return self.metric.labels(**self.base, **kw)
+
+
+def build_for(engine, fingerprint, settings, metrics=None) -> EnginePrefixHook:
+    """The runtime's entry point: a cache seeded by this model + context, attached to ``engine``."""
+    from .kv_state import kv_compat
+
+    compat = kv_compat(engine.ctx, n_seq_max=engine.config.limits.max_running)
+    cache = PrefixCache(
+        seed=chain_seed(fingerprint.sha256, settings.prefix_block_tokens, compat),
+        block=settings.prefix_block_tokens,
+        budget_bytes=settings.prefix_cache_bytes,
+        trim=compat["swa_full"],
+        disk_dir=(Path(settings.prefix_cache_dir) / engine.name) if settings.prefix_cache_dir else None,
+        disk_budget_bytes=settings.prefix_disk_bytes,
+    )
+    hook = attach(engine, cache, metrics, settings.prefix_min_tokens)
+    hook.fingerprint = fingerprint
+    hook.compat = compat
+    hook.n_ctx = engine.ctx.n_ctx
+    hook.n_vocab = engine.model.n_vocab
+    hook.model = engine.name
+    return hook
