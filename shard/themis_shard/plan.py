@@ -38,6 +38,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def descending_thresholds(v: tuple[float, float, float]) -> tuple[float, float, float]:
+    """θ1 ≥ θ2 ≥ θ3: the router tries the strictest tier first."""
+    if not (v[0] >= v[1] >= v[2]):
+        raise ValueError("router thresholds must be descending (θ1 ≥ θ2 ≥ θ3)")
+    return v
+
+
 class RouterSettings(_Strict):
     """The adaptive domain router's knobs (paper §III-C, §IV-A)."""
 
@@ -50,12 +57,7 @@ class RouterSettings(_Strict):
     score_tie_tolerance: float = Field(1e-6, ge=0)
     announcement_ttl_s: float = Field(7200, gt=0)
 
-    @field_validator("thresholds")
-    @classmethod
-    def _descending(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
-        if not (v[0] >= v[1] >= v[2]):
-            raise ValueError("router thresholds must be descending (θ1 ≥ θ2 ≥ θ3)")
-        return v
+    _descending = field_validator("thresholds")(descending_thresholds)
 
 
 class AdapterPlacement(_Strict):

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import BadRequest, PayloadTooLarge
 from ..node import ShardNode
-from ..storage.collections import CollectionConfig, IndexKind, Metric
+from ..storage.collections import CollectionConfig, CollectionSettings
 from ..storage.documents import Change, Write
 from ..storage.names import check_collection, check_key, urn
 from ..vector.catalog import EMBEDDING_FIELD
@@ -18,19 +18,6 @@ from .deps import node, parse_if_match
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 Node = Annotated[ShardNode, Depends(node)]
-
-
-class CollectionSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    dimension: int | None = Field(None, ge=1, le=65536)
-    index: IndexKind = "flat"
-    metric: Metric = "cosine"
-    embed_field: str | None = Field(None, min_length=1, max_length=256)
-    nlist: int | None = Field(None, ge=1, le=65536)
-    nprobe: int = Field(16, ge=1, le=65536)
-    hnsw_m: int = Field(32, ge=4, le=256)
-    hnsw_ef_search: int = Field(64, ge=1, le=4096)
 
 
 class CollectionInfo(CollectionConfig):
@@ -128,9 +115,9 @@ async def list_collections(shard: Node) -> list[CollectionInfo]:
 
 
 @router.put("/collections/{collection}", response_model=CollectionInfo)
-async def declare_collection(collection: str, shard: Node, spec: CollectionSpec | None = None) -> CollectionInfo:
+async def declare_collection(collection: str, shard: Node, spec: CollectionSettings | None = None) -> CollectionInfo:
     check_collection(collection)
-    spec = spec or CollectionSpec()
+    spec = spec or CollectionSettings()
     values = spec.model_dump()
     if spec.embed_field:
         if shard.llm is None:

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..plan import descending_thresholds
+
 
 class ClusterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="THEMIS_CLUSTER_", extra="ignore")
@@ -83,12 +85,7 @@ class ClusterSettings(BaseSettings):
     #: Largest accepted gossip message (entries), so one peer cannot balloon our state.
     gossip_max_entries: int = Field(20_000, ge=1)
 
-    @field_validator("thresholds")
-    @classmethod
-    def _descending(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
-        if not (v[0] >= v[1] >= v[2]):
-            raise ValueError("router thresholds must be descending (θ1 ≥ θ2 ≥ θ3)")
-        return v
+    _descending = field_validator("thresholds")(descending_thresholds)
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSettings:

@@ -10,12 +10,12 @@ IndexKind = Literal["flat", "ivf", "hnsw"]
 Metric = Literal["cosine", "l2", "ip"]
 
 
-class CollectionConfig(BaseModel):
-    """A collection's settings. ``dimension`` None: no vector index (documents only)."""
+class CollectionSettings(BaseModel):
+    """How a collection is embedded and indexed (the body of ``PUT /v1/collections/{c}``).
+    ``dimension`` None: no vector index (documents only)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
     dimension: int | None = Field(None, ge=1, le=65536)
     index: IndexKind = "flat"
     metric: Metric = "cosine"
@@ -27,6 +27,12 @@ class CollectionConfig(BaseModel):
     #: HNSW: graph degree and search breadth.
     hnsw_m: int = Field(32, ge=4, le=256)
     hnsw_ef_search: int = Field(64, ge=1, le=4096)
+
+
+class CollectionConfig(CollectionSettings):
+    """A named collection's settings, as stored and replicated."""
+
+    name: str
 
     @property
     def indexed(self) -> bool:
