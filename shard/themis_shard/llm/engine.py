@@ -80,6 +80,9 @@ class Engine:
         self.iterations = 0
         #: KV-prefix cache hook (prefix_cache.EnginePrefixHook), attached before start().
         self.prefix_hook = None
+        #: Speculative decoding hook (speculative.Speculator), attached before start(); used for
+        #: sequences submitted with ``speculative=True``.
+        self.speculator = None
         self._metrics = metrics
         self._m = (
             {
@@ -152,6 +155,7 @@ class Engine:
         *,
         adapter: str | None = None,
         priority: int = 0,
+        speculative: bool = False,
     ) -> Sequence:
         """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``."""
         with self._cv:
@@ -171,6 +175,7 @@ class Engine:
                 sink=sink,
                 adapter=adapter,
                 priority=priority,
+                speculative=speculative,
             )
             self._inbox.append(("add", seq))
             self._cv.notify()
@@ -268,14 +273,22 @@ class Engine:
         self._apply_adapter(plan.adapter)
         batch = self.batch
         batch.clear()
-        outputs: list[tuple[Sequence, int, int | None]] = []
+        outputs: list[tuple[Sequence, int, int | None, Any]] = []
         prefill = sum(n for seq, n in plan.work if not seq.decoding)
+        spare = batch.capacity - plan.n_tokens  # batch room for draft tokens
         for seq, n in plan.work:
             a = seq.n_cached
             completes = a + n == len(seq.tokens)
-            idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits="last" if completes else "none")
-            outputs.append((seq, n, idx if completes else None))
+            draft = self._draft(seq, spare) if completes and n == 1 and seq.speculative else None
+            if draft is None:
+                idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits="last" if completes else "none")
+            else:  # speculative round: pending token + draft, logits for each to verify them
+                spare -= len(draft.tokens)
+                idx = batch.add(seq.tokens[a : a + n] + draft.tokens, a, seq.slot, logits="all")
+            outputs.append((seq, n, idx if completes else None, draft))
+        t_decode = time.perf_counter()
         rc = self.ctx.decode(batch)
+        t_decode = time.perf_counter() - t_decode
         self.iterations += 1
         if rc == 1:  # no KV slot despite the ledger (fragmentation): give way and retry next time
             forced = self.scheduler.preempt_latest()
@@ -288,7 +301,7 @@ class Engine:
             return
         if rc != 0:
             log.error("llama_decode returned %d for a batch of %d tokens", rc, batch.n)
-            for seq, _, _ in outputs:
+            for seq, *_ in outputs:
                 self._fail(seq, "decode_failed", f"llama_decode failed ({rc})")
             return
         if self._m:
@@ -296,12 +309,45 @@ class Engine:
             self._m["batch_tokens"].observe(batch.n)
             if prefill:
                 self._m["prompt_tokens"].inc(prefill)
-        for seq, n, idx in outputs:
+        if self.speculator is not None and not prefill:
+            self.speculator.observe_iteration(t_decode, sum(len(o[3].tokens) for o in outputs if o[3]))
+        for seq, n, idx, draft in outputs:
             seq.n_cached += n
             if self.prefix_hook is not None and seq.prefill_stop:
                 self.prefix_hook.on_prefilled(seq)
-            if idx is not None:
+            if idx is None:
+                continue
+            if draft is None:
                 self._on_token(seq, seq.sampler.sample(self.ctx.logits(idx)))
+            else:
+                self._verify_draft(seq, idx, draft)
+
+    # -- speculative decoding hook (logic in speculative/) ---------------------------------------
+
+    def _draft(self, seq: Sequence, spare: int):
+        """Draft tokens to verify after ``seq``'s pending token, or None for a plain round."""
+        if self.speculator is None:
+            return None
+        a = seq.n_cached
+        limit = min(spare, seq.params.max_tokens - seq.n_generated - 1, self.ledger.capacity_cells - a - 2)
+        draft = self.speculator.draft(seq, limit) if limit > 0 else None
+        if draft is not None and not self.ledger.grow(seq, a + 1 + len(draft.tokens)):
+            return None  # no free pages for the draft's cells: decode plainly
+        return draft
+
+    def _verify_draft(self, seq: Sequence, idx: int, draft) -> None:
+        """Rejection-sample the draft against the k + 1 logits rows ending at ``idx``; keep the
+        accepted cells, drop the rejected ones, emit accepted tokens + the target's next one."""
+        k = len(draft.tokens)
+        rows = [self.ctx.logits(idx - k + j) for j in range(k + 1)]
+        n_acc, nxt = self.speculator.verify(seq, draft, rows)
+        seq.n_cached += n_acc
+        if n_acc < k:
+            self.ctx.drop_tail(seq.slot, seq.n_cached)
+        for tok in [*draft.tokens[:n_acc], nxt]:
+            self._on_token(seq, tok)
+            if seq not in self._live:
+                break
 
     def _apply_adapter(self, name: str | None) -> None:
         before = self.ctx._adapters
@@ -339,6 +385,8 @@ class Engine:
             if slot is not None and slot >= 0:
                 self.ctx.drop_seq(slot)
         self._live.discard(seq)
+        if self.speculator is not None:
+            self.speculator.release(seq)
         tail = seq.assembler.flush() if reason != "cancelled" else ""
         if tail:
             self._emit(seq, TokenEvent(-1, tail))
@@ -365,6 +413,8 @@ class Engine:
         if slot is not None and slot >= 0:
             self.ctx.drop_seq(slot)
         self._live.discard(seq)
+        if self.speculator is not None:
+            self.speculator.release(seq)
         self._emit(seq, ErrorEvent(code, message))
 
     def _fail_running(self, code: str, message: str) -> None:

@@ -141,3 +141,31 @@ class LLMMetrics:
         self.kv_prefix_cache_bytes = Gauge(
             "themis_kv_prefix_cache_bytes", "Bytes of prefix states held in RAM", ["model"], registry=r
         )
+        # Speculative decoding (accept rate in PromQL: accepted / draft).
+        spec_labels = ["model", "source"]
+        self.spec_draft_tokens = Counter(
+            "themis_speculation_draft_tokens_total", "Draft tokens verified", spec_labels, registry=r
+        )
+        self.spec_accepted_tokens = Counter(
+            "themis_speculation_accepted_tokens_total", "Draft tokens accepted", spec_labels, registry=r
+        )
+        self.spec_fallback = Counter(
+            "themis_speculation_fallback_total",
+            "Rounds that fell back to plain decoding (low_acceptance, slow_draft, draft_error)",
+            [*spec_labels, "reason"],
+            registry=r,
+        )
+        self.draft_roundtrip = Histogram(
+            "themis_draft_roundtrip_seconds",
+            "Time to obtain one round's draft",
+            spec_labels,
+            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+            registry=r,
+        )
+        self.spec_n_draft = Histogram(
+            "themis_speculation_n_draft",
+            "Draft length chosen per speculative round (0 = plain decoding)",
+            spec_labels,
+            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
+            registry=r,
+        )

@@ -225,6 +225,10 @@ class NativeContext:
     def drop_seq(self, seq_id: int) -> None:
         L.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
 
+    def drop_tail(self, seq_id: int, p0: int) -> None:
+        """Drop the cells of positions >= ``p0`` (rejected draft tokens)."""
+        L.llama_memory_seq_rm(self.mem, seq_id, p0, -1)
+
     def seq_pos_max(self, seq_id: int) -> int:
         return int(L.llama_memory_seq_pos_max(self.mem, seq_id))
 

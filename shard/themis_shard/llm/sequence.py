@@ -61,6 +61,9 @@ class Sequence:
     t_admitted: float | None = None
     t_first: float | None = None
     t_last: float | None = None
+    #: Speculative decoding asked for; ``spec`` is the speculator's per-sequence state.
+    speculative: bool = False
+    spec: object | None = None
     #: KV-prefix cache (prefix_cache.py): stop the prefill at this many cached tokens to save the
     #: state there (0 = no stop); how many prompt tokens the first admission restored.
     prefill_stop: int = 0

@@ -69,3 +69,14 @@ class LLMSettings(BaseSettings):
     prefix_rtt_s: float = Field(0.005, ge=0, description="assumed request overhead per pull")
     #: Directory entries a shard announces through gossip (most recently used first).
     prefix_announce_max: int = Field(256, ge=0)
+    #: Speculative decoding (requests with ``speculative: true``). Draft source: "prompt_lookup"
+    #: (n-grams of the request's own context), "local" (``draft_model_path``) or "none".
+    speculative_source: str = "prompt_lookup"
+    n_draft: int = Field(8, ge=0, le=32, description="most draft tokens per round (paper: 8)")
+    speculative_adaptive: bool = Field(True, description="choose n_draft per round; False = always n_draft")
+    speculation_min_acceptance: float = Field(0.3, ge=0, le=1, description="below: fall back to plain")
+    speculation_cooldown: int = Field(32, ge=1, description="plain rounds after a fallback before a probe")
+    speculation_max_draft_s: float = Field(0.25, gt=0, description="a slower draft counts as a fallback")
+    prompt_lookup_min_ngram: int = Field(2, ge=1)
+    prompt_lookup_max_ngram: int = Field(4, ge=1)
+    draft_model_path: str = Field("", description="GGUF of a draft model for speculative_source=local")

@@ -1,0 +1,183 @@
+"""Adaptive draft length (pure): pick n_draft to maximise expected tokens per second.
+
+With a per-token acceptance rate α (the geometric model of Leviathan et al.), a round that drafts
+k tokens emits E(k) = (1 − α^{k+1}) / (1 − α) tokens (k accepted at most, plus the target's own
+token) and costs T(k) = verify(k) + draft(k): verify(k) = base + row·k is one decode whose batch
+carries k more tokens with logits (the 262k-vocabulary head makes ``row`` large on CPU — a
+9-token verify ≈ 4.4× a 1-token decode here), draft(k) = draft_fixed + draft_per_token·k
+(prompt lookup: ≈ 0; a local draft model: k of its own decodes; a remote shard: a round trip).
+The controller chooses argmax_k E(k)/T(k) over 0..n_max, and k = 0 (plain decoding) unless the
+best k beats it by ``min_gain``. ``CostModel`` learns base and row from the engine's own
+decode timings (decayed least squares over iterations without prefill); the acceptance rate is
+an exponentially weighted estimate per sequence.
+
+Fallback (``themis_speculation_fallback_total``): when the acceptance rate drops below
+``min_acceptance`` or the draft source fails / is slower than ``max_draft_s``, the sequence
+decodes plainly for ``cooldown`` rounds, then probes again with a short draft. Probing costs at
+most one extra logits row every ``cooldown`` tokens, which bounds the slowdown against plain
+decoding (≈ row / (base · cooldown), < 1 % with the defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    n_max: int = 8  # the paper's n_draft
+    adaptive: bool = True  # False: always n_max (a fixed draft length), fallback still applies
+    min_acceptance: float = 0.3
+    min_trials: int = 8  # draft tokens judged before the acceptance rate can trigger a fallback
+    cooldown: int = 32  # plain rounds after a fallback before probing again
+    probe: int = 2  # draft length of a probe after a cooldown
+    min_gain: float = 1.03  # speculate only when the model predicts at least this speedup
+    alpha_prior: float = 0.6
+    alpha_decay: float = 0.9  # EWMA weight kept per judged draft token
+    max_draft_s: float = 0.25  # a draft slower than this (seconds) counts as a slow source
+
+
+class CostModel:
+    """verify(k) ≈ base + row·k, learnt from (extra logits rows, seconds) of plain decode rounds."""
+
+    def __init__(self, base_s: float = 0.027, row_s: float = 0.0115, decay: float = 0.98, prior_weight: float = 4.0) -> None:
+        self._decay = decay
+        # decayed sums for least squares y = base + row·x, seeded with prior pseudo-observations
+        self._n = 0.0
+        self._sx = self._sy = self._sxx = self._sxy = 0.0
+        self._base0, self._row0 = base_s, row_s
+        for x in (0.0, 8.0):
+            self._add(x, base_s + row_s * x, prior_weight / 2)
+
+    def _add(self, x: float, y: float, w: float = 1.0) -> None:
+        self._n += w
+        self._sx += w * x
+        self._sy += w * y
+        self._sxx += w * x * x
+        self._sxy += w * x * y
+
+    def observe(self, extra_rows: int, seconds: float) -> None:
+        d = self._decay
+        self._n, self._sx, self._sy, self._sxx, self._sxy = (
+            d * self._n, d * self._sx, d * self._sy, d * self._sxx, d * self._sxy,
+        )
+        self._add(float(extra_rows), seconds)
+
+    @property
+    def row(self) -> float:
+        var = self._sxx - self._sx * self._sx / self._n
+        if var <= 1e-9:
+            return self._row0
+        row = (self._sxy - self._sx * self._sy / self._n) / var
+        return max(0.0, row)
+
+    @property
+    def base(self) -> float:
+        return max(1e-4, (self._sy - self.row * self._sx) / self._n)
+
+    def verify(self, k: int) -> float:
+        return self.base + self.row * k
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens emitted by a round that drafts k tokens, each accepted with probability alpha."""
+    if k <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def best_draft_length(
+    alpha: float,
+    cost: CostModel,
+    n_max: int,
+    *,
+    draft_fixed_s: float = 0.0,
+    draft_per_token_s: float = 0.0,
+    min_gain: float = 1.0,
+) -> int:
+    plain = 1.0 / cost.verify(0)
+    best_k, best = 0, plain * min_gain
+    for k in range(1, n_max + 1):
+        rate = expected_tokens(alpha, k) / (cost.verify(k) + draft_fixed_s + draft_per_token_s * k)
+        if rate > best:
+            best_k, best = k, rate
+    return best_k
+
+
+class DraftLengthController:
+    """Per-sequence state: acceptance estimate, fallback cooldown, the n_draft to use next."""
+
+    def __init__(self, config: AdaptiveConfig, cost: CostModel) -> None:
+        self.config = config
+        self.cost = cost
+        self.alpha = config.alpha_prior
+        self.trials = 0
+        self.cooldown = 0
+        self.draft_fixed_s = 0.0
+        self.draft_per_token_s = 0.0
+        self.last_k = 0
+
+    def choose(self, limit: int) -> int:
+        """n_draft for the next round (0 = plain decoding), at most ``limit``."""
+        c = self.config
+        if limit <= 0:
+            self.last_k = 0
+            return 0
+        if self.cooldown > 0:
+            self.cooldown -= 1
+            k = min(c.probe, limit) if self.cooldown == 0 else 0
+        elif not c.adaptive:
+            k = c.n_max
+        else:
+            k = best_draft_length(
+                self.alpha,
+                self.cost,
+                c.n_max,
+                draft_fixed_s=self.draft_fixed_s,
+                draft_per_token_s=self.draft_per_token_s,
+                min_gain=c.min_gain,
+            )
+            if k == 0:
+                # Predicted not to pay: stay plain but re-probe after a cooldown, so a change in
+                # the text (a quote begins) is noticed.
+                self.cooldown = c.cooldown
+        self.last_k = min(k, limit)
+        return self.last_k
+
+    def observe(self, drafted: int, accepted: int) -> str | None:
+        """Record a verified round; returns a fallback reason when speculation should pause."""
+        if drafted <= 0:
+            return None
+        c = self.config
+        # Geometric model: each judged draft token is a trial; the chain stops at the first reject.
+        judged = accepted + (1 if accepted < drafted else 0)
+        for i in range(judged):
+            hit = 1.0 if i < accepted else 0.0
+            self.alpha = c.alpha_decay * self.alpha + (1 - c.alpha_decay) * hit
+        self.trials += judged
+        if self.trials >= c.min_trials and self.alpha < c.min_acceptance:
+            self.pause()
+            return "low_acceptance"
+        return None
+
+    def observe_draft_cost(self, drafted: int, seconds: float, *, per_token: bool = False) -> str | None:
+        """Record what drafting took (``per_token``: a draft model, cost ∝ k; otherwise a fixed
+        cost per round such as a round trip); returns "slow_draft" when the source is too slow."""
+        if drafted > 0:
+            if per_token:
+                self.draft_per_token_s = 0.8 * self.draft_per_token_s + 0.2 * seconds / drafted
+            else:
+                self.draft_fixed_s = 0.8 * self.draft_fixed_s + 0.2 * seconds
+        if seconds > self.config.max_draft_s:
+            self.pause()
+            return "slow_draft"
+        return None
+
+    def pause(self) -> None:
+        """Plain decoding for ``cooldown`` rounds, then a probe (acceptance re-estimated from
+        halfway back to the prior, so one good probe can resume speculation)."""
+        self.cooldown = self.config.cooldown
+        self.alpha = 0.5 * (self.alpha + self.config.alpha_prior)
+        self.trials = 0

@@ -1,0 +1,121 @@
+"""The engine's speculative-decoding hook: draft → (engine verifies in its batch) → accept.
+
+The engine stays in charge of batching: for a decoding sequence with ``speculative`` set it asks
+``draft(seq, limit)`` for up to ``limit`` tokens, appends them after the sequence's pending token
+in the same ``llama_batch`` with logits for every one of those positions, decodes, and hands the
+k + 1 logits rows to ``verify``, which applies the exact rejection rule (``rejection.py``) with
+the sequence's own RNG and the target's sampling distribution. The engine then keeps the KV cells
+of the accepted prefix, drops the rest and emits accepted + next token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .adaptive import AdaptiveConfig, CostModel, DraftLengthController
+from .drafts import Draft, DraftSource
+from .rejection import target_dist, verify_chain
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SpecState:
+    controller: DraftLengthController
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+
+
+class Speculator:
+    def __init__(
+        self,
+        source: DraftSource,
+        config: AdaptiveConfig | None = None,
+        *,
+        metrics=None,
+        model: str = "default",
+        cost: CostModel | None = None,
+    ) -> None:
+        self.source = source
+        self.config = config or AdaptiveConfig()
+        self.cost = cost or CostModel()
+        self._m = None
+        if metrics is not None:
+            labels = {"model": model, "source": source.name}
+            self._m = {
+                "draft": metrics.spec_draft_tokens.labels(**labels),
+                "accepted": metrics.spec_accepted_tokens.labels(**labels),
+                "roundtrip": metrics.draft_roundtrip.labels(**labels),
+                "n_draft": metrics.spec_n_draft.labels(**labels),
+            }
+            self._fallback = lambda reason: metrics.spec_fallback.labels(reason=reason, **labels).inc()
+        else:
+            self._fallback = lambda reason: None
+
+    def state(self, seq) -> SpecState:
+        st = seq.spec
+        if st is None:
+            st = seq.spec = SpecState(DraftLengthController(self.config, self.cost))
+        return st
+
+    def draft(self, seq, limit: int) -> Draft | None:
+        """Draft tokens for ``seq``'s next round (None = decode plainly this round)."""
+        st = self.state(seq)
+        k = st.controller.choose(limit)
+        if k <= 0:
+            if self._m:
+                self._m["n_draft"].observe(0)
+            return None
+        t0 = time.perf_counter()
+        try:
+            d = self.source.propose(seq, seq.tokens, k, seq.params)
+        except Exception as exc:  # source down, timed out, or broken: plain decoding, later a probe
+            log.info("draft source %s failed: %s", self.source.name, exc)
+            st.controller.pause()
+            self._fallback("draft_error")
+            return None
+        dt = time.perf_counter() - t0
+        n = min(len(d.tokens), k)
+        if self._m:
+            self._m["roundtrip"].observe(dt)
+            self._m["n_draft"].observe(n)
+        if st.controller.observe_draft_cost(n, dt, per_token=self.source.per_token_cost):
+            self._fallback("slow_draft")
+        if n == 0:
+            return None
+        return Draft(d.tokens[:n], d.q[:n])
+
+    def verify(self, seq, draft: Draft, rows: list[np.ndarray]) -> tuple[int, int]:
+        """Apply the rejection rule; returns (accepted draft tokens, next token)."""
+        p = [target_dist(r, seq.params) for r in rows]
+        n_acc, nxt = verify_chain(draft.tokens, draft.q, p, seq.sampler._rng)
+        st = self.state(seq)
+        st.drafted += len(draft.tokens)
+        st.accepted += n_acc
+        st.rounds += 1
+        if self._m:
+            self._m["draft"].inc(len(draft.tokens))
+            self._m["accepted"].inc(n_acc)
+        if st.controller.observe(len(draft.tokens), n_acc):
+            self._fallback("low_acceptance")
+        try:
+            self.source.commit(seq, seq.tokens + draft.tokens[:n_acc] + [nxt])
+        except Exception as exc:
+            log.info("draft source %s commit failed: %s", self.source.name, exc)
+        return n_acc, nxt
+
+    def observe_iteration(self, seconds: float, extra_rows: int) -> None:
+        """Timing of one decode without prefill: teaches the verify cost model."""
+        self.cost.observe(extra_rows, seconds)
+
+    def release(self, seq) -> None:
+        if seq.spec is not None:
+            try:
+                self.source.release(seq)
+            except Exception as exc:
+                log.info("draft source %s release failed: %s", self.source.name, exc)

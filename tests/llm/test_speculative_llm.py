@@ -1,0 +1,122 @@
+"""Speculative decoding inside the engine, on the real bundled model (llama.cpp, 2 threads)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+from themis_shard.llm.engine import Engine, EngineConfig
+from themis_shard.llm.metrics import LLMMetrics
+from themis_shard.llm.sampling import SamplingParams
+from themis_shard.llm.scheduler import Limits
+from themis_shard.llm.speculative.adaptive import AdaptiveConfig
+from themis_shard.llm.speculative.drafts import Draft, PromptLookup
+from themis_shard.llm.speculative.speculator import Speculator
+
+from .reference import greedy_reference
+from .test_engine_llm import Collector, assert_greedy_equivalent
+
+pytestmark = pytest.mark.llm
+
+RAG_PROMPT = (
+    "Context: The Themis cluster stores documents in RocksDB column families and replicates "
+    "every shard three times. Vector search uses a FAISS IVF index with 1024 lists and nprobe 8.\n"
+    "Question: How does the Themis cluster store documents and how is vector search done?\n"
+    "Answer (quote the context): The Themis cluster stores documents in"
+)
+N = 40
+
+
+def make_engine(model, source, config: AdaptiveConfig, registry=None) -> tuple[Engine, LLMMetrics]:
+    metrics = LLMMetrics(registry or CollectorRegistry())
+    cfg = EngineConfig(n_ctx=1024, n_threads=2, page_size=16, max_queue=16, limits=Limits(max_running=4, chunk=512))
+    eng = Engine(model, cfg, metrics=metrics)
+    eng.speculator = Speculator(source, config, metrics=metrics, model="default")
+    eng.start()
+    return eng, metrics
+
+
+def run(eng: Engine, prompt: list[int], params: SamplingParams, *, speculative: bool = True) -> Collector:
+    c = Collector()
+    eng.submit(prompt, params, c, speculative=speculative)
+    c.done
+    return c
+
+
+@pytest.fixture(scope="module")
+def rag(native_model):
+    toks = native_model.tokenize(RAG_PROMPT)
+    return toks, greedy_reference(native_model, toks, N)
+
+
+def counter(metrics: LLMMetrics, name: str) -> float:
+    return getattr(metrics, name).labels(model="default", source="prompt_lookup")._value.get()
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed8", "adaptive"])
+def test_prompt_lookup_greedy_matches_plain(native_model, rag, adaptive):
+    prompt, ref = rag
+    eng, metrics = make_engine(native_model, PromptLookup(), AdaptiveConfig(n_max=8, adaptive=adaptive))
+    try:
+        c = run(eng, prompt, SamplingParams(max_tokens=N))
+        assert_greedy_equivalent(ref, c.tokens)
+        drafted, accepted = counter(metrics, "spec_draft_tokens"), counter(metrics, "spec_accepted_tokens")
+        assert drafted > 0 and 0 < accepted <= drafted
+    finally:
+        eng.stop()
+
+
+class Scripted:
+    """A draft source that proposes fixed tokens: lets the test know exactly what gets accepted."""
+
+    name = "prompt_lookup"  # reuse the metric labels of the counter helper
+    per_token_cost = False
+
+    def __init__(self, continuation: list[int], wrong_every: int) -> None:
+        self.continuation = continuation
+        self.wrong_every = wrong_every
+        self.start = 0
+
+    def propose(self, key, tokens, k, params=None) -> Draft:
+        from themis_shard.llm.speculative.rejection import Dist
+
+        i = len(tokens) - self.start
+        out = list(self.continuation[i : i + k])
+        for j in range(len(out)):
+            if (i + j) % self.wrong_every == self.wrong_every - 1:
+                out[j] = (out[j] + 1) % 1000 + 10  # a token the target does not pick
+        return Draft(out, [Dist.point(t) for t in out])
+
+    def commit(self, key, tokens) -> None:
+        pass
+
+    def release(self, key) -> None:
+        pass
+
+
+def test_acceptance_metric_counts_exactly(native_model, rag):
+    prompt, (ref_tokens, _) = rag
+    src = Scripted(ref_tokens, wrong_every=5)
+    src.start = len(prompt)
+    eng, metrics = make_engine(native_model, src, AdaptiveConfig(n_max=4, adaptive=False, min_acceptance=0.0))
+    try:
+        c = run(eng, prompt, SamplingParams(max_tokens=20))
+        assert c.tokens == ref_tokens[:20]
+        drafted, accepted = counter(metrics, "spec_draft_tokens"), counter(metrics, "spec_accepted_tokens")
+        # Replay the script: the first token comes from prefill; each round drafts min(4, room)
+        # tokens of the reference with every 5th one wrong, accepts up to the first wrong one and
+        # emits the target's own token after the accepted ones.
+        exp_d = exp_a = 0
+        pos = 1
+        while pos < 20:
+            k = min(4, 20 - pos - 1)
+            if k <= 0:
+                pos += 1
+                continue
+            wrong = [j for j in range(k) if (pos + j) % 5 == 4]
+            acc = wrong[0] if wrong else k
+            exp_d += k
+            exp_a += acc
+            pos += acc + 1
+        assert (drafted, accepted) == (exp_d, exp_a)
+    finally:
+        eng.stop()
