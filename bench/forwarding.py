@@ -19,14 +19,18 @@ import time
 from pathlib import Path
 
 import httpx
-
 from themis_shard.cluster.placement import Topology
 from themis_shard.plan import ClusterPlan
 
 
 def themis(cwd: Path, *args: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "themis_shard.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode:
         raise SystemExit(out.stderr)
 
@@ -58,8 +62,10 @@ def main() -> None:
             owned = [k for k in keys if topo.owners("b", k)[0] == "shard-0"][: args.n]
             with httpx.Client(timeout=60) as c:
                 for k in owned:
-                    c.put(f"{url['shard-0']}/v1/collections/b/documents/{k}",
-                          json={"text": f"document {k} about a contract"}).raise_for_status()
+                    c.put(
+                        f"{url['shard-0']}/v1/collections/b/documents/{k}",
+                        json={"text": f"document {k} about a contract"},
+                    ).raise_for_status()
                 local, forwarded = [], []
                 for k in owned:  # interleaved, so both see the same machine load
                     local.append(timed(c, "GET", f"{url['shard-0']}/v1/collections/b/documents/{k}"))
@@ -68,8 +74,12 @@ def main() -> None:
                 urns = [f"urn:themis:b:{k}" for k in owned[:64]]
                 direct, routed = [], []
                 for i in range(0, 64, 8):
-                    direct.append(timed(c, "POST", f"{url['shard-0']}/v1/embed", json={"texts": texts[i:i + 8]}))
-                    routed.append(timed(c, "POST", f"{url['shard-1']}/v1/embed", json={"urns": urns[i:i + 8]}))
+                    direct.append(
+                        timed(c, "POST", f"{url['shard-0']}/v1/embed", json={"texts": texts[i : i + 8]})
+                    )
+                    routed.append(
+                        timed(c, "POST", f"{url['shard-1']}/v1/embed", json={"urns": urns[i : i + 8]})
+                    )
         finally:
             themis(cwd, "down")
     lp, lq = pcts(local)

@@ -20,13 +20,17 @@ import time
 from pathlib import Path
 
 import httpx
-
 from themis_shard.plan import ClusterPlan
 
 
 def themis(cwd: Path, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
-                         text=True, timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-m", "themis_shard.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if out.returncode:
         raise SystemExit(out.stderr)
     return out.stdout
@@ -35,8 +39,13 @@ def themis(cwd: Path, *args: str) -> str:
 def load(url: str, n: int) -> None:
     with httpx.Client(timeout=60) as client:
         for start in range(0, n, 1000):
-            docs = [{"key": f"d{i}", "document": {"i": i, "body": "x" * 200}} for i in range(start, min(start + 1000, n))]
-            client.post(f"{url}/v1/collections/bench/documents:batch", json={"documents": docs}).raise_for_status()
+            docs = [
+                {"key": f"d{i}", "document": {"i": i, "body": "x" * 200}}
+                for i in range(start, min(start + 1000, n))
+            ]
+            client.post(
+                f"{url}/v1/collections/bench/documents:batch", json={"documents": docs}
+            ).raise_for_status()
 
 
 def reader(urls: list[str], n: int, stop: threading.Event, out: list[float]) -> None:
@@ -91,7 +100,9 @@ def main() -> None:
     print(f"| scale wall time (new shard start + handoff + purge) | {elapsed:.1f} s |")
     print(f"| migration throughput | {keys / elapsed:,.0f} keys/s, {moved_bytes / elapsed / 1e6:.2f} MB/s |")
     print(f"| foreground GET p50 / p99, idle | {pct(idle, 50):.1f} / {pct(idle, 99):.1f} ms |")
-    print(f"| foreground GET p50 / p99, during migration | {pct(during, 50):.1f} / {pct(during, 99):.1f} ms |")
+    print(
+        f"| foreground GET p50 / p99, during migration | {pct(during, 50):.1f} / {pct(during, 99):.1f} ms |"
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from themis_shard.storage.collections import CollectionConfig
 from themis_shard.storage.documents import DocumentStore, Write
 from themis_shard.vector.index import VectorIndex
@@ -34,7 +33,9 @@ def bench_documents(path: Path, n_single: int, n_batch: int) -> list[tuple[str, 
     t = time.perf_counter()
     for start in range(0, n_batch, 1000):
         store.commit([Write("batch", f"k{i}", doc) for i in range(start, min(start + 1000, n_batch))])
-    rows.append(("document put, batch of 1000 (sync WAL)", f"{n_batch:,}", rate(n_batch, time.perf_counter() - t)))
+    rows.append(
+        ("document put, batch of 1000 (sync WAL)", f"{n_batch:,}", rate(n_batch, time.perf_counter() - t))
+    )
     keys = [f"k{i}" for i in np.random.default_rng(0).integers(0, n_batch, 50_000)]
     t = time.perf_counter()
     for k in keys:
@@ -57,7 +58,9 @@ def bench_vectors(n: int, dim: int, n_queries: int) -> list[tuple[str, str, str,
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(256, dim)).astype(np.float32)
     data = (centers[rng.integers(0, 256, n)] + 0.3 * rng.normal(size=(n, dim))).astype(np.float32)
-    queries = (centers[rng.integers(0, 256, n_queries)] + 0.3 * rng.normal(size=(n_queries, dim))).astype(np.float32)
+    queries = (centers[rng.integers(0, 256, n_queries)] + 0.3 * rng.normal(size=(n_queries, dim))).astype(
+        np.float32
+    )
     keys = [f"k{i}" for i in range(n)]
     rows = []
     truth = None

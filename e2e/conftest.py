@@ -22,14 +22,30 @@ def free_port() -> int:
 
 
 @contextmanager
-def shard_process(data_dir: Path, port: int, shard_id: str = "shard-0", llm: bool = False,
-                  extra_env: dict[str, str] | None = None, ready_timeout: float = 60) -> Iterator[subprocess.Popen]:
+def shard_process(
+    data_dir: Path,
+    port: int,
+    shard_id: str = "shard-0",
+    llm: bool = False,
+    extra_env: dict[str, str] | None = None,
+    ready_timeout: float = 60,
+) -> Iterator[subprocess.Popen]:
     """A real `python -m themis_shard` process; killed (SIGKILL) on exit if still running."""
-    env = {**os.environ, "THEMIS_SHARD_ID": shard_id, "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir),
-           "THEMIS_LLM_ENABLED": "true" if llm else "false", **(extra_env or {})}
-    log = open(data_dir.parent / f"{shard_id}-{port}.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "themis_shard", "--log-level", "warning"], env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "THEMIS_SHARD_ID": shard_id,
+        "THEMIS_PORT": str(port),
+        "THEMIS_DATA_DIR": str(data_dir),
+        "THEMIS_LLM_ENABLED": "true" if llm else "false",
+        **(extra_env or {}),
+    }
+    log = open(data_dir.parent / f"{shard_id}-{port}.log", "ab")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "themis_shard", "--log-level", "warning"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_ready(f"http://127.0.0.1:{port}", ready_timeout, proc)
         yield proc
@@ -68,16 +84,34 @@ def port() -> int:
 class LocalCluster:
     """N real shard processes sharing one plan file; shards can be killed and restarted."""
 
-    def __init__(self, root: Path, n: int, raid_mode: str = "raid1", llm: bool = False,
-                 router: dict | None = None, env: dict[str, str] | None = None, adapters: tuple = ()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        n: int,
+        raid_mode: str = "raid1",
+        llm: bool = False,
+        router: dict | None = None,
+        env: dict[str, str] | None = None,
+        adapters: tuple = (),
+    ) -> None:
         from themis_shard.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
         self.ports = [free_port() for _ in range(n)]
         self.ids = [f"shard-{i}" for i in range(n)]
-        members = tuple(Member(shard_id=sid, url=f"http://127.0.0.1:{p}") for sid, p in zip(self.ids, self.ports))
-        self.plan = build_plan(ClusterSpec(name="e2e", members=members, raid_mode=raid_mode,
-                                           router=RouterSettings(**(router or {})), adapters=adapters))
+        members = tuple(
+            Member(shard_id=sid, url=f"http://127.0.0.1:{p}")
+            for sid, p in zip(self.ids, self.ports, strict=True)
+        )
+        self.plan = build_plan(
+            ClusterSpec(
+                name="e2e",
+                members=members,
+                raid_mode=raid_mode,
+                router=RouterSettings(**(router or {})),
+                adapters=adapters,
+            )
+        )
         self.env = env or {}
         self.plan_path = root / "plan.json"
         self.plan_path.write_text(self.plan.to_json())
@@ -90,16 +124,28 @@ class LocalCluster:
 
     def start(self, shard_id: str, wait: bool = True) -> subprocess.Popen:
         i = self.ids.index(shard_id)
-        env = {**os.environ, "THEMIS_SHARD_ID": shard_id, "THEMIS_PORT": str(self.ports[i]),
-               "THEMIS_DATA_DIR": str(self.root / shard_id), "THEMIS_PLAN_PATH": str(self.plan_path),
-               "THEMIS_LLM_ENABLED": "true" if self.llm else "false",
-               "THEMIS_CLUSTER_GOSSIP_SECRET": "e2e-secret", "THEMIS_CLUSTER_GOSSIP_INTERVAL_S": "0.3",
-               "THEMIS_CLUSTER_GOSSIP_EXCHANGE_TIMEOUT_S": "2",
-               "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "3", "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "10", **self.env}
-        log = open(self.root / f"{shard_id}.log", "ab")
+        env = {
+            **os.environ,
+            "THEMIS_SHARD_ID": shard_id,
+            "THEMIS_PORT": str(self.ports[i]),
+            "THEMIS_DATA_DIR": str(self.root / shard_id),
+            "THEMIS_PLAN_PATH": str(self.plan_path),
+            "THEMIS_LLM_ENABLED": "true" if self.llm else "false",
+            "THEMIS_CLUSTER_GOSSIP_SECRET": "e2e-secret",
+            "THEMIS_CLUSTER_GOSSIP_INTERVAL_S": "0.3",
+            "THEMIS_CLUSTER_GOSSIP_EXCHANGE_TIMEOUT_S": "2",
+            "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "3",
+            "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "10",
+            **self.env,
+        }
+        log = open(self.root / f"{shard_id}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
-        proc = subprocess.Popen([sys.executable, "-m", "themis_shard", "--log-level", "warning"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "themis_shard", "--log-level", "warning"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.procs[shard_id] = proc
         if wait:
             wait_ready(self.url(shard_id), 120, proc)

@@ -34,9 +34,14 @@ def test_vector_search_fans_out_and_merges_top_k(local_cluster) -> None:
     for i in range(12):
         httpx.put(f"{a}/v1/collections/vecs/documents/v{i}", json={"embedding": [1.0, i / 10], "i": i})
     for shard in cluster.ids:  # every shard answers with the cluster-wide top-3, no duplicates
-        r = httpx.post(f"{cluster.url(shard)}/v1/collections/vecs/search", json={"vector": [1.0, 0.0], "k": 3})
-        assert [x["urn"] for x in r.json()["results"]] == ["urn:themis:vecs:v0", "urn:themis:vecs:v1",
-                                                           "urn:themis:vecs:v2"]
+        r = httpx.post(
+            f"{cluster.url(shard)}/v1/collections/vecs/search", json={"vector": [1.0, 0.0], "k": 3}
+        )
+        assert [x["urn"] for x in r.json()["results"]] == [
+            "urn:themis:vecs:v0",
+            "urn:themis:vecs:v1",
+            "urn:themis:vecs:v2",
+        ]
 
 
 def test_raid1_survives_a_killed_primary_and_the_restarted_shard_catches_up(local_cluster) -> None:
@@ -96,9 +101,19 @@ def test_cross_shard_transactions_are_refused_clearly(local_cluster) -> None:
     same = [k for k in keys if primary[k] == primary[keys[0]]][:2]
     other = next(k for k in keys if primary[k] != primary[keys[0]])
     url = cluster.url("shard-2")
-    ok = httpx.post(f"{url}/v1/transactions", json={"operations": [
-        {"op": "put", "collection": "acc", "key": k, "document": {"n": 1}} for k in same]})
+    ok = httpx.post(
+        f"{url}/v1/transactions",
+        json={
+            "operations": [{"op": "put", "collection": "acc", "key": k, "document": {"n": 1}} for k in same]
+        },
+    )
     assert ok.status_code == 200 and ok.json()["committed"]
-    refused = httpx.post(f"{url}/v1/transactions", json={"operations": [
-        {"op": "put", "collection": "acc", "key": k, "document": {"n": 1}} for k in (same[0], other)]})
+    refused = httpx.post(
+        f"{url}/v1/transactions",
+        json={
+            "operations": [
+                {"op": "put", "collection": "acc", "key": k, "document": {"n": 1}} for k in (same[0], other)
+            ]
+        },
+    )
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "cross_shard_transaction"

@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from themis_shard.llm.model import resolve_model_path
 from themis_shard.llm.native import NativeModel
 from themis_shard.llm.tools.lora_fixture import make_test_lora
@@ -55,8 +54,11 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
     s0, s1, s2 = (cluster.url(s) for s in cluster.ids)
 
     # An adapter for "legal" on shard-1, evaluated on load, announced through gossip.
-    r = httpx.post(f"{s1}/v1/adapters", json={"name": "legal-qa", "domain": "legal", "path": str(lora_file),
-                                              "evaluate": True}, timeout=120)
+    r = httpx.post(
+        f"{s1}/v1/adapters",
+        json={"name": "legal-qa", "domain": "legal", "path": str(lora_file), "evaluate": True},
+        timeout=120,
+    )
     assert r.status_code == 201, r.text
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -69,14 +71,24 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
 
     # Routed to the announcing shard, JSON and streamed, from any entry shard.
     assert infer(s0, prompt="The contract states", domain="legal")["shard_id"] == "shard-1"
-    with httpx.stream("POST", f"{s2}/v1/infer", json={"prompt": "The court", "domain": "legal", "max_tokens": 3,
-                                                      "temperature": 0, "stream": True}, timeout=120) as resp:
+    with httpx.stream(
+        "POST",
+        f"{s2}/v1/infer",
+        json={"prompt": "The court", "domain": "legal", "max_tokens": 3, "temperature": 0, "stream": True},
+        timeout=120,
+    ) as resp:
         events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and json.loads(events[-2])["shard_id"] == "shard-1"
 
     # AQL's INFER … DOMAIN takes the same route (paper §IV-A: the gateway's domain hint).
-    r = httpx.post(f"{s2}/v1/aql", json={"query": "INFER 'gemma3-270m' @p DOMAIN 'legal' OPTIONS {max_tokens: 3}",
-                                         "bind_vars": {"p": "The statute"}}, timeout=120)
+    r = httpx.post(
+        f"{s2}/v1/aql",
+        json={
+            "query": "INFER 'gemma3-270m' @p DOMAIN 'legal' OPTIONS {max_tokens: 3}",
+            "bind_vars": {"p": "The statute"},
+        },
+        timeout=120,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["result"][0]["shard_id"] == "shard-1"
 
@@ -86,8 +98,14 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
     assert metric(s0, "themis_domain_routing_fallback_total") == before + 1
 
     # Scatter-gather: order preserved, each item equal to the same request sent alone.
-    prompts = [("One, two,", None), ("The law says", "legal"), ("Paris is", None), ("A judge", "legal"),
-               ("Red, green,", None), ("Monday, Tuesday,", None)]
+    prompts = [
+        ("One, two,", None),
+        ("The law says", "legal"),
+        ("Paris is", None),
+        ("A judge", "legal"),
+        ("Red, green,", None),
+        ("Monday, Tuesday,", None),
+    ]
     batch = [{"prompt": p, "domain": d, "max_tokens": 4, "temperature": 0} for p, d in prompts]
     r = httpx.post(f"{s2}/v1/infer:batch", json={"requests": batch}, timeout=120)
     assert r.status_code == 200, r.text
@@ -107,7 +125,9 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
         httpx.put(f"{s0}/v1/collections/notes/documents/{key}", json={"text": text}).raise_for_status()
     urns = [f"urn:themis:notes:{k}" for k in docs]
     by_urn = httpx.post(f"{s0}/v1/embed", json={"urns": urns}, timeout=60).json()["embeddings"]
-    direct = httpx.post(f"{s0}/v1/embed", json={"texts": list(docs.values())}, timeout=60).json()["embeddings"]
+    direct = httpx.post(f"{s0}/v1/embed", json={"texts": list(docs.values())}, timeout=60).json()[
+        "embeddings"
+    ]
     for a, b in zip(by_urn, direct, strict=True):
         assert sum(x * y for x, y in zip(a, b, strict=True)) > 0.999
     assert metric(s0, "themis_embed_urns_total", 'where="remote"') > 0
@@ -120,8 +140,9 @@ def test_a_shard_killed_mid_batch_never_loses_an_item(local_cluster) -> None:
     out: dict = {}
 
     def send() -> None:
-        out["response"] = httpx.post(f"{entry}/v1/infer:batch", json={"requests": batch, "timeout_s": 90},
-                                     timeout=150)
+        out["response"] = httpx.post(
+            f"{entry}/v1/infer:batch", json={"requests": batch, "timeout_s": 90}, timeout=150
+        )
 
     t = threading.Thread(target=send)
     started = time.monotonic()

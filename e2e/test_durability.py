@@ -48,8 +48,9 @@ def test_acknowledged_writes_survive_sigkill_mid_stream(tmp_path, port, spawn_sh
     assert len(acked) >= 300
 
     with spawn_shard(data, port), httpx.Client(base_url=url, timeout=5) as client:
-        missing = [k for k, v in acked.items()
-                   if client.get(f"/v1/collections/log/documents/{k}").status_code != 200]
+        missing = [
+            k for k, v in acked.items() if client.get(f"/v1/collections/log/documents/{k}").status_code != 200
+        ]
         assert missing == []
         count = client.get("/v1/collections/log").json()["documents"]
         # Writes in flight at the kill may have landed without an ack; none acked may be lost.

@@ -13,8 +13,13 @@ pytestmark = pytest.mark.e2e
 
 
 def themis(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "themis_shard.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:

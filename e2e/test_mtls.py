@@ -15,8 +15,13 @@ pytestmark = pytest.mark.e2e
 
 
 def themis(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "themis_shard.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_tls_cluster_routes_over_mtls_and_refuses_strangers(tmp_path) -> None:
@@ -31,15 +36,19 @@ def test_tls_cluster_routes_over_mtls_and_refuses_strangers(tmp_path) -> None:
         assert all(u.startswith("https://") for u in urls + internal)
         with httpx.Client(verify=ssl.create_default_context(cafile=ca), timeout=10) as client:
             for i in range(10):  # some keys are owned by the other shard: forwarded over mTLS
-                assert client.put(f"{urls[0]}/v1/collections/c/documents/k{i}", json={"i": i}).status_code == 200
+                assert (
+                    client.put(f"{urls[0]}/v1/collections/c/documents/k{i}", json={"i": i}).status_code == 200
+                )
             for i in range(10):
                 assert client.get(f"{urls[1]}/v1/collections/c/documents/k{i}").json()["document"] == {"i": i}
             # The public listener never serves shard-to-shard endpoints.
             r = client.get(f"{urls[0]}/internal/collections")
             assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
         # The internal listener's TLS handshake demands a client certificate from the cluster CA.
-        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, ssl.SSLError)), \
-                httpx.Client(verify=ssl.create_default_context(cafile=ca)) as anon:
+        with (
+            pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, ssl.SSLError)),
+            httpx.Client(verify=ssl.create_default_context(cafile=ca)) as anon,
+        ):
             anon.get(f"{internal[0]}/internal/collections")
         tls = tmp_path / ".themis" / "tls"
         ctx = ssl.create_default_context(cafile=ca)

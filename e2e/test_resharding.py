@@ -13,7 +13,6 @@ import time
 
 import httpx
 import pytest
-
 from themis_shard.plan import ClusterPlan
 from themis_shard.ring import HashRing, RingSpec
 
@@ -21,8 +20,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def themis(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "themis_shard.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "themis_shard.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 class Workload:
@@ -53,7 +57,9 @@ class Workload:
                 key = f"d{i}"
                 url = random.choice(self.urls())
                 try:
-                    r = client.put(f"{url}/v1/collections/docs/documents/{key}", json={"i": i, "pad": "x" * 100})
+                    r = client.put(
+                        f"{url}/v1/collections/docs/documents/{key}", json={"i": i, "pad": "x" * 100}
+                    )
                 except httpx.ConnectError:
                     self.refused += 1
                     continue
@@ -91,7 +97,10 @@ class Workload:
     def preload(self, url: str, n: int) -> None:
         with httpx.Client(timeout=30) as client:
             for start in range(0, n, 200):
-                docs = [{"key": f"p{i}", "document": {"i": i, "pad": "x" * 100}} for i in range(start, start + 200)]
+                docs = [
+                    {"key": f"p{i}", "document": {"i": i, "pad": "x" * 100}}
+                    for i in range(start, start + 200)
+                ]
                 r = client.post(f"{url}/v1/collections/docs/documents:batch", json={"documents": docs})
                 assert r.status_code == 200, r.text
                 for item in r.json()["results"]:
@@ -155,7 +164,9 @@ def test_scale_out_and_in_while_serving_loses_nothing(tmp_path) -> None:
             for key, version in work.acked.items():
                 r = client.get(f"{final.members[0].url}/v1/collections/docs/documents/{key}")
                 assert r.status_code == 200 and r.json()["version"] == version, (key, r.text)
-            stored = sum(client.get(f"{m.url}/v1/collections/docs").json()["documents"] for m in final.members)
+            stored = sum(
+                client.get(f"{m.url}/v1/collections/docs").json()["documents"] for m in final.members
+            )
         assert stored == final.copies * len(work.acked)  # exactly `copies` copies, old ones purged
     finally:
         themis("down", cwd=tmp_path)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
 from themis_shard.app import create_app
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings

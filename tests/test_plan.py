@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-
 from themis_shard.plan import ClusterPlan, ClusterSpec, Member, build_plan
 
 

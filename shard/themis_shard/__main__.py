@@ -32,16 +32,35 @@ async def serve(settings: Settings, log_level: str) -> None:
     app = create_app(settings)
     tls = {}
     if settings.tls:
-        tls = {"ssl_certfile": str(settings.tls_cert_path), "ssl_keyfile": str(settings.tls_key_path),
-               "ssl_ca_certs": str(settings.tls_ca_path)}
-    public = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
-                                           timeout_graceful_shutdown=10, **tls))
+        tls = {
+            "ssl_certfile": str(settings.tls_cert_path),
+            "ssl_keyfile": str(settings.tls_key_path),
+            "ssl_ca_certs": str(settings.tls_ca_path),
+        }
+    public = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            timeout_graceful_shutdown=10,
+            **tls,
+        )
+    )
     servers = [public.serve()]
     internal = None
     if settings.internal_port is not None:
         mtls = {**tls, "ssl_cert_reqs": ssl.CERT_REQUIRED} if settings.tls else {}
-        internal = _QuietServer(uvicorn.Config(app, host=settings.host, port=settings.internal_port,
-                                               log_level=log_level, lifespan="off", **mtls))
+        internal = _QuietServer(
+            uvicorn.Config(
+                app,
+                host=settings.host,
+                port=settings.internal_port,
+                log_level=log_level,
+                lifespan="off",
+                **mtls,
+            )
+        )
 
         async def internal_until_public_exits() -> None:
             while not public.started and not public.should_exit:
@@ -68,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "log_level"}
     settings = Settings(**overrides)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     asyncio.run(serve(settings, args.log_level))
 
 

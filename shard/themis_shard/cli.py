@@ -10,6 +10,7 @@ shard answers ``/ready``, prints ``<shard_id> <url>`` lines (also written to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -77,7 +78,9 @@ def _read_state(state_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None, verify: str | bool = True) -> None:
+def wait_ready(
+    urls: list[str], timeout: float, pids: list[int] | None = None, verify: str | bool = True
+) -> None:
     deadline = time.monotonic() + timeout
     pending = list(urls)
     context = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
@@ -97,14 +100,23 @@ def wait_ready(urls: list[str], timeout: float, pids: list[int] | None = None, v
                 time.sleep(0.2)
 
 
-def start_shard(state_dir: Path, plan_path: Path, launch: dict, member: Member, tls_env: dict[str, str]) -> dict:
+def start_shard(
+    state_dir: Path, plan_path: Path, launch: dict, member: Member, tls_env: dict[str, str]
+) -> dict:
     """Start one shard process in the background (its own session: `make up` returns)."""
     data_dir = Path(launch["data_root"]) / member.shard_id
     log_path = (state_dir / "logs" / f"{member.shard_id}.log").resolve()
     port = int(member.url.rsplit(":", 1)[1])
-    env = {**os.environ, "THEMIS_SHARD_ID": member.shard_id, "THEMIS_HOST": launch["host"],
-           "THEMIS_PORT": str(port), "THEMIS_DATA_DIR": str(data_dir), "THEMIS_PLAN_PATH": str(plan_path),
-           "THEMIS_CLUSTER_GOSSIP_SECRET": launch["gossip_secret"], **tls_env}
+    env = {
+        **os.environ,
+        "THEMIS_SHARD_ID": member.shard_id,
+        "THEMIS_HOST": launch["host"],
+        "THEMIS_PORT": str(port),
+        "THEMIS_DATA_DIR": str(data_dir),
+        "THEMIS_PLAN_PATH": str(plan_path),
+        "THEMIS_CLUSTER_GOSSIP_SECRET": launch["gossip_secret"],
+        **tls_env,
+    }
     if member.internal_url:
         env["THEMIS_INTERNAL_PORT"] = member.internal_url.rsplit(":", 1)[1]
     if launch["no_llm"]:
@@ -112,10 +124,21 @@ def start_shard(state_dir: Path, plan_path: Path, launch: dict, member: Member, 
     if launch.get("raid_weights"):
         env["THEMIS_RAID_ENABLED"] = "true"  # model weights striped with parity across the shards
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "themis_shard"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    return {"shard_id": member.shard_id, "url": member.url, "pid": proc.pid, "data_dir": str(data_dir),
-            "log": str(log_path)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "themis_shard"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return {
+        "shard_id": member.shard_id,
+        "url": member.url,
+        "pid": proc.pid,
+        "data_dir": str(data_dir),
+        "log": str(log_path),
+    }
 
 
 def write_plan(path: Path, plan: ClusterPlan) -> None:
@@ -125,7 +148,9 @@ def write_plan(path: Path, plan: ClusterPlan) -> None:
     os.replace(tmp, path)
 
 
-def wait_migrated(urls: list[str], version: int, timeout: float, verify=True, want=("purged", "drained")) -> None:
+def wait_migrated(
+    urls: list[str], version: int, timeout: float, verify=True, want=("purged", "drained")
+) -> None:
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=5.0, verify=verify) as client:
         while True:
@@ -139,7 +164,9 @@ def wait_migrated(urls: list[str], version: int, timeout: float, verify=True, wa
             if all(s in want for s in states.values()):
                 return
             if time.monotonic() > deadline:
-                raise SystemExit(f"handoff to ring version {version} not finished after {timeout:.0f}s: {states}")
+                raise SystemExit(
+                    f"handoff to ring version {version} not finished after {timeout:.0f}s: {states}"
+                )
             time.sleep(0.3)
 
 
@@ -163,10 +190,20 @@ def scale(args: argparse.Namespace) -> int:
         used = {int(m.url.rsplit(":", 1)[1]) for m in members}
         ports = [p for p in pick_ports(launch["host"], max(used) + 1, args.shards - len(ring))]
         next_id = max(int(m.shard_id.rsplit("-", 1)[1]) for m in members) + 1
-        added = [Member(shard_id=f"shard-{next_id + i}", url=f"http://{launch['host']}:{p}")
-                 for i, p in enumerate(ports)]
-        new_plan = build_plan(ClusterSpec(name=plan.cluster, members=(*members, *added), raid_mode=plan.raid_mode,
-                                          vnodes=plan.ring_spec.vnodes, ring_seed=plan.ring_spec.seed), plan)
+        added = [
+            Member(shard_id=f"shard-{next_id + i}", url=f"http://{launch['host']}:{p}")
+            for i, p in enumerate(ports)
+        ]
+        new_plan = build_plan(
+            ClusterSpec(
+                name=plan.cluster,
+                members=(*members, *added),
+                raid_mode=plan.raid_mode,
+                vnodes=plan.ring_spec.vnodes,
+                ring_seed=plan.ring_spec.seed,
+            ),
+            plan,
+        )
         write_plan(plan_path, new_plan)
         for member in added:
             state["shards"].append(start_shard(state_dir, plan_path, launch, member, {}))
@@ -175,30 +212,45 @@ def scale(args: argparse.Namespace) -> int:
         wait_migrated([m.url for m in new_plan.members], new_plan.ring_version, args.timeout)
         print(f"scaled out to {args.shards} shards (ring version {new_plan.ring_version})")
         return 0
-    leaving = ring[args.shards:]
-    draining_plan = build_plan(ClusterSpec(name=plan.cluster, members=tuple(members), draining=tuple(leaving),
-                                           raid_mode=plan.raid_mode, vnodes=plan.ring_spec.vnodes,
-                                           ring_seed=plan.ring_spec.seed), plan)
+    leaving = ring[args.shards :]
+    draining_plan = build_plan(
+        ClusterSpec(
+            name=plan.cluster,
+            members=tuple(members),
+            draining=tuple(leaving),
+            raid_mode=plan.raid_mode,
+            vnodes=plan.ring_spec.vnodes,
+            ring_seed=plan.ring_spec.seed,
+        ),
+        plan,
+    )
     write_plan(plan_path, draining_plan)
     wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout)
-    final = build_plan(ClusterSpec(name=plan.cluster, members=tuple(m for m in members if m.shard_id not in leaving),
-                                   raid_mode=plan.raid_mode, vnodes=plan.ring_spec.vnodes,
-                                   ring_seed=plan.ring_spec.seed), draining_plan)
+    final = build_plan(
+        ClusterSpec(
+            name=plan.cluster,
+            members=tuple(m for m in members if m.shard_id not in leaving),
+            raid_mode=plan.raid_mode,
+            vnodes=plan.ring_spec.vnodes,
+            ring_seed=plan.ring_spec.seed,
+        ),
+        draining_plan,
+    )
     write_plan(plan_path, final)
     for s in [s for s in state["shards"] if s["shard_id"] in leaving]:
         _stop([s["pid"]], args.grace)
         state["shards"].remove(s)
     (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
-    print(f"scaled in to {args.shards} shards (ring version {final.ring_version}; drained {', '.join(leaving)})")
+    print(
+        f"scaled in to {args.shards} shards (ring version {final.ring_version}; drained {', '.join(leaving)})"
+    )
     return 0
 
 
 def _stop(pids: list[int], grace: float) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -222,9 +274,11 @@ def write_certificates(directory: Path, shard_ids: list[str], host: str) -> dict
         key_path = directory / f"{shard_id}.key"
         key_path.write_bytes(key)
         key_path.chmod(0o600)
-        env[shard_id] = {"THEMIS_TLS_CA_PATH": str((directory / "ca.crt").resolve()),
-                         "THEMIS_TLS_CERT_PATH": str((directory / f"{shard_id}.crt").resolve()),
-                         "THEMIS_TLS_KEY_PATH": str(key_path.resolve())}
+        env[shard_id] = {
+            "THEMIS_TLS_CA_PATH": str((directory / "ca.crt").resolve()),
+            "THEMIS_TLS_CERT_PATH": str((directory / f"{shard_id}.crt").resolve()),
+            "THEMIS_TLS_KEY_PATH": str(key_path.resolve()),
+        }
     return env
 
 
@@ -240,25 +294,39 @@ def up(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(exist_ok=True)
     ports = pick_ports(args.host, args.base_port, args.shards * (2 if args.tls else 1))
-    internal_ports = ports[args.shards:] if args.tls else [None] * args.shards
-    ports = ports[:args.shards]
+    internal_ports = ports[args.shards :] if args.tls else [None] * args.shards
+    ports = ports[: args.shards]
     scheme = "https" if args.tls else "http"
     members = tuple(
-        Member(shard_id=f"shard-{i}", url=f"{scheme}://{args.host}:{p}",
-               internal_url=f"{scheme}://{args.host}:{ip}" if ip else None)
-        for i, (p, ip) in enumerate(zip(ports, internal_ports, strict=True)))
+        Member(
+            shard_id=f"shard-{i}",
+            url=f"{scheme}://{args.host}:{p}",
+            internal_url=f"{scheme}://{args.host}:{ip}" if ip else None,
+        )
+        for i, (p, ip) in enumerate(zip(ports, internal_ports, strict=True))
+    )
     plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls))
-    tls_env = write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
+    tls_env = (
+        write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
+    )
     plan_path = (state_dir / "plan.json").resolve()
     write_plan(plan_path, plan)
-    launch = {"gossip_secret": secrets.token_hex(32),  # signs gossip; this cluster's shards only
-              "host": args.host, "data_root": str(args.data_root.resolve()), "no_llm": args.no_llm,
-              "raid_mode": args.raid_mode, "raid_weights": args.raid_weights}
-    shards = [start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
-              for member in members]
+    launch = {
+        "gossip_secret": secrets.token_hex(32),  # signs gossip; this cluster's shards only
+        "host": args.host,
+        "data_root": str(args.data_root.resolve()),
+        "no_llm": args.no_llm,
+        "raid_mode": args.raid_mode,
+        "raid_weights": args.raid_weights,
+    }
+    shards = [
+        start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
+        for member in members
+    ]
     ca = str((state_dir / "tls" / "ca.crt").resolve()) if args.tls else None
-    (state_dir / "cluster.json").write_text(json.dumps(
-        {"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2))
+    (state_dir / "cluster.json").write_text(
+        json.dumps({"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2)
+    )
     try:
         wait_ready([s["url"] for s in shards], args.timeout, [s["pid"] for s in shards], verify=ca or True)
     except SystemExit:
@@ -298,7 +366,9 @@ def status(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="themis", description="Run a local Themis cluster.")
-    parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go")
+    parser.add_argument(
+        "--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a local cluster and wait until it is ready")
     p_up.add_argument("--shards", type=int, default=3)
@@ -308,17 +378,25 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--data-root", type=Path, default=Path("data"))
     p_up.add_argument("--timeout", type=float, default=180.0)
     p_up.add_argument("--no-llm", action="store_true", help="documents and vectors only (no model load)")
-    p_up.add_argument("--raid-weights", action=argparse.BooleanOptionalAction, default=None,
-                      help="stripe the model weights across the shards with parity "
-                           "(default: on for raid5/raid6)")
-    p_up.add_argument("--tls", action="store_true",
-                      help="HTTPS for clients and mTLS between shards (certificates in .themis/tls)")
+    p_up.add_argument(
+        "--raid-weights",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stripe the model weights across the shards with parity (default: on for raid5/raid6)",
+    )
+    p_up.add_argument(
+        "--tls",
+        action="store_true",
+        help="HTTPS for clients and mTLS between shards (certificates in .themis/tls)",
+    )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
     p_down = sub.add_parser("down", help="stop the local cluster")
     p_down.add_argument("--grace", type=float, default=10.0)
     p_down.set_defaults(func=down)
-    p_scale = sub.add_parser("scale", help="change the shard count of the running cluster (moves data online)")
+    p_scale = sub.add_parser(
+        "scale", help="change the shard count of the running cluster (moves data online)"
+    )
     p_scale.add_argument("--shards", type=int, required=True)
     p_scale.add_argument("--timeout", type=float, default=600.0)
     p_scale.add_argument("--grace", type=float, default=10.0)

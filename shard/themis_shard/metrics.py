@@ -16,27 +16,51 @@ class ShardMetrics:
     def __init__(self, shard_id: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.info = Gauge("themis_shard_info", "Constant 1, labelled with the shard id", ["shard_id"], registry=r)
+        self.info = Gauge(
+            "themis_shard_info", "Constant 1, labelled with the shard id", ["shard_id"], registry=r
+        )
         self.info.labels(shard_id=shard_id).set(1)
         self.http_requests = Counter(
-            "themis_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"],
-            registry=r)
+            "themis_http_requests_total",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
         self.http_latency = Histogram(
-            "themis_http_request_duration_seconds", "HTTP request latency by route", ["method", "route"],
-            buckets=LATENCY_BUCKETS, registry=r)
+            "themis_http_request_duration_seconds",
+            "HTTP request latency by route",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.document_ops = Counter(
-            "themis_document_operations_total", "Document operations by kind", ["op"], registry=r)
+            "themis_document_operations_total", "Document operations by kind", ["op"], registry=r
+        )
         self.transactions = Counter(
-            "themis_transactions_total", "Transactions by outcome (committed, conflict)", ["outcome"], registry=r)
+            "themis_transactions_total",
+            "Transactions by outcome (committed, conflict)",
+            ["outcome"],
+            registry=r,
+        )
         self.commit_latency = Histogram(
-            "themis_storage_commit_seconds", "Durable (synced) commit latency", buckets=LATENCY_BUCKETS, registry=r)
+            "themis_storage_commit_seconds",
+            "Durable (synced) commit latency",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.documents = Gauge(
-            "themis_documents", "Documents stored on this shard by collection", ["collection"], registry=r)
+            "themis_documents", "Documents stored on this shard by collection", ["collection"], registry=r
+        )
         self.vector_searches = Counter(
-            "themis_vector_searches_total", "Vector searches by index type", ["index"], registry=r)
+            "themis_vector_searches_total", "Vector searches by index type", ["index"], registry=r
+        )
         self.vector_search_latency = Histogram(
-            "themis_vector_search_seconds", "Local vector search latency", ["index"], buckets=LATENCY_BUCKETS,
-            registry=r)
+            "themis_vector_search_seconds",
+            "Local vector search latency",
+            ["index"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.vectors = Gauge("themis_vectors", "Vectors indexed by collection", ["collection"], registry=r)
 
     def render(self) -> bytes:

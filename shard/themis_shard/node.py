@@ -40,20 +40,46 @@ class ShardNode:
         data.mkdir(parents=True, exist_ok=True)
         store = DocumentStore(data / "documents", max_document_bytes=settings.max_document_bytes)
         use_gpu = settings.use_gpu if settings.use_gpu is not None else gpu_count() > 0
-        vectors = VectorCatalog(store, data / "vectors", use_gpu=use_gpu,
-                                persist_every=settings.vector_persist_every)
-        plan = (ClusterPlan.load(settings.plan_path) if settings.plan_path and settings.plan_path.exists()
-                else single_shard_plan(settings.shard_id, settings.url))
-        tls = ({"tls_ca_path": settings.tls_ca_path, "tls_cert_path": settings.tls_cert_path,
-                "tls_key_path": settings.tls_key_path} if settings.tls else {})
-        cluster = ClusterService(plan, settings.shard_id, store, vectors, ClusterSettings(**tls), metrics.registry,
-                                 load=LoadSampler(metrics.registry).sample, plan_path=settings.plan_path)
-        node = cls(settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan, cluster=cluster)
+        vectors = VectorCatalog(
+            store, data / "vectors", use_gpu=use_gpu, persist_every=settings.vector_persist_every
+        )
+        plan = (
+            ClusterPlan.load(settings.plan_path)
+            if settings.plan_path and settings.plan_path.exists()
+            else single_shard_plan(settings.shard_id, settings.url)
+        )
+        tls = (
+            {
+                "tls_ca_path": settings.tls_ca_path,
+                "tls_cert_path": settings.tls_cert_path,
+                "tls_key_path": settings.tls_key_path,
+            }
+            if settings.tls
+            else {}
+        )
+        cluster = ClusterService(
+            plan,
+            settings.shard_id,
+            store,
+            vectors,
+            ClusterSettings(**tls),
+            metrics.registry,
+            load=LoadSampler(metrics.registry).sample,
+            plan_path=settings.plan_path,
+        )
+        node = cls(
+            settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan, cluster=cluster
+        )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))
             metrics.vectors.labels(collection=config.name).set(vectors.size(config.name))
-        log.info("shard %s open at %s (ring version %d, gpu=%s)", settings.shard_id, data,
-                 plan.ring_version, use_gpu)
+        log.info(
+            "shard %s open at %s (ring version %d, gpu=%s)",
+            settings.shard_id,
+            data,
+            plan.ring_version,
+            use_gpu,
+        )
         return node
 
     def close(self) -> None:

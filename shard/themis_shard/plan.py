@@ -193,4 +193,6 @@ def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> Cluste
 
 def single_shard_plan(shard_id: str, url: str) -> ClusterPlan:
     """The plan of a shard started on its own (no plan file): a one-member raid0 cluster."""
-    return build_plan(ClusterSpec(name=shard_id, members=(Member(shard_id=shard_id, url=url),), raid_mode="raid0"))
+    return build_plan(
+        ClusterSpec(name=shard_id, members=(Member(shard_id=shard_id, url=url),), raid_mode="raid0")
+    )

@@ -7,8 +7,8 @@ clusters can use independent placements. The ring is described by plain data
 cluster plan and every shard rebuilds the identical ring from it.
 
 Balance: each shard owns ``vnodes`` points; its share of the key space is a sum of that many
-arcs, so its relative spread is ≈ 1/√vnodes. 2048 vnodes keep max/mean load around 1.04 (worst seen 1.06) at 16
-shards, and adding one shard to N moves ≈ 1/(N+1) of the keys, all onto the new shard.
+arcs, so its relative spread is ≈ 1/√vnodes. 2048 vnodes keep max/mean load around 1.04
+(worst seen 1.06) at 16 shards, and adding one shard to N moves ≈ 1/(N+1) of the keys, all onto the new shard.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ class RingSpec:
             raise ValueError("seed must fit in 64 unsigned bits")
 
     def to_dict(self) -> dict:
-        return {"shards": list(self.shards), "vnodes": self.vnodes, "seed": self.seed, "version": self.version}
+        return {
+            "shards": list(self.shards),
+            "vnodes": self.vnodes,
+            "seed": self.seed,
+            "version": self.version,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> RingSpec:
@@ -81,7 +86,9 @@ class HashRing:
         return cls(spec, tuple(p for p, _ in placed), tuple(s for _, s in placed))
 
     @classmethod
-    def of(cls, shards: Iterable[str], vnodes: int = DEFAULT_VNODES, seed: int = 0, version: int = 1) -> HashRing:
+    def of(
+        cls, shards: Iterable[str], vnodes: int = DEFAULT_VNODES, seed: int = 0, version: int = 1
+    ) -> HashRing:
         return cls.build(RingSpec(tuple(shards), vnodes, seed, version))
 
     @property

@@ -36,9 +36,14 @@ def test_if_match_gives_optimistic_concurrency(client: TestClient) -> None:
 
 
 def test_batch_is_atomic_and_returns_versions_in_order(client: TestClient) -> None:
-    r = client.post(f"{DOC}:batch", json={"documents": [{"key": f"b{i}", "document": {"i": i}} for i in range(5)]})
+    r = client.post(
+        f"{DOC}:batch", json={"documents": [{"key": f"b{i}", "document": {"i": i}} for i in range(5)]}
+    )
     assert [x["urn"] for x in r.json()["results"]] == [f"urn:themis:books:b{i}" for i in range(5)]
-    r = client.post(f"{DOC}:batch", json={"documents": [{"key": "ok", "document": {}}, {"key": "bad/key", "document": {}}]})
+    r = client.post(
+        f"{DOC}:batch",
+        json={"documents": [{"key": "ok", "document": {}}, {"key": "bad/key", "document": {}}]},
+    )
     assert r.status_code == 400
     assert client.get(f"{DOC}/ok").status_code == 404
     assert client.get("/v1/collections/books").json()["documents"] == 5
@@ -46,38 +51,79 @@ def test_batch_is_atomic_and_returns_versions_in_order(client: TestClient) -> No
 
 def test_transaction_commits_everything_or_nothing(client: TestClient) -> None:
     client.put(f"{DOC}/a", json={"n": 1})
-    ok = client.post("/v1/transactions", json={"operations": [
-        {"op": "put", "collection": "books", "key": "b", "document": {"n": 2}},
-        {"op": "delete", "collection": "books", "key": "a", "if_version": 1},
-        {"op": "put", "collection": "authors", "key": "herbert", "document": {"name": "Frank"}},
-    ]})
+    ok = client.post(
+        "/v1/transactions",
+        json={
+            "operations": [
+                {"op": "put", "collection": "books", "key": "b", "document": {"n": 2}},
+                {"op": "delete", "collection": "books", "key": "a", "if_version": 1},
+                {"op": "put", "collection": "authors", "key": "herbert", "document": {"name": "Frank"}},
+            ]
+        },
+    )
     assert ok.status_code == 200 and ok.json()["committed"] is True
     assert client.get(f"{DOC}/a").status_code == 404
-    conflict = client.post("/v1/transactions", json={"operations": [
-        {"op": "put", "collection": "books", "key": "c", "document": {}},
-        {"op": "put", "collection": "books", "key": "b", "document": {"n": 3}, "if_version": 7},
-    ]})
+    conflict = client.post(
+        "/v1/transactions",
+        json={
+            "operations": [
+                {"op": "put", "collection": "books", "key": "c", "document": {}},
+                {"op": "put", "collection": "books", "key": "b", "document": {"n": 3}, "if_version": 7},
+            ]
+        },
+    )
     assert conflict.status_code == 409 and error_code(conflict) == "version_conflict"
     assert client.get(f"{DOC}/c").status_code == 404
     assert client.get(f"{DOC}/b").json()["document"] == {"n": 2}
 
 
-@pytest.mark.parametrize("method,path,kwargs,status,code", [
-    ("put", f"{DOC}/x", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, "malformed_json"),
-    ("put", f"{DOC}/x", {"json": [1, 2]}, 400, "invalid_request"),
-    ("put", f"{DOC}/x", {"content": b'{"a": NaN}', "headers": {"content-type": "application/json"}}, 400, "invalid_number"),
-    ("put", f"{DOC}/x", {"content": b'{"a": 1e999}', "headers": {"content-type": "application/json"}}, 400, "invalid_number"),
-    ("put", "/v1/collections/Bad_Name/documents/x", {"json": {}}, 400, "invalid_collection_name"),
-    ("put", f"{DOC}/{'k' * 300}", {"json": {}}, 400, "invalid_key"),
-    ("get", "/v1/collections/nope", {}, 404, "collection_not_found"),
-    ("post", "/v1/collections/nope/search", {"json": {"vector": [1.0]}}, 404, "collection_not_found"),
-    ("post", f"{DOC}:batch", {"json": {"documents": []}}, 400, "empty_batch"),
-    ("post", "/v1/transactions", {"json": {"operations": [{"op": "put", "collection": "c", "key": "k"}]}},
-     400, "invalid_operation"),
-    ("post", "/v1/transactions", {"json": {"operations": [{"op": "merge", "collection": "c", "key": "k"}]}},
-     400, "invalid_request"),
-    ("get", "/v1/no/such/route", {}, 404, "not_found"),
-])
+@pytest.mark.parametrize(
+    "method,path,kwargs,status,code",
+    [
+        (
+            "put",
+            f"{DOC}/x",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            400,
+            "malformed_json",
+        ),
+        ("put", f"{DOC}/x", {"json": [1, 2]}, 400, "invalid_request"),
+        (
+            "put",
+            f"{DOC}/x",
+            {"content": b'{"a": NaN}', "headers": {"content-type": "application/json"}},
+            400,
+            "invalid_number",
+        ),
+        (
+            "put",
+            f"{DOC}/x",
+            {"content": b'{"a": 1e999}', "headers": {"content-type": "application/json"}},
+            400,
+            "invalid_number",
+        ),
+        ("put", "/v1/collections/Bad_Name/documents/x", {"json": {}}, 400, "invalid_collection_name"),
+        ("put", f"{DOC}/{'k' * 300}", {"json": {}}, 400, "invalid_key"),
+        ("get", "/v1/collections/nope", {}, 404, "collection_not_found"),
+        ("post", "/v1/collections/nope/search", {"json": {"vector": [1.0]}}, 404, "collection_not_found"),
+        ("post", f"{DOC}:batch", {"json": {"documents": []}}, 400, "empty_batch"),
+        (
+            "post",
+            "/v1/transactions",
+            {"json": {"operations": [{"op": "put", "collection": "c", "key": "k"}]}},
+            400,
+            "invalid_operation",
+        ),
+        (
+            "post",
+            "/v1/transactions",
+            {"json": {"operations": [{"op": "merge", "collection": "c", "key": "k"}]}},
+            400,
+            "invalid_request",
+        ),
+        ("get", "/v1/no/such/route", {}, 404, "not_found"),
+    ],
+)
 def test_bad_input_is_a_clear_4xx_json_error(client: TestClient, method, path, kwargs, status, code) -> None:
     r = getattr(client, method)(path, **kwargs)
     assert r.status_code == status, r.text
@@ -110,9 +156,13 @@ def test_vector_collection_search_with_filter_and_validation(client: TestClient)
     bad = client.put("/v1/collections/vecs/documents/w", json={"embedding": [1, 2]})
     assert bad.status_code == 400 and error_code(bad) == "dimension_mismatch"
     assert client.get("/v1/collections/vecs/documents/w").status_code == 404
-    for body, code in [({"vector": [1, 0]}, "dimension_mismatch"), ({"vector": [1, 0, 0], "k": 0}, "invalid_request"),
-                       ({"vector": [1, 0, 0], "filter": {"tag": {"$regex": "a"}}}, "invalid_filter"),
-                       ({}, "invalid_request"), ({"text": "hello"}, "embedding_unavailable")]:
+    for body, code in [
+        ({"vector": [1, 0]}, "dimension_mismatch"),
+        ({"vector": [1, 0, 0], "k": 0}, "invalid_request"),
+        ({"vector": [1, 0, 0], "filter": {"tag": {"$regex": "a"}}}, "invalid_filter"),
+        ({}, "invalid_request"),
+        ({"text": "hello"}, "embedding_unavailable"),
+    ]:
         r = client.post("/v1/collections/vecs/search", json=body)
         assert r.status_code == 400 and error_code(r) == code, (body, r.text)
     # Deleting and updating are reflected at once.
@@ -137,5 +187,8 @@ def test_health_ready_metrics_and_openapi(client: TestClient) -> None:
     assert 'themis_document_operations_total{op="put"} 1.0' in text
     assert 'route="/v1/collections/{collection}/documents/{key}"' in text
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/v1/collections/{collection}/documents/{key}", "/v1/transactions",
-            "/v1/collections/{collection}/search"} <= set(paths)
+    assert {
+        "/v1/collections/{collection}/documents/{key}",
+        "/v1/transactions",
+        "/v1/collections/{collection}/search",
+    } <= set(paths)

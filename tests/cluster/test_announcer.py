@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
-
 from themis_shard.cluster.announcer import LoadSampler, ResidentAdapter, announcements_to_publish
 
 LEGAL = ResidentAdapter("legal-qa", "legal", 0.85, 12.0, 1000.0)
@@ -11,8 +10,9 @@ LEGAL = ResidentAdapter("legal-qa", "legal", 0.85, 12.0, 1000.0)
 
 def test_an_evaluated_adapter_is_announced_once_until_something_changes() -> None:
     first = announcements_to_publish("s0", [LEGAL], {}, now_wall=1000.0, ttl_s=7200)
-    assert [(a.adapter_id, a.domain, a.accuracy_delta, a.performance_delta_p99_ms, a.active) for a in first] == [
-        ("legal-qa", "legal", 0.85, 12.0, True)]
+    assert [
+        (a.adapter_id, a.domain, a.accuracy_delta, a.performance_delta_p99_ms, a.active) for a in first
+    ] == [("legal-qa", "legal", 0.85, 12.0, True)]
     published = {a.adapter_id: a for a in first}
     assert announcements_to_publish("s0", [LEGAL], published, now_wall=1100.0, ttl_s=7200) == []
     better = ResidentAdapter("legal-qa", "legal", 0.9, 12.0, 1200.0)

@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from themis_shard.cluster.scatter import BatchItem, gather, jain_fairness, loads_of, split_batch
 
 SHARDS = ["s0", "s1", "s2", "s3"]
 
 items_strategy = st.lists(
-    st.tuples(st.sampled_from(["legal", "medical", None]), st.permutations(SHARDS)), min_size=1, max_size=120)
+    st.tuples(st.sampled_from(["legal", "medical", None]), st.permutations(SHARDS)), min_size=1, max_size=120
+)
 
 
 def make(raw) -> list[BatchItem]:

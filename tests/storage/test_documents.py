@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from themis_shard.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from themis_shard.storage.documents import DocumentStore, Write
 
@@ -99,7 +98,9 @@ def test_oversize_and_non_finite_documents_are_rejected_without_writing(tmp_path
         store.close()
 
 
-@pytest.mark.parametrize("collection,key", [("Bad", "k"), ("c" * 65, "k"), ("c", "a/b"), ("c", ""), ("c", "k" * 257)])
+@pytest.mark.parametrize(
+    "collection,key", [("Bad", "k"), ("c" * 65, "k"), ("c", "a/b"), ("c", ""), ("c", "k" * 257)]
+)
 def test_invalid_names_are_bad_requests(store: DocumentStore, collection: str, key: str) -> None:
     with pytest.raises(BadRequest):
         store.put(collection, key, {})

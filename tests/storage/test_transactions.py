@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from themis_shard.errors import Conflict
 from themis_shard.storage.documents import DocumentStore
 

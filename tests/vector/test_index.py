@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from themis_shard.storage.collections import CollectionConfig
 from themis_shard.storage.documents import DocumentStore, Write
 from themis_shard.vector.catalog import VectorCatalog
@@ -60,7 +59,9 @@ def test_hnsw_tombstones_hide_deleted_and_replaced_vectors() -> None:
     assert len({h.key for h in hits}) == len(hits)
 
 
-def test_ivf_searches_exactly_until_trained_then_trains_when_large_enough(store: DocumentStore, tmp_path) -> None:
+def test_ivf_searches_exactly_until_trained_then_trains_when_large_enough(
+    store: DocumentStore, tmp_path
+) -> None:
     config = store.declare_collection(CollectionConfig(name="c", dimension=16, index="ivf"))
     catalog = VectorCatalog(store, tmp_path / "vectors")
     catalog.declare(config)
@@ -83,8 +84,9 @@ def test_catalog_follows_store_writes_and_filters_results(tmp_path) -> None:
     store, catalog = _catalog_with_docs(tmp_path)
     try:
         data = clustered(50, 8)
-        store.commit([Write("c", f"k{i}", {"embedding": v.tolist(), "even": i % 2 == 0})
-                      for i, v in enumerate(data)])
+        store.commit(
+            [Write("c", f"k{i}", {"embedding": v.tolist(), "even": i % 2 == 0}) for i, v in enumerate(data)]
+        )
         hits = catalog.search("c", data[3].tolist(), 5)
         assert hits[0][0].key == "k3"
         filtered = catalog.search("c", data[3].tolist(), 5, {"even": True})

@@ -24,11 +24,15 @@ async def cluster_status(shard: Node) -> dict:
     members = []
     for m in topo.plan.members:
         rec = records.get(m.shard_id)
-        members.append({
-            "shard_id": m.shard_id, "url": m.url, "state": states.get(m.shard_id, "unknown"),
-            "breaker": breakers.get(m.shard_id, "closed"),
-            "load": rec.load.model_dump() if rec is not None else None,
-        })
+        members.append(
+            {
+                "shard_id": m.shard_id,
+                "url": m.url,
+                "state": states.get(m.shard_id, "unknown"),
+                "breaker": breakers.get(m.shard_id, "closed"),
+                "load": rec.load.model_dump() if rec is not None else None,
+            }
+        )
     snapshot = cluster.state.snapshot(time.monotonic(), time.time())
     return {
         "shard_id": shard.settings.shard_id,
@@ -39,7 +43,10 @@ async def cluster_status(shard: Node) -> dict:
         "members": members,
         "capabilities": snapshot["adapters"],
         "hints_pending": cluster.hints.pending(),
-        "plan_adapters": {"loaded": sorted(cluster._plan_adapters), "failed": dict(cluster._adapter_failures)},
+        "plan_adapters": {
+            "loaded": sorted(cluster._plan_adapters),
+            "failed": dict(cluster._adapter_failures),
+        },
         "gossip": cluster.gossiper is not None,
         "draining": list(topo.plan.draining),
         "migration": cluster.migration.as_dict(),

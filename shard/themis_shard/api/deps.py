@@ -21,5 +21,7 @@ def parse_if_match(value: str | None) -> int | None:
         return None
     text = value.strip().removeprefix("W/").strip('"')
     if not text.isdigit():
-        raise BadRequest(f"If-Match must be a document version number, got {value!r}", code="invalid_if_match")
+        raise BadRequest(
+            f"If-Match must be a document version number, got {value!r}", code="invalid_if_match"
+        )
     return int(text)

@@ -77,8 +77,11 @@ class TransactionResponse(BaseModel):
 
 
 def _info(shard: ShardNode, config: CollectionConfig) -> CollectionInfo:
-    return CollectionInfo(**config.model_dump(), documents=shard.store.count(config.name),
-                          vectors=shard.vectors.size(config.name))
+    return CollectionInfo(
+        **config.model_dump(),
+        documents=shard.store.count(config.name),
+        vectors=shard.vectors.size(config.name),
+    )
 
 
 def _record(shard: ShardNode, changes: list[Change], op: str) -> None:
@@ -92,7 +95,11 @@ async def embed_missing(shard: ShardNode, writes: list[Write]) -> list[Write]:
     """Fill ``embedding`` from the collection's ``embed_field`` text (embed-on-write)."""
     todo: list[tuple[int, str]] = []
     for i, w in enumerate(writes):
-        if w.document is None or EMBEDDING_FIELD in w.document or not shard.store.has_collection(w.collection):
+        if (
+            w.document is None
+            or EMBEDDING_FIELD in w.document
+            or not shard.store.has_collection(w.collection)
+        ):
             continue
         field = shard.store.collection(w.collection).embed_field
         if field and isinstance(w.document.get(field), str):
@@ -115,17 +122,23 @@ async def list_collections(shard: Node) -> list[CollectionInfo]:
 
 
 @router.put("/collections/{collection}", response_model=CollectionInfo)
-async def declare_collection(collection: str, shard: Node, spec: CollectionSettings | None = None) -> CollectionInfo:
+async def declare_collection(
+    collection: str, shard: Node, spec: CollectionSettings | None = None
+) -> CollectionInfo:
     check_collection(collection)
     spec = spec or CollectionSettings()
     values = spec.model_dump()
     if spec.embed_field:
         if shard.llm is None:
-            raise BadRequest("embed_field needs a shard with an embedding model", code="embedding_unavailable")
+            raise BadRequest(
+                "embed_field needs a shard with an embedding model", code="embedding_unavailable"
+            )
         dim = int(shard.llm.embedding_dimension)
         if spec.dimension not in (None, dim):
-            raise BadRequest(f"the embedding model produces dimension {dim}, not {spec.dimension}",
-                             code="dimension_mismatch")
+            raise BadRequest(
+                f"the embedding model produces dimension {dim}, not {spec.dimension}",
+                code="dimension_mismatch",
+            )
         values["dimension"] = dim
     config = CollectionConfig(name=collection, **values)
 
@@ -145,9 +158,13 @@ async def get_collection(collection: str, shard: Node) -> CollectionInfo:
 
 
 @router.put("/collections/{collection}/documents/{key}", response_model=WriteResult)
-async def put_document(collection: str, key: str, shard: Node,
-                       document: Annotated[dict[str, Any], Body(description="the document, a JSON object")],
-                       if_match: Annotated[str | None, Header()] = None) -> WriteResult:
+async def put_document(
+    collection: str,
+    key: str,
+    shard: Node,
+    document: Annotated[dict[str, Any], Body(description="the document, a JSON object")],
+    if_match: Annotated[str | None, Header()] = None,
+) -> WriteResult:
     check_collection(collection)
     check_key(key)
     writes = await embed_missing(shard, [Write(collection, key, document, parse_if_match(if_match))])
@@ -166,8 +183,9 @@ async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
 
 
 @router.delete("/collections/{collection}/documents/{key}", response_model=WriteResult)
-async def delete_document(collection: str, key: str, shard: Node,
-                          if_match: Annotated[str | None, Header()] = None) -> WriteResult:
+async def delete_document(
+    collection: str, key: str, shard: Node, if_match: Annotated[str | None, Header()] = None
+) -> WriteResult:
     check_collection(collection)
     check_key(key)
     changes = await shard.cluster.documents.commit([Write(collection, key, None, parse_if_match(if_match))])
@@ -182,15 +200,18 @@ async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> B
     if not body.documents:
         raise BadRequest("documents must not be empty", code="empty_batch")
     if len(body.documents) > shard.settings.max_batch_documents:
-        raise PayloadTooLarge(f"at most {shard.settings.max_batch_documents} documents per batch",
-                              code="batch_too_large")
+        raise PayloadTooLarge(
+            f"at most {shard.settings.max_batch_documents} documents per batch", code="batch_too_large"
+        )
     keys = [check_key(item.key) for item in body.documents]
     if len(set(keys)) != len(keys):
         raise BadRequest("duplicate keys in batch", code="duplicate_keys")
     writes = await embed_missing(shard, [Write(collection, i.key, i.document) for i in body.documents])
     changes = await shard.cluster.documents.commit_batch(writes)
     _record(shard, changes, "put")
-    return BatchResponse(results=[WriteResult(urn=urn(c.collection, c.key), version=c.version) for c in changes])
+    return BatchResponse(
+        results=[WriteResult(urn=urn(c.collection, c.key), version=c.version) for c in changes]
+    )
 
 
 @router.post("/transactions", response_model=TransactionResponse)
@@ -202,8 +223,10 @@ async def transaction(body: TransactionRequest, shard: Node) -> TransactionRespo
     if not body.operations:
         raise BadRequest("operations must not be empty", code="empty_transaction")
     if len(body.operations) > shard.settings.max_transaction_operations:
-        raise PayloadTooLarge(f"at most {shard.settings.max_transaction_operations} operations per transaction",
-                              code="transaction_too_large")
+        raise PayloadTooLarge(
+            f"at most {shard.settings.max_transaction_operations} operations per transaction",
+            code="transaction_too_large",
+        )
     writes: list[Write] = []
     for i, op in enumerate(body.operations):
         if op.op == "put" and op.document is None:
@@ -219,6 +242,14 @@ async def transaction(body: TransactionRequest, shard: Node) -> TransactionRespo
         raise
     shard.metrics.transactions.labels(outcome="committed").inc()
     _record(shard, changes, "transaction")
-    return TransactionResponse(committed=True, results=[
-        TransactionResult(op="put" if c.document is not None else "delete", urn=urn(c.collection, c.key),
-                          version=c.version) for c in changes])
+    return TransactionResponse(
+        committed=True,
+        results=[
+            TransactionResult(
+                op="put" if c.document is not None else "delete",
+                urn=urn(c.collection, c.key),
+                version=c.version,
+            )
+            for c in changes
+        ],
+    )

@@ -15,8 +15,11 @@ async def health(request: Request) -> dict:
     settings = request.app.state.settings
     if shard is None:
         return {"status": "degraded", "shard_id": settings.shard_id, "ring_version": 0}
-    return {"status": "ok" if shard.ready else "degraded", "shard_id": settings.shard_id,
-            "ring_version": shard.cluster.topology.version}
+    return {
+        "status": "ok" if shard.ready else "degraded",
+        "shard_id": settings.shard_id,
+        "ring_version": shard.cluster.topology.version,
+    }
 
 
 @router.get("/ready")

@@ -60,7 +60,10 @@ async def infer_here(body: inference.InferBody, request: Request):
 async def _local_batch(items: list[dict[str, Any]], request: Request) -> list[dict]:
     out: list[dict] = []
     for start in range(0, len(items), ENGINE_BATCH_LIMIT):
-        chunk = [_infer_body(r, f"requests[{start + i}]") for i, r in enumerate(items[start:start + ENGINE_BATCH_LIMIT])]
+        chunk = [
+            _infer_body(r, f"requests[{start + i}]")
+            for i, r in enumerate(items[start : start + ENGINE_BATCH_LIMIT])
+        ]
         out += (await inference.infer_batch(inference.InferBatchBody(requests=chunk), request))["results"]
     return out
 
@@ -75,8 +78,10 @@ async def infer_batch(body: ClusterBatchBody, request: Request):
         raise PayloadTooLarge(f"at most {limit} requests per batch", code="batch_too_large")
     for i, item in enumerate(body.requests):
         if _infer_body(item, f"requests[{i}]").stream:
-            raise BadRequest(f"requests[{i}]: stream is not supported inside a batch (stream the batch)",
-                             code="invalid_request")
+            raise BadRequest(
+                f"requests[{i}]: stream is not supported inside a batch (stream the batch)",
+                code="invalid_request",
+            )
     routing = shard.cluster.inference
 
     async def local(items: list[dict[str, Any]]) -> list[dict]:
@@ -109,7 +114,9 @@ async def embed(body: inference.EmbedBody, request: Request):
     if body.texts is not None:
         raise BadRequest("give texts or urns, not both", code="invalid_request")
     shard = node(request)
-    vectors = await shard.cluster.inference.embed_urns(body.urns, lambda keys: embed_local_documents(shard, keys))
+    vectors = await shard.cluster.inference.embed_urns(
+        body.urns, lambda keys: embed_local_documents(shard, keys)
+    )
     dim = len(vectors[0]) if vectors else 0
     return {"embeddings": vectors, "dimension": dim, "urns": body.urns}
 

@@ -82,7 +82,11 @@ async def local_search(collection: str, body: SearchRequest, shard: Node) -> dic
     if body.vector is None:
         raise BadRequest("internal search takes a vector", code="invalid_request")
     hits = await run_in_threadpool(shard.vectors.search, collection, body.vector, body.k, body.filter)
-    return {"results": [{"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits]}
+    return {
+        "results": [
+            {"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits
+        ]
+    }
 
 
 class SyncRequest(BaseModel):

@@ -42,9 +42,14 @@ class BodyLimitMiddleware:
 
 
 async def _reply_413(send: Send, limit: int) -> None:
-    body = (b'{"error":{"code":"payload_too_large","message":"request body exceeds %d bytes"}}' % limit)
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    body = b'{"error":{"code":"payload_too_large","message":"request body exceeds %d bytes"}}' % limit
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -75,7 +80,9 @@ class MetricsMiddleware:
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "GET")
             self.metrics.http_requests.labels(method=method, route=template, status=str(status)).inc()
-            self.metrics.http_latency.labels(method=method, route=template).observe(time.perf_counter() - started)
+            self.metrics.http_latency.labels(method=method, route=template).observe(
+                time.perf_counter() - started
+            )
 
 
 class ListenerGuard:
@@ -94,11 +101,20 @@ class ListenerGuard:
             path = scope.get("path", "")
             internal_path = path.startswith("/internal/")
             if internal_path != on_internal and path not in ("/health", "/ready", "/metrics"):
-                body = (b'{"error":{"code":"forbidden","message":"shard-to-shard endpoints are served only '
-                        b'on the internal mTLS listener"}}')
-                await send({"type": "http.response.start", "status": 403,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
+                body = (
+                    b'{"error":{"code":"forbidden","message":"shard-to-shard endpoints are served only '
+                    b'on the internal mTLS listener"}}'
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)

@@ -55,7 +55,9 @@ async def search(collection: str, body: SearchRequest, shard: Node) -> SearchRes
     vector = body.vector
     if vector is None:
         if shard.llm is None:
-            raise BadRequest("text search needs a shard with an embedding model", code="embedding_unavailable")
+            raise BadRequest(
+                "text search needs a shard with an embedding model", code="embedding_unavailable"
+            )
         vector = list((await shard.llm.embed([body.text]))[0])
     index = shard.vectors.index(collection)
     check_vector(vector, index.dimension)
@@ -71,5 +73,6 @@ async def search(collection: str, body: SearchRequest, shard: Node) -> SearchRes
         return SearchResponse(results=await local())
     validate_filter(body.filter)
     results, failed = await shard.cluster.search(
-        collection, {"vector": vector, "k": body.k, "filter": body.filter}, local)
+        collection, {"vector": vector, "k": body.k, "filter": body.filter}, local
+    )
     return SearchResponse(results=results, shards_failed=failed)

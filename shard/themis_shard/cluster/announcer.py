@@ -27,9 +27,13 @@ class ResidentAdapter:
     training_samples: int = 0
 
 
-def announcements_to_publish(shard_id: str, resident: Iterable[ResidentAdapter],
-                             published: Mapping[str, AdapterCapabilityAnnouncement], now_wall: float,
-                             ttl_s: float) -> list[AdapterCapabilityAnnouncement]:
+def announcements_to_publish(
+    shard_id: str,
+    resident: Iterable[ResidentAdapter],
+    published: Mapping[str, AdapterCapabilityAnnouncement],
+    now_wall: float,
+    ttl_s: float,
+) -> list[AdapterCapabilityAnnouncement]:
     out: list[AdapterCapabilityAnnouncement] = []
     live: set[str] = set()
     for a in resident:
@@ -37,19 +41,33 @@ def announcements_to_publish(shard_id: str, resident: Iterable[ResidentAdapter],
             continue  # nothing to announce until the evaluation hook has measured it
         live.add(a.name)
         old = published.get(a.name)
-        fresh = (old is None or not old.active or old.domain != a.domain
-                 or abs(old.accuracy_delta - a.accuracy_delta) > 1e-9
-                 or now_wall - old.announced_at > ttl_s / 2)
+        fresh = (
+            old is None
+            or not old.active
+            or old.domain != a.domain
+            or abs(old.accuracy_delta - a.accuracy_delta) > 1e-9
+            or now_wall - old.announced_at > ttl_s / 2
+        )
         if fresh:
-            out.append(AdapterCapabilityAnnouncement(
-                shard_id=shard_id, adapter_id=a.name, domain=a.domain,
-                accuracy_delta=max(-1.0, min(1.0, a.accuracy_delta)),
-                performance_delta_p99_ms=float(a.p99_delta_ms or 0.0), training_samples=a.training_samples,
-                federation_round=(old.federation_round if old else 0),
-                announced_at=max(now_wall, (old.announced_at + 1e-3) if old else 0.0)))
+            out.append(
+                AdapterCapabilityAnnouncement(
+                    shard_id=shard_id,
+                    adapter_id=a.name,
+                    domain=a.domain,
+                    accuracy_delta=max(-1.0, min(1.0, a.accuracy_delta)),
+                    performance_delta_p99_ms=float(a.p99_delta_ms or 0.0),
+                    training_samples=a.training_samples,
+                    federation_round=(old.federation_round if old else 0),
+                    announced_at=max(now_wall, (old.announced_at + 1e-3) if old else 0.0),
+                )
+            )
     for name, old in published.items():
         if name not in live and old.active:
-            out.append(old.model_copy(update={"active": False, "announced_at": max(now_wall, old.announced_at + 1e-3)}))
+            out.append(
+                old.model_copy(
+                    update={"active": False, "announced_at": max(now_wall, old.announced_at + 1e-3)}
+                )
+            )
     return out
 
 
@@ -62,10 +80,16 @@ def resident_adapters(runtime) -> list[ResidentAdapter]:
             continue
         for info in manager.list():
             ev = info.evaluation or {}
-            found.append(ResidentAdapter(
-                name=info.name, domain=info.domain, accuracy_delta=ev.get("accuracy_delta"),
-                p99_delta_ms=ev.get("performance_delta_p99_ms"), evaluated_at=ev.get("evaluated_at"),
-                training_samples=int(ev.get("validation_items", 0))))
+            found.append(
+                ResidentAdapter(
+                    name=info.name,
+                    domain=info.domain,
+                    accuracy_delta=ev.get("accuracy_delta"),
+                    p99_delta_ms=ev.get("performance_delta_p99_ms"),
+                    evaluated_at=ev.get("evaluated_at"),
+                    training_samples=int(ev.get("validation_items", 0)),
+                )
+            )
     return found
 
 
@@ -94,5 +118,8 @@ class LoadSampler:
         if dc > 0:
             self._avg_ms = 1000 * ds / dc
         adapters = self._total("themis_active_lora_adapters")
-        return ShardLoad(pending_llm_requests=int(pending), avg_llm_queue_ms=max(0.0, self._avg_ms),
-                         active_lora_adapters=int(adapters))
+        return ShardLoad(
+            pending_llm_requests=int(pending),
+            avg_llm_queue_ms=max(0.0, self._avg_ms),
+            active_lora_adapters=int(adapters),
+        )

@@ -41,8 +41,13 @@ def write_from_json(d: dict[str, Any]) -> Write:
 
 
 def change_to_json(c: Change) -> dict[str, Any]:
-    return {"collection": c.collection, "key": c.key, "version": c.version, "document": c.document,
-            "previous_version": c.previous_version}
+    return {
+        "collection": c.collection,
+        "key": c.key,
+        "version": c.version,
+        "document": c.document,
+        "previous_version": c.previous_version,
+    }
 
 
 def change_from_json(d: dict[str, Any]) -> Change:
@@ -51,13 +56,21 @@ def change_from_json(d: dict[str, Any]) -> Change:
 
 def relay(exc: PeerError) -> ThemisError:
     """A peer's 4xx answer, re-raised here unchanged (code, message, status)."""
-    return ThemisError(exc.message or str(exc), code=getattr(exc, "code", None) or "peer_error",
-                       status=exc.status or 400)
+    return ThemisError(
+        exc.message or str(exc), code=getattr(exc, "code", None) or "peer_error", status=exc.status or 400
+    )
 
 
 class DistributedDocuments:
-    def __init__(self, store: DocumentStore, executor: RemoteExecutor | None, hints: HintLog,
-                 topology: Callable[[], Topology], metrics, handoff=None) -> None:
+    def __init__(
+        self,
+        store: DocumentStore,
+        executor: RemoteExecutor | None,
+        hints: HintLog,
+        topology: Callable[[], Topology],
+        metrics,
+        handoff=None,
+    ) -> None:
         self.store = store
         self.executor = executor
         self.hints = hints
@@ -84,7 +97,8 @@ class DistributedDocuments:
             raise BadRequest(
                 "the keys of this transaction live on different shards "
                 f"({', '.join(sorted(groups))}); cross-shard transactions are not supported yet",
-                code="cross_shard_transaction")
+                code="cross_shard_transaction",
+            )
         first = writes[0]
         for target in candidates(topo.owners(first.collection, first.key), self._down()):
             if target == topo.self_id:
@@ -92,14 +106,21 @@ class DistributedDocuments:
             try:
                 # No retries on the same peer: the next owner is the better second try.
                 reply = await self.executor.request(
-                    target, "POST", "/internal/commit", json_body={"writes": [write_to_json(w) for w in writes]},
-                    idempotent=False, retries=0)
+                    target,
+                    "POST",
+                    "/internal/commit",
+                    json_body={"writes": [write_to_json(w) for w in writes]},
+                    idempotent=False,
+                    retries=0,
+                )
                 return [change_from_json(c) for c in reply["changes"]]
             except PeerUnavailable as exc:
                 log.info("coordinator %s unavailable (%s); trying the next owner", target, exc.reason)
             except PeerError as exc:
                 raise relay(exc) from None
-        raise Unavailable(f"no owner of {first.collection}/{first.key} is reachable", code="owners_unavailable")
+        raise Unavailable(
+            f"no owner of {first.collection}/{first.key} is reachable", code="owners_unavailable"
+        )
 
     async def commit_batch(self, writes: list[Write]) -> list[Change]:
         """A batch: atomic per coordinator, coordinators in parallel, results in input order."""
@@ -130,13 +151,21 @@ class DistributedDocuments:
         for c in changes:
             for owner in topo.owners(c.collection, c.key):
                 if owner != topo.self_id:
-                    per_peer.setdefault(owner, []).append(Replicated(c.collection, c.key, c.version, c.document))
+                    per_peer.setdefault(owner, []).append(
+                        Replicated(c.collection, c.key, c.version, c.document)
+                    )
         await asyncio.gather(*(self._send_replicas(peer, items) for peer, items in per_peer.items()))
 
     async def _send_replicas(self, peer: str, items: list[Replicated]) -> None:
         try:
-            await self.executor.request(peer, "POST", "/internal/replicate",
-                                        json_body={"items": encode_items(items)}, idempotent=True, retries=1)
+            await self.executor.request(
+                peer,
+                "POST",
+                "/internal/replicate",
+                json_body={"items": encode_items(items)},
+                idempotent=True,
+                retries=1,
+            )
             self.metrics.replication.labels(outcome="replicated").inc(len(items))
         except (PeerUnavailable, PeerError) as exc:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
@@ -160,8 +189,9 @@ class DistributedDocuments:
             if owner == topo.self_id or owner not in topo.members:
                 continue
             try:
-                reply = await self.executor.request(owner, "GET", f"/internal/documents/{collection}/{key}",
-                                                    retries=0, timeout_s=5)
+                reply = await self.executor.request(
+                    owner, "GET", f"/internal/documents/{collection}/{key}", retries=0, timeout_s=5
+                )
                 return StoredDocument(collection, key, int(reply["version"]), reply["document"])
             except (PeerUnavailable, PeerError):
                 continue
@@ -171,7 +201,9 @@ class DistributedDocuments:
         """First owner that has it. An owner answering 404 does not end the search: a replica
         can hold a version whose delivery to that owner is still a pending hint."""
         topo = self.topology
-        order = [topo.self_id] if not topo.clustered else candidates(topo.owners(collection, key), self._down())
+        order = (
+            [topo.self_id] if not topo.clustered else candidates(topo.owners(collection, key), self._down())
+        )
         reached = False
         for target in order:
             if target == topo.self_id:
@@ -181,8 +213,9 @@ class DistributedDocuments:
                     return doc
                 continue
             try:
-                reply = await self.executor.request(target, "GET", f"/internal/documents/{collection}/{key}",
-                                                    retries=0)
+                reply = await self.executor.request(
+                    target, "GET", f"/internal/documents/{collection}/{key}", retries=0
+                )
                 return StoredDocument(collection, key, int(reply["version"]), reply["document"])
             except PeerUnavailable as exc:
                 log.info("owner %s unavailable for a read (%s); trying the next", target, exc.reason)

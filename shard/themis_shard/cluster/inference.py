@@ -38,19 +38,36 @@ FAN_OUT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
 class InferenceMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.forwarded = Counter("themis_inference_forwarded_total", "Inference requests by where they ran",
-                                 ["where"], registry=registry)
-        self.fan_out = Histogram("themis_batch_fan_out_latency_seconds",
-                                 "Scatter-gather batch latency (dispatch to last result)", buckets=FAN_OUT_BUCKETS,
-                                 registry=registry)
-        self.sub_batch = Histogram("themis_batch_sub_batch_size", "Items per shard sub-batch",
-                                   buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=registry)
-        self.batch_retried = Counter("themis_batch_retried_items_total", "Batch items retried on another shard",
-                                     registry=registry)
-        self.batch_failed = Counter("themis_batch_failed_items_total", "Batch items answered with an error",
-                                    registry=registry)
-        self.embed_local = Counter("themis_embed_urns_total", "URNs embedded, by where (local or remote)",
-                                   ["where"], registry=registry)
+        self.forwarded = Counter(
+            "themis_inference_forwarded_total",
+            "Inference requests by where they ran",
+            ["where"],
+            registry=registry,
+        )
+        self.fan_out = Histogram(
+            "themis_batch_fan_out_latency_seconds",
+            "Scatter-gather batch latency (dispatch to last result)",
+            buckets=FAN_OUT_BUCKETS,
+            registry=registry,
+        )
+        self.sub_batch = Histogram(
+            "themis_batch_sub_batch_size",
+            "Items per shard sub-batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=registry,
+        )
+        self.batch_retried = Counter(
+            "themis_batch_retried_items_total", "Batch items retried on another shard", registry=registry
+        )
+        self.batch_failed = Counter(
+            "themis_batch_failed_items_total", "Batch items answered with an error", registry=registry
+        )
+        self.embed_local = Counter(
+            "themis_embed_urns_total",
+            "URNs embedded, by where (local or remote)",
+            ["where"],
+            registry=registry,
+        )
 
 
 class InferenceRouting:
@@ -76,8 +93,13 @@ class InferenceRouting:
             if shard == me:
                 self.metrics.forwarded.labels(where="local").inc()
                 return await local()
-            result = await (self._forward_stream(shard, body) if stream else self.service.executor.request(
-                shard, "POST", "/internal/infer", json_body=body, idempotent=False, retries=0))
+            result = await (
+                self._forward_stream(shard, body)
+                if stream
+                else self.service.executor.request(
+                    shard, "POST", "/internal/infer", json_body=body, idempotent=False, retries=0
+                )
+            )
             self.metrics.forwarded.labels(where="remote").inc()
             return result
 
@@ -121,8 +143,11 @@ class InferenceRouting:
             finally:
                 await resp.aclose()
 
-        return StreamingResponse(relay_bytes(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            relay_bytes(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     # -- batches -----------------------------------------------------------------------------
     def plan_batch(self, requests: list[dict[str, Any]]):
@@ -132,15 +157,19 @@ class InferenceRouting:
         items = []
         for i, r in enumerate(requests):
             ranked = [d.shard_id for d in self.service.router.rank(r.get("domain"), str(r.get("prompt", "")))]
-            ranked = [s for s in ranked if s in topo.ring.shards] or list(topo.ring.owners(str(r.get("prompt", "")),
-                                                                                         len(topo.ring.shards)))
+            ranked = [s for s in ranked if s in topo.ring.shards] or list(
+                topo.ring.owners(str(r.get("prompt", "")), len(topo.ring.shards))
+            )
             items.append(BatchItem(i, r.get("domain"), tuple(ranked)))
         return split_batch(items, available)
 
-    async def infer_batch(self, requests: list[dict[str, Any]],
-                          local_batch: Callable[[list[dict[str, Any]]], Awaitable[list[dict]]],
-                          timeout_s: float,
-                          on_result: Callable[[int, dict], Awaitable[None]] | None = None) -> list[dict]:
+    async def infer_batch(
+        self,
+        requests: list[dict[str, Any]],
+        local_batch: Callable[[list[dict[str, Any]]], Awaitable[list[dict]]],
+        timeout_s: float,
+        on_result: Callable[[int, dict], Awaitable[None]] | None = None,
+    ) -> list[dict]:
         me = self._topo.self_id
         assignment = self.plan_batch(requests)
         started = time.monotonic()
@@ -151,21 +180,36 @@ class InferenceRouting:
             if shard == me:
                 return await local_batch(sub)
             remaining = max(0.1, timeout_s - (time.monotonic() - started))
-            reply = await self.service.executor.request(shard, "POST", "/internal/infer:batch",
-                                                        json_body={"requests": sub}, idempotent=False, retries=0,
-                                                        timeout_s=remaining)
+            reply = await self.service.executor.request(
+                shard,
+                "POST",
+                "/internal/infer:batch",
+                json_body={"requests": sub},
+                idempotent=False,
+                retries=0,
+                timeout_s=remaining,
+            )
             return reply["results"]
 
-        results, stats = await gather(assignment, len(requests), send, timeout_s,
-                                      retryable=(PeerUnavailable, OSError), on_result=on_result)
+        results, stats = await gather(
+            assignment,
+            len(requests),
+            send,
+            timeout_s,
+            retryable=(PeerUnavailable, OSError),
+            on_result=on_result,
+        )
         self.metrics.fan_out.observe(stats.seconds)
         self.metrics.batch_retried.inc(stats.retried)
         self.metrics.batch_failed.inc(stats.failed_items)
         return results
 
-    def stream_batch(self, requests: list[dict[str, Any]],
-                     local_batch: Callable[[list[dict[str, Any]]], Awaitable[list[dict]]],
-                     timeout_s: float) -> StreamingResponse:
+    def stream_batch(
+        self,
+        requests: list[dict[str, Any]],
+        local_batch: Callable[[list[dict[str, Any]]], Awaitable[list[dict]]],
+        timeout_s: float,
+    ) -> StreamingResponse:
         """NDJSON, one ``{"index": i, ...result}`` line per item as soon as it completes."""
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -188,8 +232,9 @@ class InferenceRouting:
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     # -- data-local embeddings -----------------------------------------------------------------
-    async def embed_urns(self, urns: list[str],
-                         local: Callable[[list[tuple[str, str]]], Awaitable[list[list[float]]]]) -> list[list[float]]:
+    async def embed_urns(
+        self, urns: list[str], local: Callable[[list[tuple[str, str]]], Awaitable[list[list[float]]]]
+    ) -> list[list[float]]:
         """Embed each document on a shard holding it; results in URN order."""
         parsed = [parse_urn(u) for u in urns]
         topo = self._topo
@@ -208,8 +253,13 @@ class InferenceRouting:
                 else:
                     try:
                         reply = await self.service.executor.request(
-                            target, "POST", "/internal/embed", json_body={"urns": [urn(*k) for k in keys]},
-                            idempotent=True, retries=0)
+                            target,
+                            "POST",
+                            "/internal/embed",
+                            json_body={"urns": [urn(*k) for k in keys]},
+                            idempotent=True,
+                            retries=0,
+                        )
                     except PeerUnavailable:
                         continue
                     except PeerError as exc:
@@ -237,12 +287,16 @@ async def embed_local_documents(node, keys: list[tuple[str, str]]) -> list[list[
     for collection, key in keys:
         doc = node.store.get(collection, key)
         if doc is None:
-            raise ThemisError(f"document {urn(collection, key)} does not exist", code="document_not_found",
-                              status=404)
-        field = (node.store.collection(collection).embed_field if node.store.has_collection(collection)
-                 else None) or "text"
+            raise ThemisError(
+                f"document {urn(collection, key)} does not exist", code="document_not_found", status=404
+            )
+        field = (
+            node.store.collection(collection).embed_field if node.store.has_collection(collection) else None
+        ) or "text"
         text = doc.document.get(field)
         if not isinstance(text, str) or not text:
-            raise BadRequest(f"{urn(collection, key)} has no text in field {field!r} to embed", code="no_text")
+            raise BadRequest(
+                f"{urn(collection, key)} has no text in field {field!r} to embed", code="no_text"
+            )
         texts.append(text)
     return await node.llm.embed(texts)

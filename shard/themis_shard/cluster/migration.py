@@ -33,11 +33,11 @@ log = logging.getLogger(__name__)
 
 
 class MigrationState(StrEnum):
-    IDLE = "idle"            # no ring change seen since start
+    IDLE = "idle"  # no ring change seen since start
     MIGRATING = "migrating"  # pulling the keys this shard gained
-    DONE = "done"            # pulled everything; waiting for the other members
-    PURGED = "purged"        # everyone done; copies this shard lost were dropped
-    DRAINED = "drained"      # this shard left the ring and holds nothing any more
+    DONE = "done"  # pulled everything; waiting for the other members
+    PURGED = "purged"  # everyone done; copies this shard lost were dropped
+    DRAINED = "drained"  # this shard left the ring and holds nothing any more
 
 
 COMPLETE_STATES = frozenset({MigrationState.DONE, MigrationState.PURGED, MigrationState.DRAINED})
@@ -51,8 +51,14 @@ def is_moved_to(requester: str, key_urn: str, ring: HashRing, previous: HashRing
     return previous is None or requester not in previous.owners(key_urn, copies)
 
 
-def designated_source(key_urn: str, requester: str, ring: HashRing, previous: HashRing | None, copies: int,
-                      unreachable: Collection[str]) -> str | None:
+def designated_source(
+    key_urn: str,
+    requester: str,
+    ring: HashRing,
+    previous: HashRing | None,
+    copies: int,
+    unreachable: Collection[str],
+) -> str | None:
     """The one shard that sends this key to ``requester``: its first previous owner (current
     owners when there is no previous ring) other than the requester that is not unreachable."""
     holders = (previous or ring).owners(key_urn, copies)
@@ -62,19 +68,31 @@ def designated_source(key_urn: str, requester: str, ring: HashRing, previous: Ha
     return None
 
 
-def entries_to_send(entries: Iterable[StoredDocument | Tombstone], self_id: str, requester: str,
-                    ring: HashRing, previous: HashRing | None, copies: int,
-                    unreachable: Collection[str]) -> list[StoredDocument | Tombstone]:
-    return [e for e in entries
-            if is_moved_to(requester, urn(e.collection, e.key), ring, previous, copies)
-            and designated_source(urn(e.collection, e.key), requester, ring, previous, copies, unreachable) == self_id]
+def entries_to_send(
+    entries: Iterable[StoredDocument | Tombstone],
+    self_id: str,
+    requester: str,
+    ring: HashRing,
+    previous: HashRing | None,
+    copies: int,
+    unreachable: Collection[str],
+) -> list[StoredDocument | Tombstone]:
+    return [
+        e
+        for e in entries
+        if is_moved_to(requester, urn(e.collection, e.key), ring, previous, copies)
+        and designated_source(urn(e.collection, e.key), requester, ring, previous, copies, unreachable)
+        == self_id
+    ]
 
 
-def keys_to_purge(entries: Iterable[StoredDocument | Tombstone], self_id: str, ring: HashRing,
-                  copies: int) -> list[tuple[str, str]]:
+def keys_to_purge(
+    entries: Iterable[StoredDocument | Tombstone], self_id: str, ring: HashRing, copies: int
+) -> list[tuple[str, str]]:
     """Copies this shard holds but no longer owns."""
-    return [(e.collection, e.key) for e in entries
-            if self_id not in ring.owners(urn(e.collection, e.key), copies)]
+    return [
+        (e.collection, e.key) for e in entries if self_id not in ring.owners(urn(e.collection, e.key), copies)
+    ]
 
 
 # -- wire format ---------------------------------------------------------------------------------
@@ -92,10 +110,20 @@ def serve_page(store: DocumentStore, self_id: str, request: dict[str, Any], page
     previous = HashRing.build(RingSpec.from_dict(request["previous"])) if request.get("previous") else None
     after = bytes.fromhex(request["after"]) if request.get("after") else None
     scanned, cursor = store.scan_page(after, page_size)
-    send = entries_to_send(scanned, self_id, request["shard"], ring, previous, int(request["copies"]),
-                           set(request.get("unreachable", ())))
-    return {"items": [encode_entry(e) for e in send], "next": cursor.hex() if cursor else None,
-            "scanned": len(scanned)}
+    send = entries_to_send(
+        scanned,
+        self_id,
+        request["shard"],
+        ring,
+        previous,
+        int(request["copies"]),
+        set(request.get("unreachable", ())),
+    )
+    return {
+        "items": [encode_entry(e) for e in send],
+        "next": cursor.hex() if cursor else None,
+        "scanned": len(scanned),
+    }
 
 
 def entry_bytes(items: list[dict[str, Any]]) -> int:
@@ -121,10 +149,18 @@ class MigrationProgress:
     finished_at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ring_version": self.ring_version, "state": self.state.value, "keys_received": self.keys_received,
-                "bytes_received": self.bytes_received, "keys_purged": self.keys_purged,
-                "peers_pending": sorted(self.peers_pending), "unreachable": sorted(self.unreachable),
-                "seconds": round((self.finished_at or time.time()) - self.started_at, 3) if self.started_at else 0}
+        return {
+            "ring_version": self.ring_version,
+            "state": self.state.value,
+            "keys_received": self.keys_received,
+            "bytes_received": self.bytes_received,
+            "keys_purged": self.keys_purged,
+            "peers_pending": sorted(self.peers_pending),
+            "unreachable": sorted(self.unreachable),
+            "seconds": round((self.finished_at or time.time()) - self.started_at, 3)
+            if self.started_at
+            else 0,
+        }
 
 
 async def bounded_gather(limit: int, *aws):

@@ -62,8 +62,9 @@ def candidates(owners: Iterable[str], down: Collection[str]) -> list[str]:
     return [o for o in owners if o not in down] + [o for o in owners if o in down]
 
 
-def coordinator_groups(keys: Iterable[tuple[str, str]], topology: Topology,
-                       down: Collection[str]) -> dict[str, list[tuple[str, str]]]:
+def coordinator_groups(
+    keys: Iterable[tuple[str, str]], topology: Topology, down: Collection[str]
+) -> dict[str, list[tuple[str, str]]]:
     """Group (collection, key) pairs by their preferred coordinator, keeping input order."""
     groups: dict[str, list[tuple[str, str]]] = {}
     for collection, key in keys:

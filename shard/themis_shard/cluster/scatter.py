@@ -82,9 +82,14 @@ class GatherStats:
     seconds: float = 0.0
 
 
-async def gather(assignment: Assignment, n_items: int, send: Send, timeout_s: float,
-                 retryable: tuple[type[BaseException], ...] = (Exception,),
-                 on_result: Callable[[int, dict], Awaitable[None]] | None = None) -> tuple[list[dict], GatherStats]:
+async def gather(
+    assignment: Assignment,
+    n_items: int,
+    send: Send,
+    timeout_s: float,
+    retryable: tuple[type[BaseException], ...] = (Exception,),
+    on_result: Callable[[int, dict], Awaitable[None]] | None = None,
+) -> tuple[list[dict], GatherStats]:
     """Run every sub-batch concurrently (one retry elsewhere on failure) within ``timeout_s``;
     returns results in request order (``{"error": ...}`` entries for items that failed)."""
     started = time.monotonic()
@@ -124,8 +129,10 @@ async def gather(assignment: Assignment, n_items: int, send: Send, timeout_s: fl
             await deliver(i, value)
 
     await asyncio.gather(*(run(s, ix, 0) for s, ix in assignment.by_shard.items()))
-    final = [r if r is not None else {"error": {"code": "not_dispatched", "message": "item was not dispatched"}}
-             for r in results]
+    final = [
+        r if r is not None else {"error": {"code": "not_dispatched", "message": "item was not dispatched"}}
+        for r in results
+    ]
     stats.failed_items = sum(1 for r in final if "error" in r)
     stats.seconds = time.monotonic() - started
     return final, stats
@@ -133,11 +140,17 @@ async def gather(assignment: Assignment, n_items: int, send: Send, timeout_s: fl
 
 def _error(exc: BaseException, shard: str) -> dict:
     code = "timeout" if isinstance(exc, TimeoutError) else "shard_unavailable"
-    return {"error": {"code": code, "message": f"{shard}: {exc}" if str(exc) else f"{shard}: {type(exc).__name__}"}}
+    return {
+        "error": {
+            "code": code,
+            "message": f"{shard}: {exc}" if str(exc) else f"{shard}: {type(exc).__name__}",
+        }
+    }
 
 
-def preferences(domains: Sequence[str | None], rank: Callable[[str | None, int], Sequence[str]]
-                ) -> list[BatchItem]:
+def preferences(
+    domains: Sequence[str | None], rank: Callable[[str | None, int], Sequence[str]]
+) -> list[BatchItem]:
     """Items with their preference lists from a ranking function (router or ring)."""
     return [BatchItem(i, d, tuple(rank(d, i))) for i, d in enumerate(domains)]
 

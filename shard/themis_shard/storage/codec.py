@@ -27,7 +27,9 @@ def encode(version: int, document: dict[str, Any], max_bytes: int) -> bytes:
     except TypeError as exc:
         raise BadRequest(f"document is not JSON-serialisable: {exc}", code="invalid_document") from exc
     if len(body) > max_bytes:
-        raise PayloadTooLarge(f"document is {len(body)} bytes; the limit is {max_bytes}", code="document_too_large")
+        raise PayloadTooLarge(
+            f"document is {len(body)} bytes; the limit is {max_bytes}", code="document_too_large"
+        )
     return version.to_bytes(_VERSION_BYTES, "big") + body
 
 

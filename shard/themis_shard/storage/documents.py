@@ -115,7 +115,9 @@ class DocumentStore:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
-        self._db = Rdict(str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS})
+        self._db = Rdict(
+            str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS}
+        )
         self._docs = self._db.get_column_family("docs")
         self._colls = self._db.get_column_family("collections")
         self._meta = self._db.get_column_family("meta")
@@ -167,11 +169,16 @@ class DocumentStore:
         check_collection(config.name)
         with self._lock:
             existing = self._configs.get(config.name)
-            if existing is not None and existing.dimension not in (None, config.dimension) \
-                    and self._counts.get(config.name, 0) > 0:
+            if (
+                existing is not None
+                and existing.dimension not in (None, config.dimension)
+                and self._counts.get(config.name, 0) > 0
+            ):
                 raise Conflict(
                     f"collection {config.name!r} holds documents with dimension {existing.dimension}; "
-                    f"it cannot change to {config.dimension}", code="dimension_conflict")
+                    f"it cannot change to {config.dimension}",
+                    code="dimension_conflict",
+                )
             batch = WriteBatch(raw_mode=True)
             batch.put(config.name.encode(), config.model_dump_json().encode(), self._handles["collections"])
             self._db.write(batch, self._sync)
@@ -204,8 +211,9 @@ class DocumentStore:
     def live_version(self, collection: str, key: str) -> int:
         return codec.live_version(self._docs.get(storage_key(collection, key)))
 
-    def scan(self, collection: str, *, tombstones: bool = False,
-             keep: Callable[[str], bool] | None = None) -> Iterator[StoredDocument | Tombstone]:
+    def scan(
+        self, collection: str, *, tombstones: bool = False, keep: Callable[[str], bool] | None = None
+    ) -> Iterator[StoredDocument | Tombstone]:
         """A collection's documents in key order, from one consistent snapshot. ``keep`` is
         checked on the key before the value is decoded (e.g. "rows this shard owns first")."""
         prefix = collection.encode() + b"\x00"
@@ -224,10 +232,15 @@ class DocumentStore:
         for raw_key, raw in self._scan_prefix(b""):
             collection, key = split_storage_key(raw_key)
             version, document = codec.decode(raw)
-            yield (StoredDocument(collection, key, version, document) if document is not None
-                   else Tombstone(collection, key, version))
+            yield (
+                StoredDocument(collection, key, version, document)
+                if document is not None
+                else Tombstone(collection, key, version)
+            )
 
-    def scan_page(self, after: bytes | None, limit: int) -> tuple[list[StoredDocument | Tombstone], bytes | None]:
+    def scan_page(
+        self, after: bytes | None, limit: int
+    ) -> tuple[list[StoredDocument | Tombstone], bytes | None]:
         """Up to ``limit`` entries (documents and tombstones) after the storage key ``after``;
         returns them and the cursor to continue from (None at the end). Resumable paging for
         catch-up and resharding."""
@@ -242,8 +255,11 @@ class DocumentStore:
                     return out, last
                 collection, key = split_storage_key(raw_key)
                 version, document = codec.decode(raw)
-                out.append(StoredDocument(collection, key, version, document) if document is not None
-                           else Tombstone(collection, key, version))
+                out.append(
+                    StoredDocument(collection, key, version, document)
+                    if document is not None
+                    else Tombstone(collection, key, version)
+                )
                 last = raw_key
         finally:
             del snap
@@ -265,7 +281,9 @@ class DocumentStore:
                 batch.delete(storage_key(collection, key), self._handles["docs"])
                 if codec.live_version(raw):
                     count_delta[collection] = count_delta.get(collection, 0) - 1
-                    changes.append(Change(collection, key, codec.decode_version(raw), None, codec.live_version(raw)))
+                    changes.append(
+                        Change(collection, key, codec.decode_version(raw), None, codec.live_version(raw))
+                    )
             touched = {c for c, _ in keys}
             generations = {c: self._generations.get(c, 0) + 1 for c in touched}
             counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
@@ -323,8 +341,9 @@ class DocumentStore:
         with self._lock:
             for (collection, key), seen in (expected or {}).items():
                 if self.version(collection, key) != seen:
-                    raise Conflict(f"{collection}/{key} changed since the transaction began",
-                                   code="transaction_conflict")
+                    raise Conflict(
+                        f"{collection}/{key} changed since the transaction began", code="transaction_conflict"
+                    )
             pending: dict[tuple[str, str], tuple[int, bool]] = {}
             installs: list[tuple[Write, int, int]] = []
             for w in writes:
@@ -336,10 +355,14 @@ class DocumentStore:
                 stored, exists = state
                 live = stored if exists else 0
                 if w.if_version is not None and w.if_version != live:
-                    raise Conflict(f"{w.collection}/{w.key} is at version {live}, not {w.if_version}",
-                                   code="version_conflict")
+                    raise Conflict(
+                        f"{w.collection}/{w.key} is at version {live}, not {w.if_version}",
+                        code="version_conflict",
+                    )
                 if w.document is None and not exists:
-                    raise NotFound(f"document {w.collection}/{w.key} does not exist", code="document_not_found")
+                    raise NotFound(
+                        f"document {w.collection}/{w.key} does not exist", code="document_not_found"
+                    )
                 for observer in self._observers:
                     observer.validate(config, w)
                 pending[(w.collection, w.key)] = (stored + 1, w.document is not None)
@@ -386,7 +409,9 @@ class DocumentStore:
             if w.document is None:
                 batch.put(skey, codec.encode_tombstone(version), self._handles["docs"])
             else:
-                batch.put(skey, codec.encode(version, w.document, self.max_document_bytes), self._handles["docs"])
+                batch.put(
+                    skey, codec.encode(version, w.document, self.max_document_bytes), self._handles["docs"]
+                )
             now_live = w.document is not None
             count_delta[w.collection] = count_delta.get(w.collection, 0) + (now_live - was_live)
             live[ident] = now_live
@@ -475,4 +500,3 @@ class Transaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._done:
             self.abort() if exc_type else self.commit()
-

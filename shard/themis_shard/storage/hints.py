@@ -20,8 +20,10 @@ from .documents import DocumentStore, Replicated
 
 
 def encode_items(items: list[Replicated]) -> list[dict[str, Any]]:
-    return [{"collection": i.collection, "key": i.key, "version": i.version, "document": i.document}
-            for i in items]
+    return [
+        {"collection": i.collection, "key": i.key, "version": i.version, "document": i.document}
+        for i in items
+    ]
 
 
 def decode_items(raw: list[dict[str, Any]]) -> list[Replicated]:
@@ -34,7 +36,7 @@ class HintLog:
         self._lock = threading.Lock()
         self._seq = itertools.count(time.time_ns())
         self._pending: dict[str, int] = {}
-        for raw_key in self._cf.keys():
+        for raw_key in self._cf.keys():  # noqa: SIM118 - rocksdict: keys() skips the values
             peer = raw_key.partition(b"\x00")[0].decode()
             self._pending[peer] = self._pending.get(peer, 0) + 1
 

@@ -18,14 +18,17 @@ URN_PREFIX = "urn:themis:"
 
 def check_collection(name: str) -> str:
     if not isinstance(name, str) or not COLLECTION_RE.match(name):
-        raise BadRequest(f"invalid collection name {name!r}: use 1-64 of [a-z0-9_-]", code="invalid_collection_name")
+        raise BadRequest(
+            f"invalid collection name {name!r}: use 1-64 of [a-z0-9_-]", code="invalid_collection_name"
+        )
     return name
 
 
 def check_key(key: str) -> str:
     if not isinstance(key, str) or not KEY_RE.match(key):
         raise BadRequest(
-            f"invalid document key {key!r}: use 1-256 URL-safe characters [A-Za-z0-9._~-]", code="invalid_key")
+            f"invalid document key {key!r}: use 1-256 URL-safe characters [A-Za-z0-9._~-]", code="invalid_key"
+        )
     return key
 
 
@@ -37,7 +40,7 @@ def parse_urn(value: str) -> tuple[str, str]:
     """``urn:themis:{collection}:{key}`` → (collection, key), validated."""
     if not isinstance(value, str) or not value.startswith(URN_PREFIX):
         raise BadRequest(f"invalid URN {value!r}: expected urn:themis:<collection>:<key>", code="invalid_urn")
-    collection, sep, key = value[len(URN_PREFIX):].partition(":")
+    collection, sep, key = value[len(URN_PREFIX) :].partition(":")
     if not sep:
         raise BadRequest(f"invalid URN {value!r}: expected urn:themis:<collection>:<key>", code="invalid_urn")
     return check_collection(collection), check_key(key)

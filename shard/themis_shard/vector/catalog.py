@@ -48,14 +48,17 @@ def check_vector(vector: Any, dimension: int) -> list[float]:
         raise BadRequest(f"'{EMBEDDING_FIELD}' must be a list of {dimension} numbers", code="invalid_vector")
     codec.check_finite(vector)
     if len(vector) != dimension:
-        raise BadRequest(f"vector has dimension {len(vector)}; the collection expects {dimension}",
-                         code="dimension_mismatch")
+        raise BadRequest(
+            f"vector has dimension {len(vector)}; the collection expects {dimension}",
+            code="dimension_mismatch",
+        )
     return vector
 
 
 class VectorCatalog(StoreObserver):
-    def __init__(self, store: DocumentStore, directory: Path, *, use_gpu: bool = False,
-                 persist_every: int = 10_000) -> None:
+    def __init__(
+        self, store: DocumentStore, directory: Path, *, use_gpu: bool = False, persist_every: int = 10_000
+    ) -> None:
         self.store = store
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -89,11 +92,11 @@ class VectorCatalog(StoreObserver):
         try:
             raw = path.read_bytes()
             (meta_len,) = _HEADER.unpack_from(raw)
-            meta = json.loads(raw[_HEADER.size:_HEADER.size + meta_len])
+            meta = json.loads(raw[_HEADER.size : _HEADER.size + meta_len])
             if meta.get("generation") != self.store.generation(config.name):
                 log.info("vector index %s is behind the store; rebuilding", config.name)
                 return None
-            return VectorIndex.loads(config, raw[_HEADER.size + meta_len:], meta, use_gpu=self.use_gpu)
+            return VectorIndex.loads(config, raw[_HEADER.size + meta_len :], meta, use_gpu=self.use_gpu)
         except Exception as exc:  # a torn or foreign file is rebuilt, never trusted
             log.warning("vector index %s unreadable (%s); rebuilding", config.name, exc)
             return None
@@ -174,8 +177,13 @@ class VectorCatalog(StoreObserver):
                 if index.wants_rebuild:
                     started = time.perf_counter()
                     self._rebuild(index, collection)
-                    log.info("rebuilt %s index (%s, %d vectors) in %.2fs", collection, index.kind,
-                             len(index), time.perf_counter() - started)
+                    log.info(
+                        "rebuilt %s index (%s, %d vectors) in %.2fs",
+                        collection,
+                        index.kind,
+                        len(index),
+                        time.perf_counter() - started,
+                    )
             self._dirty[collection] = self._dirty.get(collection, 0) + len(group)
             if self._dirty[collection] >= self.persist_every:
                 self.persist(collection)
@@ -187,15 +195,18 @@ class VectorCatalog(StoreObserver):
         if index is None or not config.indexed:
             raise BadRequest(
                 f"collection {collection!r} has no vector index: declare it with "
-                f"PUT /v1/collections/{collection} and a dimension", code="not_indexed")
+                f"PUT /v1/collections/{collection} and a dimension",
+                code="not_indexed",
+            )
         return index
 
     def size(self, collection: str) -> int:
         index = self._indexes.get(collection)
         return 0 if index is None else len(index)
 
-    def search(self, collection: str, vector: list[float], k: int,
-               flt: dict[str, Any] | None = None) -> list[tuple[Hit, StoredDocument]]:
+    def search(
+        self, collection: str, vector: list[float], k: int, flt: dict[str, Any] | None = None
+    ) -> list[tuple[Hit, StoredDocument]]:
         """Top-k documents by similarity that match ``flt`` (over-fetching until k match)."""
         index = self.index(collection)
         check_vector(vector, index.dimension)

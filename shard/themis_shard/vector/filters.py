@@ -26,8 +26,9 @@ def validate_filter(flt: Any) -> dict[str, Any]:
         if isinstance(cond, dict) and any(k.startswith("$") for k in cond):
             for op, arg in cond.items():
                 if op not in _OPS:
-                    raise BadRequest(f"unknown filter operator {op!r}; use one of {sorted(_OPS)}",
-                                     code="invalid_filter")
+                    raise BadRequest(
+                        f"unknown filter operator {op!r}; use one of {sorted(_OPS)}", code="invalid_filter"
+                    )
                 if op in ("$in", "$nin") and not isinstance(arg, list):
                     raise BadRequest(f"{op} takes a list", code="invalid_filter")
     return flt

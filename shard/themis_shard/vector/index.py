@@ -199,4 +199,3 @@ class VectorIndex:
         self._tombstones = set(meta["tombstones"])
         self._trained_at = int(meta["trained_at"])
         return self
-
