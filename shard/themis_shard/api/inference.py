@@ -38,7 +38,9 @@ class InferBody(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
-    speculative: bool = False  # accepted; speculative decoding is a later issue (runs plain decoding)
+    speculative: bool = Field(
+        False, description="speculative decoding (draft + exact verification; same output distribution)"
+    )
     priority: int = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
 
 
@@ -58,6 +60,7 @@ def submit_infer(rt: LLMRuntime, body: InferBody) -> Generation:
         domain=body.domain,
         params=params,
         priority=body.priority,
+        speculative=body.speculative,
     )
 
 

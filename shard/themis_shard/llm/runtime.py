@@ -103,6 +103,10 @@ class LLMRuntime:
                 from .prefix_cache import build_for
 
                 extra["prefix"] = build_for(engine, fp, s, self.metrics)
+            if s.speculative_source != "none":  # speculative decoding (issue 6)
+                from .speculative.factory import build_for as build_speculator
+
+                engine.speculator = build_speculator(engine, native, s, self.metrics, alias)
             engine.start()
             self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()), extra=extra)
             log.info(
@@ -181,6 +185,7 @@ class LLMRuntime:
         params: SamplingParams | None = None,
         priority: int = 0,
         special: bool = False,
+        speculative: bool = False,
     ) -> Generation:
         """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve."""
         m = self.model(model)
@@ -193,7 +198,12 @@ class LLMRuntime:
         gen.model, gen.adapter = m.alias, adapter_name
         try:
             seq = m.engine.submit(
-                tokens, params or self.sampling(), gen.sink, adapter=adapter_name, priority=priority
+                tokens,
+                params or self.sampling(),
+                gen.sink,
+                adapter=adapter_name,
+                priority=priority,
+                speculative=speculative,
             )
         except QueueFull as exc:
             raise ThemisError(

@@ -1,0 +1,107 @@
+"""Adaptive draft length and prompt-lookup drafts (pure: no model)."""
+
+from __future__ import annotations
+
+import pytest
+from themis_shard.llm.speculative.adaptive import (
+    AdaptiveConfig,
+    CostModel,
+    DraftLengthController,
+    best_draft_length,
+    expected_tokens,
+)
+from themis_shard.llm.speculative.drafts import PromptLookup, lookup
+
+
+def test_expected_tokens_geometric():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens(0.9, 0) == 1.0
+
+
+def test_cost_model_learns_linear_verify_cost():
+    cost = CostModel(base_s=0.05, row_s=0.05)  # a wrong prior
+    for _ in range(200):
+        for k in (0, 0, 0, 2, 4, 8):
+            cost.observe(k, 0.020 + 0.007 * k)
+    assert cost.base == pytest.approx(0.020, rel=0.05)
+    assert cost.row == pytest.approx(0.007, rel=0.05)
+
+
+def test_best_length_grows_with_acceptance_and_is_zero_when_it_cannot_pay():
+    cost = CostModel(base_s=0.027, row_s=0.0115)  # ARCHITECTURE §3: 9-token verify ≈ 4.4× decode
+    ks = [best_draft_length(a, cost, 8, min_gain=1.03) for a in (0.1, 0.3, 0.6, 0.8, 0.95)]
+    assert ks[0] == 0 and ks[1] == 0
+    assert ks == sorted(ks) and ks[-1] >= 4
+    # the §3 measurement: a 15-of-18-layer draft (accepted 96 %) whose per-token cost is ~0.8 of a
+    # target decode cannot beat plain decoding on this CPU
+    assert best_draft_length(0.96, cost, 8, draft_per_token_s=0.8 * 0.027, min_gain=1.03) == 0
+    # a slow remote round trip disables speculation
+    assert best_draft_length(0.9, cost, 8, draft_fixed_s=0.5) == 0
+
+
+def test_controller_falls_back_on_low_acceptance_then_probes():
+    cfg = AdaptiveConfig(n_max=8, adaptive=False, cooldown=5, probe=2, min_trials=4)
+    ctl = DraftLengthController(cfg, CostModel())
+    reasons = []
+    for _ in range(10):
+        k = ctl.choose(8)
+        if k:
+            r = ctl.observe(k, 0)
+            if r:
+                reasons.append(r)
+                break
+    assert reasons == ["low_acceptance"]
+    ks = [ctl.choose(8) for _ in range(5)]
+    assert ks == [0, 0, 0, 0, 2]  # cooldown, then a short probe
+
+
+def test_controller_fixed_mode_and_limits():
+    ctl = DraftLengthController(AdaptiveConfig(n_max=8, adaptive=False), CostModel())
+    assert ctl.choose(100) == 8
+    assert ctl.choose(3) == 3
+    assert ctl.choose(0) == 0
+
+
+def test_slow_draft_source_pauses():
+    ctl = DraftLengthController(AdaptiveConfig(max_draft_s=0.1, cooldown=3), CostModel())
+    assert ctl.observe_draft_cost(4, 0.5) == "slow_draft"
+    assert ctl.choose(8) == 0
+
+
+def test_high_acceptance_keeps_long_drafts():
+    ctl = DraftLengthController(AdaptiveConfig(n_max=8), CostModel(base_s=0.027, row_s=0.007))
+    for _ in range(30):
+        k = ctl.choose(8)
+        ctl.observe(k, k)
+    assert ctl.alpha > 0.9 and ctl.choose(8) >= 5
+
+
+def test_prompt_lookup_finds_most_recent_longest_match():
+    ctx = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3, 7, 8, 0, 2, 3]
+    # last 2-gram (2, 3) occurred at 8..9 (followed by 7, 8) and 1..2 (followed by 4, 5)
+    assert lookup(ctx, 3, min_ngram=2, max_ngram=2) == [7, 8, 0]
+    # a 3-gram (0, 2, 3) has no earlier occurrence, so it falls back to the 2-gram
+    assert lookup(ctx, 2, min_ngram=2, max_ngram=3) == [7, 8]
+    assert lookup([1, 2, 3], 4) == []
+    assert lookup(ctx, 0) == []
+    d = PromptLookup(2, 4).propose(None, ctx, 2)
+    assert d.tokens == [7, 8] and [q.prob(t) for q, t in zip(d.q, d.tokens, strict=True)] == [1.0, 1.0]
+
+
+def test_prompt_lookup_continuation_stops_at_context_end():
+    assert lookup([5, 6, 5, 6], 8, min_ngram=2) == [5, 6]
+
+
+def test_adaptive_controller_stops_drafting_when_drafts_are_always_wrong():
+    """Adaptive mode reaches n_draft = 0 by itself (before the hard fallback) and only probes
+    once per cooldown: the waste is bounded to one short probe every ``cooldown`` rounds."""
+    cfg = AdaptiveConfig(n_max=8, cooldown=32)
+    ctl = DraftLengthController(cfg, CostModel())
+    drafted = 0
+    for _ in range(320):
+        k = ctl.choose(8)
+        ctl.observe(k, 0)
+        drafted += k
+    assert drafted <= 320 / 32 * cfg.probe + 8
