@@ -142,10 +142,10 @@ class ClusterPlan(_Strict):
         return int(self.ring["version"])
 
     def hash_ring(self) -> HashRing:
-        return HashRing.build(self.ring_spec)
+        return HashRing.cached(self.ring_spec)
 
     def previous_hash_ring(self) -> HashRing | None:
-        return HashRing.build(RingSpec.from_dict(self.previous_ring)) if self.previous_ring else None
+        return HashRing.cached(RingSpec.from_dict(self.previous_ring)) if self.previous_ring else None
 
     def member(self, shard_id: str) -> Member:
         for m in self.members:

@@ -105,24 +105,26 @@ def decode_entries(items: list[dict[str, Any]]) -> list[Replicated]:
 
 
 def serve_page(store: DocumentStore, self_id: str, request: dict[str, Any], page_size: int) -> dict[str, Any]:
-    """The sender's side of one ``POST /internal/sync`` page (pure but for the store read)."""
-    ring = HashRing.build(RingSpec.from_dict(request["ring"]))
-    previous = HashRing.build(RingSpec.from_dict(request["previous"])) if request.get("previous") else None
+    """The sender's side of one ``POST /internal/sync`` page (pure but for the store read).
+    The placement test runs on the key, so values that stay put are never decoded."""
+    ring = HashRing.cached(RingSpec.from_dict(request["ring"]))
+    previous = HashRing.cached(RingSpec.from_dict(request["previous"])) if request.get("previous") else None
     after = bytes.fromhex(request["after"]) if request.get("after") else None
-    scanned, cursor = store.scan_page(after, page_size)
-    send = entries_to_send(
-        scanned,
-        self_id,
-        request["shard"],
-        ring,
-        previous,
-        int(request["copies"]),
-        set(request.get("unreachable", ())),
-    )
+    requester, copies = request["shard"], int(request["copies"])
+    unreachable = set(request.get("unreachable", ()))
+
+    def keep(collection: str, key: str) -> bool:
+        key_urn = urn(collection, key)
+        return is_moved_to(requester, key_urn, ring, previous, copies) and designated_source(
+            key_urn, requester, ring, previous, copies, unreachable
+        ) == self_id
+
+    send, cursor = store.scan_page(after, page_size, keep)
+    scanned = page_size if cursor else len(send)
     return {
         "items": [encode_entry(e) for e in send],
         "next": cursor.hex() if cursor else None,
-        "scanned": len(scanned),
+        "scanned": scanned,
     }
 
 

@@ -239,28 +239,33 @@ class DocumentStore:
             )
 
     def scan_page(
-        self, after: bytes | None, limit: int
+        self, after: bytes | None, limit: int, keep: Callable[[str, str], bool] | None = None
     ) -> tuple[list[StoredDocument | Tombstone], bytes | None]:
-        """Up to ``limit`` entries (documents and tombstones) after the storage key ``after``;
-        returns them and the cursor to continue from (None at the end). Resumable paging for
-        catch-up and resharding."""
+        """The entries (documents and tombstones) among the next ``limit`` storage keys after
+        ``after`` that pass ``keep(collection, key)`` — tested before the value is decoded — and
+        the cursor to continue from (None at the end). Resumable paging for catch-up and
+        resharding."""
         out: list[StoredDocument | Tombstone] = []
         last = None
+        scanned = 0
         snap = self._docs.snapshot()
         try:
             for raw_key, raw in snap.items(from_key=after or b""):
                 if after is not None and raw_key <= after:
                     continue
-                if len(out) >= limit:
+                if scanned >= limit:
                     return out, last
+                scanned += 1
+                last = raw_key
                 collection, key = split_storage_key(raw_key)
+                if keep is not None and not keep(collection, key):
+                    continue
                 version, document = codec.decode(raw)
                 out.append(
                     StoredDocument(collection, key, version, document)
                     if document is not None
                     else Tombstone(collection, key, version)
                 )
-                last = raw_key
         finally:
             del snap
         return out, None
