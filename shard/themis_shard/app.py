@@ -77,6 +77,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         app.include_router(inference_cluster.router)  # routing front first: it owns the public paths
         app.include_router(inference.router)
+        from .api import kv_prefix
+
+        app.include_router(kv_prefix.router)  # KV-prefix export/import (issue 7)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)

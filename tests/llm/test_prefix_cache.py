@@ -150,3 +150,14 @@ def test_short_prompts_bypass_the_cache(native_model, prefix_engine):
     before = (hook.saves, hook.restores)
     run(eng, native_model.tokenize("The quick brown fox"), 4)
     assert (hook.saves, hook.restores) == before
+
+
+def test_states_past_the_sliding_window_are_not_trimmed_below_what_they_hold():
+    """A state whose sliding-window layers dropped positions < min_pos can only serve boundaries
+    k with k - window ≥ min_pos (measured: a 704-token state starts at 192 with n_swa = 512)."""
+    c = cache(swa_window=32)
+    prompt = list(range(200))
+    c.put(prompt[:96], b"s", min_pos=40)  # holds positions 40..95 in the window layers
+    assert c.lookup(prompt[:96] + [1]).n_tokens == 96
+    assert c.lookup(prompt[:80] + [1] * 20).n_tokens == 80  # 80 - 32 ≥ 40
+    assert c.lookup(prompt[:70] + [1] * 20) is None  # 64 - 32 < 40

@@ -5,10 +5,12 @@
   the context settings (so states of incompatible shards never share a hash). Any block-aligned
   prefix of any prompt has a hash, so a shared system prompt is found even when the rest of the
   prompts differ.
-* **Entries** — a saved state covers ``n`` tokens (a block boundary). Contexts are created with
-  a full-size SWA cache (``swa_full``), so an entry also serves every shorter block boundary of
-  its own tokens: restore, then drop the positions past the boundary. ``covered`` maps each of
-  those hashes to the entry.
+* **Entries** — a saved state covers ``n`` tokens (a block boundary). An entry also serves a
+  shorter block boundary ``k`` of its own tokens (restore, then drop positions ≥ k) when the
+  state still holds every position the sliding-window layers need at ``k``: measured here, the
+  SWA cache keeps only the last ``n_swa`` positions even with ``swa_full`` (a 704-token state
+  starts at position 192), so trimming is allowed only for ``k - n_swa ≥ min_pos``.
+  ``covered`` maps each such hash to the entry.
 * **Budget** — entries live in RAM under an LRU byte budget; with a directory they are also
   written to disk (own byte budget) and come back from there after a RAM eviction.
 
@@ -58,6 +60,7 @@ class PrefixEntry:
     tokens: tuple[int, ...]
     state: bytes
     hashes: list[str]  # hashes of every block boundary it covers (last == key)
+    min_pos: int = 0  # first position still in the state (sliding-window layers drop older ones)
     created: float = field(default_factory=time.time)
     hits: int = 0
 
@@ -84,6 +87,7 @@ class PrefixCache:
         block: int = 64,
         budget_bytes: int = 256 << 20,
         trim: bool = True,
+        swa_window: int = 0,
         disk_dir: str | Path | None = None,
         disk_budget_bytes: int = 2 << 30,
         on_evict=None,
@@ -92,6 +96,7 @@ class PrefixCache:
         self.block = block
         self.budget_bytes = budget_bytes
         self.trim = trim
+        self.swa_window = swa_window
         self._lock = threading.RLock()
         self._entries: OrderedDict[str, PrefixEntry] = OrderedDict()
         self._covered: dict[str, str] = {}  # block hash → entry key
@@ -160,12 +165,17 @@ class PrefixCache:
 
     # -- updates -----------------------------------------------------------------------------
 
-    def put(self, tokens, state: bytes, *, persist: bool = True) -> PrefixEntry | None:
+    def trimmable(self, k: int, min_pos: int) -> bool:
+        return self.trim and (min_pos == 0 or k - self.swa_window >= min_pos)
+
+    def put(self, tokens, state: bytes, *, min_pos: int = 0, persist: bool = True) -> PrefixEntry | None:
         tokens = tuple(int(t) for t in tokens)
         if not tokens or len(tokens) % self.block or len(state) > self.budget_bytes:
             return None
-        hs = self.hashes(tokens)
-        e = PrefixEntry(hs[-1], tokens, state, hs)
+        full = self.hashes(tokens)
+        # The hashes this entry can serve: its own, and shorter boundaries it can be trimmed to.
+        hs = [h for i, h in enumerate(full[:-1]) if self.trimmable((i + 1) * self.block, min_pos)] + full[-1:]
+        e = PrefixEntry(full[-1], tokens, state, hs, min_pos=min_pos)
         with self._lock:
             old = self._entries.pop(e.key, None)
             if old is not None:
@@ -226,7 +236,8 @@ class PrefixCache:
             p = self._path(e.key)
             tmp = p.with_suffix(".tmp")
             arr = np.asarray(e.tokens, dtype="<u4").tobytes()
-            tmp.write_bytes(len(e.tokens).to_bytes(4, "little") + arr + e.state)
+            head = len(e.tokens).to_bytes(4, "little") + e.min_pos.to_bytes(4, "little")
+            tmp.write_bytes(head + arr + e.state)
             os.replace(tmp, p)
             files = sorted(self.disk_dir.glob("*.kvp"), key=lambda f: f.stat().st_mtime)  # type: ignore[union-attr]
             total = sum(f.stat().st_size for f in files)
@@ -244,11 +255,12 @@ class PrefixCache:
         try:
             raw = p.read_bytes()
             n = int.from_bytes(raw[:4], "little")
-            tokens = np.frombuffer(raw[4 : 4 + 4 * n], dtype="<u4").tolist()
-            state = raw[4 + 4 * n :]
+            min_pos = int.from_bytes(raw[4:8], "little")
+            tokens = np.frombuffer(raw[8 : 8 + 4 * n], dtype="<u4").tolist()
+            state = raw[8 + 4 * n :]
         except (OSError, ValueError):
             return None
-        e = self.put(tokens, state, persist=False)
+        e = self.put(tokens, state, min_pos=min_pos, persist=False)
         return e if e is not None and e.key == key else None
 
 
@@ -309,8 +321,11 @@ class EnginePrefixHook:
             return
         n = seq.prefill_stop
         seq.prefill_stop = 0
+        import llama_cpp as L
+
         state = get_seq_state(self.ctx, seq.slot)
-        if state and self.cache.put(seq.tokens[:n], state) is not None:
+        min_pos = max(0, int(L.llama_memory_seq_pos_min(self.ctx.mem, seq.slot)))
+        if state and self.cache.put(seq.tokens[:n], state, min_pos=min_pos) is not None:
             self.saves += 1
             self._inc("saved_states")
 
@@ -354,6 +369,8 @@ class _Partial:
 
 def build_for(engine, fingerprint, settings, metrics=None) -> EnginePrefixHook:
     """The runtime's entry point: a cache seeded by this model + context, attached to ``engine``."""
+    import llama_cpp as L
+
     from .kv_state import kv_compat
 
     compat = kv_compat(engine.ctx, n_seq_max=engine.config.limits.max_running)
@@ -362,6 +379,7 @@ def build_for(engine, fingerprint, settings, metrics=None) -> EnginePrefixHook:
         block=settings.prefix_block_tokens,
         budget_bytes=settings.prefix_cache_bytes,
         trim=compat["swa_full"],
+        swa_window=int(L.llama_model_n_swa(engine.model.ptr)),
         disk_dir=(Path(settings.prefix_cache_dir) / engine.name) if settings.prefix_cache_dir else None,
         disk_budget_bytes=settings.prefix_disk_bytes,
     )
@@ -371,4 +389,6 @@ def build_for(engine, fingerprint, settings, metrics=None) -> EnginePrefixHook:
     hook.n_ctx = engine.ctx.n_ctx
     hook.n_vocab = engine.model.n_vocab
     hook.model = engine.name
+    hook.metrics = metrics
+    hook.engine = engine
     return hook
