@@ -89,6 +89,9 @@ def themis(state_dir: Path, *args: str, env: dict | None = None, timeout: float 
     return done.stdout
 
 
+LONG_PREFIX = "You are a careful legal assistant. " * 40
+
+
 def workload(urls: list[str]) -> None:
     """Small, but through every feature the dashboards show."""
     a, b = urls[0], urls[-1]
@@ -118,6 +121,12 @@ def workload(urls: list[str]) -> None:
             (b, {"prompt": "Contract law says", "max_tokens": 6, "domain": "legal"}),
             # The same prompt again: a KV-prefix cache has something to hit.
             (a, {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}),
+            # A long shared prefix (several KV blocks), twice: a miss, then a hit.
+            (a, {"prompt": LONG_PREFIX + " Question one:", "max_tokens": 2, "temperature": 0}),
+            (a, {"prompt": LONG_PREFIX + " Question two:", "max_tokens": 2, "temperature": 0}),
+            # Repetitive text with speculation on: prompt-lookup drafts to verify.
+            (b, {"prompt": "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2,", "max_tokens": 12,
+                 "temperature": 0, "speculative": True}),
         ):
             r = client.post(f"{url}/v1/infer", json=body)
             assert r.status_code == 200, r.text
