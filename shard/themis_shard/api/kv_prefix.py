@@ -29,7 +29,8 @@ def _hook(request: Request, model: str | None):
 
 
 @router.get("")
-async def list_prefixes(request: Request, model: str | None = None) -> dict:
+async def list_prefixes(request: Request, model: str | None = None, limit: int = 1024) -> dict:
+    """Compact listing (most recently used first): what peers put in their prefix directory."""
     hook, m, _ = _hook(request, model)
     c = hook.cache
     return {
@@ -37,7 +38,7 @@ async def list_prefixes(request: Request, model: str | None = None) -> dict:
         "block": c.block,
         "bytes": c.bytes,
         "budget_bytes": c.budget_bytes,
-        "entries": [{"hash": k, "n_tokens": n} for k, n in c.keys()],
+        "entries": [{"hash": k, "n_tokens": n, "bytes": b} for k, n, b in c.keys()[: max(0, limit)]],
     }
 
 

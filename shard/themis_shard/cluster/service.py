@@ -108,6 +108,7 @@ class ClusterService:
             lambda: self.executor.open_peers() | self.view.dead_peers(), self.settings, registry)
         #: The shard's LLMRuntime once the app started it (adapters to announce); None without LLM.
         self.runtime = None
+        self.prefix_sync = None  # prefix_directory.PrefixSync, once the LLM runtime is up
         self.inference = InferenceRouting(self, registry)
         self._plan_adapters: set[str] = set()
         self._adapter_failures: dict[str, str] = {}
@@ -179,6 +180,9 @@ class ClusterService:
         if self.plan_path:
             self._tasks.append(asyncio.create_task(self._every(1.0, self._watch_plan), name="plan-watch"))
         self._tasks.append(asyncio.create_task(self.catch_up(), name="catch-up"))
+        if self._topology.clustered:  # KV-prefix directory (issue 7)
+            self._tasks.append(asyncio.create_task(
+                self._every(self.settings.gossip_interval_s, self._prefix_refresh), name="prefix-directory"))
 
     async def stop(self) -> None:
         if self.gossiper is not None:
@@ -198,6 +202,15 @@ class ClusterService:
             except Exception:
                 log.exception("background job %s failed", getattr(job, "__name__", job))
             await asyncio.sleep(seconds)
+
+    async def _prefix_refresh(self) -> None:
+        if self.runtime is None or not getattr(self.runtime.settings, "prefix_cache", False):
+            return
+        if self.prefix_sync is None:
+            from .prefix_directory import PrefixSync
+
+            self.prefix_sync = PrefixSync(self, self.runtime.settings)
+        await self.prefix_sync.refresh()
 
     async def _watch_plan(self) -> None:
         self.reload_plan()

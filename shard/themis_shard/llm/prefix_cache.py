@@ -127,10 +127,10 @@ class PrefixCache:
         with self._lock:
             return key in self._entries or self._on_disk(key) is not None
 
-    def keys(self) -> list[tuple[str, int]]:
-        """(key, n_tokens) of every entry in RAM, most recently used first."""
+    def keys(self) -> list[tuple[str, int, int]]:
+        """(key, n_tokens, bytes) of every entry in RAM, most recently used first."""
         with self._lock:
-            return [(k, e.n_tokens) for k, e in reversed(self._entries.items())]
+            return [(k, e.n_tokens, e.nbytes) for k, e in reversed(self._entries.items())]
 
     def get(self, key: str) -> PrefixEntry | None:
         with self._lock:

@@ -63,6 +63,8 @@ class LLMRuntime:
         self.embedder = None  # embeddings.Embedder
         self.ready = False
         self.error: str | None = None
+        #: cluster.prefix_directory.PrefixSync, set by the cluster service (pull-on-miss).
+        self.prefix_puller = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -196,6 +198,17 @@ class LLMRuntime:
         adapter_name = m.adapters.resolve(adapter, domain) if m.adapters is not None else None
         gen = Generation(asyncio.get_running_loop())
         gen.model, gen.adapter = m.alias, adapter_name
+        pull = self.prefix_puller.plan(m, tokens) if self.prefix_puller is not None else None
+        if pull is not None:  # KV-prefix held by a peer and pulling it pays (issue 7)
+            from ..cluster.prefix_directory import submit_after_pull
+
+            p = params or self.sampling()
+            return submit_after_pull(
+                gen,
+                pull,
+                lambda: m.engine.submit(tokens, p, gen.sink, adapter=adapter_name, priority=priority),
+                m.engine.cancel,
+            )
         try:
             seq = m.engine.submit(
                 tokens,

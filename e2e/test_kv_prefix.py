@@ -1,0 +1,81 @@
+"""KV-prefix cache across real shard processes (issue 7): the same system prompt sent to three
+shards is prefilled once in the cluster — the other two pull the state from the holder (the
+prefix directory + break-even) — and the pulled state decodes like a full prefill."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.llm]
+
+ENV = {
+    "THEMIS_LLM_N_CTX": "2048",
+    "THEMIS_LLM_MAX_CONCURRENT_REQUESTS": "4",
+    "THEMIS_LLM_EMBEDDING_MODEL": "none",
+    "THEMIS_LLM_ADAPTER_EVAL_ON_LOAD": "false",
+    "THEMIS_LLM_PREFIX_MIN_TOKENS": "64",
+    "THEMIS_LLM_N_THREADS": "1",
+}
+SYSTEM = "You are Themis, a careful assistant for a distributed database. Answer precisely. " + "".join(
+    f"Rule {i}: shard {i % 7} keeps replica {i % 3} of range {i * 37 % 101}. " for i in range(1, 22)
+)
+PROMPT = SYSTEM + "Question: which shard keeps range 74? Answer:"
+
+
+def metric(text: str, name: str, **labels) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def infer(url: str) -> dict:
+    r = httpx.post(f"{url}/v1/infer", json={"prompt": PROMPT, "max_tokens": 10, "temperature": 0}, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
+    cluster = local_cluster(3, llm=True, env=ENV)
+    urls = [cluster.url(s) for s in cluster.ids]
+    first = infer(urls[0])
+    listing = httpx.get(f"{urls[0]}/internal/kv_prefix").json()["entries"]
+    assert len(listing) == 1
+    time.sleep(2.0)  # > a few directory refreshes (gossip interval 0.3 s)
+    others = [infer(u) for u in urls[1:]]
+    scraped = [httpx.get(f"{u}/metrics").text for u in urls]
+    saved = [metric(t, "themis_kv_prefix_states_saved_total") for t in scraped]
+    hits = [metric(t, "themis_kv_prefix_hits_total") for t in scraped]
+    imports = [metric(t, "themis_kv_prefix_transfers_total", direction="import", outcome="ok") for t in scraped]
+    assert saved == [1.0, 0.0, 0.0], saved  # exactly one prefill of the prefix in the cluster
+    assert hits == [0.0, 1.0, 1.0] and imports == [0.0, 1.0, 1.0], (hits, imports)
+    assert metric(scraped[0], "themis_kv_prefix_transfers_total", direction="export") == 2.0
+    assert others[0]["text"] == others[1]["text"]
+    assert others[0]["timings"]["ttft_ms"] < first["timings"]["ttft_ms"]
+    # The pulled state decodes like the full prefill (greedy; near ties aside).
+    from themis_shard.llm.model import resolve_model_path
+    from themis_shard.llm.native import NativeModel
+
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.llm.conftest import NOISE_LOGITS
+    from tests.llm.reference import greedy_reference
+
+    model = NativeModel(resolve_model_path("bundled"))
+    try:
+        ref, margins = greedy_reference(model, model.tokenize(PROMPT), 10)
+        ref_text = model.detokenize(ref)
+    finally:
+        model.close()
+    for out in [first, *others]:
+        assert out["text"] == ref_text or min(margins) <= NOISE_LOGITS, (out["text"], ref_text)
+    assert re.sub(r"\s", "", first["text"]) != "" or ref_text.strip() == ""

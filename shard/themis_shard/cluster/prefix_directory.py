@@ -1,0 +1,228 @@
+"""Cluster prefix directory and pull-on-miss (issue 7, paper §IV-D / §VI-D).
+
+* ``PrefixDirectory`` (pure) — which peer holds which prefix hash (``hash → n_tokens, bytes``),
+  bounded per peer (the ``prefix_announce_max`` most recently used entries) and dropped when a
+  peer's listing is older than ``ttl_s``.
+* ``pull_pays`` (pure) — the break-even: pull when ``rtt + bytes/net + bytes/load`` is below the
+  prefill time of the tokens it saves, ``n_saved / prefill_tokens_per_s``.
+* ``PrefixSync`` (I/O) — refreshes the directory from every live peer's compact listing
+  (``GET /internal/kv_prefix?limit=N``: hash, n_tokens, bytes) on the gossip interval, and is the
+  runtime's ``prefix_puller``: ``plan`` decides synchronously whether a request should wait for a
+  pull; the returned coroutine fetches the blob with the RemoteExecutor (``expect="bytes"``) and
+  imports it through the same validation as ``POST /internal/kv_prefix/import``.
+
+The listing is pulled rather than carried in the gossip member record because that record's
+schema (``gossip_state.ShardLoad``) is strict and owned by the gossip module; moving the
+compact list into it is a one-field change (see the issue report).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    n_tokens: int
+    nbytes: int
+
+
+@dataclass
+class PrefixDirectory:
+    max_per_peer: int = 256
+    ttl_s: float = 30.0
+    _peers: dict[str, tuple[float, dict[str, Holding]]] = field(default_factory=dict)
+
+    def update(self, peer: str, entries: list[dict], now: float) -> None:
+        held: dict[str, Holding] = {}
+        for e in entries[: self.max_per_peer]:
+            try:
+                h, n, b = str(e["hash"]), int(e["n_tokens"]), int(e.get("bytes", 0))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if len(h) == 32 and n > 0 and b >= 0:
+                held[h] = Holding(n, b)
+        self._peers[peer] = (now, held)
+
+    def forget(self, peer: str) -> None:
+        self._peers.pop(peer, None)
+
+    def holders(self, hashes: list[str], now: float, exclude: str = "") -> list[tuple[str, str, Holding]]:
+        """(peer, hash, holding) for the longest of ``hashes`` any fresh peer holds, best first
+        (longest prefix, then fewest bytes)."""
+        for h in reversed(hashes):
+            found = [
+                (peer, h, held[h])
+                for peer, (t, held) in self._peers.items()
+                if peer != exclude and now - t <= self.ttl_s and h in held
+            ]
+            if found:
+                return sorted(found, key=lambda f: (-f[2].n_tokens, f[2].nbytes, f[0]))
+        return []
+
+    def holds(self, peer: str, h: str) -> bool:
+        return h in self._peers.get(peer, (0.0, {}))[1]
+
+    def size(self) -> int:
+        return sum(len(held) for _, held in self._peers.values())
+
+
+def pull_seconds(nbytes: int, *, net_bytes_per_s: float, load_bytes_per_s: float, rtt_s: float) -> float:
+    return rtt_s + nbytes / net_bytes_per_s + nbytes / load_bytes_per_s
+
+
+def pull_pays(
+    n_saved_tokens: int,
+    nbytes: int,
+    *,
+    prefill_tokens_per_s: float,
+    net_bytes_per_s: float,
+    load_bytes_per_s: float,
+    rtt_s: float,
+) -> bool:
+    """§VI-D break-even: pulling ``nbytes`` must be faster than prefilling what it saves."""
+    if n_saved_tokens <= 0:
+        return False
+    t_pull = pull_seconds(nbytes, net_bytes_per_s=net_bytes_per_s, load_bytes_per_s=load_bytes_per_s, rtt_s=rtt_s)
+    return t_pull < n_saved_tokens / prefill_tokens_per_s
+
+
+class PrefixSync:
+    """Directory refresh + pull-on-miss for one shard (the cluster service owns it)."""
+
+    def __init__(self, service, llm_settings) -> None:
+        self.service = service
+        self.s = llm_settings
+        self.directory = PrefixDirectory(max_per_peer=llm_settings.prefix_announce_max)
+        self.pulls = 0
+        self.pull_failures = 0
+        self._inflight: dict[str, asyncio.Task] = {}
+
+    # -- directory ---------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        rt = self.service.runtime
+        if rt is None or not getattr(rt, "ready", False):
+            return
+        if getattr(rt, "prefix_puller", None) is not self:
+            rt.prefix_puller = self
+        states = self.service.member_states()
+        peers = [p for p, st in states.items() if p != self.service.self_id and st == "alive"]
+        for gone in set(self.directory._peers) - set(peers):
+            self.directory.forget(gone)
+
+        async def one(peer: str) -> None:
+            try:
+                body = await self.service.executor.request(
+                    peer,
+                    "GET",
+                    "/internal/kv_prefix",
+                    params={"limit": self.s.prefix_announce_max},
+                    retries=0,
+                    timeout_s=2.0,
+                )
+                self.directory.update(peer, body.get("entries", []), time.monotonic())
+            except Exception as exc:  # a slow or dead peer just ages out of the directory
+                log.debug("prefix listing from %s failed: %s", peer, exc)
+
+        await asyncio.gather(*(one(p) for p in peers))
+
+    # -- pull-on-miss ------------------------------------------------------------------------
+
+    def plan(self, m, tokens: list[int]) -> Callable[[], Coroutine] | None:
+        """Sync, on the event loop: a coroutine factory when this request should first pull a
+        prefix from a peer (local miss, a peer holds a longer prefix, and it pays), else None."""
+        hook = m.extra.get("prefix")
+        if hook is None or not self.s.prefix_pull or len(tokens) <= hook.min_tokens:
+            return None
+        cache = hook.cache
+        limit = cache.boundary(len(tokens))
+        hashes = cache.hashes(tokens, limit)
+        if not hashes:
+            return None
+        local = cache.lookup(tokens, limit, hashes=hashes)
+        have = local.n_tokens if local else 0
+        found = self.directory.holders(hashes, time.monotonic(), exclude=self.service.self_id)
+        if not found:
+            return None
+        peer, key, held = found[0]
+        if held.n_tokens <= have or not pull_pays(
+            held.n_tokens - have,
+            held.nbytes,
+            prefill_tokens_per_s=self.s.prefix_prefill_tokens_per_s,
+            net_bytes_per_s=self.s.prefix_net_bytes_per_s,
+            load_bytes_per_s=self.s.prefix_load_bytes_per_s,
+            rtt_s=self.s.prefix_rtt_s,
+        ):
+            return None
+        candidates = [p for p, _, _ in found]
+
+        async def pull() -> None:
+            task = self._inflight.get(key)  # one pull per prefix, however many requests wait
+            if task is None:
+                task = asyncio.ensure_future(self._pull(hook, m, key, candidates))
+                self._inflight[key] = task
+                task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+            await asyncio.shield(task)
+
+        return pull
+
+    async def _pull(self, hook, m, key: str, peers: list[str]) -> bool:
+        from ..llm.kv_blob import BlobError
+        from ..llm.prefix_io import import_blob
+
+        for peer in peers:
+            try:
+                data = await self.service.executor.request(
+                    peer, "GET", f"/internal/kv_prefix/{key}", params={"model": m.alias}, expect="bytes", retries=0
+                )
+                await import_blob(hook, m.engine, data, self.s.prefix_max_blob_bytes)
+                self.pulls += 1
+                return True
+            except BlobError as exc:
+                log.warning("KV prefix %s from %s refused: %s", key, peer, exc.message)
+            except Exception as exc:
+                log.info("KV prefix %s from %s unavailable: %s", key, peer, exc)
+            self.pull_failures += 1
+        return False
+
+
+def submit_after_pull(gen, pull: Callable[[], Coroutine], submit: Callable[[], object], cancel) -> object:
+    """Runtime helper: queue the request once ``pull()`` finished (success or not — a failed pull
+    just means a local prefill). Engine refusals become an ErrorEvent on the generation."""
+    from ..errors import ThemisError
+    from ..llm.sequence import ErrorEvent
+
+    async def run() -> None:
+        try:
+            await pull()
+        except Exception:
+            log.exception("prefix pull failed")
+        try:
+            seq = submit()
+        except ThemisError as exc:
+            gen.sink(ErrorEvent(exc.code, exc.message))
+            return
+        except Exception as exc:
+            gen.sink(ErrorEvent("unavailable", str(exc)))
+            return
+        gen.bind(seq, lambda: cancel(seq))
+        if cancelled:
+            gen.cancel()
+
+    cancelled = False
+    task = asyncio.ensure_future(run())
+
+    def early_cancel() -> None:
+        nonlocal cancelled
+        cancelled = True
+
+    gen.bind(None, early_cancel)  # a client that leaves before the pull ends cancels on submit
+    gen._pull_task = task
+    return gen
