@@ -42,7 +42,7 @@ def test_best_length_grows_with_acceptance_and_is_zero_when_it_cannot_pay():
 
 
 def test_controller_falls_back_on_low_acceptance_then_probes():
-    cfg = AdaptiveConfig(n_max=8, adaptive=False, cooldown=5, probe=2, min_trials=4)
+    cfg = AdaptiveConfig(n_max=8, adaptive=False, cooldown=5, recheck=4, probe=1, min_trials=4)
     ctl = DraftLengthController(cfg, CostModel())
     reasons = []
     for _ in range(10):
@@ -54,7 +54,7 @@ def test_controller_falls_back_on_low_acceptance_then_probes():
                 break
     assert reasons == ["low_acceptance"]
     ks = [ctl.choose(8) for _ in range(5)]
-    assert ks == [0, 0, 0, 0, 2]  # cooldown, then a short probe
+    assert ks == [0, 0, 0, 0, 1]  # cooldown, then a one-token probe
 
 
 def test_controller_fixed_mode_and_limits():
@@ -95,13 +95,35 @@ def test_prompt_lookup_continuation_stops_at_context_end():
 
 
 def test_adaptive_controller_stops_drafting_when_drafts_are_always_wrong():
-    """Adaptive mode reaches n_draft = 0 by itself (before the hard fallback) and only probes
-    once per cooldown: the waste is bounded to one short probe every ``cooldown`` rounds."""
-    cfg = AdaptiveConfig(n_max=8, cooldown=32)
+    """Adaptive mode reaches n_draft = 0 by itself (before the hard fallback) and then probes
+    with one token, backing off exponentially: the waste over 1000 rounds is a handful of rows."""
+    cfg = AdaptiveConfig(n_max=8)
     ctl = DraftLengthController(cfg, CostModel())
     drafted = 0
-    for _ in range(320):
+    for _ in range(1000):
         k = ctl.choose(8)
         ctl.observe(k, 0)
         drafted += k
-    assert drafted <= 320 / 32 * cfg.probe + 8
+    assert drafted <= 12
+    assert ctl.backoff == cfg.max_backoff
+
+
+def test_successful_probe_resumes_speculation():
+    cfg = AdaptiveConfig(n_max=8, recheck=4)
+    ctl = DraftLengthController(cfg, CostModel(), alpha=0.1)
+    assert ctl.choose(8) == 0
+    ks = [ctl.choose(8) for _ in range(4)]
+    assert ks == [0, 0, 0, 1]
+    for _ in range(20):  # the text turned into a quote: every draft token hits
+        ctl.observe(max(ks[-1], 1), max(ks[-1], 1))
+        ks.append(ctl.choose(8))
+    assert ks[-1] >= 3
+
+
+def test_per_position_acceptance_values_bursty_drafts():
+    # first token accepted 70 %, every later one 98 % given the previous: long drafts pay
+    bursty = [0.7] + [0.98] * 7
+    assert expected_tokens(bursty, 1) == pytest.approx(1.7)
+    cost = CostModel(base_s=0.026, row_s=0.0113)
+    assert best_draft_length(bursty, cost, 8) == 8
+    assert best_draft_length(0.88, cost, 8) < 8  # the geometric model with the same mean would stop early

@@ -1,7 +1,10 @@
 """Adaptive draft length (pure): pick n_draft to maximise expected tokens per second.
 
 With a per-token acceptance rate α (the geometric model of Leviathan et al.), a round that drafts
-k tokens emits E(k) = (1 − α^{k+1}) / (1 − α) tokens (k accepted at most, plus the target's own
+k tokens emits E(k) = (1 − α^{k+1}) / (1 − α) tokens; the controller actually keeps one rate per
+draft position (α_i = P(token i accepted | tokens before it were)), E(k) = 1 + Σ_j Π_{i≤j} α_i,
+because prompt-lookup drafts are bursty (a right match stays right), which the geometric
+model undervalues (k accepted at most, plus the target's own
 token) and costs T(k) = verify(k) + draft(k): verify(k) = base + row·k is one decode whose batch
 carries k more tokens with logits (the 262k-vocabulary head makes ``row`` large on CPU — a
 9-token verify ≈ 4.4× a 1-token decode here), draft(k) = draft_fixed + draft_per_token·k
@@ -13,9 +16,10 @@ an exponentially weighted estimate per sequence.
 
 Fallback (``themis_speculation_fallback_total``): when the acceptance rate drops below
 ``min_acceptance`` or the draft source fails / is slower than ``max_draft_s``, the sequence
-decodes plainly for ``cooldown`` rounds, then probes again with a short draft. Probing costs at
-most one extra logits row every ``cooldown`` tokens, which bounds the slowdown against plain
-decoding (≈ row / (base · cooldown), < 1 % with the defaults).
+decodes plainly for ``cooldown`` rounds, then probes again with a one-token draft. The same
+happens when the model predicts no gain (after ``recheck`` rounds); each failed probe doubles the
+wait (up to ``max_backoff``), so on text where drafts never hit the waste tends to one logits row
+per 256 tokens (≈ row / (256 · base) ≈ 0.2 %), and early on it is at most 1/8 of a row per token.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ class AdaptiveConfig:
     min_acceptance: float = 0.3
     min_trials: int = 8  # draft tokens judged before the acceptance rate can trigger a fallback
     cooldown: int = 32  # plain rounds after a fallback before probing again
-    probe: int = 2  # draft length of a probe after a cooldown
+    recheck: int = 8  # plain rounds after the model predicted "no gain" before probing again
+    max_backoff: int = 256  # the recheck interval doubles after each failed probe, up to this
+    probe: int = 1  # draft length of a probe after a cooldown
     min_gain: float = 1.03  # speculate only when the model predicts at least this speedup
     alpha_prior: float = 0.6
     alpha_decay: float = 0.9  # EWMA weight kept per judged draft token
@@ -79,17 +85,26 @@ class CostModel:
         return self.base + self.row * k
 
 
-def expected_tokens(alpha: float, k: int) -> float:
-    """Tokens emitted by a round that drafts k tokens, each accepted with probability alpha."""
+def expected_tokens(alpha, k: int) -> float:
+    """Tokens emitted by a round that drafts k tokens. ``alpha``: one acceptance probability per
+    token (geometric), or per position — alpha[i] = P(draft token i+1 accepted | the ones before
+    it were), which captures bursty drafts such as prompt lookup (a right match is right for
+    many tokens)."""
     if k <= 0:
         return 1.0
+    if not isinstance(alpha, (int, float)):
+        run, total = 1.0, 1.0
+        for i in range(k):
+            run *= alpha[min(i, len(alpha) - 1)]
+            total += run
+        return total
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 def best_draft_length(
-    alpha: float,
+    alpha,
     cost: CostModel,
     n_max: int,
     *,
@@ -109,15 +124,21 @@ def best_draft_length(
 class DraftLengthController:
     """Per-sequence state: acceptance estimate, fallback cooldown, the n_draft to use next."""
 
-    def __init__(self, config: AdaptiveConfig, cost: CostModel) -> None:
+    def __init__(self, config: AdaptiveConfig, cost: CostModel, alpha: float | None = None) -> None:
         self.config = config
         self.cost = cost
-        self.alpha = config.alpha_prior
+        #: starts from the source's recent acceptance across sequences when the caller knows it
+        self.alpha = config.alpha_prior if alpha is None else alpha
+        #: per-position conditional acceptance (see ``expected_tokens``), starting flat
+        self.alpha_pos = [self.alpha] * max(1, config.n_max)
+        self._n_pos = [0.0] * len(self.alpha_pos)  # decayed evidence per position
         self.trials = 0
         self.cooldown = 0
         self.draft_fixed_s = 0.0
         self.draft_per_token_s = 0.0
         self.last_k = 0
+        self.backoff = config.recheck
+        self.probing = False
 
     def choose(self, limit: int) -> int:
         """n_draft for the next round (0 = plain decoding), at most ``limit``."""
@@ -128,11 +149,12 @@ class DraftLengthController:
         if self.cooldown > 0:
             self.cooldown -= 1
             k = min(c.probe, limit) if self.cooldown == 0 else 0
+            self.probing = k > 0
         elif not c.adaptive:
             k = c.n_max
         else:
             k = best_draft_length(
-                self.alpha,
+                self.position_rates(),
                 self.cost,
                 c.n_max,
                 draft_fixed_s=self.draft_fixed_s,
@@ -142,7 +164,7 @@ class DraftLengthController:
             if k == 0:
                 # Predicted not to pay: stay plain but re-probe after a cooldown, so a change in
                 # the text (a quote begins) is noticed.
-                self.cooldown = c.cooldown
+                self.cooldown = self.backoff
         self.last_k = min(k, limit)
         return self.last_k
 
@@ -151,16 +173,35 @@ class DraftLengthController:
         if drafted <= 0:
             return None
         c = self.config
+        if self.probing:  # a failed probe doubles the wait before the next one
+            self.probing = False
+            self.backoff = c.recheck if accepted else min(2 * self.backoff, c.max_backoff)
         # Geometric model: each judged draft token is a trial; the chain stops at the first reject.
         judged = accepted + (1 if accepted < drafted else 0)
+        d = c.alpha_decay
         for i in range(judged):
             hit = 1.0 if i < accepted else 0.0
-            self.alpha = c.alpha_decay * self.alpha + (1 - c.alpha_decay) * hit
+            self.alpha = d * self.alpha + (1 - d) * hit
+            if i < len(self.alpha_pos):
+                # per-position estimate: mean of its own (decayed) trials
+                n = self._n_pos[i] = d * self._n_pos[i] + 1.0
+                self.alpha_pos[i] += (hit - self.alpha_pos[i]) / n
         self.trials += judged
         if self.trials >= c.min_trials and self.alpha < c.min_acceptance:
             self.pause()
             return "low_acceptance"
         return None
+
+    def position_rates(self) -> list[float]:
+        """α_i with little evidence of its own lean on α_{i-1} (a position never drafted is
+        assumed as good as the one before it: drafts are bursty, not worse further out)."""
+        out: list[float] = []
+        prev = self.alpha
+        for a, n in zip(self.alpha_pos, self._n_pos, strict=True):
+            w = n / (n + 2.0)
+            prev = w * a + (1 - w) * prev
+            out.append(prev)
+        return out
 
     def observe_draft_cost(self, drafted: int, seconds: float, *, per_token: bool = False) -> str | None:
         """Record what drafting took (``per_token``: a draft model, cost ∝ k; otherwise a fixed
@@ -178,6 +219,7 @@ class DraftLengthController:
     def pause(self) -> None:
         """Plain decoding for ``cooldown`` rounds, then a probe (acceptance re-estimated from
         halfway back to the prior, so one good probe can resume speculation)."""
-        self.cooldown = self.config.cooldown
+        self.cooldown = max(self.config.cooldown, self.backoff)
         self.alpha = 0.5 * (self.alpha + self.config.alpha_prior)
+        self.alpha_pos = [0.5 * (a + self.config.alpha_prior) for a in self.alpha_pos]
         self.trials = 0

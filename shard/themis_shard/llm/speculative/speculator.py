@@ -44,6 +44,9 @@ class Speculator:
         self.source = source
         self.config = config or AdaptiveConfig()
         self.cost = cost or CostModel()
+        #: The source's acceptance rate across sequences (EWMA per judged draft token): the prior
+        #: of a new sequence's controller.
+        self.alpha = self.config.alpha_prior
         self._m = None
         if metrics is not None:
             labels = {"model": model, "source": source.name}
@@ -60,7 +63,7 @@ class Speculator:
     def state(self, seq) -> SpecState:
         st = seq.spec
         if st is None:
-            st = seq.spec = SpecState(DraftLengthController(self.config, self.cost))
+            st = seq.spec = SpecState(DraftLengthController(self.config, self.cost, self.alpha))
         return st
 
     def draft(self, seq, limit: int) -> Draft | None:
@@ -101,6 +104,9 @@ class Speculator:
         if self._m:
             self._m["draft"].inc(len(draft.tokens))
             self._m["accepted"].inc(n_acc)
+        judged = n_acc + (1 if n_acc < len(draft.tokens) else 0)
+        for i in range(judged):
+            self.alpha = 0.98 * self.alpha + 0.02 * (1.0 if i < n_acc else 0.0)
         if st.controller.observe(len(draft.tokens), n_acc):
             self._fallback("low_acceptance")
         try:

@@ -1,0 +1,138 @@
+"""Speculative decoding benchmark: plain vs draft sources, fixed and adaptive n_draft.
+
+One run, same prompts, greedy, single stream, in-process engine (no HTTP), the bundled Gemma 3
+270M. Rounds are interleaved (every configuration once per round, then the next round) so the
+shared machine's noise hits all rows alike; per configuration we report generated tokens/s
+(sum of tokens / sum of request time, TTFT included), the speedup against plain on the same
+prompts, the acceptance rate (accepted / drafted) and the mean accepted length per verify round.
+
+Prompt sets: "rag" — answers that quote a context passage (prompt lookup's strong case);
+"open" — open-ended prompts with little to copy (where speculation must not cost anything).
+
+Draft sources: prompt lookup (always); a local draft model (``--draft-gguf``, e.g. made with
+``python -m themis_shard.llm.tools.draft_model --keep 15``) when given.
+
+Run: `.venv/bin/python bench/speculative.py [--rounds 2] [--max-tokens 64] [--draft-gguf PATH]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shard"))
+
+from prometheus_client import CollectorRegistry  # noqa: E402
+from themis_shard.llm.engine import Engine, EngineConfig  # noqa: E402
+from themis_shard.llm.metrics import LLMMetrics  # noqa: E402
+from themis_shard.llm.model import resolve_model_path  # noqa: E402
+from themis_shard.llm.native import NativeModel, quiet_native_logs  # noqa: E402
+from themis_shard.llm.sampling import SamplingParams  # noqa: E402
+from themis_shard.llm.scheduler import Limits  # noqa: E402
+from themis_shard.llm.sequence import TokenEvent  # noqa: E402
+from themis_shard.llm.speculative.adaptive import AdaptiveConfig, CostModel  # noqa: E402
+from themis_shard.llm.speculative.drafts import PromptLookup  # noqa: E402
+from themis_shard.llm.speculative.speculator import Speculator  # noqa: E402
+
+RAG = [
+    (
+        "Context: The Themis cluster stores documents in RocksDB column families and replicates every "
+        "shard three times. Vector search uses a FAISS IVF index with 1024 lists and nprobe 8. Each "
+        "shard also runs a llama.cpp inference engine with continuous batching.\n"
+        "Question: Repeat the context word for word.\nAnswer: The Themis cluster stores documents in"
+    ),
+    (
+        "Document: Photosynthesis is the process by which green plants use sunlight, water and carbon "
+        "dioxide to produce glucose and oxygen. It takes place in the chloroplasts, which contain the "
+        "pigment chlorophyll.\nTask: Quote the document's first sentence exactly.\n"
+        "Quote: Photosynthesis is the process by which"
+    ),
+    (
+        "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+        "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n    return a / b\n\n\n"
+        "# the same four functions again, unchanged:\ndef add(a, b):\n"
+    ),
+]
+OPEN = [
+    "Write a short story about a robot who learns to paint.",
+    "Explain how a refrigerator works.",
+]
+
+
+class Run:
+    def __init__(self) -> None:
+        self.n = 0
+        self.done = threading.Event()
+
+    def __call__(self, ev) -> None:
+        if isinstance(ev, TokenEvent):
+            self.n += ev.token_id >= 0
+        else:
+            self.done.set()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-gguf", default="")
+    args = ap.parse_args()
+    quiet_native_logs()
+    model = NativeModel(resolve_model_path("bundled"), n_gpu_layers=0)
+    cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, limits=Limits(max_running=4))
+    metrics = LLMMetrics(CollectorRegistry())
+    eng = Engine(model, cfg, metrics=metrics)
+    cost = CostModel()  # shared: the engine's verify cost is one fact, whatever the source
+
+    configs: dict[str, Speculator | None] = {"plain": None}
+    for name, ad, n in (("lookup fixed n=8", False, 8), ("lookup fixed n=3", False, 3), ("lookup adaptive", True, 8)):
+        configs[name] = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=n, adaptive=ad), cost=cost)
+    if args.draft_gguf:
+        from themis_shard.llm.speculative.local_draft import LocalDraftModel
+
+        local = LocalDraftModel.open(args.draft_gguf, n_ctx=2048, n_threads=args.threads)
+        for name, ad in (("local fixed n=4", False), ("local adaptive", True)):
+            configs[name] = Speculator(local, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost)
+    eng.start()
+
+    prompts = {"rag": [model.tokenize(p) for p in RAG], "open": [model.tokenize(p) for p in OPEN]}
+    stats = {(c, s): [0, 0.0, 0, 0, 0] for c in configs for s in prompts}  # tokens, secs, drafted, accepted, rounds
+    params = SamplingParams(max_tokens=args.max_tokens)
+    for _r in range(args.rounds):
+        for set_name, plist in prompts.items():
+            for toks in plist:
+                for cname, spec in configs.items():
+                    eng.speculator = spec
+                    run = Run()
+                    t0 = time.perf_counter()
+                    seq = eng.submit(toks, params, run, speculative=spec is not None)
+                    assert run.done.wait(300)
+                    dt = time.perf_counter() - t0
+                    st = stats[(cname, set_name)]
+                    st[0] += run.n
+                    st[1] += dt
+                    if seq.spec is not None:
+                        st[2] += seq.spec.drafted
+                        st[3] += seq.spec.accepted
+                        st[4] += seq.spec.rounds
+    eng.stop()
+    print(f"\nspeculative decoding, greedy, 1 stream, {args.max_tokens} tokens, {args.rounds} rounds")
+    print(f"learnt verify cost: base {cost.base * 1e3:.1f} ms + {cost.row * 1e3:.1f} ms per draft token\n")
+    print(f"{'prompts':6} {'configuration':20} {'tok/s':>7} {'vs plain':>8} {'accept':>7} {'acc/round':>9}")
+    for set_name in prompts:
+        plain = stats[("plain", set_name)]
+        base = plain[0] / plain[1]
+        for cname in configs:
+            tok, secs, dr, acc, rounds = stats[(cname, set_name)]
+            rate = tok / secs
+            ar = f"{acc / dr:7.2f}" if dr else f"{'-':>7}"
+            al = f"{acc / rounds:9.2f}" if rounds else f"{'-':>9}"
+            print(f"{set_name:6} {cname:20} {rate:7.1f} {rate / base:8.2f}x {ar} {al}")
+
+
+if __name__ == "__main__":
+    main()
