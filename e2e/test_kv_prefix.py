@@ -79,3 +79,23 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     for out in [first, *others]:
         assert out["text"] == ref_text or min(margins) <= NOISE_LOGITS, (out["text"], ref_text)
     assert re.sub(r"\s", "", first["text"]) != "" or ref_text.strip() == ""
+
+
+def test_hot_prefixes_are_replicated_to_every_shard(local_cluster):
+    cluster = local_cluster(2, llm=True, env={**ENV, "THEMIS_LLM_PREFIX_REPLICATE_HITS": "1"})
+    a, b = (cluster.url(s) for s in cluster.ids)
+    infer(a)  # prefill + save
+    infer(a)  # a hit: the prefix is now hot
+    key = httpx.get(f"{a}/internal/kv_prefix").json()["entries"][0]["hash"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any(e["hash"] == key for e in httpx.get(f"{b}/internal/kv_prefix").json()["entries"]):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the hot prefix never reached the other shard")
+    out = infer(b)  # served from the replicated state: no prefill of the prefix on b
+    text = httpx.get(f"{b}/metrics").text
+    assert metric(text, "themis_kv_prefix_hits_total") == 1.0
+    assert metric(text, "themis_kv_prefix_states_saved_total") == 0.0
+    assert out["text"]

@@ -103,6 +103,7 @@ class PrefixSync:
         self.pulls = 0
         self.pull_failures = 0
         self._inflight: dict[str, asyncio.Task] = {}
+        self._pushed: set[tuple[str, str]] = set()
 
     # -- directory ---------------------------------------------------------------------------
 
@@ -132,6 +133,55 @@ class PrefixSync:
                 log.debug("prefix listing from %s failed: %s", peer, exc)
 
         await asyncio.gather(*(one(p) for p in peers))
+        if self.s.prefix_replicate_hits > 0:
+            await self.replicate_hot(rt, peers)
+
+    async def replicate_hot(self, rt, peers: list[str]) -> int:
+        """Push every local prefix used ``prefix_replicate_hits`` times or more (hot system
+        prompts) to the live peers that do not list it yet; once per (peer, prefix)."""
+        from ..llm.prefix_io import export_blob
+
+        pushed = 0
+        for m in rt.models.values():
+            hook = m.extra.get("prefix")
+            if hook is None:
+                continue
+            for key, _, _ in hook.cache.keys():
+                e = hook.cache.get(key)
+                if e is None or e.hits < self.s.prefix_replicate_hits:
+                    continue
+                targets = [p for p in peers if not self.directory.holds(p, key) and (p, key) not in self._pushed]
+                if not targets:
+                    continue
+                data = export_blob(hook, key)
+                for peer in targets:
+                    self._pushed.add((peer, key))
+                    try:
+                        await self.service.executor.post_bytes(
+                            peer, "/internal/kv_prefix/import", data, params={"model": m.alias}, retries=0
+                        )
+                        pushed += 1
+                    except Exception as exc:
+                        log.info("replicating KV prefix %s to %s failed: %s", key, peer, exc)
+        return pushed
+
+    def held_tokens(self, m, tokens: list[int]) -> dict[str, int]:
+        """Shard → longest prefix of ``tokens`` it holds (this shard included): the input of
+        ``prefix_routing.rank_with_prefix``."""
+        hook = m.extra.get("prefix")
+        if hook is None:
+            return {}
+        cache = hook.cache
+        hashes = cache.hashes(tokens, cache.boundary(len(tokens)))
+        out: dict[str, int] = {}
+        local = cache.lookup(tokens, cache.boundary(len(tokens)), hashes=hashes, touch=False)
+        if local is not None:
+            out[self.service.self_id] = local.n_tokens
+        now = time.monotonic()
+        for i in range(len(hashes) - 1, -1, -1):
+            for peer, _, held in self.directory.holders(hashes[: i + 1], now, exclude=self.service.self_id):
+                out.setdefault(peer, held.n_tokens)
+        return out
 
     # -- pull-on-miss ------------------------------------------------------------------------
 
@@ -146,7 +196,7 @@ class PrefixSync:
         hashes = cache.hashes(tokens, limit)
         if not hashes:
             return None
-        local = cache.lookup(tokens, limit, hashes=hashes)
+        local = cache.lookup(tokens, limit, hashes=hashes, touch=False)
         have = local.n_tokens if local else 0
         found = self.directory.holders(hashes, time.monotonic(), exclude=self.service.self_id)
         if not found:

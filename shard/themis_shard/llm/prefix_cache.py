@@ -140,8 +140,11 @@ class PrefixCache:
                 return e
         return self._load_disk(key)
 
-    def lookup(self, tokens, limit: int | None = None, hashes: list[str] | None = None) -> Hit | None:
-        """Longest cached block-aligned prefix of ``tokens`` of at most ``limit`` tokens."""
+    def lookup(
+        self, tokens, limit: int | None = None, hashes: list[str] | None = None, *, touch: bool = True
+    ) -> Hit | None:
+        """Longest cached block-aligned prefix of ``tokens`` of at most ``limit`` tokens
+        (``touch``: count the hit and refresh its LRU position — False for mere inspection)."""
         hs = hashes if hashes is not None else self.hashes(tokens, limit)
         if limit is not None:
             hs = hs[: limit // self.block]
@@ -158,8 +161,9 @@ class PrefixCache:
                 n = (i + 1) * self.block
                 if tuple(tokens[:n]) != e.tokens[:n]:  # a hash collision, however unlikely
                     continue
-                self._entries.move_to_end(key)
-                e.hits += 1
+                if touch:
+                    self._entries.move_to_end(key)
+                    e.hits += 1
                 return Hit(e, n)
         return None
 

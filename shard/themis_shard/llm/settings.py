@@ -69,6 +69,8 @@ class LLMSettings(BaseSettings):
     prefix_rtt_s: float = Field(0.005, ge=0, description="assumed request overhead per pull")
     #: Directory entries a shard announces through gossip (most recently used first).
     prefix_announce_max: int = Field(256, ge=0)
+    #: Push a prefix used this many times to every peer (hot system prompts); 0 = off.
+    prefix_replicate_hits: int = Field(0, ge=0)
     #: Speculative decoding (requests with ``speculative: true``). Draft source: "prompt_lookup"
     #: (n-grams of the request's own context), "local" (``draft_model_path``) or "none".
     speculative_source: str = "prompt_lookup"

@@ -1,0 +1,64 @@
+"""Prefix-aware routing (issue 7): prefer a shard that already holds the request's longest KV
+prefix when its load allows. A pure function over the domain router's ranking.
+
+For each candidate shard ``i`` (in the domain router's order)::
+
+    score_i = domain_i + w_prefix · saved_i / prefill_tokens_per_s − w_load · pending_i
+
+* ``domain_i`` — the domain router's score (α − γ·λ/unit) for tiered choices; the ring owners
+  (no score) count as ``fallback_score``;
+* ``saved_i`` — prompt tokens shard ``i`` would not prefill: its longest held prefix (from the
+  prefix directory; this shard's own cache for itself). ``saved / prefill rate`` is the TTFT it
+  saves in seconds, so ``w_prefix`` is score points per second saved;
+* ``pending_i`` — its queued + running LLM requests (gossiped load).
+
+"When its load allows": a shard more than ``max_extra_pending`` requests busier than the least
+loaded candidate is not promoted by its prefix (it keeps its domain position). The sort is
+stable: equal scores keep the domain router's order, so with no prefix anywhere and equal loads
+the ranking is exactly the domain router's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRoutingPolicy:
+    prefix_weight: float = 1.0  # score points per second of prefill saved
+    load_weight: float = 0.05  # score points per pending request
+    max_extra_pending: int = 8
+    prefill_tokens_per_s: float = 180.0
+    fallback_score: float = 0.0
+
+
+def combined_score(
+    domain_score: float | None, saved_tokens: int, pending: float, policy: PrefixRoutingPolicy
+) -> float:
+    base = policy.fallback_score if domain_score is None else domain_score
+    return (
+        base
+        + policy.prefix_weight * max(0, saved_tokens) / policy.prefill_tokens_per_s
+        - policy.load_weight * max(0.0, pending)
+    )
+
+
+def rank_with_prefix(
+    ranked: Sequence[tuple[str, float | None]],
+    held_tokens: Mapping[str, int],
+    loads: Mapping[str, float],
+    policy: PrefixRoutingPolicy = PrefixRoutingPolicy(),
+) -> list[str]:
+    """``ranked``: (shard, domain score or None) in the domain router's order → shard order."""
+    if not ranked:
+        return []
+    least = min(loads.get(s, 0.0) for s, _ in ranked)
+
+    def key(item: tuple[int, tuple[str, float | None]]) -> tuple[float, int]:
+        i, (shard, score) = item
+        pending = loads.get(shard, 0.0)
+        saved = held_tokens.get(shard, 0) if pending <= least + policy.max_extra_pending else 0
+        return (-combined_score(score, saved, pending, policy), i)
+
+    return [s for _, (s, _) in sorted(enumerate(ranked), key=key)]

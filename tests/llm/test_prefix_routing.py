@@ -1,0 +1,35 @@
+"""Prefix-aware routing (pure): the holder of the longest prefix wins when its load allows."""
+
+from __future__ import annotations
+
+from themis_shard.cluster.prefix_routing import PrefixRoutingPolicy, combined_score, rank_with_prefix
+
+P = PrefixRoutingPolicy(prefix_weight=1.0, load_weight=0.05, max_extra_pending=4, prefill_tokens_per_s=200)
+
+
+def test_without_prefixes_the_domain_order_stands():
+    ranked = [("a", 0.9), ("b", 0.85), ("c", None)]
+    assert rank_with_prefix(ranked, {}, {}, P) == ["a", "b", "c"]
+
+
+def test_routing_prefers_the_holder():
+    ranked = [("a", None), ("b", None), ("c", None)]  # ring owners, no domain
+    assert rank_with_prefix(ranked, {"c": 512}, {}, P) == ["c", "a", "b"]
+    # the longest prefix wins among holders
+    assert rank_with_prefix(ranked, {"b": 256, "c": 1024}, {}, P)[0] == "c"
+
+
+def test_a_holder_too_busy_is_not_promoted():
+    ranked = [("a", None), ("b", None)]
+    assert rank_with_prefix(ranked, {"b": 1024}, {"a": 0, "b": 5}, P) == ["a", "b"]
+    assert rank_with_prefix(ranked, {"b": 1024}, {"a": 0, "b": 4}, P) == ["b", "a"]
+
+
+def test_prefix_trades_against_domain_score_and_load():
+    # a better adapter (0.2 points) outweighs 20 tokens (0.1 s) of saved prefill ...
+    ranked = [("a", 0.9), ("b", 0.7)]
+    assert rank_with_prefix(ranked, {"b": 20}, {}, P) == ["a", "b"]
+    # ... but not a 1024-token prefix (5.1 s saved)
+    assert rank_with_prefix(ranked, {"b": 1024}, {}, P) == ["b", "a"]
+    assert combined_score(0.5, 200, 2, P) == 0.5 + 1.0 - 0.1
+    assert combined_score(None, 0, 0, P) == P.fallback_score
