@@ -76,7 +76,7 @@ def main() -> None:
     current = {}
 
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             data = current["blob"]
             self.send_response(200)
             self.send_header("content-type", kv_blob.MEDIA_TYPE)
@@ -91,11 +91,15 @@ def main() -> None:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/blob"
 
-    base = model.tokenize(" ".join(f"Record {i}: shard {i % 7} holds range {i * 37 % 1009}." for i in range(400)))
+    base = model.tokenize(
+        " ".join(f"Record {i}: shard {i % 7} holds range {i * 37 % 1009}." for i in range(400))
+    )
     rows = []
     loop = asyncio.new_event_loop()
     for p in sizes:
-        prompt = base[:p] + model.tokenize(" Question: which shard holds range 74? Answer:", add_special=False)
+        prompt = base[:p] + model.tokenize(
+            " Question: which shard holds range 74? Answer:", add_special=False
+        )
         prompt = (prompt + base[p : p + 32])[: p + 32]
         cold = ttft(ea, prompt)
         hit = ttft(ea, prompt)
@@ -118,7 +122,10 @@ def main() -> None:
     loop.close()
     srv.shutdown()
     print(f"\nKV-prefix cache, Gemma 3 270M Q4_K_M, {args.threads} threads, prefix + 32 new tokens (TTFT, s)")
-    print("| prefix | state MB | cold prefill | local hit | remote hit (xfer+import+TTFT) | loopback xfer | validate+trial load | break-even bandwidth | prefill tok/s |")
+    print(
+        "| prefix | state MB | cold prefill | local hit | remote hit (xfer+import+TTFT) | loopback xfer "
+        "| validate+trial load | break-even bandwidth | prefill tok/s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p, nb, cold, hit, remote, net, imp, be, tps in rows:
         print(

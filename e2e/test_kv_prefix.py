@@ -37,7 +37,9 @@ def metric(text: str, name: str, **labels) -> float:
 
 
 def infer(url: str) -> dict:
-    r = httpx.post(f"{url}/v1/infer", json={"prompt": PROMPT, "max_tokens": 10, "temperature": 0}, timeout=300)
+    r = httpx.post(
+        f"{url}/v1/infer", json={"prompt": PROMPT, "max_tokens": 10, "temperature": 0}, timeout=300
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -53,18 +55,20 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     scraped = [httpx.get(f"{u}/metrics").text for u in urls]
     saved = [metric(t, "themis_kv_prefix_states_saved_total") for t in scraped]
     hits = [metric(t, "themis_kv_prefix_hits_total") for t in scraped]
-    imports = [metric(t, "themis_kv_prefix_transfers_total", direction="import", outcome="ok") for t in scraped]
+    imports = [
+        metric(t, "themis_kv_prefix_transfers_total", direction="import", outcome="ok") for t in scraped
+    ]
     assert saved == [1.0, 0.0, 0.0], saved  # exactly one prefill of the prefix in the cluster
     assert hits == [0.0, 1.0, 1.0] and imports == [0.0, 1.0, 1.0], (hits, imports)
     assert metric(scraped[0], "themis_kv_prefix_transfers_total", direction="export") == 2.0
     assert others[0]["text"] == others[1]["text"]
     assert others[0]["timings"]["ttft_ms"] < first["timings"]["ttft_ms"]
     # The pulled state decodes like the full prefill (greedy; near ties aside).
-    from themis_shard.llm.model import resolve_model_path
-    from themis_shard.llm.native import NativeModel
-
     import sys
     from pathlib import Path
+
+    from themis_shard.llm.model import resolve_model_path
+    from themis_shard.llm.native import NativeModel
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.llm.conftest import NOISE_LOGITS

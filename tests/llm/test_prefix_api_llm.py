@@ -79,7 +79,9 @@ def test_export_import_between_shards_decodes_like_a_full_prefill(shards, native
     assert warm_b["timings"]["ttft_ms"] < cold_a["timings"]["ttft_ms"]
     metrics = httpx.get(f"{b.url}/metrics").text
     assert 'themis_kv_prefix_hits_total{model="gemma3-270m"} 1.0' in metrics
-    assert 'themis_kv_prefix_transfers_total{direction="import",model="gemma3-270m",outcome="ok"} 1.0' in metrics
+    assert (
+        'themis_kv_prefix_transfers_total{direction="import",model="gemma3-270m",outcome="ok"} 1.0' in metrics
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,7 +115,7 @@ def test_garbage_state_with_a_valid_envelope_is_refused_by_the_trial_load(shards
     import hashlib
 
     a, b = shards
-    h = hook(b)
+    hook(b)
     key = httpx.get(f"{a.url}/internal/kv_prefix").json()["entries"][0]["hash"]
     blob = httpx.get(f"{a.url}/internal/kv_prefix/{key}").content
     (hlen,) = struct.unpack_from("<I", blob, len(MAGIC))

@@ -15,7 +15,9 @@ from themis_shard.llm.prefix_cache import block_hashes, chain_seed
 MODEL = {"architecture": "gemma3", "quantisation": "Q4_K_M", "sha256": "ab" * 32}
 CONTEXT = {"type_k": 1, "type_v": 1, "flash_attn": -1, "swa_full": True, "kv_unified": True, "n_stream": 1}
 SEED = chain_seed(MODEL["sha256"], 16, CONTEXT)
-EXPECT = Expect(model=MODEL, context=CONTEXT, n_ctx=1024, n_vocab=1000, block=16, seed=SEED, max_bytes=1 << 20)
+EXPECT = Expect(
+    model=MODEL, context=CONTEXT, n_ctx=1024, n_vocab=1000, block=16, seed=SEED, max_bytes=1 << 20
+)
 TOKENS = list(range(1, 33))
 STATE = bytes(range(256)) * 8
 
@@ -83,7 +85,7 @@ def test_context_lower_bound_and_vocabulary_are_checked():
 
     small = replace(EXPECT, n_ctx=32)
     assert refused(blob(), small).code == "context_too_small"
-    bad = [5000] + TOKENS[1:]
+    bad = [5000, *TOKENS[1:]]
     assert refused(blob(tokens=bad, key=block_hashes(bad, 16, SEED)[-1])).code == "invalid_tokens"
 
 

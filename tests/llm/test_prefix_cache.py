@@ -31,7 +31,7 @@ def test_lookup_finds_the_longest_cached_prefix_and_trims_longer_entries():
     prompt = list(range(200))
     c.put(prompt[:32], b"s32")
     c.put(prompt[:96], b"s96")
-    hit = c.lookup(prompt + [1], limit=199)
+    hit = c.lookup([*prompt, 1], limit=199)
     assert hit.n_tokens == 96 and hit.entry.state == b"s96"
     hit = c.lookup(prompt[:80] + [5] * 50)  # shares 5 blocks: 80 tokens via the 96-token entry
     assert hit.n_tokens == 80 and hit.entry.n_tokens == 96
@@ -133,7 +133,9 @@ def test_restored_prefix_decodes_like_a_full_prefill(native_model, prefix_engine
     assert_greedy_equivalent(ref, cold)
     assert_greedy_equivalent(ref, warm)
     # Another question after the same system prompt: the shared blocks are restored (trimmed).
-    other = long_prompt(native_model, 300)[:200] + native_model.tokenize(" Unrelated: the capital of France is", add_special=False)
+    other = long_prompt(native_model, 300)[:200] + native_model.tokenize(
+        " Unrelated: the capital of France is", add_special=False
+    )
     got, _ = run(eng, other)
     assert hook.restores == 2
     assert_greedy_equivalent(greedy_reference(native_model, other, 12), got)
@@ -146,7 +148,7 @@ def test_restored_prefix_decodes_like_a_full_prefill(native_model, prefix_engine
 
 @pytest.mark.llm
 def test_short_prompts_bypass_the_cache(native_model, prefix_engine):
-    eng, hook, metrics = prefix_engine
+    eng, hook, _metrics = prefix_engine
     before = (hook.saves, hook.restores)
     run(eng, native_model.tokenize("The quick brown fox"), 4)
     assert (hook.saves, hook.restores) == before
@@ -158,6 +160,6 @@ def test_states_past_the_sliding_window_are_not_trimmed_below_what_they_hold():
     c = cache(swa_window=32)
     prompt = list(range(200))
     c.put(prompt[:96], b"s", min_pos=40)  # holds positions 40..95 in the window layers
-    assert c.lookup(prompt[:96] + [1]).n_tokens == 96
+    assert c.lookup([*prompt[:96], 1]).n_tokens == 96
     assert c.lookup(prompt[:80] + [1] * 20).n_tokens == 80  # 80 - 32 ≥ 40
     assert c.lookup(prompt[:70] + [1] * 20) is None  # 64 - 32 < 40

@@ -89,7 +89,9 @@ def pull_pays(
     """§VI-D break-even: pulling ``nbytes`` must be faster than prefilling what it saves."""
     if n_saved_tokens <= 0:
         return False
-    t_pull = pull_seconds(nbytes, net_bytes_per_s=net_bytes_per_s, load_bytes_per_s=load_bytes_per_s, rtt_s=rtt_s)
+    t_pull = pull_seconds(
+        nbytes, net_bytes_per_s=net_bytes_per_s, load_bytes_per_s=load_bytes_per_s, rtt_s=rtt_s
+    )
     return t_pull < n_saved_tokens / prefill_tokens_per_s
 
 
@@ -146,11 +148,13 @@ class PrefixSync:
             hook = m.extra.get("prefix")
             if hook is None:
                 continue
-            for key, _, _ in hook.cache.keys():
+            for key, _, _ in hook.cache:
                 e = hook.cache.get(key)
                 if e is None or e.hits < self.s.prefix_replicate_hits:
                     continue
-                targets = [p for p in peers if not self.directory.holds(p, key) and (p, key) not in self._pushed]
+                targets = [
+                    p for p in peers if not self.directory.holds(p, key) and (p, key) not in self._pushed
+                ]
                 if not targets:
                     continue
                 data = export_blob(hook, key)
@@ -201,7 +205,7 @@ class PrefixSync:
         found = self.directory.holders(hashes, time.monotonic(), exclude=self.service.self_id)
         if not found:
             return None
-        peer, key, held = found[0]
+        _peer, key, held = found[0]
         if held.n_tokens <= have or not pull_pays(
             held.n_tokens - have,
             held.nbytes,
@@ -230,7 +234,12 @@ class PrefixSync:
         for peer in peers:
             try:
                 data = await self.service.executor.request(
-                    peer, "GET", f"/internal/kv_prefix/{key}", params={"model": m.alias}, expect="bytes", retries=0
+                    peer,
+                    "GET",
+                    f"/internal/kv_prefix/{key}",
+                    params={"model": m.alias},
+                    expect="bytes",
+                    retries=0,
                 )
                 await import_blob(hook, m.engine, data, self.s.prefix_max_blob_bytes)
                 self.pulls += 1

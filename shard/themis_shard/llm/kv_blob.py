@@ -125,7 +125,9 @@ def decode(data: bytes, expect: Expect) -> Blob:
     if n_ctx_min > expect.n_ctx:
         raise BlobError("context_too_small", f"needs n_ctx ≥ {n_ctx_min}, this shard has {expect.n_ctx}", 409)
     if _int(header, "block", 1) != expect.block:
-        raise BlobError("incompatible_block", f"prefix blocks differ (this shard: {expect.block} tokens)", 409)
+        raise BlobError(
+            "incompatible_block", f"prefix blocks differ (this shard: {expect.block} tokens)", 409
+        )
     if n % expect.block:
         raise BlobError("invalid_header", "n_tokens is not a whole number of blocks")
     key, checksum = header.get("hash"), header.get("checksum")
