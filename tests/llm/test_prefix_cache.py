@@ -163,3 +163,18 @@ def test_states_past_the_sliding_window_are_not_trimmed_below_what_they_hold():
     assert c.lookup([*prompt[:96], 1]).n_tokens == 96
     assert c.lookup(prompt[:80] + [1] * 20).n_tokens == 80  # 80 - 32 ≥ 40
     assert c.lookup(prompt[:70] + [1] * 20) is None  # 64 - 32 < 40
+
+
+@pytest.mark.llm
+def test_a_failing_restore_falls_back_to_prefill(native_model, prefix_engine, monkeypatch):
+    from themis_shard.llm import kv_state
+
+    eng, hook, _ = prefix_engine
+    prompt = long_prompt(native_model, 300, "Question: which shard keeps range 74? Answer:")
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated llama.cpp failure")
+
+    monkeypatch.setattr(kv_state, "set_seq_state", boom)
+    tokens, done = run(eng, prompt, 4)
+    assert done.finish_reason in ("stop", "length") and tokens

@@ -280,7 +280,18 @@ class EnginePrefixHook:
         self.restores = 0
 
     def on_admit(self, seq) -> None:
-        """Scheduler callback: ``seq`` just got its (empty) slot and ``n_cached == 0``."""
+        """Scheduler callback: ``seq`` just got its (empty) slot and ``n_cached == 0``. Never
+        raises: a failure here costs the cache, not the engine iteration."""
+        try:
+            self._on_admit(seq)
+        except Exception:
+            log.exception("KV-prefix restore failed; prefilling instead")
+            seq.n_cached = 0
+            seq.prefill_stop = 0
+            if seq.slot is not None:
+                self.ctx.drop_seq(seq.slot)
+
+    def _on_admit(self, seq) -> None:
         from time import perf_counter
 
         from .kv_state import set_seq_state
@@ -319,6 +330,13 @@ class EnginePrefixHook:
 
     def on_prefilled(self, seq) -> None:
         """After a decode: if the sequence just reached its ``prefill_stop``, save the state."""
+        try:
+            self._on_prefilled(seq)
+        except Exception:
+            seq.prefill_stop = 0
+            log.exception("saving a KV prefix failed")
+
+    def _on_prefilled(self, seq) -> None:
         from .kv_state import get_seq_state
 
         if not seq.prefill_stop or seq.n_cached != seq.prefill_stop:
@@ -358,6 +376,8 @@ def attach(engine, cache: PrefixCache, metrics=None, min_tokens: int = 0) -> Eng
             "ttft": _Partial(metrics.kv_prefix_ttft, lab),
         }
     hook = EnginePrefixHook(cache, engine.ctx, m, min_tokens)
+    if metrics is not None:
+        metrics.kv_prefix_cache_bytes.labels(model=engine.name).set_function(lambda: cache.bytes)
     engine.prefix_hook = hook
     engine.scheduler.on_admit = hook.on_admit
     return hook
