@@ -33,3 +33,33 @@ def test_prefix_trades_against_domain_score_and_load():
     assert rank_with_prefix(ranked, {"b": 1024}, {}, P) == ["b", "a"]
     assert combined_score(0.5, 200, 2, P) == 0.5 + 1.0 - 0.1
     assert combined_score(None, 0, 0, P) == P.fallback_score
+
+
+class _View:
+    def capabilities(self, domain):
+        return ()
+
+    def loads(self):
+        return {"a": 0.0, "b": 0.0, "c": 1.0}
+
+
+def _router(source):
+    from types import SimpleNamespace
+
+    from themis_shard.cluster.prefix_routing import prefix_aware_router
+
+    settings = SimpleNamespace(thresholds=(0.8, 0.6, 0.4), gamma=0.1)
+    r = prefix_aware_router(_View(), lambda key: ["a", "b", "c"], lambda: set(), settings)
+    r.prefix_source = source
+    return r
+
+
+def test_the_cluster_router_sends_a_prompt_to_the_holder_of_its_prefix():
+    assert [d.shard_id for d in _router(None).rank("legal", "prompt")] == ["a", "b", "c"]
+    assert [d.shard_id for d in _router(lambda p: {"c": 512}).rank("legal", "prompt")][0] == "c"
+    assert _router(lambda p: {"c": 512}).route("legal", "prompt").shard_id == "c"
+
+    def broken(prompt):
+        raise RuntimeError("directory down")
+
+    assert _router(broken).route("legal", "prompt").shard_id == "a"  # routing never fails for it

@@ -115,6 +115,13 @@ class PrefixSync:
             return
         if getattr(rt, "prefix_puller", None) is not self:
             rt.prefix_puller = self
+        router = self.service.router
+        if hasattr(router, "prefix_source") and router.prefix_source is None:
+            from .prefix_routing import PrefixRoutingPolicy
+
+            router.prefix_source = self.held_for_prompt
+            rate = self.s.prefix_prefill_tokens_per_s
+            router.prefix_policy = PrefixRoutingPolicy(prefill_tokens_per_s=rate)
         states = self.service.member_states()
         peers = [p for p, st in states.items() if p != self.service.self_id and st == "alive"]
         for gone in set(self.directory._peers) - set(peers):
@@ -168,6 +175,17 @@ class PrefixSync:
                     except Exception as exc:
                         log.info("replicating KV prefix %s to %s failed: %s", key, peer, exc)
         return pushed
+
+    def held_for_prompt(self, prompt: str) -> dict[str, int]:
+        """Router input: shard → longest held prefix of ``prompt`` (default model, as /v1/infer
+        tokenizes it)."""
+        rt = self.service.runtime
+        if rt is None or not isinstance(prompt, str) or not prompt:
+            return {}
+        m = rt.model(None)
+        if m.extra.get("prefix") is None:
+            return {}
+        return self.held_tokens(m, m.native.tokenize(prompt))
 
     def held_tokens(self, m, tokens: list[int]) -> dict[str, int]:
         """Shard → longest prefix of ``tokens`` it holds (this shard included): the input of

@@ -62,3 +62,39 @@ def rank_with_prefix(
         return (-combined_score(score, saved, pending, policy), i)
 
     return [s for _, (s, _) in sorted(enumerate(ranked), key=key)]
+
+
+def _router_class():
+    from .router import AdaptiveShardRouter
+
+    class PrefixAwareRouter(AdaptiveShardRouter):
+        """The adaptive domain router, re-ranked by ``rank_with_prefix`` when a prefix source is
+        set (``PrefixSync.held_for_prompt``: shard → tokens of the prompt's longest held prefix).
+        Without a source, or when nobody holds a prefix, it is exactly the domain router."""
+
+        prefix_source = None
+        prefix_policy = PrefixRoutingPolicy()
+
+        def _iter(self, domain, key):
+            decisions = list(super()._iter(domain, key))
+            source = self.prefix_source
+            if source is None or len(decisions) < 2 or not key:
+                return iter(decisions)
+            try:
+                held = source(key)
+            except Exception:  # routing must never fail because of the prefix directory
+                return iter(decisions)
+            if not held:
+                return iter(decisions)
+            by = {d.shard_id: d for d in decisions}
+            order = rank_with_prefix(
+                [(d.shard_id, d.score) for d in decisions], held, self.view.loads(), self.prefix_policy
+            )
+            return iter([by[s] for s in order])
+
+    return PrefixAwareRouter
+
+
+def prefix_aware_router(*args, **kw):
+    """``AdaptiveShardRouter.from_settings`` with prefix-aware re-ranking (see the module doc)."""
+    return _router_class().from_settings(*args, **kw)

@@ -42,7 +42,7 @@ from .migration import (
 )
 from .placement import Topology, merge_top_k
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .router import AdaptiveShardRouter, RoutingPolicy
+from .router import RoutingPolicy
 from .settings import ClusterSettings
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,9 @@ class ClusterService:
             self.gossiper = Gossiper.from_settings(self.state, codec, self._gossip_transport, self.settings,
                                                    load=load, registry=registry)
         self.view = RoutingView(self.state)
-        self.router = AdaptiveShardRouter.from_settings(
+        from .prefix_routing import prefix_aware_router  # issue 7: holders of the prompt's KV prefix first
+
+        self.router = prefix_aware_router(
             self.view, lambda key: self._topology.ring.owners(key, len(self._topology.ring.shards)),
             lambda: self.executor.open_peers() | self.view.dead_peers(), self.settings, registry)
         #: The shard's LLMRuntime once the app started it (adapters to announce); None without LLM.
