@@ -36,10 +36,9 @@ def metric(text: str, name: str, **labels) -> float:
     return total
 
 
-def infer(url: str) -> dict:
-    r = httpx.post(
-        f"{url}/v1/infer", json={"prompt": PROMPT, "max_tokens": 10, "temperature": 0}, timeout=300
-    )
+def infer(url: str, **extra) -> dict:
+    body = {"prompt": PROMPT, "max_tokens": 10, "temperature": 0, **extra}
+    r = httpx.post(f"{url}/v1/infer", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -51,7 +50,13 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     listing = httpx.get(f"{urls[0]}/internal/kv_prefix").json()["entries"]
     assert len(listing) == 1
     time.sleep(2.0)  # > a few directory refreshes (gossip interval 0.3 s)
-    others = [infer(u) for u in urls[1:]]
+    # Prefix-aware routing: a routed (domain) request arriving at shard-1 goes to the holder.
+    routed = infer(urls[1], domain="legal")
+    forwarded = metric(
+        httpx.get(f"{urls[1]}/metrics").text, "themis_inference_forwarded_total", where="remote"
+    )
+    assert forwarded == 1.0
+    others = [infer(u) for u in urls[1:]]  # plain requests: pulled from the holder (break-even)
     scraped = [httpx.get(f"{u}/metrics").text for u in urls]
     saved = [metric(t, "themis_kv_prefix_states_saved_total") for t in scraped]
     hits = [metric(t, "themis_kv_prefix_hits_total") for t in scraped]
@@ -59,7 +64,8 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
         metric(t, "themis_kv_prefix_transfers_total", direction="import", outcome="ok") for t in scraped
     ]
     assert saved == [1.0, 0.0, 0.0], saved  # exactly one prefill of the prefix in the cluster
-    assert hits == [0.0, 1.0, 1.0] and imports == [0.0, 1.0, 1.0], (hits, imports)
+    assert hits == [1.0, 1.0, 1.0] and imports == [0.0, 1.0, 1.0], (hits, imports)
+    assert routed["text"] == first["text"]
     assert metric(scraped[0], "themis_kv_prefix_transfers_total", direction="export") == 2.0
     assert others[0]["text"] == others[1]["text"]
     assert others[0]["timings"]["ttft_ms"] < first["timings"]["ttft_ms"]
