@@ -80,6 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from .api import kv_prefix
 
         app.include_router(kv_prefix.router)  # KV-prefix export/import (issue 7)
+        from .api import draft as draft_api
+
+        app.include_router(draft_api.router)  # /internal/draft: speculative draft shard (issue 6)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)

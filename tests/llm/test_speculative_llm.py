@@ -171,3 +171,60 @@ def test_local_draft_model_greedy_matches_plain(native_model, rag, draft_gguf):
     finally:
         eng.stop()
         src.close()
+
+
+@pytest.fixture(scope="module")
+def draft_server(draft_gguf):
+    """A draft shard: the real /internal/draft router over the 15-layer draft, on uvicorn."""
+    from fastapi import FastAPI
+    from themis_shard.api import draft as draft_api
+    from themis_shard.errors import install_error_handlers
+    from themis_shard.llm.speculative.local_draft import LocalDraftModel
+    from themis_shard.llm.speculative.remote import DraftService
+
+    from .conftest import Server
+
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(draft_api.router)
+    local = LocalDraftModel.open(draft_gguf, n_ctx=1024, n_seq_max=4, n_threads=2)
+    app.state.draft_service = DraftService(local)
+    srv = Server(app).__enter__()
+    yield srv
+    srv.__exit__(None, None, None)
+    local.close()
+
+
+def test_remote_draft_greedy_matches_plain_then_survives_the_draft_shard_dying(native_model, rag, draft_server):
+    from themis_shard.llm.speculative.remote import RemoteDraft
+
+    prompt, ref = rag
+    src = RemoteDraft(draft_server.url, timeout_s=2.0)
+    eng, metrics = make_engine(native_model, src, AdaptiveConfig(n_max=4, adaptive=False, cooldown=2, recheck=2))
+    lab = {"model": "default", "source": "remote"}
+    try:
+        c = run(eng, prompt, SamplingParams(max_tokens=16))
+        assert_greedy_equivalent((ref[0][:16], ref[1][:16]), c.tokens)
+        assert metrics.spec_accepted_tokens.labels(**lab)._value.get() > 0
+        assert metrics.draft_roundtrip.labels(**lab)._sum.get() > 0
+
+        # Kill the draft shard once the second request has produced a few tokens: the sink runs on
+        # the engine thread, so generation is held until the server is gone.
+        killed = []
+
+        class KillAfter(Collector):
+            def __call__(self, ev) -> None:
+                super().__call__(ev)
+                if len(self.tokens) >= 6 and not killed:
+                    draft_server.__exit__(None, None, None)
+                    killed.append(True)
+
+        k = KillAfter()
+        eng.submit(prompt, SamplingParams(max_tokens=N), k, speculative=True)
+        assert k.done.finish_reason in ("length", "stop")
+        assert killed
+        assert_greedy_equivalent(ref, k.tokens)
+        assert metrics.spec_fallback.labels(reason="draft_error", **lab)._value.get() >= 1
+    finally:
+        eng.stop()
+        src.close()
