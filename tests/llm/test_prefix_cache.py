@@ -178,3 +178,18 @@ def test_a_failing_restore_falls_back_to_prefill(native_model, prefix_engine, mo
     monkeypatch.setattr(kv_state, "set_seq_state", boom)
     tokens, done = run(eng, prompt, 4)
     assert done.finish_reason in ("stop", "length") and tokens
+
+
+def test_lora_sequences_neither_restore_nor_save():
+    """A LoRA changes K/V in every layer: base-model states must not serve adapter requests."""
+    from themis_shard.llm.prefix_cache import EnginePrefixHook
+    from themis_shard.llm.sampling import SamplingParams
+    from themis_shard.llm.sequence import Sequence
+
+    c = cache()
+    c.put(list(range(64)), b"state")
+    hook = EnginePrefixHook(c, ctx=None, min_tokens=16)
+    seq = Sequence(rid=0, prompt=list(range(100)), params=SamplingParams(), sink=print, adapter="legal")
+    seq.slot = 0
+    hook.on_admit(seq)
+    assert seq.n_cached == 0 and seq.prefill_stop == 0

@@ -298,8 +298,8 @@ class EnginePrefixHook:
 
         seq.prefill_stop = 0
         n_prompt = len(seq.prompt)
-        if n_prompt <= self.min_tokens:
-            return
+        if n_prompt <= self.min_tokens or seq.adapter is not None:
+            return  # a LoRA changes every layer's K/V: states are base-model only
         first = seq.preemptions == 0 and not getattr(seq, "prefix_seen", False)
         seq.prefix_seen = True
         limit = len(seq.tokens) - 1

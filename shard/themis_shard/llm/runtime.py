@@ -198,7 +198,9 @@ class LLMRuntime:
         adapter_name = m.adapters.resolve(adapter, domain) if m.adapters is not None else None
         gen = Generation(asyncio.get_running_loop())
         gen.model, gen.adapter = m.alias, adapter_name
-        pull = self.prefix_puller.plan(m, tokens) if self.prefix_puller is not None else None
+        pull = None
+        if self.prefix_puller is not None and adapter_name is None:
+            pull = self.prefix_puller.plan(m, tokens)
         if pull is not None:  # KV-prefix held by a peer and pulling it pays (issue 7)
             from ..cluster.prefix_directory import submit_after_pull
 
