@@ -162,9 +162,12 @@ class DraftLengthController:
                 min_gain=c.min_gain,
             )
             if k == 0:
-                # Predicted not to pay: stay plain but re-probe after a cooldown, so a change in
-                # the text (a quote begins) is noticed.
+                # Predicted not to pay: stay plain but re-probe after a back-off, so a change in
+                # the text (a quote begins) is noticed; each "no" doubles the wait.
                 self.cooldown = self.backoff
+                self.backoff = min(2 * self.backoff, c.max_backoff)
+            else:
+                self.backoff = c.recheck
         self.last_k = min(k, limit)
         return self.last_k
 
@@ -175,7 +178,8 @@ class DraftLengthController:
         c = self.config
         if self.probing:  # a failed probe doubles the wait before the next one
             self.probing = False
-            self.backoff = c.recheck if accepted else min(2 * self.backoff, c.max_backoff)
+            if not accepted:
+                self.backoff = min(2 * self.backoff, c.max_backoff)
         # Geometric model: each judged draft token is a trial; the chain stops at the first reject.
         judged = accepted + (1 if accepted < drafted else 0)
         d = c.alpha_decay
@@ -191,6 +195,23 @@ class DraftLengthController:
             self.pause()
             return "low_acceptance"
         return None
+
+    def inherit(self, other: DraftLengthController) -> None:
+        """Start from what the source showed on earlier sequences (acceptance per position,
+        draft cost), with little weight, so this sequence's own evidence soon dominates."""
+        self.alpha = other.alpha
+        self.alpha_pos = list(other.alpha_pos)
+        self._n_pos = [min(n, 2.0) for n in other._n_pos]
+        self.draft_fixed_s = other.draft_fixed_s
+        self.draft_per_token_s = other.draft_per_token_s
+
+    def predicts_no_gain(self) -> bool:
+        """With what this controller has learnt, would n_draft = 0 be chosen?"""
+        c = self.config
+        return best_draft_length(
+            self.position_rates(), self.cost, c.n_max,
+            draft_fixed_s=self.draft_fixed_s, draft_per_token_s=self.draft_per_token_s, min_gain=c.min_gain,
+        ) == 0
 
     def position_rates(self) -> list[float]:
         """α_i with little evidence of its own lean on α_{i-1} (a position never drafted is

@@ -44,9 +44,9 @@ class Speculator:
         self.source = source
         self.config = config or AdaptiveConfig()
         self.cost = cost or CostModel()
-        #: The source's acceptance rate across sequences (EWMA per judged draft token): the prior
-        #: of a new sequence's controller.
-        self.alpha = self.config.alpha_prior
+        #: What the source showed across sequences (acceptance per position, draft cost): the
+        #: starting point of each new sequence's controller.
+        self.shared = DraftLengthController(self.config, self.cost)
         self._m = None
         if metrics is not None:
             labels = {"model": model, "source": source.name}
@@ -63,7 +63,13 @@ class Speculator:
     def state(self, seq) -> SpecState:
         st = seq.spec
         if st is None:
-            st = seq.spec = SpecState(DraftLengthController(self.config, self.cost, self.alpha))
+            ctl = DraftLengthController(self.config, self.cost)
+            ctl.inherit(self.shared)
+            if self.config.adaptive and self.shared.predicts_no_gain():
+                # The source has not paid on earlier sequences (a slow draft model whose first
+                # probe would also prefill the whole prompt): start backed off fully.
+                ctl.cooldown = ctl.backoff = self.config.max_backoff
+            st = seq.spec = SpecState(ctl)
         return st
 
     def draft(self, seq, limit: int) -> Draft | None:
@@ -87,6 +93,7 @@ class Speculator:
         if self._m:
             self._m["roundtrip"].observe(dt)
             self._m["n_draft"].observe(n)
+        self.shared.observe_draft_cost(n, dt, per_token=self.source.per_token_cost)
         if st.controller.observe_draft_cost(n, dt, per_token=self.source.per_token_cost):
             self._fallback("slow_draft")
         if n == 0:
@@ -104,9 +111,7 @@ class Speculator:
         if self._m:
             self._m["draft"].inc(len(draft.tokens))
             self._m["accepted"].inc(n_acc)
-        judged = n_acc + (1 if n_acc < len(draft.tokens) else 0)
-        for i in range(judged):
-            self.alpha = 0.98 * self.alpha + 0.02 * (1.0 if i < n_acc else 0.0)
+        self.shared.observe(len(draft.tokens), n_acc)
         if st.controller.observe(len(draft.tokens), n_acc):
             self._fallback("low_acceptance")
         try:
