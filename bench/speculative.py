@@ -9,8 +9,9 @@ prompts, the acceptance rate (accepted / drafted) and the mean accepted length p
 Prompt sets: "rag" — answers that quote a context passage (prompt lookup's strong case);
 "open" — open-ended prompts with little to copy (where speculation must not cost anything).
 
-Draft sources: prompt lookup (always); a local draft model (``--draft-gguf``, e.g. made with
-``python -m themis_shard.llm.tools.draft_model --keep 15``) when given.
+Draft sources: prompt lookup (always); with ``--draft-gguf`` (e.g. made with
+``python -m themis_shard.llm.tools.draft_model bundled OUT --keep 15``) a local draft model and
+the same model as a remote draft shard (``/internal/draft`` on a local uvicorn, same cores).
 
 Run: `.venv/bin/python bench/speculative.py [--rounds 2] [--max-tokens 64] [--draft-gguf PATH]`.
 """
@@ -25,17 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shard"))
 
-from prometheus_client import CollectorRegistry  # noqa: E402
-from themis_shard.llm.engine import Engine, EngineConfig  # noqa: E402
-from themis_shard.llm.metrics import LLMMetrics  # noqa: E402
-from themis_shard.llm.model import resolve_model_path  # noqa: E402
-from themis_shard.llm.native import NativeModel, quiet_native_logs  # noqa: E402
-from themis_shard.llm.sampling import SamplingParams  # noqa: E402
-from themis_shard.llm.scheduler import Limits  # noqa: E402
-from themis_shard.llm.sequence import TokenEvent  # noqa: E402
-from themis_shard.llm.speculative.adaptive import AdaptiveConfig, CostModel  # noqa: E402
-from themis_shard.llm.speculative.drafts import PromptLookup  # noqa: E402
-from themis_shard.llm.speculative.speculator import Speculator  # noqa: E402
+from prometheus_client import CollectorRegistry
+from themis_shard.llm.engine import Engine, EngineConfig
+from themis_shard.llm.metrics import LLMMetrics
+from themis_shard.llm.model import resolve_model_path
+from themis_shard.llm.native import NativeModel, quiet_native_logs
+from themis_shard.llm.sampling import SamplingParams
+from themis_shard.llm.scheduler import Limits
+from themis_shard.llm.sequence import TokenEvent
+from themis_shard.llm.speculative.adaptive import AdaptiveConfig, CostModel
+from themis_shard.llm.speculative.drafts import PromptLookup
+from themis_shard.llm.speculative.speculator import Speculator
 
 RAG = [
     (
@@ -74,6 +75,30 @@ class Run:
             self.done.set()
 
 
+def start_draft_shard(gguf: str, threads: int) -> str:
+    import socket
+
+    import uvicorn
+    from fastapi import FastAPI
+    from themis_shard.api import draft as draft_api
+    from themis_shard.errors import install_error_handlers
+    from themis_shard.llm.speculative.local_draft import LocalDraftModel
+    from themis_shard.llm.speculative.remote import DraftService
+
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(draft_api.router)
+    app.state.draft_service = DraftService(LocalDraftModel.open(gguf, n_ctx=2048, n_threads=threads))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    return f"http://127.0.0.1:{port}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
@@ -89,18 +114,35 @@ def main() -> None:
     cost = CostModel()  # shared: the engine's verify cost is one fact, whatever the source
 
     configs: dict[str, Speculator | None] = {"plain": None}
-    for name, ad, n in (("lookup fixed n=8", False, 8), ("lookup fixed n=3", False, 3), ("lookup adaptive", True, 8)):
+    for name, ad, n in (
+        ("lookup fixed n=8", False, 8),
+        ("lookup fixed n=3", False, 3),
+        ("lookup adaptive", True, 8),
+    ):
         configs[name] = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=n, adaptive=ad), cost=cost)
     if args.draft_gguf:
         from themis_shard.llm.speculative.local_draft import LocalDraftModel
 
         local = LocalDraftModel.open(args.draft_gguf, n_ctx=2048, n_threads=args.threads)
         for name, ad in (("local fixed n=4", False), ("local adaptive", True)):
-            configs[name] = Speculator(local, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost)
+            configs[name] = Speculator(
+                local, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost
+            )
+        # The same draft model behind /internal/draft on a local uvicorn (same 2 cores: this row
+        # shows the protocol's overhead, not a faster draft machine).
+        from themis_shard.llm.speculative.remote import RemoteDraft
+
+        remote = RemoteDraft(start_draft_shard(args.draft_gguf, args.threads), timeout_s=2.0)
+        for name, ad in (("remote fixed n=4", False), ("remote adaptive", True)):
+            configs[name] = Speculator(
+                remote, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost
+            )
     eng.start()
 
     prompts = {"rag": [model.tokenize(p) for p in RAG], "open": [model.tokenize(p) for p in OPEN]}
-    stats = {(c, s): [0, 0.0, 0, 0, 0] for c in configs for s in prompts}  # tokens, secs, drafted, accepted, rounds
+    stats = {
+        (c, s): [0, 0.0, 0, 0, 0] for c in configs for s in prompts
+    }  # tokens, secs, drafted, accepted, rounds
     params = SamplingParams(max_tokens=args.max_tokens)
     for _r in range(args.rounds):
         for set_name, plist in prompts.items():

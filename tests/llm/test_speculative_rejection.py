@@ -10,8 +10,8 @@ import pytest
 from themis_shard.llm.sampling import SamplingParams
 from themis_shard.llm.speculative.rejection import (
     Dist,
-    acceptance,
     accept_one,
+    acceptance,
     residual,
     target_dist,
     verify_chain,

@@ -54,7 +54,11 @@ async def draft(body: DraftBody, request: Request) -> dict:
     svc = draft_service(request)
     try:
         params = SamplingParams(
-            max_tokens=body.k, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed
+            max_tokens=body.k,
+            temperature=body.temperature,
+            top_k=body.top_k,
+            top_p=body.top_p,
+            seed=body.seed,
         ).validate()
     except SamplingError as exc:
         raise ThemisError(str(exc), code="invalid_sampling", status=400) from exc

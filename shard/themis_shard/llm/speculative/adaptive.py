@@ -46,7 +46,9 @@ class AdaptiveConfig:
 class CostModel:
     """verify(k) ≈ base + row·k, learnt from (extra logits rows, seconds) of plain decode rounds."""
 
-    def __init__(self, base_s: float = 0.027, row_s: float = 0.0115, decay: float = 0.98, prior_weight: float = 4.0) -> None:
+    def __init__(
+        self, base_s: float = 0.027, row_s: float = 0.0115, decay: float = 0.98, prior_weight: float = 4.0
+    ) -> None:
         self._decay = decay
         # decayed sums for least squares y = base + row·x, seeded with prior pseudo-observations
         self._n = 0.0
@@ -65,7 +67,11 @@ class CostModel:
     def observe(self, extra_rows: int, seconds: float) -> None:
         d = self._decay
         self._n, self._sx, self._sy, self._sxx, self._sxy = (
-            d * self._n, d * self._sx, d * self._sy, d * self._sxx, d * self._sxy,
+            d * self._n,
+            d * self._sx,
+            d * self._sy,
+            d * self._sxx,
+            d * self._sxy,
         )
         self._add(float(extra_rows), seconds)
 
@@ -208,10 +214,17 @@ class DraftLengthController:
     def predicts_no_gain(self) -> bool:
         """With what this controller has learnt, would n_draft = 0 be chosen?"""
         c = self.config
-        return best_draft_length(
-            self.position_rates(), self.cost, c.n_max,
-            draft_fixed_s=self.draft_fixed_s, draft_per_token_s=self.draft_per_token_s, min_gain=c.min_gain,
-        ) == 0
+        return (
+            best_draft_length(
+                self.position_rates(),
+                self.cost,
+                c.n_max,
+                draft_fixed_s=self.draft_fixed_s,
+                draft_per_token_s=self.draft_per_token_s,
+                min_gain=c.min_gain,
+            )
+            == 0
+        )
 
     def position_rates(self) -> list[float]:
         """α_i with little evidence of its own lean on α_{i-1} (a position never drafted is

@@ -13,8 +13,9 @@ state by the sequence object; sources must tolerate ``release`` of unknown keys.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Hashable, Protocol
+from typing import Protocol
 
 import numpy as np
 

@@ -23,13 +23,17 @@ def build_for(engine, native, s: LLMSettings, metrics, alias: str) -> Speculator
     if kind == "none" or s.n_draft == 0:
         return None
     if kind == "prompt_lookup":
-        source = PromptLookup(s.prompt_lookup_min_ngram, max(s.prompt_lookup_min_ngram, s.prompt_lookup_max_ngram))
+        source = PromptLookup(
+            s.prompt_lookup_min_ngram, max(s.prompt_lookup_min_ngram, s.prompt_lookup_max_ngram)
+        )
     elif kind == "local":
         from .local_draft import LocalDraftModel
 
         if not s.draft_model_path:
             raise ValueError("speculative_source=local needs THEMIS_LLM_DRAFT_MODEL_PATH")
-        source = LocalDraftModel.open(s.draft_model_path, n_ctx=engine.config.n_ctx, n_threads=engine.config.n_threads)
+        source = LocalDraftModel.open(
+            s.draft_model_path, n_ctx=engine.config.n_ctx, n_threads=engine.config.n_threads
+        )
     else:
         raise ValueError(f"unknown speculative_source {kind!r}")
     return Speculator(source, adaptive_config(s), metrics=metrics, model=alias)

@@ -12,9 +12,9 @@ stays exact.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Hashable
 
 import numpy as np
 
@@ -34,9 +34,19 @@ class LocalDraftModel:
     name = "local"
     per_token_cost = True
 
-    def __init__(self, model: NativeModel, *, n_ctx: int = 4096, n_seq_max: int = 16, n_threads: int = 2, n_batch: int = 512) -> None:
+    def __init__(
+        self,
+        model: NativeModel,
+        *,
+        n_ctx: int = 4096,
+        n_seq_max: int = 16,
+        n_threads: int = 2,
+        n_batch: int = 512,
+    ) -> None:
         self.model = model
-        self.ctx = NativeContext(model, n_ctx=n_ctx, n_seq_max=n_seq_max, n_batch=n_batch, n_ubatch=n_batch, n_threads=n_threads)
+        self.ctx = NativeContext(
+            model, n_ctx=n_ctx, n_seq_max=n_seq_max, n_batch=n_batch, n_ubatch=n_batch, n_threads=n_threads
+        )
         self.batch = Batch(n_batch)
         self._free = list(range(n_seq_max - 1, -1, -1))
         self._state: dict[Hashable, _Slot] = {}
@@ -67,7 +77,9 @@ class LocalDraftModel:
             if not self._free:
                 raise DraftUnavailable("no free draft slot")
             seed = getattr(params, "seed", None)
-            st = self._state[key] = _Slot(self._free.pop(), rng=np.random.default_rng(None if seed is None else seed + 1))
+            st = self._state[key] = _Slot(
+                self._free.pop(), rng=np.random.default_rng(None if seed is None else seed + 1)
+            )
         return st
 
     def _decode(self, st: _Slot, tokens: list[int]) -> np.ndarray:

@@ -117,9 +117,7 @@ def accept_one(x: int, p: Dist, q: Dist, rng: np.random.Generator) -> int | None
     return res.sample(rng)
 
 
-def verify_chain(
-    draft: list[int], q: list[Dist], p: list[Dist], rng: np.random.Generator
-) -> tuple[int, int]:
+def verify_chain(draft: list[int], q: list[Dist], p: list[Dist], rng: np.random.Generator) -> tuple[int, int]:
     """Walk the draft against ``p`` (len(draft) + 1 target distributions).
 
     Returns ``(n_accepted, next_token)``: the first ``n_accepted`` draft tokens are kept and

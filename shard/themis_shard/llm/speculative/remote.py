@@ -23,11 +23,12 @@ a ``draft_error`` fallback and decodes locally (probing again after a back-off).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import Hashable
 
 from ..sampling import SamplingParams
 from .drafts import Draft, DraftUnavailable
@@ -133,10 +134,8 @@ class RemoteDraft:
     def release(self, key: Hashable) -> None:
         if self._sent.pop(key, None) is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # the draft shard evicts idle states itself
             self._http.delete(f"{self.url}/internal/draft/{self._rid(key)}", timeout=0.05)
-        except Exception:
-            pass  # the draft shard evicts idle states itself
 
     def close(self) -> None:
         self._http.close()

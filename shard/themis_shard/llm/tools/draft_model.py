@@ -51,7 +51,12 @@ def derive_draft(src: Path, out: Path, keep: int) -> Path:
             value = keep
         elif field.name == "general.name":
             value = f"{src_name} (draft: {keep}/{n_layers} layers)"
-        elif vtype == gguf.GGUFValueType.ARRAY and isinstance(value, list) and len(value) == n_layers and field.name.startswith(f"{arch}."):
+        elif (
+            vtype == gguf.GGUFValueType.ARRAY
+            and isinstance(value, list)
+            and len(value) == n_layers
+            and field.name.startswith(f"{arch}.")
+        ):
             value = value[:keep]  # per-layer hyperparameters (if the architecture has any)
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
     writer.add_string(DRAFT_OF_SHA, sha256_file(src))
