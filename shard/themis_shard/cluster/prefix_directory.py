@@ -155,7 +155,7 @@ class PrefixSync:
             hook = m.extra.get("prefix")
             if hook is None:
                 continue
-            for key, _, _ in hook.cache:
+            for key, _, _ in hook.cache.keys():  # noqa: SIM118 - a list of (key, n, bytes), not a dict
                 e = hook.cache.get(key)
                 if e is None or e.hits < self.s.prefix_replicate_hits:
                     continue
