@@ -57,6 +57,8 @@ bench: install
 	$(PY) bench/aql.py
 	$(PY) bench/raid.py
 	$(PY) bench/engine.py
+	$(PY) bench/prefix.py
+	$(PY) bench/speculative.py
 	$(PY) bench/reshard.py --docs 20000
 
 lint: install

@@ -83,7 +83,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from .api import draft as draft_api
 
         app.include_router(draft_api.router)  # /internal/draft: speculative draft shard (issue 6)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_request_bytes,
+        path_limits={"/internal/kv_prefix/import": settings.llm.prefix_max_blob_bytes},
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)
     return app

@@ -12,17 +12,19 @@ from ..metrics import ShardMetrics
 
 
 class BodyLimitMiddleware:
-    """413 for bodies over ``max_bytes``, declared (Content-Length) or streamed (chunked)."""
+    """413 for bodies over ``max_bytes``, declared (Content-Length) or streamed (chunked).
+    ``path_limits`` gives a few binary endpoints (KV-state import) their own, larger limit."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = path_limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_bytes
+        limit = self.path_limits.get(scope.get("path", ""), self.max_bytes)
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await _reply_413(send, limit)

@@ -57,6 +57,10 @@ class Speculator:
                 "n_draft": metrics.spec_n_draft.labels(**labels),
             }
             self._fallback = lambda reason: metrics.spec_fallback.labels(reason=reason, **labels).inc()
+            # Publish every fallback reason at 0 from the start, so rate() has a series (a
+            # dashboard panel of "no fallbacks yet" shows 0, not "No data").
+            for reason in ("low_acceptance", "slow_draft", "draft_error"):
+                metrics.spec_fallback.labels(reason=reason, **labels)
         else:
             self._fallback = lambda reason: None
 
