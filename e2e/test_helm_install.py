@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from themis_operator.testing import real_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "themis-system"
@@ -206,34 +206,9 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
 
 # ---- the same chart on a real cluster (kind/k3d), skipped when none is reachable -------------------
 def reachable_cluster() -> str | None:
-    """A kubeconfig whose current context is kind/k3d (or any with THEMIS_E2E_CLUSTER=1) and ready."""
-    kubectl = Path(sys.executable).parent / "kubectl"
-    binary = str(kubectl) if kubectl.exists() else shutil.which("kubectl")
-    kubeconfig = (
-        os.environ.get("THEMIS_E2E_KUBECONFIG")
-        or os.environ.get("KUBECONFIG")
-        or os.path.expanduser("~/.kube/config")
-    )
-    if binary is None or not os.path.exists(kubeconfig):
-        return None
-    try:
-        context = subprocess.run(
-            [binary, f"--kubeconfig={kubeconfig}", "config", "current-context"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        if not (context.startswith(("kind-", "k3d-")) or os.environ.get("THEMIS_E2E_CLUSTER") == "1"):
-            return None
-        ready = subprocess.run(
-            [binary, f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz", "--request-timeout=5s"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return kubeconfig if ready.returncode == 0 else None
+    """The kubeconfig of a ready kind/k3d cluster (or any with THEMIS_E2E_CLUSTER=1), or None."""
+    found = real_cluster.reachable_cluster()
+    return found[1] if found else None
 
 
 REAL = """

