@@ -14,13 +14,12 @@ Run: `.venv/bin/python bench/batch.py [--batch 64] [--tokens 32]`
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from _local import themis
 from themis_shard.plan import ClusterPlan
 
 PROMPTS = [
@@ -35,16 +34,6 @@ PROMPTS = [
 ]
 
 
-def themis(cwd: Path, *args: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "themis_shard.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
 
 
 def requests(n: int, tokens: int) -> list[dict]:

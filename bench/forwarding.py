@@ -12,27 +12,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from _local import themis
 from themis_shard.cluster.placement import Topology
 from themis_shard.plan import ClusterPlan
-
-
-def themis(cwd: Path, *args: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "themis_shard.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
 
 
 def timed(client: httpx.Client, method: str, url: str, **kw) -> float:

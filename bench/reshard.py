@@ -12,28 +12,14 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
+from _local import themis
 from themis_shard.plan import ClusterPlan
-
-
-def themis(cwd: Path, *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "themis_shard.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return out.stdout
 
 
 def load(url: str, n: int) -> None:
