@@ -13,9 +13,17 @@ from themis_shard.llm.sampling import top2_margin
 
 
 def greedy_reference(
-    model: NativeModel, prompt: list[int], n: int, *, n_threads: int = 2
+    model: NativeModel,
+    prompt: list[int],
+    n: int,
+    *,
+    n_threads: int = 2,
+    adapters: list[tuple[object, float]] | None = None,
 ) -> tuple[list[int], list[float]]:
+    """``adapters``: (llama adapter pointer, scale) pairs applied to the reference context."""
     ctx = NativeContext(model, n_ctx=512, n_seq_max=1, n_batch=512, n_ubatch=512, n_threads=n_threads)
+    if adapters:
+        ctx.set_adapters(adapters)
     batch = Batch(512)
     tokens: list[int] = []
     margins: list[float] = []

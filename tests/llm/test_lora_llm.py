@@ -8,7 +8,8 @@ import httpx
 import pytest
 from themis_shard.llm.tools.lora_fixture import make_test_lora, write_lora
 
-from .conftest import wait_until
+from .conftest import NOISE_LOGITS, wait_until
+from .reference import first_divergence, greedy_reference
 
 pytestmark = pytest.mark.llm
 
@@ -34,6 +35,27 @@ def adapter_files(server, tmp_path_factory):
         name: make_test_lora(d / f"{name}.gguf", meta, rank=4, seed=seed)
         for name, seed in (("legal", 1), ("medical", 2))
     }
+
+
+@pytest.fixture(autouse=True)
+def no_adapters_left(http):
+    """Each spec starts from the base model alone, whatever the previous one left behind."""
+    yield
+    for a in http.get("/v1/adapters").json()["adapters"]:
+        http.delete(f"/v1/adapters/{a['name']}")
+
+
+def assert_matches_reference(model, ref: tuple[list[int], list[float]], got: str) -> None:
+    """``got`` is the greedy text of ``ref``'s tokens, or departs from it only where the
+    reference itself was a near-tie (batch shapes move logits by up to NOISE_LOGITS)."""
+    tokens, margins = ref
+    for i in range(len(tokens)):
+        if not got.startswith(model.detokenize(tokens[: i + 1])):
+            assert margins[i] <= NOISE_LOGITS, (
+                f"{got!r} left the reference {model.detokenize(tokens)!r} at a confident token {i} "
+                f"(top-2 margin {margins[i]:.3f})"
+            )
+            return
 
 
 def text(http, **extra) -> str:
@@ -65,6 +87,16 @@ def test_load_use_and_unload_an_adapter(http, adapter_files):
     assert text(http) == base
 
 
+#: One prompt per adapter on which that adapter's greedy output departs *confidently* (top-2
+#: margin above NOISE_LOGITS) from the other two: a request decoded under the wrong adapter
+#: cannot pass as batch-shape noise. Found by measuring the seeded fixture adapters.
+DISCRIMINATING = {
+    None: "1, 2, 3, 4, 5, 6, 7,",
+    "legal": "The alphabet begins with A, B,",
+    "medical": "red, orange, yellow,",
+}
+
+
 def test_several_adapters_resident_and_served_in_one_engine(server, http, adapter_files):
     for name in ("legal", "medical"):
         r = http.post(
@@ -72,14 +104,34 @@ def test_several_adapters_resident_and_served_in_one_engine(server, http, adapte
             json={"name": name, "domain": name, "path": str(adapter_files[name]), "evaluate": False},
         )
         assert r.status_code == 201
-    solo = {a: text(http, adapter=a) if a else text(http) for a in ("legal", "medical", None)}
-    assert len(set(solo.values())) == 3
-    jobs = [a for a in ("legal", "medical", None) for _ in range(3)]
+    model = server.llm.models["gemma3-270m"]
+    native, engine = model.native, model.engine
+    n = PROMPT["max_tokens"]
+
+    def reference(prompt: str, adapter: str | None):
+        return greedy_reference(
+            native, native.tokenize(prompt), n, adapters=[engine.adapters[adapter]] if adapter else None
+        )
+
+    refs = {a: reference(p, a) for a, p in DISCRIMINATING.items()}
+    for a, p in DISCRIMINATING.items():  # the spec below can tell the adapters apart
+        for other in DISCRIMINATING.keys() - {a}:
+            i = first_divergence(refs[a][0], reference(p, other)[0])
+            assert i is not None and refs[a][1][i] > NOISE_LOGITS, (a, other, i)
+    jobs = [a for a in DISCRIMINATING for _ in range(3)]
     with ThreadPoolExecutor(len(jobs)) as pool:
-        results = list(pool.map(lambda a: http.post("/v1/infer", json={**PROMPT, "adapter": a}).json(), jobs))
+        results = list(
+            pool.map(
+                lambda a: http.post(
+                    "/v1/infer", json={"prompt": DISCRIMINATING[a], "max_tokens": n, "adapter": a}
+                ).json(),
+                jobs,
+            )
+        )
     for a, res in zip(jobs, results, strict=True):
-        assert res["tokens"] == 6 and res["adapter"] == a
-    assert sum(res["text"] == solo[a] for a, res in zip(jobs, results, strict=True)) >= len(jobs) - 1
+        assert res["tokens"] == n and res["adapter"] == a
+        # mixed adapter groups in one engine: each request decoded under its own adapter only
+        assert_matches_reference(native, refs[a], res["text"])
     assert "themis_active_lora_adapters 2.0" in http.get("/metrics").text
     for name in ("legal", "medical"):
         assert http.delete(f"/v1/adapters/{name}").status_code == 200
