@@ -169,7 +169,7 @@ def test_states_past_the_sliding_window_are_not_trimmed_below_what_they_hold():
 def test_a_failing_restore_falls_back_to_prefill(native_model, prefix_engine, monkeypatch):
     from themis_shard.llm import kv_state
 
-    eng, hook, _ = prefix_engine
+    eng, _hook, _ = prefix_engine
     prompt = long_prompt(native_model, 300, "Question: which shard keeps range 74? Answer:")
 
     def boom(*a, **k):
