@@ -34,8 +34,6 @@ PROMPTS = [
 ]
 
 
-
-
 def requests(n: int, tokens: int) -> list[dict]:
     return [
         {"prompt": f"{PROMPTS[i % len(PROMPTS)]} ({i})", "max_tokens": tokens, "temperature": 0}

@@ -51,7 +51,7 @@ def memcpy_rate(total: int, repeat: int) -> float:
 
     def run() -> None:
         for lo in range(0, total, step):
-            np.copyto(dst[lo:lo + step], src[lo:lo + step])
+            np.copyto(dst[lo : lo + step], src[lo : lo + step])
 
     return best_rate(run, total, repeat)
 
@@ -82,12 +82,18 @@ def parity_table(quick: bool) -> None:
     total = (64 if quick else 192) << 20
     repeat = 3 if quick else 7
     mem = memcpy_rate(total, repeat)
-    print(f"\nParity throughput ({total >> 20} MiB working set, unit {UNIT >> 20} MiB, best of {repeat}; "
-          f"cores: {os.cpu_count()})")
+    print(
+        f"\nParity throughput ({total >> 20} MiB working set, unit {UNIT >> 20} MiB, best of {repeat}; "
+        f"cores: {os.cpu_count()})"
+    )
     print(f"{'codec':<26}{'encode GB/s':>12}{'% memcpy':>10}{'reconstruct GB/s':>18}{'% memcpy':>10}")
     print(f"{'memcpy (np.copyto)':<26}{mem:>12.2f}{100:>9.0f}%")
-    for kind, k, m, label in [("xor", 3, 1, "RAID5 XOR 3+1"), ("xor", 7, 1, "RAID5 XOR 7+1"),
-                              ("rs", 2, 2, "RAID6 RS 2+2 (leopard)"), ("rs", 6, 2, "RAID6 RS 6+2 (leopard)")]:
+    for kind, k, m, label in [
+        ("xor", 3, 1, "RAID5 XOR 3+1"),
+        ("xor", 7, 1, "RAID5 XOR 7+1"),
+        ("rs", 2, 2, "RAID6 RS 2+2 (leopard)"),
+        ("rs", 6, 2, "RAID6 RS 6+2 (leopard)"),
+    ]:
         enc, rec = codec_rates(kind, k, m, total, repeat)
         print(f"{label:<26}{enc:>12.2f}{enc / mem * 100:>9.0f}%{rec:>18.2f}{rec / mem * 100:>9.0f}%")
     xp = array_module()
@@ -101,12 +107,15 @@ def parity_table(quick: bool) -> None:
             def run():
                 fn()
                 xp.cuda.Device().synchronize()
+
             return run
 
         dmem = best_rate(gpu(lambda: [xp.copyto(dst, u) for s in data for u in s]), n * k * UNIT, repeat)
         enc = best_rate(gpu(lambda: [codec.encode(s) for s in data]), n * k * UNIT, repeat)
-        print(f"{'RAID5 XOR 7+1 on GPU (cupy)':<26}{enc:>12.2f}{enc / dmem * 100:>9.0f}%"
-              f"   (device memcpy {dmem:.1f})")
+        print(
+            f"{'RAID5 XOR 7+1 on GPU (cupy)':<26}{enc:>12.2f}{enc / dmem * 100:>9.0f}%"
+            f"   (device memcpy {dmem:.1f})"
+        )
     print("targets: RAID5 encode ≥ 80 % of memcpy, reconstruct ≥ 60 %")
 
 
@@ -120,9 +129,14 @@ def rebuild_bench(unit_size: int, parallel: int) -> None:
 
     model = Path(assemble())
     size = model.stat().st_size
-    os.environ.update({"THEMIS_RAID_ENABLED": "true", "THEMIS_RAID_SOURCE": str(model),
-                       "THEMIS_RAID_UNIT_SIZE": str(unit_size),
-                       "THEMIS_RAID_PARALLEL_STRIPES": str(parallel)})
+    os.environ.update(
+        {
+            "THEMIS_RAID_ENABLED": "true",
+            "THEMIS_RAID_SOURCE": str(model),
+            "THEMIS_RAID_UNIT_SIZE": str(unit_size),
+            "THEMIS_RAID_PARALLEL_STRIPES": str(parallel),
+        }
+    )
     root = Path(tempfile.mkdtemp(prefix="raid-bench-"))
     cluster = LocalCluster(root, 4, "raid5", llm=False)
     try:
@@ -130,6 +144,7 @@ def rebuild_bench(unit_size: int, parallel: int) -> None:
         cluster.start_all()
         initial = time.perf_counter() - t
         deadline = time.monotonic() + 120
+
         def formed(sid: str) -> bool:
             return bool(httpx.get(f"{cluster.url(sid)}/v1/raid/status").json().get("formed"))
 
@@ -142,8 +157,9 @@ def rebuild_bench(unit_size: int, parallel: int) -> None:
         cluster.start("shard-2")
         restart = time.perf_counter() - t
         op = httpx.get(f"{cluster.url('shard-2')}/v1/raid/status").json()["operation"]
-        r = httpx.post(f"{cluster.url('shard-2')}/v1/raid/rebuild", json={"assemble": True},
-                       timeout=600).json()
+        r = httpx.post(
+            f"{cluster.url('shard-2')}/v1/raid/rebuild", json={"assemble": True}, timeout=600
+        ).json()
         asm = r["operation"]
         key = httpx.get(f"{cluster.url('shard-2')}/v1/raid/status").json()["model"]["key"]
         with open(root / "shard-2" / "weights" / "models" / f"{key}.gguf", "rb") as f, model.open("rb") as g:
@@ -151,17 +167,23 @@ def rebuild_bench(unit_size: int, parallel: int) -> None:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\nRebuild of the bundled model ({size / 1e6:.0f} MB, RAID5 on 4 shards, "
-          f"{unit_size >> 10} KiB units, "
-          f"{parallel} stripes in flight, loopback HTTP)")
+    print(
+        f"\nRebuild of the bundled model ({size / 1e6:.0f} MB, RAID5 on 4 shards, "
+        f"{unit_size >> 10} KiB units, "
+        f"{parallel} stripes in flight, loopback HTTP)"
+    )
     print(f"{'step':<52}{'seconds':>9}{'MB moved':>10}{'MB/s':>8}")
     print(f"{'cold start of 4 shards (each stripes the source)':<52}{initial:>9.2f}")
     print(f"{'wiped shard: restart → ready (rebuild its units)':<52}{restart:>9.2f}")
-    print(f"{'  of which the rebuild itself':<52}{op['elapsed_s']:>9.2f}"
-          f"{op['bytes_transferred'] / 1e6:>10.0f}"
-          f"{op['rate_bytes_per_s'] / 1e6:>8.0f}   ({op['units_repaired']} units)")
-    print(f"{'reassemble the whole model file from peers + verify':<52}{asm['elapsed_s']:>9.2f}"
-          f"{asm['bytes_transferred'] / 1e6:>10.0f}{asm['rate_bytes_per_s'] / 1e6:>8.0f}   sha256 ok={ok}")
+    print(
+        f"{'  of which the rebuild itself':<52}{op['elapsed_s']:>9.2f}"
+        f"{op['bytes_transferred'] / 1e6:>10.0f}"
+        f"{op['rate_bytes_per_s'] / 1e6:>8.0f}   ({op['units_repaired']} units)"
+    )
+    print(
+        f"{'reassemble the whole model file from peers + verify':<52}{asm['elapsed_s']:>9.2f}"
+        f"{asm['bytes_transferred'] / 1e6:>10.0f}{asm['rate_bytes_per_s'] / 1e6:>8.0f}   sha256 ok={ok}"
+    )
 
 
 def main() -> None:

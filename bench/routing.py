@@ -69,8 +69,10 @@ def bench_decisions(n: int, calls: int) -> list[tuple[str, int, float, float]]:
     """N shards, one adapter each over four domains, 5 % of breakers open, random loads."""
     rng = random.Random(n)
     ids = [f"s{i}" for i in range(n)]
-    caps = [Capability(sid, rng.choice(DOMAINS), rng.uniform(-0.2, 1.0), rng.uniform(-50, 400), f"a-{sid}")
-            for sid in ids]
+    caps = [
+        Capability(sid, rng.choice(DOMAINS), rng.uniform(-0.2, 1.0), rng.uniform(-50, 400), f"a-{sid}")
+        for sid in ids
+    ]
     by_domain = {d: [c for c in caps if c.domain == d] for d in DOMAINS}
     loads = {sid: rng.randrange(0, 20) for sid in ids}
     open_ = frozenset(rng.sample(ids, max(1, n // 20)))
@@ -91,15 +93,32 @@ def bench_decisions(n: int, calls: int) -> list[tuple[str, int, float, float]]:
 
     state = GossipState.create("s0", now=0.0)
     for sid in ids[1:]:
-        state.merge_members([MemberRecord(shard_id=sid, heartbeat=1,
-                                          load=ShardLoad(pending_llm_requests=loads[sid]))], now=0.0)
-    state.merge_announcements([AdapterCapabilityAnnouncement(
-        shard_id=c.shard_id, adapter_id=c.adapter_id, domain=c.domain, accuracy_delta=c.accuracy_delta,
-        performance_delta_p99_ms=c.performance_delta_p99_ms, federation_round=1, announced_at=NOW_WALL)
-        for c in caps], NOW_WALL)
+        state.merge_members(
+            [MemberRecord(shard_id=sid, heartbeat=1, load=ShardLoad(pending_llm_requests=loads[sid]))],
+            now=0.0,
+        )
+    state.merge_announcements(
+        [
+            AdapterCapabilityAnnouncement(
+                shard_id=c.shard_id,
+                adapter_id=c.adapter_id,
+                domain=c.domain,
+                accuracy_delta=c.accuracy_delta,
+                performance_delta_p99_ms=c.performance_delta_p99_ms,
+                federation_round=1,
+                announced_at=NOW_WALL,
+            )
+            for c in caps
+        ],
+        NOW_WALL,
+    )
     hash_ring = HashRing.of(ids, vnodes=2048 if n <= 100 else 256)
-    router = AdaptiveShardRouter(RoutingView(state, lambda: 1.0, lambda: NOW_WALL + 1),
-                                 lambda key: hash_ring.owners(key, 3), lambda: open_, RoutingPolicy())
+    router = AdaptiveShardRouter(
+        RoutingView(state, lambda: 1.0, lambda: NOW_WALL + 1),
+        lambda key: hash_ring.owners(key, 3),
+        lambda: open_,
+        RoutingPolicy(),
+    )
     lat = time_calls(lambda i: router.route(DOMAINS[i % 4], f"urn:themis:docs:{i}"), calls)
     rows.append(("AdaptiveShardRouter.route (gossip view, ring)", n, pct(lat, 0.5), pct(lat, 0.99)))
     return rows
@@ -167,10 +186,14 @@ def main() -> None:
     print()
     print(f"Circuit breaker on real uvicorn peers ({trials} trials: peer A stopped, B serves)")
     print(f"{'measure':<50} {'p50':>9} {'max':>9}  target")
-    print(f"{'first successful fallback after A dies (ms)':<50} {statistics.median(first):>9.2f} "
-          f"{max(first):>9.2f}  ≤ 20 ms: {'yes' if max(first) <= 20 else 'NO'} (paper: ≤ 100 ms)")
-    print(f"{'request with A breaker open, A skipped (ms)':<50} {statistics.median(skipped):>9.2f} "
-          f"{max(skipped):>9.2f}")
+    print(
+        f"{'first successful fallback after A dies (ms)':<50} {statistics.median(first):>9.2f} "
+        f"{max(first):>9.2f}  ≤ 20 ms: {'yes' if max(first) <= 20 else 'NO'} (paper: ≤ 100 ms)"
+    )
+    print(
+        f"{'request with A breaker open, A skipped (ms)':<50} {statistics.median(skipped):>9.2f} "
+        f"{max(skipped):>9.2f}"
+    )
     print(f"{'requests until A breaker opens':<50} {'/'.join(map(str, sorted(until_open))):>9}")
 
 

@@ -125,8 +125,15 @@ def workload(urls: list[str]) -> None:
             (a, {"prompt": LONG_PREFIX + " Question one:", "max_tokens": 2, "temperature": 0}),
             (a, {"prompt": LONG_PREFIX + " Question two:", "max_tokens": 2, "temperature": 0}),
             # Repetitive text with speculation on: prompt-lookup drafts to verify.
-            (b, {"prompt": "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2,", "max_tokens": 12,
-                 "temperature": 0, "speculative": True}),
+            (
+                b,
+                {
+                    "prompt": "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2,",
+                    "max_tokens": 12,
+                    "temperature": 0,
+                    "speculative": True,
+                },
+            ),
         ):
             r = client.post(f"{url}/v1/infer", json=body)
             assert r.status_code == 200, r.text

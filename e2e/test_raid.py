@@ -36,8 +36,7 @@ def wait_formed(cluster, timeout: float = 60) -> None:
 
 def themis(state_dir, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "themis_shard.cli", "--state-dir", str(state_dir), "raid", *args]
-    return subprocess.run(cmd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
 def write_state(cluster, state_dir) -> None:
@@ -65,8 +64,9 @@ def test_raid6_two_wiped_shards_rebuild_and_the_cli_reports_it(local_cluster, sm
     before = raid_status(cluster, "shard-1")
     assert before["layout"]["mode"] == "raid6" and before["layout"]["tolerance"] == 2
     assert before["model"]["sha256"] == hashlib.sha256(small_model.read_bytes()).hexdigest()
-    units = {sid: sorted((cluster.root / sid / "weights" / "units").rglob("*.*"))
-             for sid in ("shard-1", "shard-3")}
+    units = {
+        sid: sorted((cluster.root / sid / "weights" / "units").rglob("*.*")) for sid in ("shard-1", "shard-3")
+    }
     content = {sid: [p.read_bytes() for p in paths] for sid, paths in units.items()}
     for sid in units:
         cluster.kill(sid)

@@ -58,8 +58,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await node.llm.stop()
             await run_in_threadpool(node.close)
 
-    app = FastAPI(title="Themis shard", version=__version__, lifespan=lifespan,
-                  description="A converged Themis shard: documents, vectors and LLM inference.")
+    app = FastAPI(
+        title="Themis shard",
+        version=__version__,
+        lifespan=lifespan,
+        description="A converged Themis shard: documents, vectors and LLM inference.",
+    )
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.node = None

@@ -95,7 +95,7 @@ def test_shard_image_builds_llama_cpp_with_cuda_and_the_gpu_extra():
     assert "--extra gpu --exclude faiss-cpu llama-cpp-python" in runs
     assert '--bundle-models "${BUNDLE_MODELS}"' in runs
     smoke = "import faiss, cupy, rocksdict, fastapi, themis_shard.settings, themis_shard.plan"
-    assert f"python -c \"{smoke}\"" in runs
+    assert f'python -c "{smoke}"' in runs
 
 
 def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_leave_the_model_out():

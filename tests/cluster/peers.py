@@ -81,14 +81,22 @@ def peer_app() -> Starlette:
     async def serve(request: Request) -> Response:  # the bench's stand-in for a forwarded request
         return JSONResponse({"served_by": request.url.port})
 
-    return Starlette(routes=[
-        Route("/ok", ok), Route("/flaky", flaky), Route("/count", count, methods=["POST"]),
-        Route("/calls/{key}", calls_of), Route("/slow", slow), Route("/garbage", garbage),
-        Route("/wrong-shape", wrong_shape), Route("/status/{code}", status),
-        Route("/echo", echo, methods=["POST"]),
-        Route("/blob", blob, methods=["GET", "POST"]), Route("/big", big),
-        Route("/serve", serve, methods=["GET", "POST"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/ok", ok),
+            Route("/flaky", flaky),
+            Route("/count", count, methods=["POST"]),
+            Route("/calls/{key}", calls_of),
+            Route("/slow", slow),
+            Route("/garbage", garbage),
+            Route("/wrong-shape", wrong_shape),
+            Route("/status/{code}", status),
+            Route("/echo", echo, methods=["POST"]),
+            Route("/blob", blob, methods=["GET", "POST"]),
+            Route("/big", big),
+            Route("/serve", serve, methods=["GET", "POST"]),
+        ]
+    )
 
 
 def bound_socket() -> socket.socket:

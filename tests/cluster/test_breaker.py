@@ -57,8 +57,8 @@ def test_half_open_after_recovery_window_allows_exactly_one_probe():
     assert 0 < b.seconds_until_probe() <= 0.1 + 1e-9
     clock.advance(0.1)
     assert b.state is BreakerState.HALF_OPEN
-    assert b.allow()          # the probe
-    assert not b.allow()      # nobody else while the probe is out
+    assert b.allow()  # the probe
+    assert not b.allow()  # nobody else while the probe is out
 
 
 def test_probe_success_closes():
@@ -104,7 +104,7 @@ def test_a_lost_probe_expires_so_the_peer_is_not_stuck_half_open():
     for _ in range(5):
         b.record_failure()
     clock.advance(60)
-    assert b.allow()          # probe handed out, outcome never reported (caller cancelled)
+    assert b.allow()  # probe handed out, outcome never reported (caller cancelled)
     clock.advance(60)
     assert b.allow()
 

@@ -42,9 +42,18 @@ class Cluster:
             for other in self.ids:
                 state.add_seed(other, f"http://{other}", now=0.0)
             self.nodes[sid] = Gossiper(
-                state, GossipCodec("themis", secret), self.transport, interval_s=0.01, fanout=2,
-                exchange_timeout_s=0.05, rng=random.Random(i), clock=self.mono, wall_clock=self.wall,
-                registry=self.registries[sid], load=lambda i=i: ShardLoad(pending_llm_requests=i))
+                state,
+                GossipCodec("themis", secret),
+                self.transport,
+                interval_s=0.01,
+                fanout=2,
+                exchange_timeout_s=0.05,
+                rng=random.Random(i),
+                clock=self.mono,
+                wall_clock=self.wall,
+                registry=self.registries[sid],
+                load=lambda i=i: ShardLoad(pending_llm_requests=i),
+            )
 
     async def transport(self, peer: str, message: dict) -> object:
         if peer in self.down:
@@ -65,9 +74,15 @@ class Cluster:
 
 
 def announcement(shard: str) -> AdapterCapabilityAnnouncement:
-    return AdapterCapabilityAnnouncement(shard_id=shard, adapter_id="legal-qa", domain="legal",
-                                         accuracy_delta=0.9, performance_delta_p99_ms=5, federation_round=1,
-                                         announced_at=T0)
+    return AdapterCapabilityAnnouncement(
+        shard_id=shard,
+        adapter_id="legal-qa",
+        domain="legal",
+        accuracy_delta=0.9,
+        performance_delta_p99_ms=5,
+        federation_round=1,
+        announced_at=T0,
+    )
 
 
 def test_an_announcement_and_the_loads_reach_every_shard():
@@ -90,7 +105,7 @@ def test_a_dead_shard_becomes_suspect_then_dead_and_the_rest_keep_gossiping():
     async def go():
         await c.rounds(3)
         c.down.add("s4")
-        await c.rounds(6)   # 6 s without s4's heartbeat: suspect
+        await c.rounds(6)  # 6 s without s4's heartbeat: suspect
         assert c.nodes["s0"].state.status("s4", c.mono()) is MemberStatus.SUSPECT
         await c.rounds(30)  # 36 s: dead
         assert c.nodes["s0"].state.status("s4", c.mono()) is MemberStatus.DEAD
@@ -117,8 +132,9 @@ def test_slow_and_garbage_peers_cost_one_bounded_exchange_and_are_counted():
     elapsed = asyncio.run(go())
     assert elapsed < 2.0  # 5 rounds, each bounded by the 50 ms exchange timeout
     timeouts = sum(c.sample(s, "themis_gossip_exchanges_total", {"outcome": "timeout"}) or 0 for s in c.ids)
-    dropped = sum(c.sample(s, "themis_gossip_messages_dropped_total", {"reason": "bad_shape"}) or 0
-                  for s in c.ids)
+    dropped = sum(
+        c.sample(s, "themis_gossip_messages_dropped_total", {"reason": "bad_shape"}) or 0 for s in c.ids
+    )
     assert timeouts > 0 and dropped > 0
 
 

@@ -48,8 +48,13 @@ class Node:
         for other in ids:
             state.add_seed(other, urls[other], now=time.monotonic())
         self.gossiper = Gossiper.from_settings(
-            state, GossipCodec.from_settings("themis", settings), http_transport(self.executor), settings,
-            rng=random.Random(seed), registry=self.registry)
+            state,
+            GossipCodec.from_settings("themis", settings),
+            http_transport(self.executor),
+            settings,
+            rng=random.Random(seed),
+            registry=self.registry,
+        )
         self.sock = sock
         config = uvicorn.Config(gossip_app(self.gossiper), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
@@ -77,9 +82,17 @@ def test_three_shards_gossip_over_http_and_survive_a_dead_peer_and_garbage():
         for n in nodes.values():
             await n.start()
         try:
-            nodes["s2"].gossiper.state.announce(AdapterCapabilityAnnouncement(
-                shard_id="s2", adapter_id="legal-qa", domain="legal", accuracy_delta=0.9,
-                performance_delta_p99_ms=8, federation_round=1, announced_at=time.time()))
+            nodes["s2"].gossiper.state.announce(
+                AdapterCapabilityAnnouncement(
+                    shard_id="s2",
+                    adapter_id="legal-qa",
+                    domain="legal",
+                    accuracy_delta=0.9,
+                    performance_delta_p99_ms=8,
+                    federation_round=1,
+                    announced_at=time.time(),
+                )
+            )
             for _ in range(3):
                 await asyncio.gather(*(n.gossiper.gossip_round() for n in nodes.values()))
             for n in nodes.values():

@@ -23,8 +23,16 @@ T0 = 1_700_000_000.0  # wall clock for announcements
 
 def ann(shard="s1", adapter="legal-qa", rnd=1, at=T0, alpha=0.9, lam=10.0, domain="legal", active=True):
     return AdapterCapabilityAnnouncement(
-        shard_id=shard, adapter_id=adapter, domain=domain, accuracy_delta=alpha, performance_delta_p99_ms=lam,
-        training_samples=500, federation_round=rnd, announced_at=at, active=active)
+        shard_id=shard,
+        adapter_id=adapter,
+        domain=domain,
+        accuracy_delta=alpha,
+        performance_delta_p99_ms=lam,
+        training_samples=500,
+        federation_round=rnd,
+        announced_at=at,
+        active=active,
+    )
 
 
 def state(sid="s0", **kw) -> GossipState:
@@ -32,6 +40,7 @@ def state(sid="s0", **kw) -> GossipState:
 
 
 # ---- members and heartbeats ---------------------------------------------------------------
+
 
 def test_a_newer_heartbeat_wins_and_carries_the_load():
     s = state()
@@ -91,6 +100,7 @@ def test_seeds_from_the_plan_are_known_before_they_speak_and_removed_with_the_pl
 
 # ---- announcements ------------------------------------------------------------------------
 
+
 def test_announcements_merge_by_federation_round_then_announced_at():
     s = state()
     s.merge_announcements([ann(rnd=2, at=T0, alpha=0.7)], T0)
@@ -147,10 +157,12 @@ def test_a_restarted_shard_withdraws_claims_about_adapters_it_no_longer_holds():
 
 def test_capabilities_skip_withdrawn_expired_and_dead_shards():
     s = GossipState.create("s0", now=0.0)
-    s.merge_members([MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)],
-                    now=0)
-    s.merge_announcements([ann("s1", "a"), ann("s1", "b", active=False), ann("s2", "c"),
-                           ann("s3", "d", domain="medical")], T0)
+    s.merge_members(
+        [MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)], now=0
+    )
+    s.merge_announcements(
+        [ann("s1", "a"), ann("s1", "b", active=False), ann("s2", "c"), ann("s3", "d", domain="medical")], T0
+    )
     assert [c.adapter_id for c in s.capabilities("LEGAL", now=1, now_wall=T0)] == ["a", "c"]
     s.merge_members([MemberRecord(shard_id="s1", heartbeat=2)], now=40)
     assert [c.adapter_id for c in s.capabilities("legal", now=40, now_wall=T0)] == ["a"]  # s2 dead
@@ -168,6 +180,7 @@ def test_announcement_shape_is_validated():
 
 
 # ---- digests and deltas --------------------------------------------------------------------
+
 
 def exchange(a: GossipState, b: GossipState, now=1.0, now_wall=T0):
     """One push-pull exchange A → B as the Gossiper performs it."""
@@ -192,10 +205,25 @@ def test_equal_sections_are_skipped_by_fingerprint():
     assert a.delta_for(b.digest()) == Delta() and not a.wants_from(b.digest())
 
 
-members = st.lists(st.builds(MemberRecord, shard_id=st.sampled_from(["s1", "s2", "s3"]),
-                             incarnation=st.integers(0, 2), heartbeat=st.integers(0, 5)), max_size=8)
-anns = st.lists(st.builds(ann, shard=st.sampled_from(["s1", "s2"]), adapter=st.sampled_from(["a", "b"]),
-                          rnd=st.integers(0, 3), at=st.sampled_from([T0, T0 + 1])), max_size=8)
+members = st.lists(
+    st.builds(
+        MemberRecord,
+        shard_id=st.sampled_from(["s1", "s2", "s3"]),
+        incarnation=st.integers(0, 2),
+        heartbeat=st.integers(0, 5),
+    ),
+    max_size=8,
+)
+anns = st.lists(
+    st.builds(
+        ann,
+        shard=st.sampled_from(["s1", "s2"]),
+        adapter=st.sampled_from(["a", "b"]),
+        rnd=st.integers(0, 3),
+        at=st.sampled_from([T0, T0 + 1]),
+    ),
+    max_size=8,
+)
 
 
 @settings(max_examples=100, deadline=None)
@@ -209,8 +237,9 @@ def test_property_merge_is_order_independent(recs, announcements, order):
         b.merge(deltas[i], 1.0, T0 + 1)
         b.merge(deltas[i], 1.0, T0 + 1)  # idempotent
     assert {k: r.version for k, r in a.members.items()} == {k: r.version for k, r in b.members.items()}
-    assert ({k: v.version for k, v in a.announcements.items()}
-            == {k: v.version for k, v in b.announcements.items()})
+    assert {k: v.version for k, v in a.announcements.items()} == {
+        k: v.version for k, v in b.announcements.items()
+    }
     assert a.digest() == b.digest()
 
 
@@ -233,12 +262,15 @@ def test_round_trip_through_json_preserves_the_payload():
     assert msg.delta.announcements[0] == ann("s1")
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda m: m["body"]["digest"]["members"].update({"s9": [0, 1]}),
-    lambda m: m.update(sender="s2"),
-    lambda m: m.update(sent_at=m["sent_at"] + 0.5),
-    lambda m: m.update(signature="0" * 64),
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda m: m["body"]["digest"]["members"].update({"s9": [0, 1]}),
+        lambda m: m.update(sender="s2"),
+        lambda m: m.update(sent_at=m["sent_at"] + 0.5),
+        lambda m: m.update(signature="0" * 64),
+    ],
+)
 def test_tampered_messages_fail_the_signature(tamper):
     m = signed_syn()
     tamper(m)
@@ -259,10 +291,24 @@ def test_old_messages_are_stale():
     assert err.value.reason == "stale"
 
 
-@pytest.mark.parametrize("raw", [
-    b"\xff\xfe not json", "[]", "null", {"v": 1}, {"v": 2, "cluster": "themis", "sender": "s1", "kind": "syn",
-                                                   "sent_at": T0, "body": {}, "signature": "a" * 64},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xfe not json",
+        "[]",
+        "null",
+        {"v": 1},
+        {
+            "v": 2,
+            "cluster": "themis",
+            "sender": "s1",
+            "kind": "syn",
+            "sent_at": T0,
+            "body": {},
+            "signature": "a" * 64,
+        },
+    ],
+)
 def test_garbage_is_a_bad_shape(raw):
     with pytest.raises(InvalidGossipMessage) as err:
         CODEC.decode(raw, T0)
@@ -271,8 +317,14 @@ def test_garbage_is_a_bad_shape(raw):
 
 def test_a_correctly_signed_body_with_a_bad_shape_is_rejected():
     # A holder of the secret (or a bug) sends an out-of-range announcement: still dropped.
-    unsigned = {"v": 1, "cluster": "themis", "sender": "s1", "kind": "push", "sent_at": T0,
-                "body": {"delta": {"announcements": [ann().model_dump() | {"accuracy_delta": 7}]}}}
+    unsigned = {
+        "v": 1,
+        "cluster": "themis",
+        "sender": "s1",
+        "kind": "push",
+        "sent_at": T0,
+        "body": {"delta": {"announcements": [ann().model_dump() | {"accuracy_delta": 7}]}},
+    }
     m = unsigned | {"signature": CODEC._sign(unsigned)}
     with pytest.raises(InvalidGossipMessage) as err:
         CODEC.decode(m, T0)
@@ -298,7 +350,8 @@ def test_routing_view_lists_dead_peers_to_route_around():
     from themis_shard.cluster.gossip_state import RoutingView
 
     s = GossipState.create("s0", now=0.0)
-    s.merge_members([MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)],
-                    now=0)
+    s.merge_members(
+        [MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)], now=0
+    )
     s.merge_members([MemberRecord(shard_id="s2", heartbeat=2)], now=25)
     assert RoutingView(s, clock=lambda: 31.0).dead_peers() == {"s1"}

@@ -31,6 +31,7 @@ def route(caps, *, loads=None, open_=(), fallback="ring-owner", domain="legal", 
 
 # ---- the paper's unit test (§VII-B Phase 1): three domain scores → the highest-scoring shard --
 
+
 def test_three_announcements_route_to_the_highest_scoring_shard():
     d = route([cap("s1", 0.82), cap("s2", 0.91), cap("s3", 0.85)])
     assert (d.shard_id, d.tier, d.fallback) == ("s2", 1, False)
@@ -115,14 +116,20 @@ def test_when_everything_is_open_the_owner_is_returned_and_the_reason_says_why()
 
 
 def test_best_adapter_per_shard_counts_once_in_the_ranking():
-    ranked = rank_by_domain("legal", [cap("s1", 0.85, adapter="a"), cap("s1", 0.95, adapter="b"),
-                                      cap("s2", 0.9)], {}, (), ["s2", "s3"])
+    ranked = rank_by_domain(
+        "legal",
+        [cap("s1", 0.85, adapter="a"), cap("s1", 0.95, adapter="b"), cap("s2", 0.9)],
+        {},
+        (),
+        ["s2", "s3"],
+    )
     assert [(d.shard_id, d.adapter_id) for d in ranked] == [("s1", "b"), ("s2", None), ("s3", None)]
 
 
 def test_ranking_lists_tiers_then_ring_owners_without_duplicates():
-    ranked = rank_by_domain("legal", [cap("a", 0.5), cap("b", 0.9), cap("c", 0.7), cap("d", 0.1)],
-                            {}, (), ["c", "e"])
+    ranked = rank_by_domain(
+        "legal", [cap("a", 0.5), cap("b", 0.9), cap("c", 0.7), cap("d", 0.1)], {}, (), ["c", "e"]
+    )
     assert [(d.shard_id, d.tier) for d in ranked] == [("b", 1), ("c", 2), ("a", 3), ("e", None)]
 
 
@@ -141,8 +148,7 @@ def test_policy_accepts_the_plans_router_settings_and_cluster_settings():
 # ---- properties ---------------------------------------------------------------------------
 
 shard_ids = st.sampled_from([f"s{i}" for i in range(8)])
-caps_strategy = st.lists(
-    st.builds(cap, shard_ids, st.floats(-1, 1), st.floats(-500, 5000)), max_size=12)
+caps_strategy = st.lists(st.builds(cap, shard_ids, st.floats(-1, 1), st.floats(-500, 5000)), max_size=12)
 loads_strategy = st.dictionaries(shard_ids, st.integers(0, 50))
 
 
@@ -188,6 +194,7 @@ def test_property_least_loaded_among_equals(loads_list):
 
 # ---- the wrapper --------------------------------------------------------------------------
 
+
 class View:
     def __init__(self, caps, loads=None):
         self.caps, self._loads = caps, loads or {}
@@ -200,8 +207,14 @@ class View:
 
 
 def make_router(caps, open_=(), registry=None, **kw):
-    return AdaptiveShardRouter(View(caps), lambda key: ["owner", "succ"], lambda: frozenset(open_),
-                               RoutingPolicy(), registry or CollectorRegistry(), **kw)
+    return AdaptiveShardRouter(
+        View(caps),
+        lambda key: ["owner", "succ"],
+        lambda: frozenset(open_),
+        RoutingPolicy(),
+        registry or CollectorRegistry(),
+        **kw,
+    )
 
 
 def test_wrapper_counts_fallbacks_only_for_domain_hinted_requests():
@@ -232,8 +245,12 @@ def test_dispatch_fails_over_past_a_down_slow_or_garbage_peer():
         return f"answer from {shard}"
 
     reg = CollectorRegistry()
-    r = make_router([cap("s1", 0.95), cap("s2", 0.9), cap("s3", 0.85)], registry=reg, attempt_timeout_s=0.05,
-                    retryable=(Exception,))
+    r = make_router(
+        [cap("s1", 0.95), cap("s2", 0.9), cap("s3", 0.85)],
+        registry=reg,
+        attempt_timeout_s=0.05,
+        retryable=(Exception,),
+    )
     decision, result = asyncio.run(call_and_time(r, call))
     assert calls == ["s1", "s2", "s3", "owner"]
     assert (decision.shard_id, result) == ("owner", "answer from owner")
@@ -271,15 +288,27 @@ def test_router_reads_the_live_gossip_view():
     from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, GossipState, RoutingView
 
     state = GossipState.create("s0", now=0.0)
-    state.merge_announcements([AdapterCapabilityAnnouncement(
-        shard_id="s2", adapter_id="legal-qa", domain="legal", accuracy_delta=0.85,
-        performance_delta_p99_ms=20, federation_round=3, announced_at=1000.0)], now_wall=1000.0)
+    state.merge_announcements(
+        [
+            AdapterCapabilityAnnouncement(
+                shard_id="s2",
+                adapter_id="legal-qa",
+                domain="legal",
+                accuracy_delta=0.85,
+                performance_delta_p99_ms=20,
+                federation_round=3,
+                announced_at=1000.0,
+            )
+        ],
+        now_wall=1000.0,
+    )
     view = RoutingView(state, clock=lambda: 0.0, wall_clock=lambda: 1000.0)
     r = AdaptiveShardRouter(view, lambda key: ["s0"], frozenset, RoutingPolicy())
     d = r.route("legal", "k")
     assert (d.shard_id, d.tier, d.adapter_id) == ("s2", 1, "legal-qa")
-    later = AdaptiveShardRouter(RoutingView(state, lambda: 0.0, lambda: 1000.0 + 7201), lambda key: ["s0"],
-                                frozenset, RoutingPolicy())
+    later = AdaptiveShardRouter(
+        RoutingView(state, lambda: 0.0, lambda: 1000.0 + 7201), lambda key: ["s0"], frozenset, RoutingPolicy()
+    )
     assert later.route("legal", "k").fallback  # the announcement expired
 
 
@@ -302,14 +331,21 @@ def test_cached_tables_follow_gossip_changes_and_time():
     )
 
     def announce(shard, alpha, rnd):
-        return AdapterCapabilityAnnouncement(shard_id=shard, adapter_id="qa", domain="legal",
-                                             accuracy_delta=alpha, performance_delta_p99_ms=0,
-                                             federation_round=rnd, announced_at=1000.0)
+        return AdapterCapabilityAnnouncement(
+            shard_id=shard,
+            adapter_id="qa",
+            domain="legal",
+            accuracy_delta=alpha,
+            performance_delta_p99_ms=0,
+            federation_round=rnd,
+            announced_at=1000.0,
+        )
 
     now = [0.0]
     state = GossipState.create("s0", now=0.0)
-    state.merge_members([MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)],
-                        now=0.0)
+    state.merge_members(
+        [MemberRecord(shard_id="s1", heartbeat=1), MemberRecord(shard_id="s2", heartbeat=1)], now=0.0
+    )
     state.merge_announcements([announce("s1", 0.9, 1), announce("s2", 0.85, 1)], 1000.0)
     r = AdaptiveShardRouter(RoutingView(state, lambda: now[0], lambda: 1000.0), lambda key: ["s0"], frozenset)
     assert r.route("legal", "k").shard_id == "s1"

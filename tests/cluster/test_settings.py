@@ -26,17 +26,24 @@ def test_environment_overrides_with_the_cluster_prefix(monkeypatch):
     s = ClusterSettings()
     assert s.gossip_fanout == 4 and s.thresholds == (0.9, 0.7, 0.5)
     assert "s3cret" not in repr(s)  # a SecretStr
-    assert GossipCodec.from_settings("themis", s).decode(
-        GossipCodec("themis", b"s3cret").encode("s1", "push_ack", 5.0), 5.0).kind == "push_ack"
+    assert (
+        GossipCodec.from_settings("themis", s)
+        .decode(GossipCodec("themis", b"s3cret").encode("s1", "push_ack", 5.0), 5.0)
+        .kind
+        == "push_ack"
+    )
 
 
-@pytest.mark.parametrize("bad", [
-    {"thresholds": (0.4, 0.6, 0.8)},
-    {"suspect_timeout_s": 10, "dead_timeout_s": 5},
-    {"tls_ca_path": "/ca.pem"},
-    {"gossip_fanout": 0},
-    {"gamma": -1},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"thresholds": (0.4, 0.6, 0.8)},
+        {"suspect_timeout_s": 10, "dead_timeout_s": 5},
+        {"tls_ca_path": "/ca.pem"},
+        {"gossip_fanout": 0},
+        {"gamma": -1},
+    ],
+)
 def test_inconsistent_settings_are_refused(bad):
     with pytest.raises(ValidationError):
         ClusterSettings(**bad)
@@ -51,6 +58,7 @@ def test_the_plan_router_settings_take_precedence():
 def test_gossip_needs_a_secret_and_the_state_takes_its_timeouts_from_settings():
     with pytest.raises(ValueError):
         GossipCodec.from_settings("themis", ClusterSettings())
-    st = GossipState.create("s0", settings=ClusterSettings(suspect_timeout_s=2, dead_timeout_s=9,
-                                                           announcement_ttl_s=100))
+    st = GossipState.create(
+        "s0", settings=ClusterSettings(suspect_timeout_s=2, dead_timeout_s=9, announcement_ttl_s=100)
+    )
     assert (st.suspect_timeout_s, st.dead_timeout_s, st.announcement_ttl_s) == (2, 9, 100)

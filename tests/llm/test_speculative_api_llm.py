@@ -14,8 +14,13 @@ pytestmark = pytest.mark.llm
 def http(make_server):
     # Fixed n_draft: the adaptive controller may (correctly) decide not to draft on a loaded
     # machine, and this spec is about the HTTP path and its metrics, not that decision.
-    srv = make_server(max_concurrent_requests=4, n_ctx=1024, speculative_source="prompt_lookup", n_draft=8,
-                      speculative_adaptive=False)
+    srv = make_server(
+        max_concurrent_requests=4,
+        n_ctx=1024,
+        speculative_source="prompt_lookup",
+        n_draft=8,
+        speculative_adaptive=False,
+    )
     with httpx.Client(base_url=srv.url, timeout=120) as c:
         yield c
 

@@ -42,8 +42,12 @@ class RaidCluster:
         self.ids = [f"shard-{i}" for i in range(n)]
         members = tuple(Member(shard_id=s, url=f"http://{s}:80") for s in self.ids)
         self.plan = build_plan(ClusterSpec(name="t", members=members, raid_mode=mode))
-        self.settings = RaidSettings(enabled=True, unit_size=settings.pop("unit_size", 64 << 10),
-                                     startup_timeout_s=settings.pop("startup_timeout_s", 2), **settings)
+        self.settings = RaidSettings(
+            enabled=True,
+            unit_size=settings.pop("unit_size", 64 << 10),
+            startup_timeout_s=settings.pop("startup_timeout_s", 2),
+            **settings,
+        )
         self.transport = Dispatch()
         self.services: dict[str, RaidService] = {}
         self.executors: list[RemoteExecutor] = []
@@ -52,12 +56,12 @@ class RaidCluster:
 
     def _service(self, sid: str) -> RaidService:
         topo = Topology.of(self.plan, sid)
-        executor = RemoteExecutor(ClusterSettings(max_retries=0, breaker_failure_threshold=1000), topo.url,
-                                  transport=self.transport)
+        executor = RemoteExecutor(
+            ClusterSettings(max_retries=0, breaker_failure_threshold=1000), topo.url, transport=self.transport
+        )
         self.executors.append(executor)
         store = UnitStore(self.root / sid / "weights")
-        service = RaidService(self.settings, sid, store, executor, lambda: topo,
-                              CollectorRegistry())
+        service = RaidService(self.settings, sid, store, executor, lambda: topo, CollectorRegistry())
         app = FastAPI()
         install_error_handlers(app)
         app.include_router(raid_api.router)

@@ -73,14 +73,17 @@ async def test_wrong_manifests_are_refused(raid_cluster, model_file):
         assert r.status_code == 409 and "does not place units on shard-2" in r.json()["error"]["message"]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"unit_size": 1000}, "multiple of 64"),
-    ({"mode": "raid5", "parity_units": 2, "shards": ["a", "b", "c", "d"]}, "cannot have"),
-    ({"shards": ["a", "b"]}, "needs at least 3 shards"),
-    ({"format": 9}, "not supported"),
-    ({"sha256": "xyz"}, "sha256"),
-    ({"size": 10**12}, "crc rows"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"unit_size": 1000}, "multiple of 64"),
+        ({"mode": "raid5", "parity_units": 2, "shards": ["a", "b", "c", "d"]}, "cannot have"),
+        ({"shards": ["a", "b"]}, "needs at least 3 shards"),
+        ({"format": 9}, "not supported"),
+        ({"sha256": "xyz"}, "sha256"),
+        ({"size": 10**12}, "crc rows"),
+    ],
+)
 def test_manifest_consistency(raid_manifest_body, change, message):
     with pytest.raises(ManifestError, match=message):
         Manifest.parse(json.dumps({**raid_manifest_body, **change}))
@@ -88,8 +91,17 @@ def test_manifest_consistency(raid_manifest_body, change, message):
 
 @pytest.fixture
 def raid_manifest_body() -> dict:
-    return {"name": "m", "sha256": "0" * 64, "size": 100, "mode": "raid5", "shards": ["a", "b", "c"],
-            "data_units": 2, "parity_units": 1, "unit_size": 64, "crc32": [[1, 2, 3]]}
+    return {
+        "name": "m",
+        "sha256": "0" * 64,
+        "size": 100,
+        "mode": "raid5",
+        "shards": ["a", "b", "c"],
+        "data_units": 2,
+        "parity_units": 1,
+        "unit_size": 64,
+        "crc32": [[1, 2, 3]],
+    }
 
 
 @pytest.mark.asyncio

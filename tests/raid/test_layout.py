@@ -46,14 +46,14 @@ def test_a_stripe_never_puts_two_units_on_one_shard(case):
     for s in range(layout.stripes(size)):
         shards = layout.stripe_shards(s)
         assert len(set(shards)) == layout.width
-        data = set(shards[:layout.k])
-        assert not data & set(shards[layout.k:]), "parity shares a shard with its stripe's data"
+        data = set(shards[: layout.k])
+        assert not data & set(shards[layout.k :]), "parity shares a shard with its stripe's data"
 
 
 @given(layouts())
 def test_losing_tolerance_many_shards_leaves_every_stripe_k_units(case):
     layout, size = case
-    lost = set(layout.shards[:layout.tolerance])
+    lost = set(layout.shards[: layout.tolerance])
     for s in range(layout.stripes(size)):
         assert sum(sh not in lost for sh in layout.stripe_shards(s)) >= layout.k
 
@@ -93,14 +93,17 @@ def test_raid6_defaults_to_two_rs_parity_units():
     assert (layout.k, layout.m, layout.codec, layout.tolerance) == (3, 2, "rs", 2)
 
 
-@pytest.mark.parametrize(("mode", "shards", "settings", "message"), [
-    ("raid5", ["a", "b"], {}, "needs at least 3 shards"),
-    ("raid6", ["a", "b", "c", "d"], {"data_units": 3, "parity_units": 2}, "needs 5 shards"),
-    ("raid6", ["a", "b"], {}, "needs at least 3"),
-    ("raid1", ["a", "b"], {"mirrors": 3}, "needs 3 shards"),
-    ("raid5", ["a", "a", "b"], {}, "duplicate shard ids"),
-    ("raid7", ["a", "b", "c"], {}, "unknown RAID mode"),
-])
+@pytest.mark.parametrize(
+    ("mode", "shards", "settings", "message"),
+    [
+        ("raid5", ["a", "b"], {}, "needs at least 3 shards"),
+        ("raid6", ["a", "b", "c", "d"], {"data_units": 3, "parity_units": 2}, "needs 5 shards"),
+        ("raid6", ["a", "b"], {}, "needs at least 3"),
+        ("raid1", ["a", "b"], {"mirrors": 3}, "needs 3 shards"),
+        ("raid5", ["a", "a", "b"], {}, "duplicate shard ids"),
+        ("raid7", ["a", "b", "c"], {}, "unknown RAID mode"),
+    ],
+)
 def test_unsatisfiable_layouts_are_refused_clearly(mode, shards, settings, message):
     with pytest.raises(LayoutError, match=message):
         RaidLayout.build(mode, shards, RaidSettings(unit_size=UNIT, **settings))

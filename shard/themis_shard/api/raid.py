@@ -25,8 +25,9 @@ OCTETS = "application/octet-stream"
 def raid(shard: Node) -> RaidService:
     service = getattr(shard, "raid", None)
     if service is None:
-        raise Unavailable("RAID weight storage is off on this shard (THEMIS_RAID_ENABLED)",
-                          code="raid_disabled")
+        raise Unavailable(
+            "RAID weight storage is off on this shard (THEMIS_RAID_ENABLED)", code="raid_disabled"
+        )
     return service
 
 
@@ -100,8 +101,7 @@ async def get_unit(key: str, stripe: int, index: int, service: Raid) -> Response
         service.metrics.corrupt.inc()
         service.request_repair()
         raise Conflict(str(exc), code="unit_corrupt") from exc
-    return Response(data, media_type=OCTETS,
-                    headers={"x-themis-crc32": f"{manifest.crc(stripe, index):08x}"})
+    return Response(data, media_type=OCTETS, headers={"x-themis-crc32": f"{manifest.crc(stripe, index):08x}"})
 
 
 @router.put("/internal/raid/units/{key}/{stripe}/{index}", status_code=204, include_in_schema=False)

@@ -89,8 +89,9 @@ class CircuitBreaker:
 class BreakerRegistry:
     """The breakers of all peers, created on first use with the same settings."""
 
-    def __init__(self, failure_threshold: int = 5, recovery_s: float = 60.0,
-                 clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, failure_threshold: int = 5, recovery_s: float = 60.0, clock: Clock = time.monotonic
+    ) -> None:
         self.failure_threshold = failure_threshold
         self.recovery_s = recovery_s
         self.clock = clock
@@ -138,8 +139,10 @@ class BreakerStateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
-            "themis_circuit_breaker_state", "Circuit breaker per peer: 0 closed, 1 half-open, 2 open",
-            labels=["peer"])
+            "themis_circuit_breaker_state",
+            "Circuit breaker per peer: 0 closed, 1 half-open, 2 open",
+            labels=["peer"],
+        )
         for peer, state in sorted(self._breakers.states().items()):
             family.add_metric([peer], int(state))
         yield family

@@ -50,13 +50,21 @@ class GossipMetrics:
         self.dropped = Counter(
             "themis_gossip_messages_dropped_total",
             "Gossip messages rejected (bad_shape, bad_signature, wrong_cluster, stale, too_large)",
-            ["reason"], registry=registry)
+            ["reason"],
+            registry=registry,
+        )
         self.exchanges = Counter(
-            "themis_gossip_exchanges_total", "Push-pull exchanges we started, by outcome",
-            ["outcome"], registry=registry)
+            "themis_gossip_exchanges_total",
+            "Push-pull exchanges we started, by outcome",
+            ["outcome"],
+            registry=registry,
+        )
         self.round_seconds = Histogram(
-            "themis_gossip_round_seconds", "Duration of one gossip round (all exchanges)",
-            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=registry)
+            "themis_gossip_round_seconds",
+            "Duration of one gossip round (all exchanges)",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=registry,
+        )
 
 
 class MembersCollector(Collector):
@@ -66,8 +74,9 @@ class MembersCollector(Collector):
         self._state, self._clock = state, clock
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("themis_gossip_members", "Known cluster members by status",
-                                   labels=["status"])
+        family = GaugeMetricFamily(
+            "themis_gossip_members", "Known cluster members by status", labels=["status"]
+        )
         counts = dict.fromkeys(MemberStatus, 0)
         for status in self._state.statuses(self._clock()).values():
             counts[status] += 1
@@ -115,10 +124,18 @@ class Gossiper:
         self._task: asyncio.Task | None = None
 
     @classmethod
-    def from_settings(cls, state: GossipState, codec: GossipCodec, transport: Transport, settings,
-                      **kw: Any) -> Gossiper:
-        return cls(state, codec, transport, interval_s=settings.gossip_interval_s,
-                   fanout=settings.gossip_fanout, exchange_timeout_s=settings.exchange_timeout_s, **kw)
+    def from_settings(
+        cls, state: GossipState, codec: GossipCodec, transport: Transport, settings, **kw: Any
+    ) -> Gossiper:
+        return cls(
+            state,
+            codec,
+            transport,
+            interval_s=settings.gossip_interval_s,
+            fanout=settings.gossip_fanout,
+            exchange_timeout_s=settings.exchange_timeout_s,
+            **kw,
+        )
 
     # ---- client side ----------------------------------------------------------------------
 
@@ -192,8 +209,9 @@ class Gossiper:
             if msg.kind == "syn" and msg.digest is not None:
                 delta = self.state.delta_for(msg.digest)
                 wants = self.state.wants_from(msg.digest)
-                return self.codec.encode(self.state.self_id, "ack", self.wall_clock(),
-                                         delta=delta, wants=wants)
+                return self.codec.encode(
+                    self.state.self_id, "ack", self.wall_clock(), delta=delta, wants=wants
+                )
             if msg.kind == "push":
                 self.state.merge(msg.delta, self.clock(), self.wall_clock())
                 return self.codec.encode(self.state.self_id, "push_ack", self.wall_clock())

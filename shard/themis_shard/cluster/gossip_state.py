@@ -114,6 +114,7 @@ def announcement_key(shard_id: str, adapter_id: str) -> str:
 
 # ---- exchange payloads (plain data; the codec turns them into signed JSON) -------------------
 
+
 @dataclass(frozen=True)
 class Digest:
     members: Mapping[str, MemberVersion]
@@ -173,14 +174,18 @@ class GossipState:
     _announcement_versions: dict[str, AnnouncementVersion] | None = field(default=None, repr=False)
 
     @classmethod
-    def create(cls, self_id: str, *, url: str = "", incarnation: int = 0, now: float = 0.0,
-               settings=None) -> GossipState:
+    def create(
+        cls, self_id: str, *, url: str = "", incarnation: int = 0, now: float = 0.0, settings=None
+    ) -> GossipState:
         """A fresh state holding only this shard (``incarnation``: e.g. start time in ms)."""
         kw = {}
         if settings is not None:
-            kw = dict(suspect_timeout_s=settings.suspect_timeout_s, dead_timeout_s=settings.dead_timeout_s,
-                      announcement_ttl_s=settings.announcement_ttl_s,
-                      max_clock_skew_s=settings.gossip_max_clock_skew_s)
+            kw = dict(
+                suspect_timeout_s=settings.suspect_timeout_s,
+                dead_timeout_s=settings.dead_timeout_s,
+                announcement_ttl_s=settings.announcement_ttl_s,
+                max_clock_skew_s=settings.gossip_max_clock_skew_s,
+            )
         state = cls(self_id, **kw)
         state._put_member(MemberRecord(shard_id=self_id, url=url, incarnation=incarnation), now)
         return state
@@ -236,8 +241,9 @@ class GossipState:
         for rec in records:
             if rec.shard_id == self.self_id:
                 if rec.version > self.me.version:  # someone holds a newer "us": refute it
-                    self._put_member(self.me.model_copy(update={"incarnation": rec.incarnation + 1,
-                                                                "heartbeat": 0}), now)
+                    self._put_member(
+                        self.me.model_copy(update={"incarnation": rec.incarnation + 1, "heartbeat": 0}), now
+                    )
                     changed += 1
                 continue
             old = self.members.get(rec.shard_id)
@@ -246,8 +252,9 @@ class GossipState:
                 changed += 1
         return changed
 
-    def merge_announcements(self, anns: Iterable[AdapterCapabilityAnnouncement],
-                            now_wall: float) -> tuple[int, int]:
+    def merge_announcements(
+        self, anns: Iterable[AdapterCapabilityAnnouncement], now_wall: float
+    ) -> tuple[int, int]:
         """(accepted, rejected): expired or future-dated announcements are refused."""
         changed = rejected = 0
         for ann in anns:
@@ -258,8 +265,11 @@ class GossipState:
                 # Only we speak for our adapters. A claim about one we do not hold (we restarted,
                 # or unloaded it) is withdrawn with a newer version rather than left for the TTL.
                 if ann.key not in self.announcements and ann.active:
-                    self._put_announcement(ann.model_copy(update={
-                        "active": False, "announced_at": max(now_wall, ann.announced_at + 0.001)}))
+                    self._put_announcement(
+                        ann.model_copy(
+                            update={"active": False, "announced_at": max(now_wall, ann.announced_at + 0.001)}
+                        )
+                    )
                     changed += 1
                 continue
             old = self.announcements.get(ann.key)
@@ -287,19 +297,26 @@ class GossipState:
             self._members_versions = {sid: r.version for sid, r in self.members.items()}
         if self._announcement_versions is None:
             self._announcement_versions = {k: a.version for k, a in self.announcements.items()}
-        return Digest(self._members_versions, self._announcement_versions, self._members_fp,
-                      self._announcements_fp)
+        return Digest(
+            self._members_versions, self._announcement_versions, self._members_fp, self._announcements_fp
+        )
 
     def delta_for(self, digest: Digest) -> Delta:
         """Entries we hold that are newer than (or missing from) ``digest``."""
         members: tuple[MemberRecord, ...] = ()
         anns: tuple[AdapterCapabilityAnnouncement, ...] = ()
         if digest.members_fp != self._members_fp:
-            members = tuple(r for sid, r in self.members.items()
-                            if sid not in digest.members or r.version > tuple(digest.members[sid]))
+            members = tuple(
+                r
+                for sid, r in self.members.items()
+                if sid not in digest.members or r.version > tuple(digest.members[sid])
+            )
         if digest.announcements_fp != self._announcements_fp:
-            anns = tuple(a for k, a in self.announcements.items()
-                         if k not in digest.announcements or a.version > tuple(digest.announcements[k]))
+            anns = tuple(
+                a
+                for k, a in self.announcements.items()
+                if k not in digest.announcements or a.version > tuple(digest.announcements[k])
+            )
         return Delta(members, anns)
 
     def wants_from(self, digest: Digest) -> Wants:
@@ -307,16 +324,24 @@ class GossipState:
         members: tuple[str, ...] = ()
         anns: tuple[str, ...] = ()
         if digest.members_fp != self._members_fp:
-            members = tuple(sid for sid, v in digest.members.items()
-                            if sid not in self.members or tuple(v) > self.members[sid].version)
+            members = tuple(
+                sid
+                for sid, v in digest.members.items()
+                if sid not in self.members or tuple(v) > self.members[sid].version
+            )
         if digest.announcements_fp != self._announcements_fp:
-            anns = tuple(k for k, v in digest.announcements.items()
-                         if k not in self.announcements or tuple(v) > self.announcements[k].version)
+            anns = tuple(
+                k
+                for k, v in digest.announcements.items()
+                if k not in self.announcements or tuple(v) > self.announcements[k].version
+            )
         return Wants(members, anns)
 
     def entries_for(self, wants: Wants) -> Delta:
-        return Delta(tuple(self.members[s] for s in wants.members if s in self.members),
-                     tuple(self.announcements[k] for k in wants.announcements if k in self.announcements))
+        return Delta(
+            tuple(self.members[s] for s in wants.members if s in self.members),
+            tuple(self.announcements[k] for k in wants.announcements if k in self.announcements),
+        )
 
     @property
     def announcements_fingerprint(self) -> int:
@@ -337,8 +362,11 @@ class GossipState:
 
     def peers(self, now: float, *, include_dead: bool = False) -> list[str]:
         """Other members worth gossiping with (alive or suspect; dead only if asked)."""
-        return [sid for sid in self.members if sid != self.self_id
-                and (include_dead or self.status(sid, now) is not MemberStatus.DEAD)]
+        return [
+            sid
+            for sid in self.members
+            if sid != self.self_id and (include_dead or self.status(sid, now) is not MemberStatus.DEAD)
+        ]
 
     def capabilities(self, domain: str, now: float, now_wall: float) -> list[Capability]:
         """Routing candidates for ``domain``: active, unexpired, from members not known dead."""
@@ -350,8 +378,9 @@ class GossipState:
                 continue
             if a.shard_id in self.members and self.status(a.shard_id, now) is MemberStatus.DEAD:
                 continue
-            out.append(Capability(a.shard_id, a.domain, a.accuracy_delta, a.performance_delta_p99_ms,
-                                  a.adapter_id))
+            out.append(
+                Capability(a.shard_id, a.domain, a.accuracy_delta, a.performance_delta_p99_ms, a.adapter_id)
+            )
         return out
 
     def loads(self) -> Mapping[str, float]:
@@ -362,13 +391,21 @@ class GossipState:
         """JSON-ready view for ``GET /v1/cluster/status``."""
         return {
             "members": [
-                {"shard_id": sid, "url": r.url, "status": self.status(sid, now).value,
-                 "incarnation": r.incarnation, "heartbeat": r.heartbeat,
-                 "seconds_since_heartbeat": round(max(0.0, now - self._last_change[sid]), 3),
-                 "load": r.load.model_dump()}
-                for sid, r in sorted(self.members.items())],
-            "adapters": [a.model_dump() | {"age_s": round(now_wall - a.announced_at, 3)}
-                         for _, a in sorted(self.announcements.items())],
+                {
+                    "shard_id": sid,
+                    "url": r.url,
+                    "status": self.status(sid, now).value,
+                    "incarnation": r.incarnation,
+                    "heartbeat": r.heartbeat,
+                    "seconds_since_heartbeat": round(max(0.0, now - self._last_change[sid]), 3),
+                    "load": r.load.model_dump(),
+                }
+                for sid, r in sorted(self.members.items())
+            ],
+            "adapters": [
+                a.model_dump() | {"age_s": round(now_wall - a.announced_at, 3)}
+                for _, a in sorted(self.announcements.items())
+            ],
         }
 
     # ---- internals --------------------------------------------------------------------------
@@ -421,14 +458,18 @@ class RoutingView:
     against the 5 s / 30 s failure-detector timeouts.
     """
 
-    def __init__(self, state: GossipState, clock=time.monotonic, wall_clock=time.time, *,
-                 resolution_s: float = 0.25) -> None:
+    def __init__(
+        self, state: GossipState, clock=time.monotonic, wall_clock=time.time, *, resolution_s: float = 0.25
+    ) -> None:
         self.state, self.clock, self.wall_clock = state, clock, wall_clock
         self.resolution_s = resolution_s
 
     def version(self) -> tuple[int, int, int]:
-        return (self.state.announcements_fingerprint, len(self.state.members),
-                int(self.clock() // self.resolution_s))
+        return (
+            self.state.announcements_fingerprint,
+            len(self.state.members),
+            int(self.clock() // self.resolution_s),
+        )
 
     def capabilities(self, domain: str) -> list[Capability]:
         return self.state.capabilities(domain, self.clock(), self.wall_clock())
@@ -505,8 +546,9 @@ class GossipMessage:
 
 def canonical_json(obj: Any) -> bytes:
     """The bytes we sign: sorted keys, no spaces, UTF-8, no NaN — identical on every shard."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
 
 
 class GossipCodec:
@@ -517,8 +559,9 @@ class GossipCodec:
     is validated, so unauthenticated senders never reach the (costlier) body validation.
     """
 
-    def __init__(self, cluster: str, secret: bytes, *, max_age_s: float = 30.0,
-                 max_entries: int = 20_000) -> None:
+    def __init__(
+        self, cluster: str, secret: bytes, *, max_age_s: float = 30.0, max_entries: int = 20_000
+    ) -> None:
         if not secret:
             raise ValueError("gossip needs a non-empty cluster secret")
         self.cluster = cluster
@@ -530,27 +573,49 @@ class GossipCodec:
     def from_settings(cls, cluster: str, settings) -> GossipCodec:
         if settings.gossip_secret is None:
             raise ValueError("THEMIS_CLUSTER_GOSSIP_SECRET is not set: gossip messages must be signed")
-        return cls(cluster, settings.gossip_secret.get_secret_value().encode(),
-                   max_age_s=settings.gossip_max_message_age_s, max_entries=settings.gossip_max_entries)
+        return cls(
+            cluster,
+            settings.gossip_secret.get_secret_value().encode(),
+            max_age_s=settings.gossip_max_message_age_s,
+            max_entries=settings.gossip_max_entries,
+        )
 
     def _sign(self, unsigned: dict[str, Any]) -> str:
         return hmac.new(self._secret, canonical_json(unsigned), hashlib.sha256).hexdigest()
 
-    def encode(self, sender: str, kind: MessageKind, sent_at: float, *, digest: Digest | None = None,
-               delta: Delta | None = None, wants: Wants | None = None) -> dict[str, Any]:
+    def encode(
+        self,
+        sender: str,
+        kind: MessageKind,
+        sent_at: float,
+        *,
+        digest: Digest | None = None,
+        delta: Delta | None = None,
+        wants: Wants | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {}
         if digest is not None:
             body["digest"] = {
                 "members": {k: list(v) for k, v in digest.members.items()},
                 "announcements": {k: list(v) for k, v in digest.announcements.items()},
-                "members_fp": digest.members_fp, "announcements_fp": digest.announcements_fp}
+                "members_fp": digest.members_fp,
+                "announcements_fp": digest.announcements_fp,
+            }
         if delta is not None:
-            body["delta"] = {"members": [r.model_dump(mode="json") for r in delta.members],
-                             "announcements": [a.model_dump(mode="json") for a in delta.announcements]}
+            body["delta"] = {
+                "members": [r.model_dump(mode="json") for r in delta.members],
+                "announcements": [a.model_dump(mode="json") for a in delta.announcements],
+            }
         if wants is not None:
             body["wants"] = {"members": list(wants.members), "announcements": list(wants.announcements)}
-        unsigned = {"v": 1, "cluster": self.cluster, "sender": sender, "kind": kind, "sent_at": sent_at,
-                    "body": body}
+        unsigned = {
+            "v": 1,
+            "cluster": self.cluster,
+            "sender": sender,
+            "kind": kind,
+            "sent_at": sent_at,
+            "body": body,
+        }
         return unsigned | {"signature": self._sign(unsigned)}
 
     def decode(self, raw: object, now_wall: float) -> GossipMessage:

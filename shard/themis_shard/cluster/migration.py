@@ -115,9 +115,10 @@ def serve_page(store: DocumentStore, self_id: str, request: dict[str, Any], page
 
     def keep(collection: str, key: str) -> bool:
         key_urn = urn(collection, key)
-        return is_moved_to(requester, key_urn, ring, previous, copies) and designated_source(
-            key_urn, requester, ring, previous, copies, unreachable
-        ) == self_id
+        return (
+            is_moved_to(requester, key_urn, ring, previous, copies)
+            and designated_source(key_urn, requester, ring, previous, copies, unreachable) == self_id
+        )
 
     send, cursor = store.scan_page(after, page_size, keep)
     scanned = page_size if cursor else len(send)

@@ -70,8 +70,9 @@ class PeerError(RemoteCallError):
         self.code = code
 
 
-def client_ssl_context(ca_path: str | Path, cert_path: str | Path, key_path: str | Path, *,
-                       check_hostname: bool = True) -> ssl.SSLContext:
+def client_ssl_context(
+    ca_path: str | Path, cert_path: str | Path, key_path: str | Path, *, check_hostname: bool = True
+) -> ssl.SSLContext:
     """mTLS client context: trust only the cluster CA, present this shard's certificate."""
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca_path))
     ctx.load_cert_chain(str(cert_path), str(key_path))
@@ -85,21 +86,35 @@ def server_ssl_options(ca_path: str | Path, cert_path: str | Path, key_path: str
     Note: this makes every connection present a certificate; serving the public API without
     client certificates needs ``ssl.CERT_OPTIONAL`` and a check on ``/internal`` routes.
     """
-    return {"ssl_certfile": str(cert_path), "ssl_keyfile": str(key_path),
-            "ssl_ca_certs": str(ca_path), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    return {
+        "ssl_certfile": str(cert_path),
+        "ssl_keyfile": str(key_path),
+        "ssl_ca_certs": str(ca_path),
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+    }
 
 
 class RemoteMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
-            "themis_remote_requests_total", "Shard-to-shard call attempts by peer and outcome",
-            ["peer", "outcome"], registry=registry)
+            "themis_remote_requests_total",
+            "Shard-to-shard call attempts by peer and outcome",
+            ["peer", "outcome"],
+            registry=registry,
+        )
         self.latency = Histogram(
-            "themis_remote_request_duration_seconds", "Shard-to-shard call attempt latency",
-            ["peer"], buckets=_BUCKETS, registry=registry)
+            "themis_remote_request_duration_seconds",
+            "Shard-to-shard call attempt latency",
+            ["peer"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
         self.retries = Counter(
-            "themis_remote_retries_total", "Retried shard-to-shard attempts by peer", ["peer"],
-            registry=registry)
+            "themis_remote_retries_total",
+            "Retried shard-to-shard attempts by peer",
+            ["peer"],
+            registry=registry,
+        )
 
 
 class RemoteExecutor:
@@ -127,15 +142,20 @@ class RemoteExecutor:
         registry.register(self.breakers.collector())
         if ssl_context is None and settings.tls_enabled:
             ssl_context = client_ssl_context(
-                settings.tls_ca_path, settings.tls_cert_path, settings.tls_key_path,
-                check_hostname=settings.tls_check_hostname)
+                settings.tls_ca_path,
+                settings.tls_cert_path,
+                settings.tls_key_path,
+                check_hostname=settings.tls_check_hostname,
+            )
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
-            limits=httpx.Limits(max_connections=settings.pool_max_connections,
-                                max_keepalive_connections=settings.pool_max_keepalive),
+            limits=httpx.Limits(
+                max_connections=settings.pool_max_connections,
+                max_keepalive_connections=settings.pool_max_keepalive,
+            ),
             verify=ssl_context if ssl_context is not None else True,
             transport=transport,
             headers=dict(headers or {}),
@@ -158,7 +178,7 @@ class RemoteExecutor:
 
     def backoff_s(self, attempt: int) -> float:
         """Full jitter: U(0, min(max, base · 2^attempt)) — spreads retry storms after a blip."""
-        cap = min(self.settings.retry_backoff_max_s, self.settings.retry_backoff_base_s * (2 ** attempt))
+        cap = min(self.settings.retry_backoff_max_s, self.settings.retry_backoff_base_s * (2**attempt))
         return self._rng.uniform(0, cap)
 
     # ---- the one primitive ------------------------------------------------------------------
@@ -191,15 +211,19 @@ class RemoteExecutor:
         budget = self.settings.max_retries if retries is None else retries
         breaker = self.breakers.get(peer)
         url = self._url(peer, path)
-        timeout = None if timeout_s is None else httpx.Timeout(timeout_s, connect=min(
-            timeout_s, self.settings.connect_timeout_s))
+        timeout = (
+            None
+            if timeout_s is None
+            else httpx.Timeout(timeout_s, connect=min(timeout_s, self.settings.connect_timeout_s))
+        )
         last: PeerUnavailable | None = None
         attempt = 0
         while True:
             if not breaker.allow():
                 self.metrics.requests.labels(peer=peer, outcome="circuit_open").inc()
-                raise last or PeerUnavailable(peer, "circuit_open",
-                                              f"retry in {breaker.seconds_until_probe():.1f} s")
+                raise last or PeerUnavailable(
+                    peer, "circuit_open", f"retry in {breaker.seconds_until_probe():.1f} s"
+                )
             started = self._clock()
             try:
                 kw: dict[str, Any] = {"params": params, "headers": headers}
@@ -220,8 +244,9 @@ class RemoteExecutor:
             else:
                 self.metrics.latency.labels(peer=peer).observe(self._clock() - started)
                 if resp.status_code >= 500:
-                    last = self._fail(peer, "server_error", f"HTTP {resp.status_code}",
-                                      status=resp.status_code)
+                    last = self._fail(
+                        peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
+                    )
                     retry_ok = idem
                 elif resp.status_code >= 400:
                     breaker.record_success()  # the peer is healthy; the request was refused
@@ -244,9 +269,17 @@ class RemoteExecutor:
         return base.rstrip("/") + path
 
     @contextlib.asynccontextmanager
-    async def stream(self, peer: str, method: str, path: str, *, content: bytes | None = None,
-                     headers: Mapping[str, str] | None = None, chunk_size: int = 1 << 20,
-                     timeout_s: float | None = None) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream(
+        self,
+        peer: str,
+        method: str,
+        path: str,
+        *,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        chunk_size: int = 1 << 20,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream a large binary body (KV-prefix state, RAID chunks) without buffering it.
 
         ``async with ex.stream(peer, "GET", path) as chunks: async for chunk in chunks: ...``
@@ -264,8 +297,9 @@ class RemoteExecutor:
         try:
             async with self.client.stream(method.upper(), url, **kw) as resp:
                 if resp.status_code >= 500:
-                    raise self._fail(peer, "server_error", f"HTTP {resp.status_code}",
-                                     status=resp.status_code)
+                    raise self._fail(
+                        peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
+                    )
                 if resp.status_code >= 400:
                     await resp.aread()
                     breaker.record_success()
@@ -303,8 +337,9 @@ class RemoteExecutor:
                 if model is not None:
                     value = model.model_validate(value)
             except (ValueError, ValidationError) as exc:  # not JSON, or not the promised shape
-                raise self._fail(peer, "bad_response", f"{type(exc).__name__}: {str(exc)[:200]}",
-                                 status=resp.status_code) from None
+                raise self._fail(
+                    peer, "bad_response", f"{type(exc).__name__}: {str(exc)[:200]}", status=resp.status_code
+                ) from None
         breaker.record_success()
         self.metrics.requests.labels(peer=peer, outcome="ok").inc()
         return value
@@ -321,12 +356,21 @@ class RemoteExecutor:
         """Binary GET (KV-prefix export, RAID chunks)."""
         return await self.request(peer, "GET", path, expect="bytes", **kw)
 
-    async def post_bytes(self, peer: str, path: str, data: bytes, *, expect: Expect = "json",
-                         idempotent: bool = False, **kw: Any) -> Any:
+    async def post_bytes(
+        self,
+        peer: str,
+        path: str,
+        data: bytes,
+        *,
+        expect: Expect = "json",
+        idempotent: bool = False,
+        **kw: Any,
+    ) -> Any:
         """Binary POST (application/octet-stream), e.g. KV-prefix import or a chunk upload."""
         headers = {"content-type": "application/octet-stream", **kw.pop("headers", {})}
-        return await self.request(peer, "POST", path, content=data, headers=headers, expect=expect,
-                                  idempotent=idempotent, **kw)
+        return await self.request(
+            peer, "POST", path, content=data, headers=headers, expect=expect, idempotent=idempotent, **kw
+        )
 
 
 def _peer_error(peer: str, resp: httpx.Response) -> PeerError:

@@ -110,8 +110,9 @@ def rank_by_domain(
     (primary first) so open breakers can be skipped there too. A shard appears once, at its
     best position. Never raises on odd input: non-finite scores are ignored.
     """
-    return list(iter_ranked(domain, candidates, loads, open_breakers, fallback, policy,
-                            tiebreak_key=tiebreak_key))
+    return list(
+        iter_ranked(domain, candidates, loads, open_breakers, fallback, policy, tiebreak_key=tiebreak_key)
+    )
 
 
 def iter_ranked(
@@ -140,8 +141,13 @@ class ScoreTable:
 
     __slots__ = ("any_candidate", "domain", "entries", "policy", "reasons")
 
-    def __init__(self, domain: str, entries: list[tuple[int, float, Capability]], any_candidate: bool,
-                 policy: RoutingPolicy) -> None:
+    def __init__(
+        self,
+        domain: str,
+        entries: list[tuple[int, float, Capability]],
+        any_candidate: bool,
+        policy: RoutingPolicy,
+    ) -> None:
         self.domain = domain
         self.entries = entries  # (tier index, score, capability), sorted by tier then score desc
         self.any_candidate = any_candidate
@@ -171,8 +177,13 @@ class ScoreTable:
         entries = sorted(best.values(), key=lambda e: (e[0], -e[1]))
         return cls(want, entries, any_candidate, policy)
 
-    def ranked(self, loads: Mapping[str, float], open_breakers: Collection[str],
-               fallback: str | Sequence[str] | None, tiebreak_key: str = "") -> Iterator[RoutingDecision]:
+    def ranked(
+        self,
+        loads: Mapping[str, float],
+        open_breakers: Collection[str],
+        fallback: str | Sequence[str] | None,
+        tiebreak_key: str = "",
+    ) -> Iterator[RoutingDecision]:
         entries, tol = self.entries, self.policy.tie_tolerance
         i, n = 0, len(entries)
         while i < n:
@@ -186,8 +197,12 @@ class ScoreTable:
                 j += 1
             band = [e for e in entries[i:j] if e[2].shard_id not in open_breakers]
             if len(band) > 1:
-                band.sort(key=lambda e: (loads.get(e[2].shard_id, 0.0),
-                                         stable_hash64(f"{tiebreak_key}\x00{e[2].shard_id}")))
+                band.sort(
+                    key=lambda e: (
+                        loads.get(e[2].shard_id, 0.0),
+                        stable_hash64(f"{tiebreak_key}\x00{e[2].shard_id}"),
+                    )
+                )
             for t, s, c in band:
                 yield RoutingDecision(c.shard_id, t + 1, self.reasons[t], False, s, c.adapter_id or None)
             i = j
@@ -231,8 +246,12 @@ def route_by_domain(
     can answer 503, which is better than inventing a shard.
     """
     policy = RoutingPolicy(tuple(thresholds), gamma, latency_unit_ms, tie_tolerance)
-    head = next(iter_ranked(domain, candidates, loads, open_breakers, fallback_shard, policy,
-                            tiebreak_key=tiebreak_key), None)
+    head = next(
+        iter_ranked(
+            domain, candidates, loads, open_breakers, fallback_shard, policy, tiebreak_key=tiebreak_key
+        ),
+        None,
+    )
     if head is not None:
         return head
     owners = _as_sequence(fallback_shard)
@@ -260,8 +279,10 @@ class NoShardAvailable(Exception):
     """Every shard that could serve the request failed; ``errors`` maps shard → exception."""
 
     def __init__(self, errors: dict[str, BaseException]) -> None:
-        super().__init__("no shard could serve the request: " +
-                         ", ".join(f"{s}: {type(e).__name__}" for s, e in errors.items()))
+        super().__init__(
+            "no shard could serve the request: "
+            + ", ".join(f"{s}: {type(e).__name__}" for s, e in errors.items())
+        )
         self.errors = errors
 
 
@@ -291,18 +312,28 @@ class AdaptiveShardRouter:
         self.fallbacks = Counter(
             "themis_domain_routing_fallback_total",
             "Domain-hinted requests served by consistent-hash routing (no adapter above θ3, or all failed)",
-            registry=r)
+            registry=r,
+        )
         self.decisions = Counter(
-            "themis_domain_routing_decisions_total", "Routing decisions by tier (1-3, fallback, none)",
-            ["tier"], registry=r)
+            "themis_domain_routing_decisions_total",
+            "Routing decisions by tier (1-3, fallback, none)",
+            ["tier"],
+            registry=r,
+        )
 
     def rank(self, domain: str | None, key: str) -> list[RoutingDecision]:
         return list(self._iter(domain, key))
 
     @classmethod
-    def from_settings(cls, view: CapabilityView, ring_owners: Callable[[str], Sequence[str]],
-                      open_peers: Callable[[], Collection[str]], settings,
-                      registry: CollectorRegistry | None = None, **kw) -> AdaptiveShardRouter:
+    def from_settings(
+        cls,
+        view: CapabilityView,
+        ring_owners: Callable[[str], Sequence[str]],
+        open_peers: Callable[[], Collection[str]],
+        settings,
+        registry: CollectorRegistry | None = None,
+        **kw,
+    ) -> AdaptiveShardRouter:
         """``settings``: ClusterSettings, or the plan's RouterSettings (thresholds/γ from the plan)."""
         return cls(view, ring_owners, open_peers, RoutingPolicy.from_settings(settings), registry, **kw)
 
@@ -331,7 +362,8 @@ class AdaptiveShardRouter:
 
     def route(self, domain: str | None, key: str) -> RoutingDecision:
         decision = next(self._iter(domain, key), None) or route_by_domain(
-            domain, (), {}, self.open_peers(), fallback_shard=self.ring_owners(key))
+            domain, (), {}, self.open_peers(), fallback_shard=self.ring_owners(key)
+        )
         self._count(domain, decision)
         return decision
 

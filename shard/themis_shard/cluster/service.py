@@ -19,17 +19,17 @@ from starlette.concurrency import run_in_threadpool
 
 from ..metrics import LATENCY_BUCKETS
 from ..plan import ClusterPlan
+from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore, Replicated
 from ..storage.hints import HintLog, encode_items
+from ..storage.names import urn
 from ..vector.catalog import VectorCatalog
+from .announcer import announcements_to_publish, resident_adapters
 from .documents import DistributedDocuments
 from .gossip import Gossiper
-from .announcer import announcements_to_publish, resident_adapters
-from .inference import InferenceRouting
 from .gossip_state import GossipCodec, GossipState, RoutingView, ShardLoad
-from ..ring import HashRing
-from ..storage.names import urn
+from .inference import InferenceRouting
 from .migration import (
     COMPLETE_STATES,
     MigrationProgress,
@@ -50,21 +50,33 @@ log = logging.getLogger(__name__)
 
 class ClusterMetrics:
     def __init__(self, registry: CollectorRegistry, hints: HintLog) -> None:
-        self.replication = Counter("themis_replication_items_total",
-                                   "Replica versions sent synchronously or kept as hints", ["outcome"],
-                                   registry=registry)
-        self.caught_up = Counter("themis_catch_up_items_total", "Versions installed by start-up catch-up",
-                                 registry=registry)
-        self.fan_out = Histogram("themis_search_fan_out_seconds", "Cluster-wide vector search latency",
-                                 buckets=LATENCY_BUCKETS, registry=registry)
+        self.replication = Counter(
+            "themis_replication_items_total",
+            "Replica versions sent synchronously or kept as hints",
+            ["outcome"],
+            registry=registry,
+        )
+        self.caught_up = Counter(
+            "themis_catch_up_items_total", "Versions installed by start-up catch-up", registry=registry
+        )
+        self.fan_out = Histogram(
+            "themis_search_fan_out_seconds",
+            "Cluster-wide vector search latency",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.ring_version = Gauge("themis_ring_version", "Ring version of the plan in use", registry=registry)
-        self.migration_keys = Counter("themis_migration_keys_total", "Keys received by resharding/catch-up",
-                                      registry=registry)
-        self.migration_bytes = Counter("themis_migration_bytes_total", "Document bytes received by handoffs",
-                                       registry=registry)
+        self.migration_keys = Counter(
+            "themis_migration_keys_total", "Keys received by resharding/catch-up", registry=registry
+        )
+        self.migration_bytes = Counter(
+            "themis_migration_bytes_total", "Document bytes received by handoffs", registry=registry
+        )
         self.migration_state = Gauge(
-            "themis_migration_state", "Handoff state: 0 idle, 1 migrating, 2 done, 3 purged, 4 drained",
-            registry=registry)
+            "themis_migration_state",
+            "Handoff state: 0 idle, 1 migrating, 2 done, 3 purged, 4 drained",
+            registry=registry,
+        )
         hinted = Gauge("themis_hints_pending", "Hint records waiting for a peer", ["peer"], registry=registry)
         self._hinted = hinted
         self._hints = hints
@@ -75,9 +87,17 @@ class ClusterMetrics:
 
 
 class ClusterService:
-    def __init__(self, plan: ClusterPlan, self_id: str, store: DocumentStore, vectors: VectorCatalog,
-                 settings: ClusterSettings, registry: CollectorRegistry,
-                 load: Callable[[], ShardLoad] | None = None, plan_path=None) -> None:
+    def __init__(
+        self,
+        plan: ClusterPlan,
+        self_id: str,
+        store: DocumentStore,
+        vectors: VectorCatalog,
+        settings: ClusterSettings,
+        registry: CollectorRegistry,
+        load: Callable[[], ShardLoad] | None = None,
+        plan_path=None,
+    ) -> None:
         self.settings = settings.with_router(plan.router)
         self.self_id = self_id
         self.store = store
@@ -89,10 +109,16 @@ class ClusterService:
         self.metrics = ClusterMetrics(registry, self.hints)
         self.metrics.ring_version.set(plan.ring_version)
         self.executor = RemoteExecutor(self.settings, self._resolve, registry=registry)
-        self.documents = DistributedDocuments(store, self.executor, self.hints, lambda: self._topology, self.metrics,
-                                              handoff=self)
-        self.state = GossipState.create(self_id, url=self._resolve(self_id), incarnation=time.time_ns() // 1_000_000,
-                                        now=time.monotonic(), settings=self.settings)
+        self.documents = DistributedDocuments(
+            store, self.executor, self.hints, lambda: self._topology, self.metrics, handoff=self
+        )
+        self.state = GossipState.create(
+            self_id,
+            url=self._resolve(self_id),
+            incarnation=time.time_ns() // 1_000_000,
+            now=time.monotonic(),
+            settings=self.settings,
+        )
         for member in plan.members:
             if member.shard_id != self_id:
                 self.state.add_seed(member.shard_id, member.url, time.monotonic())
@@ -100,14 +126,19 @@ class ClusterService:
         self.gossiper: Gossiper | None = None
         if secret is not None and self._topology.clustered:
             codec = GossipCodec(plan.cluster, secret.get_secret_value().encode())
-            self.gossiper = Gossiper.from_settings(self.state, codec, self._gossip_transport, self.settings,
-                                                   load=load, registry=registry)
+            self.gossiper = Gossiper.from_settings(
+                self.state, codec, self._gossip_transport, self.settings, load=load, registry=registry
+            )
         self.view = RoutingView(self.state)
         from .prefix_routing import prefix_aware_router  # issue 7: holders of the prompt's KV prefix first
 
         self.router = prefix_aware_router(
-            self.view, lambda key: self._topology.ring.owners(key, len(self._topology.ring.shards)),
-            lambda: self.executor.open_peers() | self.view.dead_peers(), self.settings, registry)
+            self.view,
+            lambda key: self._topology.ring.owners(key, len(self._topology.ring.shards)),
+            lambda: self.executor.open_peers() | self.view.dead_peers(),
+            self.settings,
+            registry,
+        )
         #: The shard's LLMRuntime once the app started it (adapters to announce); None without LLM.
         self.runtime = None
         self.prefix_sync = None  # prefix_directory.PrefixSync, once the LLM runtime is up
@@ -172,19 +203,30 @@ class ClusterService:
     async def start(self) -> None:
         if self.gossiper is not None:
             self._tasks.append(self.gossiper.start())
-            self._tasks.append(asyncio.create_task(
-                self._every(self.settings.gossip_interval_s, self._announce), name="announce"))
+            self._tasks.append(
+                asyncio.create_task(
+                    self._every(self.settings.gossip_interval_s, self._announce), name="announce"
+                )
+            )
         self._tasks.append(asyncio.create_task(self._every(1.0, self._replay_hints), name="hint-replay"))
         self._tasks.append(asyncio.create_task(self._every(2.0, self._sync_adapters), name="plan-adapters"))
         if self.settings.breaker_health_probe_s:
-            self._tasks.append(asyncio.create_task(
-                self._every(self.settings.breaker_health_probe_s, self._probe_open_peers), name="breaker-probe"))
+            self._tasks.append(
+                asyncio.create_task(
+                    self._every(self.settings.breaker_health_probe_s, self._probe_open_peers),
+                    name="breaker-probe",
+                )
+            )
         if self.plan_path:
             self._tasks.append(asyncio.create_task(self._every(1.0, self._watch_plan), name="plan-watch"))
         self._tasks.append(asyncio.create_task(self.catch_up(), name="catch-up"))
         if self._topology.clustered:  # KV-prefix directory (issue 7)
-            self._tasks.append(asyncio.create_task(
-                self._every(self.settings.gossip_interval_s, self._prefix_refresh), name="prefix-directory"))
+            self._tasks.append(
+                asyncio.create_task(
+                    self._every(self.settings.gossip_interval_s, self._prefix_refresh),
+                    name="prefix-directory",
+                )
+            )
 
     async def stop(self) -> None:
         if self.gossiper is not None:
@@ -219,8 +261,14 @@ class ClusterService:
 
     # -- gossip ------------------------------------------------------------------------------
     async def _gossip_transport(self, peer: str, message: dict[str, Any]) -> Any:
-        return await self.executor.request(peer, "POST", "/internal/gossip", json_body=message, retries=0,
-                                           timeout_s=self.settings.exchange_timeout_s)
+        return await self.executor.request(
+            peer,
+            "POST",
+            "/internal/gossip",
+            json_body=message,
+            retries=0,
+            timeout_s=self.settings.exchange_timeout_s,
+        )
 
     async def _sync_adapters(self) -> None:
         """Load the LoRA adapters the plan places on this shard; unload the ones it no longer does.
@@ -247,7 +295,9 @@ class ClusterService:
             if placement.sha256 and info.sha256 != placement.sha256:
                 await manager.unload(name)
                 self._adapter_failures[name] = "sha256 mismatch"
-                log.error("adapter %s: sha256 %s does not match the plan's %s", name, info.sha256, placement.sha256)
+                log.error(
+                    "adapter %s: sha256 %s does not match the plan's %s", name, info.sha256, placement.sha256
+                )
                 continue
             self._plan_adapters.add(name)
             log.info("loaded adapter %s (%s) from the plan", name, placement.domain)
@@ -262,8 +312,9 @@ class ClusterService:
         if self.runtime is None:
             return
         mine = {a.adapter_id: a for a in self.state.announcements.values() if a.shard_id == self.self_id}
-        for ann in announcements_to_publish(self.self_id, resident_adapters(self.runtime), mine, time.time(),
-                                            self.settings.announcement_ttl_s):
+        for ann in announcements_to_publish(
+            self.self_id, resident_adapters(self.runtime), mine, time.time(), self.settings.announcement_ttl_s
+        ):
             self.state.announce(ann)
 
     def member_states(self) -> dict[str, str]:
@@ -296,8 +347,14 @@ class ClusterService:
                 if not keys:
                     break
                 try:
-                    await self.executor.request(peer, "POST", "/internal/replicate",
-                                                json_body={"items": encode_items(items)}, idempotent=True, retries=0)
+                    await self.executor.request(
+                        peer,
+                        "POST",
+                        "/internal/replicate",
+                        json_body={"items": encode_items(items)},
+                        idempotent=True,
+                        retries=0,
+                    )
                 except (PeerUnavailable, PeerError):
                     break
                 await run_in_threadpool(self.hints.done, peer, keys)
@@ -324,8 +381,9 @@ class ClusterService:
         then wait for every member to finish and purge the copies this shard lost."""
         topo = self._topology
         previous = None if full else self.previous_ring()
-        progress = MigrationProgress(ring_version=topo.version, state=MigrationState.MIGRATING,
-                                     started_at=time.time())
+        progress = MigrationProgress(
+            ring_version=topo.version, state=MigrationState.MIGRATING, started_at=time.time()
+        )
         self.migration = progress
         self._handoff_complete = False
         self.metrics.migration_state.set(1)
@@ -338,7 +396,9 @@ class ClusterService:
             if not todo:
                 break
             ordered = sorted(todo)
-            results = await bounded_gather(4, *(self._pull_from(p, topo, previous, progress) for p in ordered))
+            results = await bounded_gather(
+                4, *(self._pull_from(p, topo, previous, progress) for p in ordered)
+            )
             failed = {p for p, ok in zip(ordered, results, strict=True) if not ok}
             done |= set(ordered) - failed
             for p in failed:
@@ -353,20 +413,37 @@ class ClusterService:
         progress.state = MigrationState.DONE
         progress.finished_at = time.time()
         self.metrics.migration_state.set(2)
-        log.info("handoff for ring version %d: %d key(s), %d byte(s) received", topo.version,
-                 progress.keys_received, progress.bytes_received)
+        log.info(
+            "handoff for ring version %d: %d key(s), %d byte(s) received",
+            topo.version,
+            progress.keys_received,
+            progress.bytes_received,
+        )
         if self._topology.plan.previous_ring is not None and self._topology.version == topo.version:
             self._tasks.append(asyncio.create_task(self._finish_handoff(topo), name="handoff-finish"))
 
-    async def _pull_from(self, peer: str, topo: Topology, previous: HashRing | None,
-                         progress: MigrationProgress) -> bool:
-        request = {"shard": self.self_id, "ring": topo.ring.spec.to_dict(),
-                   "previous": previous.spec.to_dict() if previous else None, "copies": topo.plan.copies,
-                   "unreachable": sorted(progress.unreachable), "after": None}
+    async def _pull_from(
+        self, peer: str, topo: Topology, previous: HashRing | None, progress: MigrationProgress
+    ) -> bool:
+        request = {
+            "shard": self.self_id,
+            "ring": topo.ring.spec.to_dict(),
+            "previous": previous.spec.to_dict() if previous else None,
+            "copies": topo.plan.copies,
+            "unreachable": sorted(progress.unreachable),
+            "after": None,
+        }
         while True:
             try:
-                page = await self.executor.request(peer, "POST", "/internal/sync", json_body=request,
-                                                   idempotent=True, retries=0, timeout_s=60)
+                page = await self.executor.request(
+                    peer,
+                    "POST",
+                    "/internal/sync",
+                    json_body=request,
+                    idempotent=True,
+                    retries=0,
+                    timeout_s=60,
+                )
             except (PeerUnavailable, PeerError) as exc:
                 log.info("handoff from %s interrupted: %s", peer, exc)
                 return False
@@ -391,8 +468,10 @@ class ClusterService:
         peers = set(topo.members) - {self.self_id}
         while True:
             states = await asyncio.gather(*(self._peer_migration(p) for p in sorted(peers)))
-            if all(s is not None and s["ring_version"] >= topo.version and s["state"] in COMPLETE_STATES
-                   for s in states):
+            if all(
+                s is not None and s["ring_version"] >= topo.version and s["state"] in COMPLETE_STATES
+                for s in states
+            ):
                 break
             await asyncio.sleep(0.5)
         if self._topology.version != topo.version:
@@ -406,12 +485,18 @@ class ClusterService:
             if cursor is None:
                 break
         for start in range(0, len(lost), 1000):
-            self.migration.keys_purged += await run_in_threadpool(self.store.purge, lost[start:start + 1000])
+            self.migration.keys_purged += await run_in_threadpool(
+                self.store.purge, lost[start : start + 1000]
+            )
         leaving = self.self_id not in topo.ring.shards
         self.migration.state = MigrationState.DRAINED if leaving else MigrationState.PURGED
         self.metrics.migration_state.set(4 if leaving else 3)
-        log.info("handoff for ring version %d complete: purged %d copies%s", topo.version, len(lost),
-                 " (drained)" if leaving else "")
+        log.info(
+            "handoff for ring version %d complete: purged %d copies%s",
+            topo.version,
+            len(lost),
+            " (drained)" if leaving else "",
+        )
 
     async def _peer_migration(self, peer: str) -> dict | None:
         try:
@@ -429,16 +514,24 @@ class ClusterService:
             if owner == self.self_id:
                 continue
             try:
-                reply = await self.executor.request(owner, "GET", f"/internal/documents/{collection}/{key}",
-                                                    params={"tombstones": "true"}, retries=0, timeout_s=5)
+                reply = await self.executor.request(
+                    owner,
+                    "GET",
+                    f"/internal/documents/{collection}/{key}",
+                    params={"tombstones": "true"},
+                    retries=0,
+                    timeout_s=5,
+                )
             except PeerError as exc:
                 if exc.status == 404:
                     continue
                 continue
             except PeerUnavailable:
                 continue
-            await run_in_threadpool(self.store.apply_replicated,
-                                    [Replicated(collection, key, int(reply["version"]), reply["document"])])
+            await run_in_threadpool(
+                self.store.apply_replicated,
+                [Replicated(collection, key, int(reply["version"]), reply["document"])],
+            )
             return
 
     # -- collections and search ----------------------------------------------------------------
@@ -456,23 +549,36 @@ class ClusterService:
     async def broadcast_collection(self, config: CollectionConfig) -> None:
         async def send(peer: str) -> None:
             try:
-                await self.executor.request(peer, "PUT", f"/internal/collections/{config.name}",
-                                            json_body=config.model_dump(mode="json"))
+                await self.executor.request(
+                    peer,
+                    "PUT",
+                    f"/internal/collections/{config.name}",
+                    json_body=config.model_dump(mode="json"),
+                )
             except (PeerUnavailable, PeerError) as exc:
-                log.warning("collection %s not declared on %s yet (%s); catch-up will", config.name, peer, exc)
+                log.warning(
+                    "collection %s not declared on %s yet (%s); catch-up will", config.name, peer, exc
+                )
 
         await asyncio.gather(*(send(p) for p in self._topology.peers))
 
-    async def search(self, collection: str, body: dict[str, Any], local: Callable[[], Awaitable[list[dict]]]
-                     ) -> tuple[list[dict], list[str]]:
+    async def search(
+        self, collection: str, body: dict[str, Any], local: Callable[[], Awaitable[list[dict]]]
+    ) -> tuple[list[dict], list[str]]:
         """Fan a search out to every shard, merge top-k; returns (results, shards that failed)."""
         started = time.perf_counter()
         failed: list[str] = []
 
         async def remote(peer: str) -> list[dict]:
             try:
-                reply = await self.executor.request(peer, "POST", f"/internal/collections/{collection}/search",
-                                                    json_body=body, idempotent=True, retries=1)
+                reply = await self.executor.request(
+                    peer,
+                    "POST",
+                    f"/internal/collections/{collection}/search",
+                    json_body=body,
+                    idempotent=True,
+                    retries=1,
+                )
                 return reply["results"]
             except PeerError as exc:
                 if exc.status == 404:  # the collection is not (yet) known there: no results there
@@ -486,4 +592,3 @@ class ClusterService:
         lists = await asyncio.gather(local(), *(remote(p) for p in self._topology.peers))
         self.metrics.fan_out.observe(time.perf_counter() - started)
         return merge_top_k(lists, body["k"]), failed
-

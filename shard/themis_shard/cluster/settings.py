@@ -108,10 +108,14 @@ class ClusterSettings(BaseSettings):
 
     def with_router(self, router: Any) -> ClusterSettings:
         """A copy taking thresholds/gamma/TTL from the plan's ``RouterSettings`` (plan wins)."""
-        return self.model_copy(update={
-            "thresholds": tuple(router.thresholds),
-            "gamma": float(router.gamma),
-            "announcement_ttl_s": float(router.announcement_ttl_s),
-            "latency_unit_ms": float(getattr(router, "latency_unit_ms", self.latency_unit_ms)),
-            "score_tie_tolerance": float(getattr(router, "score_tie_tolerance", self.score_tie_tolerance)),
-        })
+        return self.model_copy(
+            update={
+                "thresholds": tuple(router.thresholds),
+                "gamma": float(router.gamma),
+                "announcement_ttl_s": float(router.announcement_ttl_s),
+                "latency_unit_ms": float(getattr(router, "latency_unit_ms", self.latency_unit_ms)),
+                "score_tie_tolerance": float(
+                    getattr(router, "score_tie_tolerance", self.score_tie_tolerance)
+                ),
+            }
+        )

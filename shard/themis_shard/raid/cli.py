@@ -41,8 +41,10 @@ def _call(client: httpx.Client, method: str, url: str, **kw) -> tuple[int, dict]
 def _units(u: dict) -> str:
     if not u:
         return "units ?"
-    return f"units {u.get('ok', 0)}/{u.get('expected', 0)} ok, {u.get('missing', 0)} missing, " \
-           f"{u.get('corrupt', 0)} corrupt"
+    return (
+        f"units {u.get('ok', 0)}/{u.get('expected', 0)} ok, {u.get('missing', 0)} missing, "
+        f"{u.get('corrupt', 0)} corrupt"
+    )
 
 
 def status(args: argparse.Namespace) -> int:
@@ -65,12 +67,14 @@ def status(args: argparse.Namespace) -> int:
             layout, op, model = body["layout"], body["operation"], body.get("model") or {}
             health = "DEGRADED" if body.get("degraded") else ("ERROR" if body.get("error") else "ok")
             bad += health != "ok"
-            print(f"{s['shard_id']} {health} {layout.get('mode')} k={layout.get('data_units')} "
-                  f"m={layout.get('parity_units')} model={model.get('name', '-')} "
-                  f"{_units(body.get('units'))}; "
-                  f"last {op['op']} {op['state']} {op['progress']:.0%} "
-                  f"{op['rate_bytes_per_s'] / 1e6:.1f} MB/s, {op['units_repaired']} repaired"
-                  + (f" — {body['error']}" if body.get("error") else ""))
+            print(
+                f"{s['shard_id']} {health} {layout.get('mode')} k={layout.get('data_units')} "
+                f"m={layout.get('parity_units')} model={model.get('name', '-')} "
+                f"{_units(body.get('units'))}; "
+                f"last {op['op']} {op['state']} {op['progress']:.0%} "
+                f"{op['rate_bytes_per_s'] / 1e6:.1f} MB/s, {op['units_repaired']} repaired"
+                + (f" — {body['error']}" if body.get("error") else "")
+            )
     return 1 if bad else 0
 
 
@@ -86,8 +90,10 @@ def verify(args: argparse.Namespace) -> int:
                 continue
             broken = body["missing"] + body["corrupt"]
             bad += bool(broken)
-            print(f"{s['shard_id']} {'ok' if not broken else 'DEGRADED'} {_units(body)}"
-                  + (f" bad: {' '.join(body['bad_units'][:10])} (repair scheduled)" if broken else ""))
+            print(
+                f"{s['shard_id']} {'ok' if not broken else 'DEGRADED'} {_units(body)}"
+                + (f" bad: {' '.join(body['bad_units'][:10])} (repair scheduled)" if broken else "")
+            )
     return 1 if bad else 0
 
 
@@ -96,29 +102,38 @@ def rebuild(args: argparse.Namespace) -> int:
     bad = 0
     with httpx.Client(timeout=args.timeout, verify=tls) as client:
         for s in shards:
-            code, body = _call(client, "POST", f"{s['url']}/v1/raid/rebuild",
-                               json={"assemble": args.assemble})
+            code, body = _call(
+                client, "POST", f"{s['url']}/v1/raid/rebuild", json={"assemble": args.assemble}
+            )
             if code != 200:
                 print(f"{s['shard_id']} FAILED {body['error']['message']}")
                 bad += 1
                 continue
             op = body["operation"]
-            print(f"{s['shard_id']} {op['op']} {op['state']}: {op['units_repaired']} unit(s) repaired, "
-                  f"{op['bytes_transferred'] / 1e6:.1f} MB in {op['elapsed_s']:.2f}s; "
-                  f"{_units(body['units'])}")
+            print(
+                f"{s['shard_id']} {op['op']} {op['state']}: {op['units_repaired']} unit(s) repaired, "
+                f"{op['bytes_transferred'] / 1e6:.1f} MB in {op['elapsed_s']:.2f}s; "
+                f"{_units(body['units'])}"
+            )
     return 1 if bad else 0
 
 
 def ingest(args: argparse.Namespace) -> int:
     shards, tls = _shards(args)
     with httpx.Client(timeout=args.timeout, verify=tls) as client:
-        code, body = _call(client, "POST", f"{shards[0]['url']}/v1/raid/models",
-                           json={"source": args.source, "activate": args.activate})
+        code, body = _call(
+            client,
+            "POST",
+            f"{shards[0]['url']}/v1/raid/models",
+            json={"source": args.source, "activate": args.activate},
+        )
     if code != 201:
         print(f"ingest failed: {body['error']['message']}")
         return 1
-    print(f"ingested {body['name']} ({body['size']} bytes, {body['stripes']} stripes, {body['mode']}) "
-          f"key {body['key']}")
+    print(
+        f"ingested {body['name']} ({body['size']} bytes, {body['stripes']} stripes, {body['mode']}) "
+        f"key {body['key']}"
+    )
     return 0
 
 

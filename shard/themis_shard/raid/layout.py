@@ -54,15 +54,22 @@ class RaidLayout:
         if len(set(self.shards)) != len(self.shards):
             raise LayoutError(f"duplicate shard ids in {list(self.shards)}")
         if len(self.shards) < MIN_SHARDS[self.mode]:
-            raise LayoutError(f"{self.mode} needs at least {MIN_SHARDS[self.mode]} shards, "
-                              f"got {len(self.shards)}")
+            raise LayoutError(
+                f"{self.mode} needs at least {MIN_SHARDS[self.mode]} shards, got {len(self.shards)}"
+            )
         if self.k < 1 or self.m < 0:
             raise LayoutError(f"bad geometry k={self.k}, m={self.m}")
         if self.width > len(self.shards):
-            raise LayoutError(f"{self.mode} with k={self.k} + m={self.m} units per stripe needs "
-                              f"{self.width} shards, only {len(self.shards)} given")
-        expected_m = {"raid0": self.m == 0, "raid1": self.m >= 1 and self.k == 1,
-                      "raid5": self.m == 1, "raid6": self.m >= 1}
+            raise LayoutError(
+                f"{self.mode} with k={self.k} + m={self.m} units per stripe needs "
+                f"{self.width} shards, only {len(self.shards)} given"
+            )
+        expected_m = {
+            "raid0": self.m == 0,
+            "raid1": self.m >= 1 and self.k == 1,
+            "raid5": self.m == 1,
+            "raid6": self.m >= 1,
+        }
         if not expected_m[self.mode]:
             raise LayoutError(f"{self.mode} cannot have k={self.k}, m={self.m}")
         if self.unit_size < UNIT_ALIGN or self.unit_size % UNIT_ALIGN:
@@ -145,5 +152,12 @@ class RaidLayout:
         return min(start, size), min(start + self.unit_size, size)
 
     def describe(self) -> dict:
-        return {"mode": self.mode, "codec": self.codec, "shards": list(self.shards), "data_units": self.k,
-                "parity_units": self.m, "unit_size": self.unit_size, "tolerance": self.tolerance}
+        return {
+            "mode": self.mode,
+            "codec": self.codec,
+            "shards": list(self.shards),
+            "data_units": self.k,
+            "parity_units": self.m,
+            "unit_size": self.unit_size,
+            "tolerance": self.tolerance,
+        }

@@ -77,8 +77,14 @@ class Manifest(BaseModel):
         return self.digest[:24]
 
     def summary(self) -> dict:
-        return {"key": self.key, "name": self.name, "sha256": self.sha256, "size": self.size,
-                "stripes": self.stripes, **self.layout.describe()}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "sha256": self.sha256,
+            "size": self.size,
+            "stripes": self.stripes,
+            **self.layout.describe(),
+        }
 
     @classmethod
     def parse(cls, raw: bytes | str, expect_key: str | None = None) -> Manifest:

@@ -77,28 +77,42 @@ class Progress:
 class RaidMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.units = Gauge("themis_raid_units", "This shard's model units by state at the last scan",
-                           ["state"],
-                           registry=r)
-        self.repaired = Counter("themis_raid_units_repaired_total",
-                                "Units rebuilt from parity and written back",
-                                registry=r)
-        self.corrupt = Counter("themis_raid_corrupt_units_total",
-                               "Units found with a crc32 or length mismatch",
-                               registry=r)
-        self.transferred = Counter("themis_raid_transfer_bytes_total",
-                                   "Unit bytes fetched from or sent to peers",
-                                   ["op"], registry=r)
-        self.progress = Gauge("themis_raid_operation_progress_ratio",
-                              "Stripes done / total of the running operation",
-                              ["op"], registry=r)
-        self.rate = Gauge("themis_raid_transfer_rate_bytes_per_second",
-                          "Throughput of the last or running rebuild/assembly", ["op"], registry=r)
-        self.duration = Histogram("themis_raid_operation_seconds", "Ingest/rebuild/assembly/scrub durations",
-                                  ["op"], buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
-                                  registry=r)
-        self.lost = Gauge("themis_raid_unrecoverable_stripes",
-                          "Stripes with more lost units than the layout tolerates", registry=r)
+        self.units = Gauge(
+            "themis_raid_units", "This shard's model units by state at the last scan", ["state"], registry=r
+        )
+        self.repaired = Counter(
+            "themis_raid_units_repaired_total", "Units rebuilt from parity and written back", registry=r
+        )
+        self.corrupt = Counter(
+            "themis_raid_corrupt_units_total", "Units found with a crc32 or length mismatch", registry=r
+        )
+        self.transferred = Counter(
+            "themis_raid_transfer_bytes_total", "Unit bytes fetched from or sent to peers", ["op"], registry=r
+        )
+        self.progress = Gauge(
+            "themis_raid_operation_progress_ratio",
+            "Stripes done / total of the running operation",
+            ["op"],
+            registry=r,
+        )
+        self.rate = Gauge(
+            "themis_raid_transfer_rate_bytes_per_second",
+            "Throughput of the last or running rebuild/assembly",
+            ["op"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "themis_raid_operation_seconds",
+            "Ingest/rebuild/assembly/scrub durations",
+            ["op"],
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
+            registry=r,
+        )
+        self.lost = Gauge(
+            "themis_raid_unrecoverable_stripes",
+            "Stripes with more lost units than the layout tolerates",
+            registry=r,
+        )
 
 
 class _RateLimit:
@@ -118,8 +132,15 @@ class _RateLimit:
 
 
 class RaidService:
-    def __init__(self, settings: RaidSettings, self_id: str, store: UnitStore, executor: Any,
-                 topology: Callable[[], Any], registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        settings: RaidSettings,
+        self_id: str,
+        store: UnitStore,
+        executor: Any,
+        topology: Callable[[], Any],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.settings = settings
         self.self_id = self_id
         self.store = store
@@ -141,9 +162,14 @@ class RaidService:
     def for_node(cls, node: Any, settings: RaidSettings | None = None) -> RaidService:
         settings = settings or RaidSettings()
         store = UnitStore(settings.weights_path(node.settings.data_dir))
-        return cls(settings, node.settings.shard_id, store, node.cluster.executor,
-                   lambda: node.cluster.topology,
-                   node.metrics.registry)
+        return cls(
+            settings,
+            node.settings.shard_id,
+            store,
+            node.cluster.executor,
+            lambda: node.cluster.topology,
+            node.metrics.registry,
+        )
 
     # -- layout -------------------------------------------------------------------------------------
     def layout(self) -> RaidLayout:
@@ -169,8 +195,9 @@ class RaidService:
             if formed:
                 manifest = await self._peer_manifest(next(p for p, st in states.items() if st.get("formed")))
                 if manifest is None:
-                    raise RaidUnavailable("the formed cluster's manifest could not be read",
-                                          code="no_manifest")
+                    raise RaidUnavailable(
+                        "the formed cluster's manifest could not be read", code="no_manifest"
+                    )
                 self.store.save_manifest(manifest)
                 self.store.mark_formed(manifest.key)
                 self.origin = "cluster"
@@ -179,17 +206,21 @@ class RaidService:
                 if not states and self.peers():
                     # A new cluster starting (nobody serves yet) looks like this — and so does a shard
                     # that lost its volume while every peer was down. Say so loudly.
-                    log.warning("raid: no peer answered; striping %s from the source. If this cluster had "
-                                "already formed, this shard's units come from the source, not from parity.",
-                                source or "bundled")
+                    log.warning(
+                        "raid: no peer answered; striping %s from the source. If this cluster had "
+                        "already formed, this shard's units come from the source, not from parity.",
+                        source or "bundled",
+                    )
                 self.origin = "source"
                 manifest = await self.ingest_local(source, keep_file=assemble)
                 other = {st["key"] for st in states.values() if st.get("key")} - {manifest.key}
                 if other:
-                    raise RaidUnavailable(f"peers hold model(s) {sorted(other)} but this shard's source "
-                                          f"gives {manifest.key}: check THEMIS_RAID_SOURCE / unit size "
-                                          "on every shard",
-                                          code="manifest_conflict")
+                    raise RaidUnavailable(
+                        f"peers hold model(s) {sorted(other)} but this shard's source "
+                        f"gives {manifest.key}: check THEMIS_RAID_SOURCE / unit size "
+                        "on every shard",
+                        code="manifest_conflict",
+                    )
                 self.store.set_active(manifest.key)
                 self.model_path = self.store.model_path(manifest.key) if assemble else None
                 return self.model_path
@@ -205,16 +236,21 @@ class RaidService:
         key = self.store.active_key
         scan = self.last_scan
         complete = bool(key and scan.get("key") == key and scan.get("ok") == scan.get("expected"))
-        return {"shard_id": self.self_id, "key": key, "complete": complete,
-                "formed": bool(key and self.store.is_formed(key))}
+        return {
+            "shard_id": self.self_id,
+            "key": key,
+            "complete": complete,
+            "formed": bool(key and self.store.is_formed(key)),
+        }
 
     async def _peer_states(self, manifest: Manifest | None = None) -> dict[str, dict]:
         from ..cluster.remote import PeerError, PeerUnavailable
 
         async def ask(peer: str) -> dict | None:
             try:
-                return await self.executor.request(peer, "GET", "/internal/raid/state", retries=0,
-                                                   timeout_s=5)
+                return await self.executor.request(
+                    peer, "GET", "/internal/raid/state", retries=0, timeout_s=5
+                )
             except (PeerUnavailable, PeerError):
                 return None
 
@@ -237,8 +273,10 @@ class RaidService:
             return True
         states = await self._peer_states(manifest)
         if any(st.get("formed") and st.get("key") == manifest.key for st in states.values()) or (
-                self.local_state()["complete"] and len(states) == len(manifest.shards) - 1
-                and all(st.get("key") == manifest.key and st.get("complete") for st in states.values())):
+            self.local_state()["complete"]
+            and len(states) == len(manifest.shards) - 1
+            and all(st.get("key") == manifest.key and st.get("complete") for st in states.values())
+        ):
             self.store.mark_formed(manifest.key)
             log.info("raid: model %s formed on all %d shards", manifest.key, len(manifest.shards))
             return True
@@ -280,9 +318,9 @@ class RaidService:
         from ..cluster.remote import PeerError, PeerUnavailable
 
         try:
-            raw = await self.executor.request(peer, "GET", "/internal/raid/manifest", expect="bytes",
-                                              retries=0,
-                                              timeout_s=5)
+            raw = await self.executor.request(
+                peer, "GET", "/internal/raid/manifest", expect="bytes", retries=0, timeout_s=5
+            )
         except (PeerUnavailable, PeerError):
             return None
         try:
@@ -320,11 +358,14 @@ class RaidService:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             timeout = httpx.Timeout(60, connect=10)
-            async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client, \
-                    client.stream("GET", url) as resp:
+            async with (
+                httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client,
+                client.stream("GET", url) as resp,
+            ):
                 if resp.status_code != 200:
-                    raise RaidUnavailable(f"download of {url} failed: HTTP {resp.status_code}",
-                                          code="source_unavailable")
+                    raise RaidUnavailable(
+                        f"download of {url} failed: HTTP {resp.status_code}", code="source_unavailable"
+                    )
                 with open(target, "wb") as f:
                     async for chunk in resp.aiter_bytes(1 << 20):
                         await asyncio.to_thread(f.write, chunk)
@@ -357,12 +398,19 @@ class RaidService:
                 if temporary:
                     path.unlink(missing_ok=True)
             self._finish(progress, started)
-            log.info("raid: striped %s (%d bytes) into %d stripes, %s, key %s", name, manifest.size,
-                     manifest.stripes, layout.mode, manifest.key)
+            log.info(
+                "raid: striped %s (%d bytes) into %d stripes, %s, key %s",
+                name,
+                manifest.size,
+                manifest.stripes,
+                layout.mode,
+                manifest.key,
+            )
             return manifest
 
-    def _stripe_here(self, path: Path, layout: RaidLayout, name: str, staging: Path,
-                     progress: Progress) -> Manifest:
+    def _stripe_here(
+        self, path: Path, layout: RaidLayout, name: str, staging: Path, progress: Progress
+    ) -> Manifest:
         """Runs in a thread: units go to a staging dir until the manifest (their key) is known."""
         import shutil
 
@@ -396,16 +444,23 @@ class RaidService:
                 body = manifest.canonical()
                 self.store.save_manifest(manifest)
                 for peer in self.peers(manifest):
-                    await self.executor.request(peer, "PUT", f"/internal/raid/manifests/{manifest.key}",
-                                                content=body, headers={"content-type": "application/json"},
-                                                expect="none", timeout_s=30)
+                    await self.executor.request(
+                        peer,
+                        "PUT",
+                        f"/internal/raid/manifests/{manifest.key}",
+                        content=body,
+                        headers={"content-type": "application/json"},
+                        expect="none",
+                        timeout_s=30,
+                    )
                 progress = self._begin("ingest", manifest.stripes)
                 started = time.monotonic()
                 await self._place_units(path, manifest, progress)
                 if activate:
                     for peer in self.peers(manifest):
-                        await self.executor.request(peer, "PUT", f"/internal/raid/active/{manifest.key}",
-                                                    expect="none", timeout_s=30)
+                        await self.executor.request(
+                            peer, "PUT", f"/internal/raid/active/{manifest.key}", expect="none", timeout_s=30
+                        )
                     self.store.set_active(manifest.key)
                 self._finish(progress, started)
                 return manifest
@@ -469,9 +524,17 @@ class RaidService:
                     unit = np.frombuffer(data, np.uint8)
                     await asyncio.to_thread(self.store.write_unit, manifest, ref, unit)
                 else:
-                    sends.append(self.executor.request(
-                        owner, "PUT", f"/internal/raid/units/{manifest.key}/{s}/{u}", content=data,
-                        headers={"content-type": "application/octet-stream"}, expect="none", timeout_s=60))
+                    sends.append(
+                        self.executor.request(
+                            owner,
+                            "PUT",
+                            f"/internal/raid/units/{manifest.key}/{s}/{u}",
+                            content=data,
+                            headers={"content-type": "application/octet-stream"},
+                            expect="none",
+                            timeout_s=60,
+                        )
+                    )
             await asyncio.gather(*sends)
             sent = sum(len(d) for d in units)
             self.metrics.transferred.labels(op="ingest").inc(sent)
@@ -497,14 +560,22 @@ class RaidService:
         states = await asyncio.to_thread(scan)
         if states["corrupt"]:
             self.metrics.corrupt.inc(len(states["corrupt"]))
-            log.warning("raid: %d corrupt unit(s) on %s: %s", len(states["corrupt"]), self.self_id,
-                        states["corrupt"][:10])
+            log.warning(
+                "raid: %d corrupt unit(s) on %s: %s",
+                len(states["corrupt"]),
+                self.self_id,
+                states["corrupt"][:10],
+            )
         for state, units in states.items():
             self.metrics.units.labels(state=state).set(len(units))
         self.metrics.duration.labels(op="verify").observe(time.monotonic() - started)
-        self.last_scan = {"key": manifest.key, "at": time.time(), "expected": len(refs),
-                          **{k: len(v) for k, v in states.items()},
-                          "bad_units": (states["missing"] + states["corrupt"])[:100]}
+        self.last_scan = {
+            "key": manifest.key,
+            "at": time.time(),
+            "expected": len(refs),
+            **{k: len(v) for k, v in states.items()},
+            "bad_units": (states["missing"] + states["corrupt"])[:100],
+        }
         return self.last_scan
 
     # -- rebuild and assembly -----------------------------------------------------------------------
@@ -570,9 +641,11 @@ class RaidService:
                 await asyncio.gather(*(worker() for _ in range(self.settings.parallel_stripes)))
                 if lost or down:
                     self.metrics.lost.set(len(lost) + len(down))
-                    summary = (f"{len(lost) + len(down)} stripe(s) of {manifest.name} cannot be rebuilt "
-                               f"({layout.mode} tolerates {layout.tolerance} lost shard(s)): "
-                               f"{(lost + down)[0]}")
+                    summary = (
+                        f"{len(lost) + len(down)} stripe(s) of {manifest.name} cannot be rebuilt "
+                        f"({layout.mode} tolerates {layout.tolerance} lost shard(s)): "
+                        f"{(lost + down)[0]}"
+                    )
                     if lost:
                         raise RaidUnrecoverable(summary)
                     raise _PeersDown(summary)
@@ -591,12 +664,19 @@ class RaidService:
                 self._fail(progress, exc)
                 raise
             self._finish(progress, started)
-            log.info("raid: %s of %s done: %d unit(s) repaired, %d bytes fetched in %.2fs", op, manifest.name,
-                     progress.units_repaired, progress.bytes_transferred, time.monotonic() - started)
+            log.info(
+                "raid: %s of %s done: %d unit(s) repaired, %d bytes fetched in %.2fs",
+                op,
+                manifest.name,
+                progress.units_repaired,
+                progress.bytes_transferred,
+                time.monotonic() - started,
+            )
             return progress.as_dict()
 
-    async def _sync_stripe(self, manifest: Manifest, s: int, codec: Any, fd: int | None,
-                           progress: Progress) -> int:
+    async def _sync_stripe(
+        self, manifest: Manifest, s: int, codec: Any, fd: int | None, progress: Progress
+    ) -> int:
         """Read (local or peer), reconstruct and write back one stripe; returns bytes fetched."""
         from ..cluster.remote import PeerError, PeerUnavailable
 
@@ -619,8 +699,14 @@ class RaidService:
             nonlocal fetched
             peer = layout.shard_of(s, u)
             try:
-                raw = await self.executor.request(peer, "GET", f"/internal/raid/units/{manifest.key}/{s}/{u}",
-                                                  expect="bytes", retries=1, timeout_s=60)
+                raw = await self.executor.request(
+                    peer,
+                    "GET",
+                    f"/internal/raid/units/{manifest.key}/{s}/{u}",
+                    expect="bytes",
+                    retries=1,
+                    timeout_s=60,
+                )
             except PeerUnavailable:
                 broken[u] = f"{peer} unreachable"
                 unreachable.add(u)
@@ -640,18 +726,22 @@ class RaidService:
         missing = need - have.keys()
         if missing:
             # Survivors: redundancy first (data units already failed or are what we need).
-            extra = sorted((u for u in range(layout.width) if u not in have and u not in broken),
-                           key=lambda u: (u < layout.k, u))
+            extra = sorted(
+                (u for u in range(layout.width) if u not in have and u not in broken),
+                key=lambda u: (u < layout.k, u),
+            )
             while len(have) < layout.k and extra:
-                batch, extra = extra[:layout.k - len(have)], extra[layout.k - len(have):]
+                batch, extra = extra[: layout.k - len(have)], extra[layout.k - len(have) :]
                 await asyncio.gather(*(fetch(u) for u in batch))
             if len(have) < layout.k:
                 # Worth waiting only if the unreachable peers coming back would be enough.
                 peers_down = len(have) + len(unreachable) >= layout.k
-                detail = ", ".join(f"unit {u} ({layout.shard_of(s, u)}): {why}"
-                                   for u, why in sorted(broken.items()))
-                raise _StripeLost(f"stripe {s}: {len(have)} of {layout.k} needed units readable; {detail}",
-                                  peers_down)
+                detail = ", ".join(
+                    f"unit {u} ({layout.shard_of(s, u)}): {why}" for u, why in sorted(broken.items())
+                )
+                raise _StripeLost(
+                    f"stripe {s}: {len(have)} of {layout.k} needed units readable; {detail}", peers_down
+                )
             try:
                 rebuilt = await asyncio.to_thread(codec.reconstruct, have, sorted(missing))
             except NotEnoughUnits as exc:
@@ -674,9 +764,11 @@ class RaidService:
         digest = await asyncio.to_thread(sha256_file, path)
         if digest != manifest.sha256 or path.stat().st_size != manifest.size:
             path.unlink(missing_ok=True)
-            raise RaidUnrecoverable(f"assembled {manifest.name} fails verification: sha256 {digest[:16]}… "
-                                    f"!= manifest {manifest.sha256[:16]}…; not loading it",
-                                    code="model_verification_failed")
+            raise RaidUnrecoverable(
+                f"assembled {manifest.name} fails verification: sha256 {digest[:16]}… "
+                f"!= manifest {manifest.sha256[:16]}…; not loading it",
+                code="model_verification_failed",
+            )
 
     # -- progress -----------------------------------------------------------------------------------
     def _begin(self, op: str, total: int) -> Progress:
@@ -705,12 +797,19 @@ class RaidService:
             layout = self.layout().describe()
         except ValueError as exc:
             layout = {"error": str(exc)}
-        return {"enabled": True, "shard_id": self.self_id, "layout": layout,
-                "formed": bool(manifest and self.store.is_formed(manifest.key)), "origin": self.origin,
-                "model": manifest.summary() if manifest else None,
-                "model_path": str(self.model_path) if self.model_path else None,
-                "units": self.last_scan, "operation": self.progress.as_dict(), "error": self.error,
-                "degraded": bool(self.last_scan.get("missing") or self.last_scan.get("corrupt"))}
+        return {
+            "enabled": True,
+            "shard_id": self.self_id,
+            "layout": layout,
+            "formed": bool(manifest and self.store.is_formed(manifest.key)),
+            "origin": self.origin,
+            "model": manifest.summary() if manifest else None,
+            "model_path": str(self.model_path) if self.model_path else None,
+            "units": self.last_scan,
+            "operation": self.progress.as_dict(),
+            "error": self.error,
+            "degraded": bool(self.last_scan.get("missing") or self.last_scan.get("corrupt")),
+        }
 
 
 class _StripeLost(Exception):

@@ -31,8 +31,13 @@ def codec_for(layout: RaidLayout) -> Codec:
     return make_codec(layout.codec, layout.k, layout.m, layout.unit_size)
 
 
-def iter_stripes(f: BinaryIO, layout: RaidLayout, size: int, codec: Codec | None = None,
-                 hasher: hashlib._Hash | None = None) -> Iterator[Stripe]:
+def iter_stripes(
+    f: BinaryIO,
+    layout: RaidLayout,
+    size: int,
+    codec: Codec | None = None,
+    hasher: hashlib._Hash | None = None,
+) -> Iterator[Stripe]:
     codec = codec or codec_for(layout)
     buf = np.zeros(layout.stripe_bytes, dtype=np.uint8)
     view = memoryview(buf)
@@ -50,7 +55,7 @@ def iter_stripes(f: BinaryIO, layout: RaidLayout, size: int, codec: Codec | None
         if hasher is not None:
             hasher.update(view[:want])
         remaining -= want
-        data = [buf[i * layout.unit_size:(i + 1) * layout.unit_size] for i in range(layout.k)]
+        data = [buf[i * layout.unit_size : (i + 1) * layout.unit_size] for i in range(layout.k)]
         units = data + codec.encode(data)
         yield Stripe(s, units, [crc32(u) for u in units])
 
@@ -69,9 +74,17 @@ def stripe_file(path: Path, layout: RaidLayout, name: str, on_stripe=None) -> Ma
 
 
 def manifest_for(layout: RaidLayout, name: str, size: int, sha256: str, rows) -> Manifest:
-    return Manifest(name=name, sha256=sha256, size=size, mode=layout.mode, shards=layout.shards,
-                    data_units=layout.k, parity_units=layout.m, unit_size=layout.unit_size,
-                    crc32=tuple(tuple(r) for r in rows))
+    return Manifest(
+        name=name,
+        sha256=sha256,
+        size=size,
+        mode=layout.mode,
+        shards=layout.shards,
+        data_units=layout.k,
+        parity_units=layout.m,
+        unit_size=layout.unit_size,
+        crc32=tuple(tuple(r) for r in rows),
+    )
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
