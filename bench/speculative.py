@@ -7,7 +7,9 @@ shared machine's noise hits all rows alike; per configuration we report generate
 prompts, the acceptance rate (accepted / drafted) and the mean accepted length per verify round.
 
 Prompt sets: "rag" — answers that quote a context passage (prompt lookup's strong case);
-"open" — open-ended prompts with little to copy (where speculation must not cost anything).
+"open" — open-ended prompts, greedy (a 270M model soon repeats itself, so lookup still finds
+matches); "sampled" — the open prompts at temperature 0.8 (fixed seeds): little repeats, drafts
+are often wrong, and speculation must not cost anything there (the adaptive rows).
 
 Draft sources: prompt lookup (always); with ``--draft-gguf`` (e.g. made with
 ``python -m themis_shard.llm.tools.draft_model bundled OUT --keep 15``) a local draft model and
@@ -139,14 +141,21 @@ def main() -> None:
             )
     eng.start()
 
-    prompts = {"rag": [model.tokenize(p) for p in RAG], "open": [model.tokenize(p) for p in OPEN]}
+    prompts = {
+        "rag": [model.tokenize(p) for p in RAG],
+        "open": [model.tokenize(p) for p in OPEN],
+        "sampled": [model.tokenize(p) for p in OPEN],
+    }
     stats = {
         (c, s): [0, 0.0, 0, 0, 0] for c in configs for s in prompts
     }  # tokens, secs, drafted, accepted, rounds
-    params = SamplingParams(max_tokens=args.max_tokens)
-    for _r in range(args.rounds):
+    for r in range(args.rounds):
         for set_name, plist in prompts.items():
-            for toks in plist:
+            for i, toks in enumerate(plist):
+                if set_name == "sampled":
+                    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.8, seed=100 * r + i)
+                else:
+                    params = SamplingParams(max_tokens=args.max_tokens)
                 for cname, spec in configs.items():
                     eng.speculator = spec
                     run = Run()
@@ -162,9 +171,9 @@ def main() -> None:
                         st[3] += seq.spec.accepted
                         st[4] += seq.spec.rounds
     eng.stop()
-    print(f"\nspeculative decoding, greedy, 1 stream, {args.max_tokens} tokens, {args.rounds} rounds")
+    print(f"\nspeculative decoding, 1 stream, {args.max_tokens} tokens, {args.rounds} rounds")
     print(f"learnt verify cost: base {cost.base * 1e3:.1f} ms + {cost.row * 1e3:.1f} ms per draft token\n")
-    print(f"{'prompts':6} {'configuration':20} {'tok/s':>7} {'vs plain':>8} {'accept':>7} {'acc/round':>9}")
+    print(f"{'prompts':7} {'configuration':20} {'tok/s':>7} {'vs plain':>8} {'accept':>7} {'acc/round':>9}")
     for set_name in prompts:
         plain = stats[("plain", set_name)]
         base = plain[0] / plain[1]
@@ -173,7 +182,15 @@ def main() -> None:
             rate = tok / secs
             ar = f"{acc / dr:7.2f}" if dr else f"{'-':>7}"
             al = f"{acc / rounds:9.2f}" if rounds else f"{'-':>9}"
-            print(f"{set_name:6} {cname:20} {rate:7.1f} {rate / base:8.2f}x {ar} {al}")
+            print(f"{set_name:7} {cname:20} {rate:7.1f} {rate / base:8.2f}x {ar} {al}")
+    if args.draft_gguf:
+        print("\nE2E latency remote/local draft (same draft model, same cores, fixed n=4):")
+        for set_name in prompts:
+            loc, rem = stats[("local fixed n=4", set_name)], stats[("remote fixed n=4", set_name)]
+            print(
+                f"  {set_name:7} {rem[1] / loc[1]:.2f}x  (per token: {rem[1] / rem[0] * 1e3:.1f} ms vs "
+                f"{loc[1] / loc[0] * 1e3:.1f} ms)"
+            )
 
 
 if __name__ == "__main__":

@@ -93,7 +93,9 @@ class LocalCluster:
         router: dict | None = None,
         env: dict[str, str] | None = None,
         adapters: tuple = (),
+        shard_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
+        """``env``: for every shard; ``shard_env``: shard id → more, for that shard only."""
         from themis_shard.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
@@ -113,6 +115,7 @@ class LocalCluster:
             )
         )
         self.env = env or {}
+        self.shard_env = shard_env or {}
         self.plan_path = root / "plan.json"
         self.plan_path.write_text(self.plan.to_json())
         self.llm = llm
@@ -137,6 +140,7 @@ class LocalCluster:
             "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "3",
             "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "10",
             **self.env,
+            **self.shard_env.get(shard_id, {}),
         }
         log = open(self.root / f"{shard_id}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)

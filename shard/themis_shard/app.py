@@ -45,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.llm = node.llm
             await node.llm.start()
             node.cluster.runtime = node.llm  # adapters to announce through gossip
+            node.llm.draft_resolver = node.cluster.draft_target  # the draft shard (issue 6)
         await node.cluster.start()
         app.state.node = node
         try:

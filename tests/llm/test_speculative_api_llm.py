@@ -46,3 +46,43 @@ def test_speculative_request_returns_the_plain_greedy_text_and_exports_metrics(h
         ), name
     drafted = [ln for ln in text.splitlines() if ln.startswith("themis_speculation_draft_tokens_total{")]
     assert drafted and float(drafted[0].split()[-1]) > 0
+
+
+def drafted_total(http) -> float:
+    lines = [
+        ln
+        for ln in http.get("/metrics").text.splitlines()
+        if ln.startswith("themis_speculation_draft_tokens_total{")
+    ]
+    return sum(float(ln.split()[-1]) for ln in lines)
+
+
+def test_openai_routes_take_the_speculative_extension(http):
+    before = drafted_total(http)
+    r = http.post(
+        "/v1/completions",
+        json={"prompt": RAG_PROMPT, "max_tokens": 16, "temperature": 0, "speculative": True},
+    )
+    assert r.status_code == 200, r.text
+    assert drafted_total(http) > before
+    after_completions = drafted_total(http)
+    r = http.post(
+        "/v1/completions",
+        json={"prompt": RAG_PROMPT, "max_tokens": 16, "temperature": 0, "speculative": False},
+    )
+    assert r.status_code == 200 and drafted_total(http) == after_completions
+
+
+def test_this_shard_as_a_draft_shard_validates_its_input(http):
+    """``/internal/draft`` with the shard's own model as the draft (no draft model configured)."""
+    ok = http.post("/internal/draft", json={"rid": "r1", "pos": 0, "tokens": [2, 818, 5279], "k": 3})
+    assert ok.status_code == 200, ok.text
+    assert len(ok.json()["tokens"]) == 3 and ok.json()["q"] is None  # greedy: point masses
+    bad = http.post("/internal/draft", json={"rid": "r2", "pos": 0, "tokens": [2, 10**9], "k": 3})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_token"
+    lost = http.post("/internal/draft", json={"rid": "never-seen", "pos": 5, "tokens": [3], "k": 2})
+    assert lost.status_code == 409 and lost.json()["error"]["code"] == "draft_state_lost"
+    assert (
+        http.post("/internal/draft", json={"rid": "r1", "pos": 0, "tokens": [2], "k": 99}).status_code == 400
+    )
+    assert http.delete("/internal/draft/r1").status_code == 200

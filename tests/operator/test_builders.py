@@ -155,6 +155,7 @@ def test_pvc_model_sources_are_mounted_read_only_and_passed_as_paths():
     env = env_of(sts)
     assert env["THEMIS_LLM_MODEL_PATH"] == "/models/models/gemma/q4.gguf"
     assert env["THEMIS_LLM_DRAFT_MODEL_PATH"] == "/models/models/draft.gguf"
+    assert env["THEMIS_LLM_SPECULATIVE_SOURCE"] == "local"  # the draft model is used, not just mounted
     vols = [v for v in sts["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
     assert vols == [{"name": "models-0", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}]
 

@@ -65,6 +65,8 @@ def _env(ctx: ClusterContext) -> list[dict]:
     ]
     if spec.model.sha256:
         env.append(var("THEMIS_LLM_MODEL_SHA256", spec.model.sha256))
+    if spec.draft_model is not None:  # a draft model on every shard: speculate with it locally
+        env.append(var("THEMIS_LLM_SPECULATIVE_SOURCE", "local"))
     for prefix, ref in (("DRAFT", spec.draft_model), ("EMBEDDING", spec.embedding_model)):
         if ref is None:
             continue

@@ -50,4 +50,20 @@ async def cluster_status(shard: Node) -> dict:
         "gossip": cluster.gossiper is not None,
         "draining": list(topo.plan.draining),
         "migration": cluster.migration.as_dict(),
+        "speculation": _speculation(shard),
+    }
+
+
+def _speculation(shard: ShardNode) -> dict | None:
+    """Where this shard's speculative drafts come from (issue 6); None without an LLM."""
+    rt = shard.llm
+    if rt is None:
+        return None
+    s = rt.settings
+    target = rt._draft_target() if s.speculative_source == "remote" else None
+    return {
+        "source": s.speculative_source,
+        "default": s.speculative_default,
+        "draft_shard": (target.peer or target.url) if target is not None else None,
+        "serves_drafts_for": rt.draft_of or None,
     }

@@ -1,11 +1,10 @@
 """``/internal/draft``: this shard as a draft shard for cross-shard speculative decoding
 (protocol in ``llm/speculative/remote.py``). The draft model is ``THEMIS_LLM_DRAFT_MODEL_PATH``,
-or this shard's own model when unset (a small model serving as another shard's draft); it is
-loaded on the first call into ``app.state.draft_service``."""
+or this shard's own model when unset (a small model serving as another shard's draft); the
+runtime loads it at start with ``THEMIS_LLM_SERVE_DRAFTS`` (and announces it through gossip),
+else on the first call."""
 
 from __future__ import annotations
-
-import threading
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -13,9 +12,9 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import ThemisError, Unavailable
 from ..llm.sampling import SamplingError, SamplingParams
+from ..llm.speculative.drafts import DraftUnavailable
 
 router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
-_init_lock = threading.Lock()
 
 
 class DraftBody(BaseModel):
@@ -30,28 +29,18 @@ class DraftBody(BaseModel):
 
 
 def draft_service(request: Request):
-    app = request.app
-    svc = getattr(app.state, "draft_service", None)
-    if svc is not None:
-        return svc
-    with _init_lock:
-        svc = getattr(app.state, "draft_service", None)
+    rt = getattr(request.app.state, "llm", None)
+    if rt is None:
+        svc = getattr(request.app.state, "draft_service", None)  # a bare draft server (bench)
         if svc is None:
-            settings = getattr(app.state, "settings", None)
-            llm = getattr(settings, "llm", None)
-            if llm is None or not llm.enabled:
-                raise Unavailable("this shard serves no model", code="llm_disabled")
-            from ..llm.speculative.local_draft import LocalDraftModel
-            from ..llm.speculative.remote import DraftService
-
-            path = llm.draft_model_path or llm.model_path
-            svc = app.state.draft_service = DraftService(LocalDraftModel.open(path, n_ctx=llm.n_ctx))
-    return svc
+            raise Unavailable("this shard serves no model", code="llm_disabled")
+        return svc
+    return rt.draft_service()
 
 
 @router.post("/draft")
 async def draft(body: DraftBody, request: Request) -> dict:
-    svc = draft_service(request)
+    svc = await run_in_threadpool(draft_service, request)  # the first call loads the draft model
     try:
         params = SamplingParams(
             max_tokens=body.k,
@@ -62,15 +51,21 @@ async def draft(body: DraftBody, request: Request) -> dict:
         ).validate()
     except SamplingError as exc:
         raise ThemisError(str(exc), code="invalid_sampling", status=400) from exc
+    n_vocab = svc.source.model.n_vocab
+    if any(t < 0 or t >= n_vocab for t in body.tokens):
+        raise ThemisError(f"token ids must be in [0, {n_vocab})", code="invalid_token", status=400)
     try:
         return await run_in_threadpool(svc.draft, body.rid, body.pos, body.tokens, body.k, params)
     except LookupError as exc:
         raise ThemisError(str(exc), code="draft_state_lost", status=409) from exc
+    except DraftUnavailable as exc:
+        raise Unavailable(str(exc), code="draft_unavailable") from exc
 
 
 @router.delete("/draft/{rid}")
 async def release(rid: str, request: Request) -> dict:
-    svc = getattr(request.app.state, "draft_service", None)
+    rt = getattr(request.app.state, "llm", None)
+    svc = rt._draft_service if rt is not None else getattr(request.app.state, "draft_service", None)
     if svc is not None:
         await run_in_threadpool(svc.release, rid)
     return {"released": rid}

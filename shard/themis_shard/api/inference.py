@@ -38,8 +38,10 @@ class InferBody(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
-    speculative: bool = Field(
-        False, description="speculative decoding (draft + exact verification; same output distribution)"
+    speculative: bool | None = Field(
+        None,
+        description="speculative decoding (draft + exact verification; same output distribution); "
+        "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
     )
     priority: int = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
 

@@ -48,6 +48,8 @@ class _Common(BaseModel):
     adapter: str | None = None
     domain: str | None = None
     priority: int = Field(0, ge=-1000, le=1000)
+    #: speculative decoding (same output distribution); None = the shard's default
+    speculative: bool | None = None
 
     def check(self) -> None:
         if self.n != 1:
@@ -153,6 +155,7 @@ async def completions(body: CompletionBody, request: Request):
                     domain=body.domain,
                     params=params,
                     priority=body.priority,
+                    speculative=body.speculative,
                 )
             )
     except Exception:
@@ -245,6 +248,7 @@ async def chat_completions(body: ChatBody, request: Request):
         params=_params(rt, body, max_tokens),
         priority=body.priority,
         special=True,
+        speculative=body.speculative,
     )
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     if body.stream:

@@ -69,6 +69,9 @@ class ShardLoad(_Record):
     pending_llm_requests: int = Field(0, ge=0)
     avg_llm_queue_ms: float = Field(0.0, ge=0)
     active_lora_adapters: int = Field(0, ge=0)
+    #: sha256 of the model this shard drafts for at ``/internal/draft`` ("" = serves no drafts):
+    #: verify shards with that model pick their draft shard from these (issue 6).
+    draft_of: str = Field("", max_length=64)
 
 
 class MemberRecord(_Record):

@@ -147,6 +147,8 @@ class RemoteExecutor:
                 settings.tls_key_path,
                 check_hostname=settings.tls_check_hostname,
             )
+        #: the client TLS context, also used by the engine's draft-shard client (/internal mTLS)
+        self.ssl_context = ssl_context
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock

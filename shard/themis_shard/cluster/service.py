@@ -122,6 +122,12 @@ class ClusterService:
         for member in plan.members:
             if member.shard_id != self_id:
                 self.state.add_seed(member.shard_id, member.url, time.monotonic())
+        if load is not None:
+            sample = load
+
+            def load() -> ShardLoad:  # what the engine's metrics say, plus what we draft for
+                return sample().model_copy(update={"draft_of": self._draft_of()})
+
         secret = self.settings.gossip_secret
         self.gossiper: Gossiper | None = None
         if secret is not None and self._topology.clustered:
@@ -162,6 +168,41 @@ class ClusterService:
 
     def _resolve(self, shard_id: str) -> str:
         return self._topology.url(shard_id)
+
+    # -- speculative decoding: this shard's draft shard (issue 6) ---------------------------------
+
+    def _draft_of(self) -> str:
+        return getattr(self.runtime, "draft_of", "") if self.runtime is not None else ""
+
+    def draft_target(self):
+        """The peer to fetch drafts from (``LLMSettings.draft_shard``: an id, or "auto" = the
+        least-loaded live peer gossiping ``draft_of`` = our model); None when there is none."""
+        from ..llm.speculative.remote import DraftTarget
+        from .draft_shard import choose_draft_shard
+
+        if self.runtime is None:
+            return None
+        want = self.runtime.settings.draft_shard
+        if want == "auto":
+            try:
+                sha = self.runtime.model(None).fingerprint.sha256
+            except Exception:
+                return None
+            unavailable = self.executor.open_peers() | self.view.dead_peers()
+            want = choose_draft_shard(
+                dict(self.state.members), self_id=self.self_id, model_sha256=sha, unavailable=unavailable
+            )
+        if not want or want == self.self_id:
+            return None
+        try:
+            url = self._resolve(want)
+        except KeyError:
+            url = self.state.members[want].url if want in self.state.members else ""
+        if not url:
+            return None
+        return DraftTarget(
+            url, peer=want, breaker=self.executor.breakers.get(want), ssl_context=self.executor.ssl_context
+        )
 
     def _mtime(self) -> float | None:
         try:

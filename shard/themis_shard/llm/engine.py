@@ -83,6 +83,7 @@ class Engine:
         #: Speculative decoding hook (speculative.Speculator), attached before start(); used for
         #: sequences submitted with ``speculative=True``.
         self.speculator = None
+        self._draft_pool: concurrent.futures.ThreadPoolExecutor | None = None  # remote drafts
         self._metrics = metrics
         self._m = (
             {
@@ -145,6 +146,8 @@ class Engine:
             self._cv.notify()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        if self._draft_pool is not None:
+            self._draft_pool.shutdown(wait=False, cancel_futures=True)
         self.ctx.close()
 
     def submit(
@@ -275,15 +278,14 @@ class Engine:
         batch.clear()
         outputs: list[tuple[Sequence, int, int | None, Any]] = []
         prefill = sum(n for seq, n in plan.work if not seq.decoding)
-        spare = batch.capacity - plan.n_tokens  # batch room for draft tokens
+        drafts = self._drafts(plan.work, batch.capacity - plan.n_tokens)
         for seq, n in plan.work:
             a = seq.n_cached
             completes = a + n == len(seq.tokens)
-            draft = self._draft(seq, spare) if completes and n == 1 and seq.speculative else None
+            draft = drafts.get(seq.rid) if completes else None
             if draft is None:
                 idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits="last" if completes else "none")
             else:  # speculative round: pending token + draft, logits for each to verify them
-                spare -= len(draft.tokens)
                 idx = batch.add(seq.tokens[a : a + n] + draft.tokens, a, seq.slot, logits="all")
             outputs.append((seq, n, idx if completes else None, draft))
         t_decode = time.perf_counter()
@@ -324,16 +326,35 @@ class Engine:
 
     # -- speculative decoding hook (logic in speculative/) ---------------------------------------
 
-    def _draft(self, seq: Sequence, spare: int):
-        """Draft tokens to verify after ``seq``'s pending token, or None for a plain round."""
-        if self.speculator is None:
-            return None
+    def _drafts(self, work, spare: int) -> dict:
+        """Draft tokens per decoding speculative sequence (rid → Draft), within ``spare`` batch
+        room. A remote source's round trips run in parallel (``source.concurrent``): one
+        iteration waits for the slowest draft, not for the sum of them."""
+        if self.speculator is None or spare <= 0:
+            return {}
+        cands = [s for s, n in work if n == 1 and s.speculative and s.n_cached + 1 == len(s.tokens)]
+        if not cands:
+            return {}
+        limits = [self._draft_limit(s, spare // len(cands)) for s in cands]
+        if len(cands) > 1 and getattr(self.speculator.source, "concurrent", False):
+            if self._draft_pool is None:
+                self._draft_pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="draft")
+            found = list(self._draft_pool.map(self._propose, cands, limits))
+        else:
+            found = [self._propose(s, lim) for s, lim in zip(cands, limits, strict=True)]
+        out = {}
+        for seq, draft in zip(cands, found, strict=True):
+            if draft is not None and self.ledger.grow(seq, seq.n_cached + 1 + len(draft.tokens)):
+                out[seq.rid] = draft  # (no free pages for the draft's cells: decode plainly)
+        return out
+
+    def _draft_limit(self, seq: Sequence, spare: int) -> int:
         a = seq.n_cached
-        limit = min(spare, seq.params.max_tokens - seq.n_generated - 1, self.ledger.capacity_cells - a - 2)
-        draft = self.speculator.draft(seq, limit) if limit > 0 else None
-        if draft is not None and not self.ledger.grow(seq, a + 1 + len(draft.tokens)):
-            return None  # no free pages for the draft's cells: decode plainly
-        return draft
+        return min(spare, seq.params.max_tokens - seq.n_generated - 1, self.ledger.capacity_cells - a - 2)
+
+    def _propose(self, seq: Sequence, limit: int):
+        """Draft tokens to verify after ``seq``'s pending token, or None for a plain round."""
+        return self.speculator.draft(seq, limit) if limit > 0 else None
 
     def _verify_draft(self, seq: Sequence, idx: int, draft) -> None:
         """Rejection-sample the draft against the k + 1 logits rows ending at ``idx``; keep the

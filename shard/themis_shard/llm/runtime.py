@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
@@ -65,6 +66,11 @@ class LLMRuntime:
         self.error: str | None = None
         #: cluster.prefix_directory.PrefixSync, set by the cluster service (pull-on-miss).
         self.prefix_puller = None
+        #: ClusterService.draft_target, set by the cluster service: the draft shard to use for
+        #: speculative_source=remote with draft_shard (a shard id or "auto").
+        self.draft_resolver = None
+        self._draft_service = None  # speculative.remote.DraftService (/internal/draft)
+        self._draft_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -73,6 +79,8 @@ class LLMRuntime:
             await asyncio.to_thread(self._load_models)
             await self._load_adapters()
             await asyncio.to_thread(self._load_embedder)
+            if self.settings.serve_drafts:
+                await asyncio.to_thread(self.draft_service)
         except Exception as exc:
             self.error = str(exc)
             log.exception("LLM runtime failed to start")
@@ -90,6 +98,13 @@ class LLMRuntime:
         if self.embedder is not None:
             self.embedder.close()
             self.embedder = None
+        svc, self._draft_service = self._draft_service, None
+        if svc is not None:
+            svc.source.close()
+        for m in models.values():
+            spec = m.engine.speculator
+            if spec is not None and hasattr(spec.source, "close"):
+                spec.source.close()
 
     def _load_models(self) -> None:
         import time
@@ -108,12 +123,53 @@ class LLMRuntime:
             if s.speculative_source != "none":  # speculative decoding (issue 6)
                 from .speculative.factory import build_for as build_speculator
 
-                engine.speculator = build_speculator(engine, native, s, self.metrics, alias)
+                engine.speculator = build_speculator(
+                    engine, native, s, self.metrics, alias, resolve_draft=self._draft_target
+                )
             engine.start()
             self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()), extra=extra)
             log.info(
                 "model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12]
             )
+
+    # -- speculative decoding across shards (issue 6) ----------------------------------------------
+
+    def _draft_target(self):
+        """Where this shard's drafts come from now: the fixed URL, else the cluster's choice."""
+        from .speculative.remote import DraftTarget
+
+        if self.settings.draft_url:
+            return DraftTarget(self.settings.draft_url)
+        return self.draft_resolver() if self.draft_resolver is not None else None
+
+    def draft_service(self):
+        """The ``/internal/draft`` server side, loading its draft model on first use: the
+        configured ``draft_model_path``, else this shard's own model (a small model serving as
+        a bigger one's draft)."""
+        with self._draft_lock:
+            if self._draft_service is None:
+                from .speculative.local_draft import LocalDraftModel
+                from .speculative.remote import DraftService
+
+                s = self.settings
+                src = LocalDraftModel.open(
+                    s.draft_model_path or s.model_path,
+                    n_ctx=s.n_ctx,
+                    n_threads=s.n_threads or (os.cpu_count() or 1),
+                )
+                if src.info is None:  # the model itself: it drafts for its own fingerprint
+                    m = self.models.get(s.model_alias)
+                    src.info = {"of_sha256": m.fingerprint.sha256 if m else ""}
+                self._draft_service = DraftService(src)
+            return self._draft_service
+
+    @property
+    def draft_of(self) -> str:
+        """sha256 of the model this shard drafts for, announced through gossip; "" = none."""
+        svc = self._draft_service
+        if not self.settings.serve_drafts or svc is None or not svc.source.info:
+            return ""
+        return str(svc.source.info.get("of_sha256") or "")
 
     async def _load_adapters(self) -> None:
         from .lora import AdapterManager
@@ -187,10 +243,13 @@ class LLMRuntime:
         params: SamplingParams | None = None,
         priority: int = 0,
         special: bool = False,
-        speculative: bool = False,
+        speculative: bool | None = None,
     ) -> Generation:
-        """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve."""
+        """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve.
+        ``speculative`` None: the shard's ``speculative_default``."""
         m = self.model(model)
+        if speculative is None:
+            speculative = self.settings.speculative_default
         if tokens is None:
             tokens = self.tokenize_prompt(m, prompt or "", special=special)
         elif not tokens:
@@ -208,7 +267,9 @@ class LLMRuntime:
             return submit_after_pull(
                 gen,
                 pull,
-                lambda: m.engine.submit(tokens, p, gen.sink, adapter=adapter_name, priority=priority),
+                lambda: m.engine.submit(
+                    tokens, p, gen.sink, adapter=adapter_name, priority=priority, speculative=speculative
+                ),
                 m.engine.cancel,
             )
         try:

@@ -6,7 +6,9 @@ batch, chunked prefill 512); the rest are the knobs an operator needs to fit a s
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -71,9 +73,12 @@ class LLMSettings(BaseSettings):
     prefix_announce_max: int = Field(256, ge=0)
     #: Push a prefix used this many times to every peer (hot system prompts); 0 = off.
     prefix_replicate_hits: int = Field(0, ge=0)
-    #: Speculative decoding (requests with ``speculative: true``). Draft source: "prompt_lookup"
-    #: (n-grams of the request's own context), "local" (``draft_model_path``) or "none".
-    speculative_source: str = "prompt_lookup"
+    #: Speculative decoding (requests with ``speculative: true``, or all with
+    #: ``speculative_default``). Draft source: "prompt_lookup" (n-grams of the request's own
+    #: context), "local" (``draft_model_path`` on this shard), "remote" (a draft shard:
+    #: ``draft_url``, or ``draft_shard`` — a cluster shard id or "auto") or "none".
+    speculative_source: Literal["prompt_lookup", "local", "remote", "none"] = "prompt_lookup"
+    speculative_default: bool = Field(False, description="speculate for requests that do not say")
     n_draft: int = Field(8, ge=0, le=32, description="most draft tokens per round (paper: 8)")
     speculative_adaptive: bool = Field(True, description="choose n_draft per round; False = always n_draft")
     speculation_min_acceptance: float = Field(0.3, ge=0, le=1, description="below: fall back to plain")
@@ -81,4 +86,23 @@ class LLMSettings(BaseSettings):
     speculation_max_draft_s: float = Field(0.25, gt=0, description="a slower draft counts as a fallback")
     prompt_lookup_min_ngram: int = Field(2, ge=1)
     prompt_lookup_max_ngram: int = Field(4, ge=1)
+    draft_url: str = Field("", description="speculative_source=remote: the draft shard's base URL")
+    draft_shard: str = Field(
+        "", description='speculative_source=remote: a cluster shard id, or "auto" (chosen by gossip)'
+    )
+    #: Serve ``/internal/draft`` for other shards and announce it through gossip (``draft_of``);
+    #: the draft model is ``draft_model_path``, else this shard's own model. Without it the
+    #: route still answers (the model loads on first use) but no peer picks this shard by "auto".
+    serve_drafts: bool = False
     draft_model_path: str = Field("", description="GGUF of a draft model for speculative_source=local")
+
+    @model_validator(mode="after")
+    def _draft_source_is_complete(self) -> LLMSettings:
+        if self.speculative_source == "local" and not self.draft_model_path:
+            raise ValueError("speculative_source=local needs draft_model_path (THEMIS_LLM_DRAFT_MODEL_PATH)")
+        if self.speculative_source == "remote" and not (self.draft_url or self.draft_shard):
+            raise ValueError(
+                "speculative_source=remote needs draft_url (THEMIS_LLM_DRAFT_URL) or draft_shard "
+                '(THEMIS_LLM_DRAFT_SHARD: a shard id or "auto")'
+            )
+        return self

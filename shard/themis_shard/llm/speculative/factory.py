@@ -18,7 +18,11 @@ def adaptive_config(s: LLMSettings) -> AdaptiveConfig:
     )
 
 
-def build_for(engine, native, s: LLMSettings, metrics, alias: str) -> Speculator | None:
+def build_for(
+    engine, native, s: LLMSettings, metrics, alias: str, *, resolve_draft=None
+) -> Speculator | None:
+    """``resolve_draft``: for ``remote``, a callable giving the current ``DraftTarget`` (the
+    runtime's, which knows the cluster); ``draft_url`` alone needs none."""
     kind = s.speculative_source
     if kind == "none" or s.n_draft == 0:
         return None
@@ -29,11 +33,13 @@ def build_for(engine, native, s: LLMSettings, metrics, alias: str) -> Speculator
     elif kind == "local":
         from .local_draft import LocalDraftModel
 
-        if not s.draft_model_path:
-            raise ValueError("speculative_source=local needs THEMIS_LLM_DRAFT_MODEL_PATH")
         source = LocalDraftModel.open(
             s.draft_model_path, n_ctx=engine.config.n_ctx, n_threads=engine.config.n_threads
         )
+    elif kind == "remote":
+        from .remote import RemoteDraft
+
+        source = RemoteDraft(resolve_draft or s.draft_url, timeout_s=s.speculation_max_draft_s)
     else:
         raise ValueError(f"unknown speculative_source {kind!r}")
     return Speculator(source, adaptive_config(s), metrics=metrics, model=alias)

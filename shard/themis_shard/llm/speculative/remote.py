@@ -17,18 +17,24 @@ the verify shard divides by is the q the token was drawn from, so the rejection 
 (see ``rejection.py``). ``DELETE /internal/draft/{rid}`` frees the request's draft state; idle
 states are evicted LRU past ``max_states``.
 
-``RemoteDraft`` raises ``DraftUnavailable`` on any failure or timeout; the speculator then counts
-a ``draft_error`` fallback and decodes locally (probing again after a back-off).
+``RemoteDraft`` raises ``DraftUnavailable`` on any failure or timeout, when no draft shard is
+known, or at once when the cluster's circuit breaker for the draft shard is open; the speculator
+then counts a ``draft_error`` fallback and decodes locally (probing again after a back-off).
+Which shard drafts: a fixed URL (``THEMIS_LLM_DRAFT_URL``), a named cluster shard, or ``auto`` —
+the least-loaded live peer that gossips ``draft_of`` = this shard's model
+(``cluster/draft_shard.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..sampling import SamplingParams
 from .drafts import Draft, DraftUnavailable
@@ -77,29 +83,90 @@ class DraftService:
                 self.source.release(rid)
 
 
+@dataclass(frozen=True, slots=True)
+class DraftTarget:
+    """Where drafts come from right now: a URL, and when it is a cluster peer its id, the
+    cluster's circuit breaker for it (shared with every other call to that peer: an open breaker
+    costs no connect attempt) and the cluster's client TLS context (``/internal`` is mTLS)."""
+
+    url: str
+    peer: str = ""
+    breaker: Any = None  # cluster.breaker.CircuitBreaker
+    ssl_context: ssl.SSLContext | None = None
+
+
+Resolver = Callable[[], "DraftTarget | None"]
+
+
 class RemoteDraft:
-    """Client side (verify shard): a draft source backed by a draft shard's ``/internal/draft``."""
+    """Client side (verify shard): a draft source backed by a draft shard's ``/internal/draft``.
+
+    ``target`` is a URL or a resolver asked before every round (the cluster's choice of draft
+    shard may change as shards come and go). Thread-safe: the engine may draft several
+    sequences' rounds in parallel (``concurrent``), each key being touched by one thread at a time.
+    """
 
     name = "remote"
     per_token_cost = False  # a round trip dominates
+    concurrent = True  # I/O bound: the engine may fetch several sequences' drafts at once
 
-    def __init__(self, url: str, *, timeout_s: float = 0.25, headers: dict | None = None) -> None:
+    def __init__(
+        self,
+        target: str | Resolver,
+        *,
+        timeout_s: float = 0.25,
+        headers: dict | None = None,
+    ) -> None:
+        if isinstance(target, str):
+            fixed = DraftTarget(target)
+            self._resolve: Resolver = lambda: fixed
+        else:
+            self._resolve = target
+        self.timeout_s = timeout_s
+        self._headers = headers or {}
+        self._clients: dict[int, Any] = {}  # one pooled client per TLS context
+        self._lock = threading.Lock()
+        self._client_id = uuid.uuid4().hex[:12]
+        #: per key: (url, context the draft shard holds for it)
+        self._sent: dict[Hashable, tuple[str, list[int]]] = {}
+
+    @property
+    def url(self) -> str:
+        t = self._resolve()
+        return t.url if t else ""
+
+    def _client(self, target: DraftTarget):
         import httpx
 
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(timeout=timeout_s, headers=headers or {})
-        self._client = uuid.uuid4().hex[:12]
-        self._sent: dict[Hashable, list[int]] = {}
+        key = id(target.ssl_context)
+        with self._lock:
+            c = self._clients.get(key)
+            if c is None:
+                c = self._clients[key] = httpx.Client(
+                    timeout=self.timeout_s,
+                    headers=self._headers,
+                    verify=target.ssl_context if target.ssl_context is not None else True,
+                    trust_env=False,
+                )
+        return c
 
     def _rid(self, key: Hashable) -> str:
-        return f"{self._client}-{getattr(key, 'rid', id(key))}"
+        return f"{self._client_id}-{getattr(key, 'rid', id(key))}"
 
     def propose(self, key: Hashable, tokens: list[int], k: int, params) -> Draft:
-        sent = self._sent.get(key, [])
+        target = self._resolve()
+        if target is None:
+            raise DraftUnavailable("no draft shard available")
+        breaker = target.breaker
+        if breaker is not None and not breaker.allow():
+            raise DraftUnavailable(f"draft shard {target.peer or target.url}: circuit open")
+        url = target.url.rstrip("/")
+        prev_url, sent = self._sent.get(key, ("", []))
         n = 0
-        lim = min(len(sent), len(tokens))
-        while n < lim and sent[n] == tokens[n]:
-            n += 1
+        if prev_url == url:  # another draft shard holds nothing of this request
+            lim = min(len(sent), len(tokens))
+            while n < lim and sent[n] == tokens[n]:
+                n += 1
         body = {
             "rid": self._rid(key),
             "pos": n,
@@ -110,17 +177,22 @@ class RemoteDraft:
             "top_p": params.top_p,
             "seed": params.seed,
         }
+        http = self._client(target)
         try:
-            r = self._http.post(f"{self.url}/internal/draft", json=body)
+            r = http.post(f"{url}/internal/draft", json=body)
             if r.status_code == 409 and n:  # the draft shard lost our state: resend everything
                 body.update(pos=0, tokens=list(tokens))
-                r = self._http.post(f"{self.url}/internal/draft", json=body)
+                r = http.post(f"{url}/internal/draft", json=body)
             r.raise_for_status()
             data = r.json()
         except Exception as exc:
             self._sent.pop(key, None)
-            raise DraftUnavailable(f"draft shard {self.url}: {exc}") from exc
-        self._sent[key] = list(tokens)
+            if breaker is not None:
+                breaker.record_failure()
+            raise DraftUnavailable(f"draft shard {target.peer or url}: {exc}") from exc
+        if breaker is not None:
+            breaker.record_success()
+        self._sent[key] = (url, list(tokens))
         toks = [int(t) for t in data["tokens"]][:k]
         if data.get("q") is None:
             q = [Dist.point(t) for t in toks]
@@ -132,10 +204,17 @@ class RemoteDraft:
         pass  # the next propose sends pos = the common prefix: that is the rollback
 
     def release(self, key: Hashable) -> None:
-        if self._sent.pop(key, None) is None:
+        entry = self._sent.pop(key, None)
+        if entry is None:
             return
-        with contextlib.suppress(Exception):  # the draft shard evicts idle states itself
-            self._http.delete(f"{self.url}/internal/draft/{self._rid(key)}", timeout=0.05)
+        target = self._resolve()
+        if target is None or target.url.rstrip("/") != entry[0]:
+            return  # that shard evicts idle states itself
+        with contextlib.suppress(Exception):
+            self._client(target).delete(f"{entry[0]}/internal/draft/{self._rid(key)}", timeout=0.05)
 
     def close(self) -> None:
-        self._http.close()
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
