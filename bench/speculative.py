@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft-gguf", default="")
+    ap.add_argument("--sets", default="rag,open,sampled", help="prompt sets to run (comma-separated)")
     args = ap.parse_args()
     quiet_native_logs()
     model = NativeModel(resolve_model_path("bundled"), n_gpu_layers=0)
@@ -146,6 +147,7 @@ def main() -> None:
         "open": [model.tokenize(p) for p in OPEN],
         "sampled": [model.tokenize(p) for p in OPEN],
     }
+    prompts = {k: v for k, v in prompts.items() if k in args.sets.split(",")}
     stats = {
         (c, s): [0, 0.0, 0, 0, 0] for c in configs for s in prompts
     }  # tokens, secs, drafted, accepted, rounds

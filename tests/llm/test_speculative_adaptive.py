@@ -127,3 +127,47 @@ def test_per_position_acceptance_values_bursty_drafts():
     cost = CostModel(base_s=0.026, row_s=0.0113)
     assert best_draft_length(bursty, cost, 8) == 8
     assert best_draft_length(0.88, cost, 8) < 8  # the geometric model with the same mean would stop early
+
+
+def test_a_fully_accepted_probe_doubles_until_the_model_has_seen_long_drafts():
+    """Slow start: probes of 1, 2, 4, 8 tokens while each is accepted in full; afterwards the
+    model knows later positions hit too and keeps drafting long (a quote began)."""
+    cfg = AdaptiveConfig(n_max=8, recheck=2)
+    ctl = DraftLengthController(cfg, CostModel(base_s=0.024, row_s=0.015), alpha=0.2)
+    ks = []
+    for _ in range(12):
+        k = ctl.choose(8)
+        ks.append(k)
+        ctl.observe(k, k)  # every draft token hits
+    first = ks.index(1)
+    assert ks[first : first + 4] == [1, 2, 4, 8]
+    assert min(ks[first + 4 :]) >= 6
+
+
+def test_a_failed_step_of_the_ramp_ends_it():
+    ctl = DraftLengthController(AdaptiveConfig(n_max=8, recheck=2), CostModel(), alpha=0.1)
+    ks = [ctl.choose(8) for _ in range(3)]
+    assert ks[-1] == 1
+    ctl.observe(1, 1)
+    assert ctl.choose(8) == 2
+    ctl.observe(2, 0)  # rejected: no 4-token probe follows
+    assert ctl.choose(8) != 4
+
+
+def test_earlier_requests_without_quotes_do_not_switch_prompt_lookup_off_for_new_ones():
+    from themis_shard.llm.speculative.speculator import Speculator
+
+    class Seq:
+        spec = None
+
+    spec = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=8))
+    for _ in range(50):  # earlier sequences: nothing to copy
+        spec.shared.observe(8, 0)
+    assert spec.shared.predicts_no_gain()
+    fresh = spec.state(Seq()).controller
+    assert fresh.cooldown < AdaptiveConfig().max_backoff  # a free source starts fresh
+    costly = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=8))
+    costly.shared.draft_fixed_s = 0.05  # a round trip of two decodes
+    for _ in range(50):
+        costly.shared.observe(8, 0)
+    assert costly.state(Seq()).controller.cooldown == AdaptiveConfig().max_backoff

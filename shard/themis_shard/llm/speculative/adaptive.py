@@ -20,6 +20,10 @@ decodes plainly for ``cooldown`` rounds, then probes again with a one-token draf
 happens when the model predicts no gain (after ``recheck`` rounds); each failed probe doubles the
 wait (up to ``max_backoff``), so on text where drafts never hit the waste tends to one logits row
 per 256 tokens (≈ row / (256 · base) ≈ 0.2 %), and early on it is at most 1/8 of a row per token.
+A probe that is accepted in full is followed by one twice as long (slow start, up to n_max), so
+bursty sources show their per-position acceptance before the model judges them — a one-token
+probe alone would only ever teach position 1, and the model, assuming later positions no better,
+would keep a quoting answer from ever speculating.
 """
 
 from __future__ import annotations
@@ -145,6 +149,8 @@ class DraftLengthController:
         self.last_k = 0
         self.backoff = config.recheck
         self.probing = False
+        #: next probe length while a probe run keeps being accepted in full (slow start)
+        self.ramp = 0
 
     def choose(self, limit: int) -> int:
         """n_draft for the next round (0 = plain decoding), at most ``limit``."""
@@ -156,6 +162,9 @@ class DraftLengthController:
             self.cooldown -= 1
             k = min(c.probe, limit) if self.cooldown == 0 else 0
             self.probing = k > 0
+        elif self.ramp:  # a probe was accepted in full: try twice as long before the model decides
+            k, self.ramp = self.ramp, 0
+            self.probing = True
         elif not c.adaptive:
             k = c.n_max
         else:
@@ -186,6 +195,12 @@ class DraftLengthController:
             self.probing = False
             if not accepted:
                 self.backoff = min(2 * self.backoff, c.max_backoff)
+            elif accepted == drafted and drafted < c.n_max:
+                # Slow start: a one-token probe only teaches position 1; doubling the length
+                # while it keeps hitting shows whether drafts are bursty (a quote: position i
+                # accepted given i−1 almost surely) before the model judges them, for the cost
+                # of one logits row per failed step.
+                self.ramp = min(2 * drafted, c.n_max)
         # Geometric model: each judged draft token is a trial; the chain stops at the first reject.
         judged = accepted + (1 if accepted < drafted else 0)
         d = c.alpha_decay
@@ -225,6 +240,12 @@ class DraftLengthController:
             )
             == 0
         )
+
+    def draft_is_costly(self, share: float = 0.25) -> bool:
+        """Does drafting one round cost more than ``share`` of a plain decode (a draft model or
+        a round trip, not prompt lookup)?"""
+        per_round = self.draft_fixed_s + self.draft_per_token_s * max(1, self.config.probe)
+        return per_round > share * self.cost.verify(0)
 
     def position_rates(self) -> list[float]:
         """α_i with little evidence of its own lean on α_{i-1} (a position never drafted is

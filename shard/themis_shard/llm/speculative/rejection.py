@@ -50,6 +50,8 @@ class Dist:
         return Dist(ids.astype(np.int64), probs[ids] / probs[ids].sum())
 
     def prob(self, token: int) -> float:
+        if 0 <= token < len(self.ids) and self.ids[token] == token:  # a full-vocabulary row: O(1)
+            return float(self.probs[token])
         hit = np.flatnonzero(self.ids == token)
         return float(self.probs[hit[0]]) if hit.size else 0.0
 
@@ -78,7 +80,30 @@ def target_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     if params.top_p < 1.0:
         ids, probs = _nucleus(ids, probs, params.top_p)
     keep = probs > 0
+    if keep.all():  # the usual case: no copy of a 262k-entry row
+        return Dist(np.asarray(ids, np.int64), probs)
     return Dist(np.asarray(ids[keep], np.int64), probs[keep] / probs[keep].sum())
+
+
+class TargetRows:
+    """The target distributions of a verify round, computed only for the positions the chain
+    actually reaches: a sampled request's row is a softmax over the whole vocabulary (262k
+    here, milliseconds of numpy), and most rounds stop at the first rejection."""
+
+    def __init__(self, rows: list[np.ndarray], params: SamplingParams) -> None:
+        self._rows = rows
+        self._params = params
+        self._done: dict[int, Dist] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> Dist:
+        i = i % len(self._rows)
+        d = self._done.get(i)
+        if d is None:
+            d = self._done[i] = target_dist(self._rows[i], self._params)
+        return d
 
 
 def residual(p: Dist, q: Dist) -> Dist:
@@ -117,8 +142,9 @@ def accept_one(x: int, p: Dist, q: Dist, rng: np.random.Generator) -> int | None
     return res.sample(rng)
 
 
-def verify_chain(draft: list[int], q: list[Dist], p: list[Dist], rng: np.random.Generator) -> tuple[int, int]:
-    """Walk the draft against ``p`` (len(draft) + 1 target distributions).
+def verify_chain(draft: list[int], q: list[Dist], p, rng: np.random.Generator) -> tuple[int, int]:
+    """Walk the draft against ``p`` (len(draft) + 1 target distributions: a list, or
+    ``TargetRows`` to compute them on demand).
 
     Returns ``(n_accepted, next_token)``: the first ``n_accepted`` draft tokens are kept and
     ``next_token`` (the resampled token at the first rejection, or the bonus token from the last

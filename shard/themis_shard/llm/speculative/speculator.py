@@ -18,7 +18,7 @@ import numpy as np
 
 from .adaptive import AdaptiveConfig, CostModel, DraftLengthController
 from .drafts import Draft, DraftSource
-from .rejection import target_dist, verify_chain
+from .rejection import TargetRows, verify_chain
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +69,11 @@ class Speculator:
         if st is None:
             ctl = DraftLengthController(self.config, self.cost)
             ctl.inherit(self.shared)
-            if self.config.adaptive and self.shared.predicts_no_gain():
-                # The source has not paid on earlier sequences (a slow draft model whose first
-                # probe would also prefill the whole prompt): start backed off fully.
+            if self.config.adaptive and self.shared.draft_is_costly() and self.shared.predicts_no_gain():
+                # A costly source (a draft model, whose first probe also prefills the whole
+                # prompt; a round trip) that has not paid on earlier sequences: start backed off
+                # fully. A free one (prompt lookup) starts fresh: that earlier requests had
+                # nothing to quote says little about this one.
                 ctl.cooldown = ctl.backoff = self.config.max_backoff
             st = seq.spec = SpecState(ctl)
         return st
@@ -106,8 +108,7 @@ class Speculator:
 
     def verify(self, seq, draft: Draft, rows: list[np.ndarray]) -> tuple[int, int]:
         """Apply the rejection rule; returns (accepted draft tokens, next token)."""
-        p = [target_dist(r, seq.params) for r in rows]
-        n_acc, nxt = verify_chain(draft.tokens, draft.q, p, seq.sampler._rng)
+        n_acc, nxt = verify_chain(draft.tokens, draft.q, TargetRows(rows, seq.params), seq.sampler._rng)
         st = self.state(seq)
         st.drafted += len(draft.tokens)
         st.accepted += n_acc
