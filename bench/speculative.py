@@ -174,7 +174,8 @@ def main() -> None:
                         st[4] += seq.spec.rounds
     eng.stop()
     print(f"\nspeculative decoding, 1 stream, {args.max_tokens} tokens, {args.rounds} rounds")
-    print(f"learnt verify cost: base {cost.base * 1e3:.1f} ms + {cost.row * 1e3:.1f} ms per draft token\n")
+    table = ", ".join(f"{k}: {t * 1e3:.0f}" for k, t in enumerate(cost.table(8)))
+    print(f"learnt verify cost (ms by extra logits rows): {table}\n")
     print(f"{'prompts':7} {'configuration':20} {'tok/s':>7} {'vs plain':>8} {'accept':>7} {'acc/round':>9}")
     for set_name in prompts:
         plain = stats[("plain", set_name)]

@@ -65,6 +65,13 @@ class EngineSpec(_Model):
     max_tokens_per_batch: int = 8192
     chunked_prefill_size: int = 512
     n_draft: int = 8
+    #: Speculative decoding (issue 6). None: "local" with a draftModel, else "prompt_lookup".
+    speculative_source: Literal["prompt_lookup", "local", "remote", "none"] | None = None
+    speculative_default: bool = False
+    #: speculativeSource=remote: a shard id of this cluster, or "auto" (chosen by gossip)
+    draft_shard: str | None = None
+    #: serve /internal/draft (with draftModel, else the model) and announce it through gossip
+    serve_drafts: bool = False
 
 
 class ResourcesSpec(_Model):
@@ -125,6 +132,13 @@ class ThemisClusterSpec(_Model):
                     f"spec.{field}.source {ref.source!r} is not a known model source "
                     "(bundled, pvc://<claim>/<path>, http(s)://<url>)"
                 )
+        e = self.engine
+        if e.speculative_source == "local" and self.draft_model is None:
+            found.append("spec.engine.speculativeSource local needs spec.draftModel")
+        if e.speculative_source == "remote" and not e.draft_shard:
+            found.append(
+                'spec.engine.speculativeSource remote needs spec.engine.draftShard (a shard or "auto")'
+            )
         t = self.router.thresholds
         if not t[0] >= t[1] >= t[2]:
             found.append(f"spec.router.thresholds must be descending, got {list(t)}")

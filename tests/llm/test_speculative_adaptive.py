@@ -171,3 +171,29 @@ def test_earlier_requests_without_quotes_do_not_switch_prompt_lookup_off_for_new
     for _ in range(50):
         costly.shared.observe(8, 0)
     assert costly.state(Seq()).controller.cooldown == AdaptiveConfig().max_backoff
+
+
+def test_cost_model_measures_each_draft_length_it_has_seen():
+    """The measured curve on this CPU (ms by extra rows): a line through it would price 8 rows
+    at ~130 ms instead of 94 and make long drafts look unprofitable."""
+    curve = {0: 0.0168, 1: 0.0302, 2: 0.0504, 4: 0.0655, 8: 0.0937}
+    cost = CostModel()
+    for _ in range(50):
+        for k, t in curve.items():
+            cost.observe(k, t)
+    for k, t in curve.items():
+        assert cost.verify(k) == pytest.approx(t, rel=1e-3)
+    assert curve[1] < cost.verify(3) < curve[8]  # unseen lengths: the fitted line
+    # repetitive text: 8 drafted, ~6 accepted per round pays against plain (7 tokens / 94 ms)
+    assert best_draft_length([0.9] + [0.97] * 7, cost, 8, min_gain=1.03) == 8
+
+
+def test_a_draft_model_that_cannot_pay_is_not_ramped_up():
+    ctl = DraftLengthController(AdaptiveConfig(n_max=8, recheck=2), CostModel(base_s=0.024, row_s=0.012))
+    ctl.draft_per_token_s = 0.9 * 0.024  # each draft token almost a target decode
+    ks = []
+    for _ in range(12):
+        k = ctl.choose(8)
+        ks.append(k)
+        ctl.observe(k, k)  # even when every probe is accepted
+    assert max(ks) == 1

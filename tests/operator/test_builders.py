@@ -307,3 +307,29 @@ def test_cpu_quantities_are_written_the_way_the_api_server_stores_them(given, st
     from themis_operator.builders.statefulset import canonical_cpu
 
     assert canonical_cpu(given) == stored
+
+
+def test_speculative_decoding_settings_reach_every_shard():
+    engine = {
+        "speculativeSource": "remote",
+        "draftShard": "auto",
+        "speculativeDefault": True,
+        "serveDrafts": True,
+    }
+    env = env_of(build_statefulset(ctx(engine=engine, draftModel={"source": "pvc://models/draft.gguf"}), 3))
+    assert env["THEMIS_LLM_SPECULATIVE_SOURCE"] == "remote"  # said explicitly: not the local default
+    assert env["THEMIS_LLM_DRAFT_SHARD"] == "auto" and env["THEMIS_LLM_SERVE_DRAFTS"] == "true"
+    assert env["THEMIS_LLM_SPECULATIVE_DEFAULT"] == "true"
+    plain = env_of(build_statefulset(ctx(), 3))
+    assert not {"THEMIS_LLM_SPECULATIVE_SOURCE", "THEMIS_LLM_DRAFT_SHARD", "THEMIS_LLM_SERVE_DRAFTS"} & set(
+        plain
+    )
+
+
+def test_speculative_sources_without_their_draft_are_reported():
+    assert ctx(engine={"speculativeSource": "remote"}).spec.problems() == [
+        'spec.engine.speculativeSource remote needs spec.engine.draftShard (a shard or "auto")'
+    ]
+    assert ctx(engine={"speculativeSource": "local"}).spec.problems() == [
+        "spec.engine.speculativeSource local needs spec.draftModel"
+    ]

@@ -65,8 +65,16 @@ def _env(ctx: ClusterContext) -> list[dict]:
     ]
     if spec.model.sha256:
         env.append(var("THEMIS_LLM_MODEL_SHA256", spec.model.sha256))
-    if spec.draft_model is not None:  # a draft model on every shard: speculate with it locally
-        env.append(var("THEMIS_LLM_SPECULATIVE_SOURCE", "local"))
+    eng = spec.engine
+    source = eng.speculative_source or ("local" if spec.draft_model is not None else None)
+    if source:  # a draft model on every shard and nothing else said: speculate with it locally
+        env.append(var("THEMIS_LLM_SPECULATIVE_SOURCE", source))
+    if eng.speculative_default:
+        env.append(var("THEMIS_LLM_SPECULATIVE_DEFAULT", True))
+    if eng.draft_shard:
+        env.append(var("THEMIS_LLM_DRAFT_SHARD", eng.draft_shard))
+    if eng.serve_drafts:
+        env.append(var("THEMIS_LLM_SERVE_DRAFTS", True))
     for prefix, ref in (("DRAFT", spec.draft_model), ("EMBEDDING", spec.embedding_model)):
         if ref is None:
             continue
