@@ -1,10 +1,11 @@
 """Speculative decoding benchmark: plain vs draft sources, fixed and adaptive n_draft.
 
-One run, same prompts, greedy, single stream, in-process engine (no HTTP), the bundled Gemma 3
-270M. Rounds are interleaved (every configuration once per round, then the next round) so the
-shared machine's noise hits all rows alike; per configuration we report generated tokens/s
-(sum of tokens / sum of request time, TTFT included), the speedup against plain on the same
-prompts, the acceptance rate (accepted / drafted) and the mean accepted length per verify round.
+One run, same prompts, single stream, in-process engine (no HTTP), the bundled Gemma 3 270M.
+Rounds are interleaved (every configuration once per prompt and round, in a shuffled order) so
+the shared machine's noise and any order effect hit all rows alike; per configuration we report
+generated tokens/s (sum of tokens / sum of request time, TTFT included), the speedup against
+plain on the same prompts, the acceptance rate (accepted / drafted) and the mean accepted
+length per verify round.
 
 Prompt sets: "rag" — answers that quote a context passage (prompt lookup's strong case);
 "open" — open-ended prompts, greedy (a 270M model soon repeats itself, so lookup still finds
@@ -21,6 +22,7 @@ Run: `.venv/bin/python bench/speculative.py [--rounds 2] [--max-tokens 64] [--dr
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import threading
 import time
@@ -115,6 +117,7 @@ def main() -> None:
     metrics = LLMMetrics(CollectorRegistry())
     eng = Engine(model, cfg, metrics=metrics)
     cost = CostModel()  # shared: the engine's verify cost is one fact, whatever the source
+    size = model.path.stat().st_size  # the draft-cost prior compares draft and target sizes
 
     configs: dict[str, Speculator | None] = {"plain": None}
     for name, ad, n in (
@@ -122,14 +125,16 @@ def main() -> None:
         ("lookup fixed n=3", False, 3),
         ("lookup adaptive", True, 8),
     ):
-        configs[name] = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=n, adaptive=ad), cost=cost)
+        configs[name] = Speculator(
+            PromptLookup(2, 4), AdaptiveConfig(n_max=n, adaptive=ad), cost=cost, target_bytes=size
+        )
     if args.draft_gguf:
         from themis_shard.llm.speculative.local_draft import LocalDraftModel
 
         local = LocalDraftModel.open(args.draft_gguf, n_ctx=2048, n_threads=args.threads)
         for name, ad in (("local fixed n=4", False), ("local adaptive", True)):
             configs[name] = Speculator(
-                local, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost
+                local, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost, target_bytes=size
             )
         # The same draft model behind /internal/draft on a local uvicorn (same 2 cores: this row
         # shows the protocol's overhead, not a faster draft machine).
@@ -138,7 +143,7 @@ def main() -> None:
         remote = RemoteDraft(start_draft_shard(args.draft_gguf, args.threads), timeout_s=2.0)
         for name, ad in (("remote fixed n=4", False), ("remote adaptive", True)):
             configs[name] = Speculator(
-                remote, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost
+                remote, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost, target_bytes=size
             )
     eng.start()
 
@@ -158,7 +163,9 @@ def main() -> None:
                     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.8, seed=100 * r + i)
                 else:
                     params = SamplingParams(max_tokens=args.max_tokens)
-                for cname, spec in configs.items():
+                order = list(configs.items())
+                random.Random(1000 * r + i).shuffle(order)  # no configuration always runs first
+                for cname, spec in order:
                     eng.speculator = spec
                     run = Run()
                     t0 = time.perf_counter()

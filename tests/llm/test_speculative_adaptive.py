@@ -188,12 +188,35 @@ def test_cost_model_measures_each_draft_length_it_has_seen():
     assert best_draft_length([0.9] + [0.97] * 7, cost, 8, min_gain=1.03) == 8
 
 
-def test_a_draft_model_that_cannot_pay_is_not_ramped_up():
+def test_a_draft_model_that_cannot_pay_is_neither_probed_nor_ramped_up():
     ctl = DraftLengthController(AdaptiveConfig(n_max=8, recheck=2), CostModel(base_s=0.024, row_s=0.012))
     ctl.draft_per_token_s = 0.9 * 0.024  # each draft token almost a target decode
     ks = []
     for _ in range(12):
         k = ctl.choose(8)
         ks.append(k)
-        ctl.observe(k, k)  # even when every probe is accepted
-    assert max(ks) == 1
+        ctl.observe(k, k)  # even if every probe were accepted
+    assert max(ks) == 0
+
+
+def test_a_draft_models_size_sets_its_cost_before_it_was_ever_timed():
+    """A 0.95-size draft (15/18 layers keep the 262k-row head) is judged unprofitable from its
+    size alone: no sequence probes it, so none pays a draft-side prefill of its prompt."""
+    from themis_shard.llm.speculative.speculator import Speculator
+
+    class SizedDraft(PromptLookup):
+        name = "local"
+        per_token_cost = True
+
+        def expected_token_s(self, target_decode_s, target_bytes):
+            return target_decode_s * 0.95
+
+    class Seq:
+        spec = None
+
+    spec = Speculator(SizedDraft(), AdaptiveConfig(n_max=8), cost=CostModel(base_s=0.024, row_s=0.012))
+    ctl = spec.state(Seq()).controller
+    assert ctl.per_token_s == pytest.approx(0.95 * 0.024)
+    assert [ctl.choose(8) for _ in range(300)] == [0] * 300
+    free = Speculator(PromptLookup(), AdaptiveConfig(n_max=8)).state(Seq()).controller
+    assert free.per_token_s == 0.0 and free.choose(8) > 0

@@ -85,4 +85,6 @@ def test_this_shard_as_a_draft_shard_validates_its_input(http):
     assert (
         http.post("/internal/draft", json={"rid": "r1", "pos": 0, "tokens": [2], "k": 99}).status_code == 400
     )
+    info = http.get("/internal/draft/info").json()  # what verify shards judge it by
+    assert info["model_bytes"] > 100e6 and len(info["draft_of"]) == 64
     assert http.delete("/internal/draft/r1").status_code == 200

@@ -62,6 +62,13 @@ async def draft(body: DraftBody, request: Request) -> dict:
         raise Unavailable(str(exc), code="draft_unavailable") from exc
 
 
+@router.get("/draft/info")
+async def info(request: Request) -> dict:
+    """What verify shards need to judge this draft shard before a first probe."""
+    svc = await run_in_threadpool(draft_service, request)
+    return svc.info()
+
+
 @router.delete("/draft/{rid}")
 async def release(rid: str, request: Request) -> dict:
     rt = getattr(request.app.state, "llm", None)

@@ -174,6 +174,11 @@ class DraftLengthController:
         self.cooldown = 0
         self.draft_fixed_s = 0.0
         self.draft_per_token_s = 0.0
+        #: before the source was ever timed: its expected seconds per draft token (from the
+        #: draft/target model size ratio), so a draft model that cannot pay is never probed —
+        #: its first probe would also prefill the whole prompt on the draft model
+        self.prior_per_token_s = 0.0
+        self.draft_obs = 0
         self.last_k = 0
         self.backoff = config.recheck
         self.probing = False
@@ -189,6 +194,10 @@ class DraftLengthController:
         if self.cooldown > 0:
             self.cooldown -= 1
             k = min(c.probe, limit) if self.cooldown == 0 else 0
+            if k and c.adaptive and not self._could_pay():
+                # Not even a draft accepted in full would pay at this draft cost: a probe could
+                # only confirm that, at the price of catching the draft up on the whole context.
+                k, self.cooldown = 0, c.max_backoff
             self.probing = k > 0
         elif self.ramp:  # a probe was accepted in full: try twice as long before the model decides
             k, self.ramp = self.ramp, 0
@@ -201,7 +210,7 @@ class DraftLengthController:
                 self.cost,
                 c.n_max,
                 draft_fixed_s=self.draft_fixed_s,
-                draft_per_token_s=self.draft_per_token_s,
+                draft_per_token_s=self.per_token_s,
                 min_gain=c.min_gain,
             )
             if k == 0:
@@ -253,6 +262,8 @@ class DraftLengthController:
         self._n_pos = [min(n, 2.0) for n in other._n_pos]
         self.draft_fixed_s = other.draft_fixed_s
         self.draft_per_token_s = other.draft_per_token_s
+        self.prior_per_token_s = other.prior_per_token_s
+        self.draft_obs = other.draft_obs
 
     def predicts_no_gain(self) -> bool:
         """With what this controller has learnt, would n_draft = 0 be chosen?"""
@@ -263,10 +274,17 @@ class DraftLengthController:
                 self.cost,
                 c.n_max,
                 draft_fixed_s=self.draft_fixed_s,
-                draft_per_token_s=self.draft_per_token_s,
+                draft_per_token_s=self.per_token_s,
                 min_gain=c.min_gain,
             )
             == 0
+        )
+
+    @property
+    def per_token_s(self) -> float:
+        """Draft seconds per token: measured once the source was timed, else the prior."""
+        return (
+            self.draft_per_token_s if self.draft_obs else max(self.draft_per_token_s, self.prior_per_token_s)
         )
 
     def _could_pay(self) -> bool:
@@ -278,7 +296,7 @@ class DraftLengthController:
                 self.cost,
                 self.config.n_max,
                 draft_fixed_s=self.draft_fixed_s,
-                draft_per_token_s=self.draft_per_token_s,
+                draft_per_token_s=self.per_token_s,
                 min_gain=self.config.min_gain,
             )
             > 0
@@ -287,7 +305,7 @@ class DraftLengthController:
     def draft_is_costly(self, share: float = 0.25) -> bool:
         """Does drafting one round cost more than ``share`` of a plain decode (a draft model or
         a round trip, not prompt lookup)?"""
-        per_round = self.draft_fixed_s + self.draft_per_token_s * max(1, self.config.probe)
+        per_round = self.draft_fixed_s + self.per_token_s * max(1, self.config.probe)
         return per_round > share * self.cost.verify(0)
 
     def position_rates(self) -> list[float]:
@@ -305,6 +323,7 @@ class DraftLengthController:
         """Record what drafting took (``per_token``: a draft model, cost ∝ k; otherwise a fixed
         cost per round such as a round trip); returns "slow_draft" when the source is too slow."""
         if drafted > 0:
+            self.draft_obs += 1
             if per_token:
                 self.draft_per_token_s = 0.8 * self.draft_per_token_s + 0.2 * seconds / drafted
             else:

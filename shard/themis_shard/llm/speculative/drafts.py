@@ -44,6 +44,9 @@ class DraftSource(Protocol):
 
     def release(self, key: Hashable) -> None: ...
 
+    def expected_token_s(self, target_decode_s: float, target_bytes: int) -> float | None:
+        """Seconds one draft token should cost before any was timed here; None = unknown."""
+
 
 class PromptLookup:
     name = "prompt_lookup"
@@ -63,6 +66,9 @@ class PromptLookup:
 
     def release(self, key: Hashable) -> None:
         pass
+
+    def expected_token_s(self, target_decode_s: float, target_bytes: int) -> float | None:
+        return 0.0  # a few microseconds of numpy
 
 
 def lookup(tokens: list[int], k: int, min_ngram: int = 2, max_ngram: int = 4) -> list[int]:

@@ -42,4 +42,5 @@ def build_for(
         source = RemoteDraft(resolve_draft or s.draft_url, timeout_s=s.speculation_max_draft_s)
     else:
         raise ValueError(f"unknown speculative_source {kind!r}")
-    return Speculator(source, adaptive_config(s), metrics=metrics, model=alias)
+    size = native.path.stat().st_size if getattr(native, "path", None) else 0
+    return Speculator(source, adaptive_config(s), metrics=metrics, model=alias, target_bytes=size)

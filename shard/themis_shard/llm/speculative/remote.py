@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -56,6 +57,9 @@ class DraftService:
         self.max_states = max_states
         self._lock = threading.Lock()
         self._states: OrderedDict[str, _Remote] = OrderedDict()
+        #: measured seconds per drafted token (EWMA), published by ``info`` so verify shards
+        #: can judge this draft shard before paying for a first probe
+        self.token_s: float | None = None
 
     def draft(self, rid: str, pos: int, delta: list[int], k: int, params: SamplingParams) -> dict:
         with self._lock:
@@ -73,7 +77,11 @@ class DraftService:
             st.tokens = st.tokens[:pos] + list(delta)
             if not params.greedy:
                 params = replace(params, top_k=min(params.top_k or Q_SUPPORT, Q_SUPPORT))
+            t0 = time.perf_counter()
             d = self.source.propose(rid, st.tokens, k, params)
+            if d.tokens and len(delta) <= 2 * k:  # a steady-state round, not a first prefill
+                per = (time.perf_counter() - t0) / len(d.tokens)
+                self.token_s = per if self.token_s is None else 0.8 * self.token_s + 0.2 * per
         q = None if params.greedy else [x.to_wire() for x in d.q]
         return {"tokens": d.tokens, "q": q}
 
@@ -81,6 +89,13 @@ class DraftService:
         with self._lock:
             if self._states.pop(rid, None) is not None:
                 self.source.release(rid)
+
+    def info(self) -> dict:
+        return {
+            "model_bytes": int(getattr(self.source, "model_bytes", 0)),
+            "draft_of": (getattr(self.source, "info", None) or {}).get("of_sha256", ""),
+            "token_s": self.token_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +217,27 @@ class RemoteDraft:
 
     def commit(self, key: Hashable, tokens: list[int]) -> None:
         pass  # the next propose sends pos = the common prefix: that is the rollback
+
+    def expected_token_s(self, target_decode_s: float, target_bytes: int) -> float | None:
+        """What the draft shard measured per drafted token (its own hardware), else its draft
+        model's size ratio × a local decode; None when it cannot be asked."""
+        target = self._resolve()
+        if target is None or (target.breaker is not None and not target.breaker.allow()):
+            return None
+        try:
+            r = self._client(target).get(f"{target.url.rstrip('/')}/internal/draft/info")
+            r.raise_for_status()
+            info = r.json()
+        except Exception:
+            if target.breaker is not None:
+                target.breaker.record_failure()
+            return None
+        if target.breaker is not None:
+            target.breaker.record_success()
+        if info.get("token_s") is not None:
+            return float(info["token_s"])
+        size = int(info.get("model_bytes") or 0)
+        return target_decode_s * size / target_bytes if size and target_bytes else None
 
     def release(self, key: Hashable) -> None:
         entry = self._sent.pop(key, None)

@@ -40,8 +40,11 @@ class Speculator:
         metrics=None,
         model: str = "default",
         cost: CostModel | None = None,
+        target_bytes: int = 0,
     ) -> None:
         self.source = source
+        self.target_bytes = target_bytes  # the verify model's file size (draft cost prior)
+        self._prior_asked = False
         self.config = config or AdaptiveConfig()
         self.cost = cost or CostModel()
         #: What the source showed across sequences (acceptance per position, draft cost): the
@@ -67,6 +70,8 @@ class Speculator:
     def state(self, seq) -> SpecState:
         st = seq.spec
         if st is None:
+            if not self._prior_asked:
+                self._set_prior()
             ctl = DraftLengthController(self.config, self.cost)
             ctl.inherit(self.shared)
             if self.config.adaptive and self.shared.draft_is_costly() and self.shared.predicts_no_gain():
@@ -77,6 +82,23 @@ class Speculator:
                 ctl.cooldown = ctl.backoff = self.config.max_backoff
             st = seq.spec = SpecState(ctl)
         return st
+
+    def _set_prior(self) -> None:
+        """Once: what a draft token should cost, so a source that cannot pay is not probed
+        (each sequence's first probe of a draft model prefills its whole prompt there)."""
+        self._prior_asked = True
+        expect = getattr(self.source, "expected_token_s", None)
+        try:
+            token_s = expect(self.cost.verify(0), self.target_bytes) if expect else None
+        except Exception as exc:
+            log.info("draft source %s: no cost estimate (%s)", self.source.name, exc)
+            token_s = None
+        if token_s is not None:
+            self.shared.prior_per_token_s = token_s
+            if token_s == 0.0:  # free drafts: nothing to learn about their cost
+                self.shared.draft_obs = max(self.shared.draft_obs, 1)
+        else:
+            self._prior_asked = self.shared.draft_obs > 0  # ask again until timed
 
     def draft(self, seq, limit: int) -> Draft | None:
         """Draft tokens for ``seq``'s next round (None = decode plainly this round)."""
