@@ -275,3 +275,42 @@ def test_sampled_speculative_requests_are_seed_reproducible(native_model, rag):
         assert a.tokens == b.tokens and len(a.tokens) > 0
     finally:
         eng.stop()
+
+
+def test_remote_style_drafts_for_several_sequences_are_fetched_at_once(native_model, rag):
+    """A ``concurrent`` source (a draft shard: I/O bound) is asked for every decoding sequence's
+    draft in parallel, so one iteration waits for the slowest round trip, not for their sum."""
+    import threading
+    import time
+
+    class SlowLookup(PromptLookup):
+        name = "remote"
+        concurrent = True
+
+        def __init__(self) -> None:
+            super().__init__(2, 4)
+            self.in_flight = self.most_in_flight = 0
+            self.lock = threading.Lock()
+
+        def propose(self, key, tokens, k, params=None):
+            with self.lock:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            time.sleep(0.05)  # a round trip
+            with self.lock:
+                self.in_flight -= 1
+            return super().propose(key, tokens, k, params)
+
+    prompt, ref = rag
+    src = SlowLookup()
+    eng, _ = make_engine(native_model, src, AdaptiveConfig(n_max=4, adaptive=False))
+    try:
+        runs = [Collector() for _ in range(3)]
+        for c in runs:
+            eng.submit(prompt, SamplingParams(max_tokens=16), c, speculative=True)
+        for c in runs:
+            assert c.done.finish_reason in ("stop", "length")
+            assert_greedy_equivalent((ref[0][:16], ref[1][:16]), c.tokens)
+        assert src.most_in_flight >= 2
+    finally:
+        eng.stop()
