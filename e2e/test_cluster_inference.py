@@ -98,12 +98,15 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
     assert metric(s0, "themis_domain_routing_fallback_total") == before + 1
 
     # Scatter-gather: order preserved, each item equal to the same request sent alone.
+    # Prompts whose greedy tokens are confident (top-2 margin ≥ 0.98 logits, base model and the
+    # legal adapter): a batch decodes them in other batch shapes than the requests sent alone,
+    # which moves logits by up to 0.69, so near-tie prompts could differ without any bug.
     prompts = [
         ("One, two,", None),
-        ("The law says", "legal"),
-        ("Paris is", None),
-        ("A judge", "legal"),
-        ("Red, green,", None),
+        ("1, 2, 3, 4, 5,", "legal"),
+        ("10, 20, 30,", None),
+        ("A, B, C, D,", "legal"),
+        ("2, 4, 6, 8,", None),
         ("Monday, Tuesday,", None),
     ]
     batch = [{"prompt": p, "domain": d, "max_tokens": 4, "temperature": 0} for p, d in prompts]
