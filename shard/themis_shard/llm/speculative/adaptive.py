@@ -205,14 +205,7 @@ class DraftLengthController:
         elif not c.adaptive:
             k = c.n_max
         else:
-            k = best_draft_length(
-                self.position_rates(),
-                self.cost,
-                c.n_max,
-                draft_fixed_s=self.draft_fixed_s,
-                draft_per_token_s=self.per_token_s,
-                min_gain=c.min_gain,
-            )
+            k = self._best_length(self.position_rates())
             if k == 0:
                 # Predicted not to pay: stay plain but re-probe after a back-off, so a change in
                 # the text (a quote begins) is noticed; each "no" doubles the wait.
@@ -267,18 +260,7 @@ class DraftLengthController:
 
     def predicts_no_gain(self) -> bool:
         """With what this controller has learnt, would n_draft = 0 be chosen?"""
-        c = self.config
-        return (
-            best_draft_length(
-                self.position_rates(),
-                self.cost,
-                c.n_max,
-                draft_fixed_s=self.draft_fixed_s,
-                draft_per_token_s=self.per_token_s,
-                min_gain=c.min_gain,
-            )
-            == 0
-        )
+        return self._best_length(self.position_rates()) == 0
 
     @property
     def per_token_s(self) -> float:
@@ -290,16 +272,18 @@ class DraftLengthController:
     def _could_pay(self) -> bool:
         """Would drafting pay if every draft token were accepted? (Not for a draft model whose
         per-token cost nears a target decode: ramping its probes up only wastes more.)"""
-        return (
-            best_draft_length(
-                1.0,
-                self.cost,
-                self.config.n_max,
-                draft_fixed_s=self.draft_fixed_s,
-                draft_per_token_s=self.per_token_s,
-                min_gain=self.config.min_gain,
-            )
-            > 0
+        return self._best_length(1.0) > 0
+
+    def _best_length(self, alpha) -> int:
+        """``best_draft_length`` with this controller's cost knowledge and config."""
+        c = self.config
+        return best_draft_length(
+            alpha,
+            self.cost,
+            c.n_max,
+            draft_fixed_s=self.draft_fixed_s,
+            draft_per_token_s=self.per_token_s,
+            min_gain=c.min_gain,
         )
 
     def draft_is_costly(self, share: float = 0.25) -> bool:
