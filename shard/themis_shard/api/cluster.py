@@ -60,7 +60,7 @@ def _speculation(shard: ShardNode) -> dict | None:
     if rt is None:
         return None
     s = rt.settings
-    target = rt._draft_target() if s.speculative_source == "remote" else None
+    target = rt.draft_target() if s.speculative_source == "remote" else None
     return {
         "source": s.speculative_source,
         "default": s.speculative_default,

@@ -72,7 +72,7 @@ async def info(request: Request) -> dict:
 @router.delete("/draft/{rid}")
 async def release(rid: str, request: Request) -> dict:
     rt = getattr(request.app.state, "llm", None)
-    svc = rt._draft_service if rt is not None else getattr(request.app.state, "draft_service", None)
+    svc = rt.loaded_draft_service if rt is not None else getattr(request.app.state, "draft_service", None)
     if svc is not None:
         await run_in_threadpool(svc.release, rid)
     return {"released": rid}

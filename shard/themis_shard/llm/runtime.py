@@ -124,7 +124,7 @@ class LLMRuntime:
                 from .speculative.factory import build_for as build_speculator
 
                 engine.speculator = build_speculator(
-                    engine, native, s, self.metrics, alias, resolve_draft=self._draft_target
+                    engine, native, s, self.metrics, alias, resolve_draft=self.draft_target
                 )
             engine.start()
             self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()), extra=extra)
@@ -134,7 +134,7 @@ class LLMRuntime:
 
     # -- speculative decoding across shards (issue 6) ----------------------------------------------
 
-    def _draft_target(self):
+    def draft_target(self):
         """Where this shard's drafts come from now: the fixed URL, else the cluster's choice."""
         from .speculative.remote import DraftTarget
 
@@ -162,6 +162,11 @@ class LLMRuntime:
                     src.info = {"of_sha256": m.fingerprint.sha256 if m else ""}
                 self._draft_service = DraftService(src)
             return self._draft_service
+
+    @property
+    def loaded_draft_service(self):
+        """The draft service if it was ever loaded (releasing state must not load a model)."""
+        return self._draft_service
 
     @property
     def draft_of(self) -> str:

@@ -168,7 +168,9 @@ class RemoteDraft:
     def _rid(self, key: Hashable) -> str:
         return f"{self._client_id}-{getattr(key, 'rid', id(key))}"
 
-    def propose(self, key: Hashable, tokens: list[int], k: int, params) -> Draft:
+    def _call(self, call: Callable[[DraftTarget, str, Any], Any]) -> Any:
+        """Run ``call(target, base_url, client)`` against the current draft shard through the
+        cluster's breaker for it; DraftUnavailable when there is none, it is open or it failed."""
         target = self._resolve()
         if target is None:
             raise DraftUnavailable("no draft shard available")
@@ -176,37 +178,46 @@ class RemoteDraft:
         if breaker is not None and not breaker.allow():
             raise DraftUnavailable(f"draft shard {target.peer or target.url}: circuit open")
         url = target.url.rstrip("/")
-        prev_url, sent = self._sent.get(key, ("", []))
-        n = 0
-        if prev_url == url:  # another draft shard holds nothing of this request
-            lim = min(len(sent), len(tokens))
-            while n < lim and sent[n] == tokens[n]:
-                n += 1
-        body = {
-            "rid": self._rid(key),
-            "pos": n,
-            "tokens": tokens[n:],
-            "k": k,
-            "temperature": params.temperature,
-            "top_k": params.top_k,
-            "top_p": params.top_p,
-            "seed": params.seed,
-        }
-        http = self._client(target)
         try:
-            r = http.post(f"{url}/internal/draft", json=body)
-            if r.status_code == 409 and n:  # the draft shard lost our state: resend everything
-                body.update(pos=0, tokens=list(tokens))
-                r = http.post(f"{url}/internal/draft", json=body)
-            r.raise_for_status()
-            data = r.json()
+            out = call(target, url, self._client(target))
         except Exception as exc:
-            self._sent.pop(key, None)
             if breaker is not None:
                 breaker.record_failure()
             raise DraftUnavailable(f"draft shard {target.peer or url}: {exc}") from exc
         if breaker is not None:
             breaker.record_success()
+        return out
+
+    def propose(self, key: Hashable, tokens: list[int], k: int, params) -> Draft:
+        def post(target: DraftTarget, url: str, http) -> tuple[str, dict]:
+            prev_url, sent = self._sent.get(key, ("", []))
+            n = 0
+            if prev_url == url:  # another draft shard holds nothing of this request
+                lim = min(len(sent), len(tokens))
+                while n < lim and sent[n] == tokens[n]:
+                    n += 1
+            body = {
+                "rid": self._rid(key),
+                "pos": n,
+                "tokens": tokens[n:],
+                "k": k,
+                "temperature": params.temperature,
+                "top_k": params.top_k,
+                "top_p": params.top_p,
+                "seed": params.seed,
+            }
+            r = http.post(f"{url}/internal/draft", json=body)
+            if r.status_code == 409 and n:  # the draft shard lost our state: resend everything
+                body.update(pos=0, tokens=list(tokens))
+                r = http.post(f"{url}/internal/draft", json=body)
+            r.raise_for_status()
+            return url, r.json()
+
+        try:
+            url, data = self._call(post)
+        except DraftUnavailable:
+            self._sent.pop(key, None)
+            raise
         self._sent[key] = (url, list(tokens))
         toks = [int(t) for t in data["tokens"]][:k]
         if data.get("q") is None:
@@ -221,19 +232,16 @@ class RemoteDraft:
     def expected_token_s(self, target_decode_s: float, target_bytes: int) -> float | None:
         """What the draft shard measured per drafted token (its own hardware), else its draft
         model's size ratio × a local decode; None when it cannot be asked."""
-        target = self._resolve()
-        if target is None or (target.breaker is not None and not target.breaker.allow()):
-            return None
-        try:
-            r = self._client(target).get(f"{target.url.rstrip('/')}/internal/draft/info")
+
+        def get(_target: DraftTarget, url: str, http) -> dict:
+            r = http.get(f"{url}/internal/draft/info")
             r.raise_for_status()
-            info = r.json()
-        except Exception:
-            if target.breaker is not None:
-                target.breaker.record_failure()
+            return r.json()
+
+        try:
+            info = self._call(get)
+        except DraftUnavailable:
             return None
-        if target.breaker is not None:
-            target.breaker.record_success()
         if info.get("token_s") is not None:
             return float(info["token_s"])
         size = int(info.get("model_bytes") or 0)
