@@ -20,28 +20,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shard"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.llm.reference
 
 from speculative import OPEN, RAG
 from themis_shard.llm.model import resolve_model_path
 from themis_shard.llm.native import Batch, NativeContext, NativeModel, quiet_native_logs
 from themis_shard.llm.tools.draft_model import derive_draft
 
-
-def greedy(model: NativeModel, prompt: list[int], n: int) -> list[int]:
-    ctx = NativeContext(model, n_ctx=1024, n_seq_max=1, n_batch=512, n_ubatch=512, n_threads=2)
-    b = Batch(512)
-    b.add(prompt, 0, 0)
-    ctx.decode(b)
-    out, pos = [], len(prompt)
-    for _ in range(n):
-        t = int(np.argmax(ctx.logits(b.n - 1)))
-        out.append(t)
-        b.clear()
-        b.add([t], pos, 0)
-        ctx.decode(b)
-        pos += 1
-    ctx.close()
-    return out
+from tests.llm.reference import greedy_reference
 
 
 def argmaxes(model: NativeModel, seq: list[int], start: int) -> list[int]:
@@ -67,7 +53,7 @@ def main() -> None:
     for kind, prompts in (("rag", RAG), ("open", OPEN)):
         for p in prompts:
             toks = full.tokenize(p)
-            seq = toks + greedy(full, toks, args.tokens)
+            seq = toks + greedy_reference(full, toks, args.tokens)[0]
             cases.append((kind, seq, len(toks), argmaxes(full, seq, len(toks))))
     print(f"\ngreedy agreement of a k-layer draft with the full model ({args.tokens} tokens per prompt)\n")
     print(f"{'layers kept':>11} {'rag':>6} {'open':>6} {'all':>6}")
