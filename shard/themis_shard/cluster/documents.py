@@ -156,16 +156,21 @@ class DistributedDocuments:
                     )
         await asyncio.gather(*(self._send_replicas(peer, items) for peer, items in per_peer.items()))
 
+    async def push_replicas(self, peer: str, items: list, *, retries: int) -> None:
+        """Install versions on ``peer`` (``/internal/replicate``: the higher version wins there,
+        so a replay is harmless). Raises PeerUnavailable / PeerError."""
+        await self.executor.request(
+            peer,
+            "POST",
+            "/internal/replicate",
+            json_body={"items": encode_items(items)},
+            idempotent=True,
+            retries=retries,
+        )
+
     async def _send_replicas(self, peer: str, items: list[Replicated]) -> None:
         try:
-            await self.executor.request(
-                peer,
-                "POST",
-                "/internal/replicate",
-                json_body={"items": encode_items(items)},
-                idempotent=True,
-                retries=1,
-            )
+            await self.push_replicas(peer, items, retries=1)
             self.metrics.replication.labels(outcome="replicated").inc(len(items))
         except (PeerUnavailable, PeerError) as exc:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)

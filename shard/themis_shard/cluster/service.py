@@ -22,7 +22,7 @@ from ..plan import ClusterPlan
 from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore, Replicated
-from ..storage.hints import HintLog, encode_items
+from ..storage.hints import HintLog
 from ..storage.names import urn
 from ..vector.catalog import VectorCatalog
 from .announcer import announcements_to_publish, resident_adapters
@@ -388,14 +388,7 @@ class ClusterService:
                 if not keys:
                     break
                 try:
-                    await self.executor.request(
-                        peer,
-                        "POST",
-                        "/internal/replicate",
-                        json_body={"items": encode_items(items)},
-                        idempotent=True,
-                        retries=0,
-                    )
+                    await self.documents.push_replicas(peer, items, retries=0)
                 except (PeerUnavailable, PeerError):
                     break
                 await run_in_threadpool(self.hints.done, peer, keys)
