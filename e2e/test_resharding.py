@@ -173,3 +173,42 @@ def test_scale_out_and_in_while_serving_loses_nothing(tmp_path) -> None:
         state = tmp_path / ".themis" / "cluster.json"
         if state.exists():
             print(json.loads(state.read_text()))
+
+
+def test_a_newer_version_only_the_leaving_shard_holds_survives_its_drain(tmp_path) -> None:
+    """A write can reach an old owner after the new owner pulled its keys (a coordinator still on
+    the old plan, a replica that missed a write). Copies are only dropped after the owners have
+    them: the leaving shard hands its copies over before it purges, so the newest version of
+    every key survives, even where the new owner pulled from the other, older holder."""
+    up = themis("up", "--shards", "3", "--no-llm", "--base-port", "0", cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    plan_path = tmp_path / ".themis" / "plan.json"
+    try:
+        first = ClusterPlan.load(plan_path)
+        work = Workload(plan_path)
+        work.preload(first.members[0].url, 400)
+        leaving = first.members[-1]
+        ring = HashRing.build(RingSpec.from_dict(first.ring))
+        late = {
+            k: v + 1
+            for k, v in work.acked.items()
+            if leaving.shard_id in ring.owners(f"urn:themis:docs:{k}", 2)
+        }
+        items = [
+            {"collection": "docs", "key": k, "version": v, "document": {"late": True}}
+            for k, v in late.items()
+        ]
+        r = httpx.post(f"{leaving.url}/internal/replicate", json={"items": items}, timeout=30)
+        assert r.status_code == 200 and r.json()["applied"] == len(late), r.text
+
+        out = themis("scale", "--shards", "2", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        final = ClusterPlan.load(plan_path)
+        assert leaving.shard_id not in [m.shard_id for m in final.members]
+        with httpx.Client(timeout=10) as client:
+            for key, version in {**work.acked, **late}.items():
+                for m in final.members:  # both copies, not just the one a read would find
+                    r = client.get(f"{m.url}/internal/documents/docs/{key}")
+                    assert r.status_code == 200 and r.json()["version"] == version, (m.shard_id, key, r.text)
+    finally:
+        themis("down", cwd=tmp_path)

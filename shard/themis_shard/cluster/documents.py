@@ -154,7 +154,7 @@ class DistributedDocuments:
                     per_peer.setdefault(owner, []).append(
                         Replicated(c.collection, c.key, c.version, c.document)
                     )
-        await asyncio.gather(*(self._send_replicas(peer, items) for peer, items in per_peer.items()))
+        await asyncio.gather(*(self.send_replicas(peer, items) for peer, items in per_peer.items()))
 
     async def push_replicas(self, peer: str, items: list, *, retries: int) -> None:
         """Install versions on ``peer`` (``/internal/replicate``: the higher version wins there,
@@ -168,7 +168,8 @@ class DistributedDocuments:
             retries=retries,
         )
 
-    async def _send_replicas(self, peer: str, items: list[Replicated]) -> None:
+    async def send_replicas(self, peer: str, items: list[Replicated]) -> None:
+        """Push to ``peer``; when it cannot be reached, keep a durable hint (replayed later)."""
         try:
             await self.push_replicas(peer, items, retries=1)
             self.metrics.replication.labels(outcome="replicated").inc(len(items))

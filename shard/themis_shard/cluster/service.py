@@ -515,7 +515,10 @@ class ClusterService:
         cursor = None
         while True:
             page, cursor = await run_in_threadpool(self.store.scan_page, cursor, 5000)
-            lost += keys_to_purge(page, self.self_id, topo.ring, topo.plan.copies)
+            gone = keys_to_purge(page, self.self_id, topo.ring, topo.plan.copies)
+            if gone:
+                await self._hand_over(page, set(gone), topo)
+            lost += gone
             if cursor is None:
                 break
         for start in range(0, len(lost), 1000):
@@ -530,6 +533,27 @@ class ClusterService:
             topo.version,
             len(lost),
             " (drained)" if leaving else "",
+        )
+
+    async def _hand_over(self, page: list, gone: set[tuple[str, str]], topo: Topology) -> None:
+        """Before dropping copies, push them to their current owners (the higher version wins
+        there, so what they already pulled is a no-op). A write that reached this shard through
+        a coordinator still on the old plan *after* the new owner's pull would otherwise vanish
+        with the purge — seen as keys left with one copy after a scale-in under load. An owner
+        that cannot be reached gets a durable hint."""
+        per_owner: dict[str, list[Replicated]] = {}
+        for e in page:
+            if (e.collection, e.key) in gone:
+                item = Replicated(e.collection, e.key, e.version, getattr(e, "document", None))
+                for owner in topo.ring.owners(urn(e.collection, e.key), topo.plan.copies):
+                    per_owner.setdefault(owner, []).append(item)
+        await bounded_gather(
+            4,
+            *(
+                self.documents.send_replicas(owner, items[i : i + 500])
+                for owner, items in per_owner.items()
+                for i in range(0, len(items), 500)
+            ),
         )
 
     async def _peer_migration(self, peer: str) -> dict | None:
