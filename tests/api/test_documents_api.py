@@ -192,3 +192,17 @@ def test_health_ready_metrics_and_openapi(client: TestClient) -> None:
         "/v1/transactions",
         "/v1/collections/{collection}/search",
     } <= set(paths)
+
+
+def test_internal_versions_answer_for_many_keys_deletes_included(client: TestClient) -> None:
+    """What a shard about to drop copies asks an owner, to send only what it lacks."""
+    client.put(f"{DOC}/a", json={"v": 1})
+    client.put(f"{DOC}/a", json={"v": 2})
+    client.put(f"{DOC}/gone", json={"v": 1})
+    client.delete(f"{DOC}/gone")
+    r = client.post(
+        "/internal/versions", json={"keys": [["books", "a"], ["books", "gone"], ["books", "never"]]}
+    )
+    assert r.status_code == 200 and r.json() == {"versions": [2, 2, 0]}
+    assert client.post("/internal/versions", json={"keys": [["Bad Name!", "a"]]}).status_code == 400
+    assert client.post("/internal/versions", json={"keys": "books"}).status_code == 400

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from ..cluster.documents import change_to_json, write_from_json
@@ -39,6 +39,19 @@ async def commit(body: WritesBody, shard: Node) -> dict:
         raise BadRequest(f"malformed writes: {exc}", code="invalid_request") from exc
     changes = await shard.cluster.documents.commit_here(writes)
     return {"changes": [change_to_json(c) for c in changes]}
+
+
+class KeysBody(BaseModel):
+    keys: list[tuple[str, str]] = Field(..., max_length=10_000)
+
+
+@router.post("/versions")
+async def versions(body: KeysBody, shard: Node) -> dict:
+    """This shard's version of each (collection, key), deletes included, 0 = never written:
+    lets a shard about to drop copies send only what the owners lack."""
+    for collection, _key in body.keys:
+        check_collection(collection)
+    return {"versions": await run_in_threadpool(shard.store.versions, body.keys)}
 
 
 @router.post("/replicate")

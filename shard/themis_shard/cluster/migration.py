@@ -146,6 +146,8 @@ class MigrationProgress:
     keys_received: int = 0
     bytes_received: int = 0
     keys_purged: int = 0
+    #: dropped copies whose owners lacked that version and got it pushed before the purge
+    keys_handed_over: int = 0
     peers_pending: set[str] = field(default_factory=set)
     unreachable: set[str] = field(default_factory=set)
     started_at: float | None = None
@@ -158,6 +160,7 @@ class MigrationProgress:
             "keys_received": self.keys_received,
             "bytes_received": self.bytes_received,
             "keys_purged": self.keys_purged,
+            "keys_handed_over": self.keys_handed_over,
             "peers_pending": sorted(self.peers_pending),
             "unreachable": sorted(self.unreachable),
             "seconds": round((self.finished_at or time.time()) - self.started_at, 3)

@@ -536,25 +536,41 @@ class ClusterService:
         )
 
     async def _hand_over(self, page: list, gone: set[tuple[str, str]], topo: Topology) -> None:
-        """Before dropping copies, push them to their current owners (the higher version wins
-        there, so what they already pulled is a no-op). A write that reached this shard through
-        a coordinator still on the old plan *after* the new owner's pull would otherwise vanish
-        with the purge — seen as keys left with one copy after a scale-in under load. An owner
-        that cannot be reached gets a durable hint."""
+        """Before dropping copies, make sure their current owners hold at least this version.
+        A write that reached this shard through a coordinator still on the old plan *after* the
+        new owner's pull would otherwise vanish with the purge (seen as keys left with one copy
+        after a scale-in under load). Each owner is asked for its versions first (keys only) and
+        sent just the entries it lacks; an owner that cannot be reached gets them as a durable
+        hint."""
         per_owner: dict[str, list[Replicated]] = {}
         for e in page:
             if (e.collection, e.key) in gone:
                 item = Replicated(e.collection, e.key, e.version, getattr(e, "document", None))
                 for owner in topo.ring.owners(urn(e.collection, e.key), topo.plan.copies):
                     per_owner.setdefault(owner, []).append(item)
-        await bounded_gather(
-            4,
-            *(
-                self.documents.send_replicas(owner, items[i : i + 500])
-                for owner, items in per_owner.items()
-                for i in range(0, len(items), 500)
-            ),
-        )
+        chunks = [
+            (owner, items[i : i + 500])
+            for owner, items in per_owner.items()
+            for i in range(0, len(items), 500)
+        ]
+        await bounded_gather(4, *(self._hand_over_chunk(owner, items) for owner, items in chunks))
+
+    async def _hand_over_chunk(self, owner: str, items: list[Replicated]) -> None:
+        try:
+            reply = await self.executor.request(
+                owner,
+                "POST",
+                "/internal/versions",
+                json_body={"keys": [(i.collection, i.key) for i in items]},
+                idempotent=True,
+                retries=1,
+            )
+            items = [i for i, theirs in zip(items, reply["versions"], strict=True) if i.version > theirs]
+        except (PeerUnavailable, PeerError, KeyError, ValueError):
+            pass  # cannot compare: send them all (or hint them)
+        if items:
+            self.migration.keys_handed_over += len(items)
+            await self.documents.send_replicas(owner, items)
 
     async def _peer_migration(self, peer: str) -> dict | None:
         try:

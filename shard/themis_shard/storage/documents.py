@@ -208,6 +208,11 @@ class DocumentStore:
         """The key's stored version, deletes (tombstones) included; 0 if never written."""
         return codec.decode_version(self._docs.get(storage_key(collection, key)))
 
+    def versions(self, keys: list[tuple[str, str]]) -> list[int]:
+        """``version`` of many keys in one read (a multi-get)."""
+        raws = self._docs[[storage_key(c, k) for c, k in keys]] if keys else []
+        return [codec.decode_version(r) for r in raws]
+
     def live_version(self, collection: str, key: str) -> int:
         return codec.live_version(self._docs.get(storage_key(collection, key)))
 
