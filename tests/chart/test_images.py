@@ -98,6 +98,22 @@ def test_shard_image_builds_llama_cpp_with_cuda_and_the_gpu_extra():
     assert f'python -c "{smoke}"' in runs
 
 
+def test_shard_image_cpu_backend_is_portable_x86_64_v3_without_amx():
+    """Chosen: an explicit baseline (AVX2/FMA/F16C/BMI2), no -march=native, no AVX-512, no AMX.
+
+    An image built on an AVX-512 or AMX host must still run on any x86-64-v3 server; a CPU below
+    the baseline is refused at start-up by name (llm/cpu_probe.py), not by SIGILL.
+    """
+    build = stages("Dockerfile.shard")[0]
+    baseline = next(a for a in args_of(build, "ARG") if a.startswith("LLAMA_CPU_BASELINE="))
+    flags = set(baseline.split("=", 1)[1].strip('"').split())
+    assert "-DGGML_NATIVE=OFF" in flags
+    assert {"-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"} <= flags
+    assert {"-DGGML_AVX512=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"} <= flags
+    runs = "\n".join(args_of(build, "RUN"))
+    assert "${LLAMA_CPU_BASELINE}" in runs and "march=native" not in runs
+
+
 def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_leave_the_model_out():
     names = {
         tool().requirement_name(r)

@@ -15,11 +15,14 @@ async def health(request: Request) -> dict:
     settings = request.app.state.settings
     if shard is None:
         return {"status": "degraded", "shard_id": settings.shard_id, "ring_version": 0}
-    return {
+    out = {
         "status": "ok" if shard.ready else "degraded",
         "shard_id": settings.shard_id,
         "ring_version": shard.cluster.topology.version,
     }
+    if shard.llm is not None:  # how each model runs on this CPU (repacking on, or the probe's fallback)
+        out["llm_buffers"] = {name: d.as_dict() for name, d in shard.llm.buffers.items()}
+    return out
 
 
 @router.get("/ready")

@@ -17,11 +17,13 @@ import concurrent.futures
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp as L
 import numpy as np
 
+from .cpu_probe import BufferDecision
 from .metrics import LLMMetrics
 from .model import ModelError, sha256_file
 from .native import Batch, NativeContext, NativeModel
@@ -72,13 +74,18 @@ def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:
 
 class Embedder:
     def __init__(
-        self, path: Path, settings: LLMSettings, metrics: LLMMetrics | None = None, name: str | None = None
+        self,
+        path: Path,
+        settings: LLMSettings,
+        metrics: LLMMetrics | None = None,
+        name: str | None = None,
+        use_extra_bufts: bool | None = None,
     ) -> None:
         self.name = name or path.stem
         self.path = path
         self.settings = settings
         self.metrics = metrics
-        self.model = NativeModel(path, n_gpu_layers=settings.n_gpu_layers)
+        self.model = NativeModel(path, n_gpu_layers=settings.n_gpu_layers, use_extra_bufts=use_extra_bufts)
         self.dimension = self.model.n_embd
         train_ctx = int(self.model.meta(f"{self.model.meta('general.architecture')}.context_length") or 512)
         self.max_text_tokens = min(settings.embedding_n_ctx, train_ctx)
@@ -131,7 +138,17 @@ class Embedder:
         self.model.close()
 
 
-def load_embedder(settings: LLMSettings, metrics: LLMMetrics | None = None) -> Embedder | None:
+def load_embedder(
+    settings: LLMSettings,
+    metrics: LLMMetrics | None = None,
+    buffers: Callable[[str, Path], BufferDecision] | None = None,
+) -> Embedder | None:
+    """``buffers(name, path)`` decides the model's CPU buffer types (the runtime's probe)."""
+
+    def open_embedder(path: Path, name: str) -> Embedder:
+        extra = buffers(name, path).use_extra_bufts if buffers is not None else None
+        return Embedder(path, settings, metrics, name=name, use_extra_bufts=extra)
+
     choice = settings.embedding_model
     if choice == "none":
         return None
@@ -141,8 +158,8 @@ def load_embedder(settings: LLMSettings, metrics: LLMMetrics | None = None) -> E
         except FileNotFoundError as exc:  # package missing: serve generation, answer 503 on /v1/embed
             log.warning("embeddings disabled: %s", exc)
             return None
-        return Embedder(path, settings, metrics, name=BUNDLED_NAME)
+        return open_embedder(path, BUNDLED_NAME)
     path = Path(choice).expanduser()
     if not path.is_file():
         raise ModelError(f"embedding model not found: {path}")
-    return Embedder(path, settings, metrics)
+    return open_embedder(path, path.stem)

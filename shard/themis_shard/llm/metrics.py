@@ -37,6 +37,18 @@ class LLMMetrics:
         self.request_latency = Histogram(
             "themis_llm_request_seconds", "Arrival to last token", ["model"], buckets=TTFT_BUCKETS, registry=r
         )
+        self.extra_buffer_types = Gauge(
+            "themis_llm_extra_buffer_types",
+            "1 when a model runs with llama.cpp's extra CPU buffer types (weight repacking)",
+            ["model"],
+            registry=r,
+        )
+        self.cpu_fallback = Gauge(
+            "themis_llm_cpu_probe_fallback",
+            "1 when the start-up probe crashed with extra buffer types and the model fell back",
+            ["model"],
+            registry=r,
+        )
         self.tokens = Counter("themis_llm_tokens_generated_total", "Tokens generated", ["model"], registry=r)
         self.prompt_tokens = Counter(
             "themis_llm_prompt_tokens_total",

@@ -15,6 +15,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from .cpu_probe import default_policy
 from .model import ModelError
 
 
@@ -33,11 +34,17 @@ def gpu_layers(requested: int) -> int:
 class NativeModel:
     """Weights + vocabulary of one GGUF file."""
 
-    def __init__(self, path: Path, *, n_gpu_layers: int = -1) -> None:
+    def __init__(self, path: Path, *, n_gpu_layers: int = -1, use_extra_bufts: bool | None = None) -> None:
+        """``use_extra_bufts=None`` asks the start-up probe (cpu_probe.py) whether repacking is safe."""
         quiet_native_logs()
         L.llama_backend_init()
         params = L.llama_model_default_params()
         params.n_gpu_layers = gpu_layers(n_gpu_layers)
+        if use_extra_bufts is None:
+            decision = default_policy().for_model(Path(path), n_gpu_layers=n_gpu_layers)
+            use_extra_bufts = decision.use_extra_bufts
+        params.use_extra_bufts = use_extra_bufts
+        self.use_extra_bufts = use_extra_bufts
         self.n_gpu_layers = params.n_gpu_layers
         ptr = L.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:

@@ -13,10 +13,12 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
+from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation
 from .metrics import LLMMetrics
@@ -71,6 +73,13 @@ class LLMRuntime:
         self.draft_resolver = None
         self._draft_service = None  # speculative.remote.DraftService (/internal/draft)
         self._draft_lock = threading.Lock()
+        #: How each model was loaded on this CPU (alias, or "embedding:<name>") — /health shows it.
+        self.buffers: dict[str, BufferDecision] = {}
+        self.buffer_policy = BufferPolicy(
+            settings.extra_buffer_types,
+            Path(settings.probe_cache_dir).expanduser() if settings.probe_cache_dir else default_cache_dir(),
+            settings.probe_fault,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -112,7 +121,8 @@ class LLMRuntime:
         s = self.settings
         for alias, path in {s.model_alias: s.model_path, **s.extra_models}.items():
             file = resolve_model_path(path)
-            native = NativeModel(file, n_gpu_layers=s.n_gpu_layers)
+            buffers = self._buffers_for(alias, file)
+            native = NativeModel(file, n_gpu_layers=s.n_gpu_layers, use_extra_bufts=buffers.use_extra_bufts)
             fp = fingerprint(file, native.meta)
             engine = Engine(native, engine_config(s), name=alias, metrics=self.metrics)
             extra = {}
@@ -188,7 +198,19 @@ class LLMRuntime:
     def _load_embedder(self) -> None:
         from .embeddings import load_embedder
 
-        self.embedder = load_embedder(self.settings, self.metrics)
+        self.embedder = load_embedder(
+            self.settings, self.metrics, lambda name, path: self._buffers_for(f"embedding:{name}", path, True)
+        )
+
+    def _buffers_for(self, name: str, path, embedding: bool = False) -> BufferDecision:
+        gpu = self.settings.n_gpu_layers
+        decision = self.buffer_policy.for_model(path, n_gpu_layers=gpu, embedding=embedding)
+        if decision.fallback:
+            log.warning("%s: %s", name, decision.reason)
+        self.buffers[name] = decision
+        self.metrics.extra_buffer_types.labels(name).set(int(decision.use_extra_bufts))
+        self.metrics.cpu_fallback.labels(name).set(int(decision.fallback))
+        return decision
 
     # -- generation ------------------------------------------------------------------------------
 

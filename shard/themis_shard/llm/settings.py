@@ -26,6 +26,12 @@ class LLMSettings(BaseSettings):
     n_threads: int = Field(0, ge=0, description="0 = all cores")
     n_gpu_layers: int = Field(-1, description="-1 = all layers when CUDA is present, else 0")
     n_ubatch: int = Field(512, ge=1, description="physical batch llama.cpp computes at once")
+    #: llama.cpp's extra CPU buffer types (weight repacking): "auto" probes a decode in a child
+    #: process at start-up and turns them off if it crashes (CPUs that advertise but trap AMX).
+    extra_buffer_types: Literal["auto", "on", "off"] = "auto"
+    #: Fault drill: the probe child raises this signal before its forward pass ("" = none).
+    probe_fault: Literal["", "SIGSEGV", "SIGILL", "SIGBUS", "SIGABRT"] = ""
+    probe_cache_dir: str = Field("", description="probe outcomes; '' = ~/.cache/themis/cpu-probe")
     # ContinuousBatchScheduler defaults from the paper (§III-C).
     max_batch_size: int = Field(256, ge=1, description="sequences in one iteration's batch")
     max_concurrent_requests: int = Field(128, ge=1, le=256, description="running sequences (KV slots)")
