@@ -1,9 +1,17 @@
-"""Inference engine benchmark: Themis shard vs `python -m llama_cpp.server` vs raw llama-cpp-python.
+"""Inference engine benchmark: Themis shard vs llama.cpp's own C++ `llama-server` (the peer a user
+would pick on CPU), `python -m llama_cpp.server` and raw llama-cpp-python.
 
-Same model (the bundled Gemma 3 270M Q4_K_M), same threads, greedy, one run. For 1, 4, 8 and 16
-concurrent clients, each client streams ``--requests`` completions of ``--max-tokens`` tokens
-from the server's OpenAI ``/v1/completions`` endpoint; we report aggregate generated tokens/s
-and TTFT p50/p99 (client-side: request sent → first text chunk).
+Same model (the bundled Gemma 3 270M Q4_K_M), same threads, same client, greedy, one run. For 1,
+4, 8 and 16 concurrent clients, each client streams ``--requests`` completions of
+``--max-tokens`` tokens from the server's OpenAI ``/v1/completions`` endpoint; we report
+aggregate generated tokens/s, TTFT p50/p99 (client-side: request sent → first text chunk) and
+inter-token latency p50/p99 (between consecutive text chunks of one stream). Servers run one at a
+time, started fresh for each round, in alternating order (ABC, CBA, …), so that none profits from
+a quieter moment of the shared machine. llama-server gets ``-np N`` slots sharing one unified KV
+cache of the same size as ours, and the same weight-repacking decision as the shard's start-up
+probe took (``--no-repack`` when the shard fell back). It is built by
+``bench/llama_server_build.py`` from the llama.cpp our engine runs (cached per CPU; pass
+``--llama-server PATH`` to use another binary).
 
 "raw" is the ceiling without any server: a hand-written low-level llama.cpp loop that decodes
 all N sequences in one static batch (N=1: plain single-sequence decoding), in this process.
@@ -11,7 +19,8 @@ all N sequences in one static batch (N=1: plain single-sequence decoding), in th
 engine's own efficiency from the HTTP/SSE and client costs, which share the same 2 cores.
 Optionally (``--lora``) measures the cost of serving LoRA adapter groups in one engine.
 
-Run: `.venv/bin/python bench/engine.py [--clients 1,4,8,16] [--max-tokens 64] [--requests 1]`.
+Run: `.venv/bin/python bench/engine.py [--clients 1,4,8,16] [--max-tokens 64] [--requests 1]`
+(`--skip raw,engine` for the servers only).
 Needs `sse-starlette starlette-context` for llama_cpp.server (it is skipped without them).
 The machine is shared and noisy: compare the rows of one run, not runs.
 """
@@ -55,7 +64,8 @@ def free_port() -> int:
 
 async def stream_one(
     client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int
-) -> tuple[float | None, int]:
+) -> tuple[float | None, int, list[float]]:
+    """(TTFT, text chunks received, gaps between consecutive chunks)."""
     body = {
         "model": "gemma3-270m",
         "prompt": prompt,
@@ -64,7 +74,7 @@ async def stream_one(
         "stream": True,
     }
     t0 = time.perf_counter()
-    ttft, chunks = None, 0
+    ttft, chunks, gaps, last = None, 0, [], t0
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
             r.raise_for_status()
@@ -73,18 +83,22 @@ async def stream_one(
                     continue
                 data = json.loads(line[6:])
                 if data.get("choices") and data["choices"][0].get("text"):
+                    now = time.perf_counter()
                     chunks += 1
                     if ttft is None:
-                        ttft = time.perf_counter() - t0
+                        ttft = now - t0
+                    else:
+                        gaps.append(now - last)
+                    last = now
     except httpx.HTTPError:  # a server that drops concurrent streams: count what arrived
         pass
-    return ttft, chunks
+    return ttft, chunks, gaps
 
 
 async def drive(url: str, clients: int, requests: int, max_tokens: int) -> dict:
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
 
-        async def worker(i: int) -> list[tuple[float | None, int]]:
+        async def worker(i: int) -> list[tuple[float | None, int, list[float]]]:
             return [
                 await stream_one(client, url, PROMPTS[(i + k) % len(PROMPTS)], max_tokens)
                 for k in range(requests)
@@ -93,12 +107,15 @@ async def drive(url: str, clients: int, requests: int, max_tokens: int) -> dict:
         t0 = time.perf_counter()
         results = [r for rs in await asyncio.gather(*(worker(i) for i in range(clients))) for r in rs]
         wall = time.perf_counter() - t0
-    ttfts = [t for t, _ in results if t is not None] or [float("nan")]
-    tokens = sum(n for _, n in results)
+    ttfts = [t for t, _, _ in results if t is not None] or [float("nan")]
+    gaps = [g for _, _, gs in results for g in gs] or [float("nan")]
+    tokens = sum(n for _, n, _ in results)
     return {
         "tok_s": tokens / wall,
         "ttft_p50": float(np.percentile(ttfts, 50)),
         "ttft_p99": float(np.percentile(ttfts, 99)),
+        "itl_p50": float(np.percentile(gaps, 50)),
+        "itl_p99": float(np.percentile(gaps, 99)),
         "tokens": tokens,
         "expected": clients * requests * max_tokens,
     }
@@ -160,6 +177,25 @@ def start_themis(model: Path, threads: int, data_dir: str, adapters: dict[str, s
         "warning",
     ]
     return Process(cmd, env, port, "/ready")
+
+
+def start_llama_server(binary: Path, model: Path, threads: int, slots: int, repack: bool) -> Process:
+    """llama.cpp's C++ server: continuous batching over ``slots`` slots, one unified KV cache."""
+    port = free_port()
+    cmd = [
+        str(binary), "-m", str(model), "-a", "gemma3-270m", "-t", str(threads), "-tb", str(threads),
+        "-c", "8192", "-np", str(slots), "-kvu", "-cb", "--no-webui",
+        "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    if not repack:
+        cmd.append("--no-repack")
+    return Process(cmd, {}, port, "/health")
+
+
+def themis_repacks(srv: Process) -> bool:
+    """The shard's start-up probe decision (llama-server is given the same one)."""
+    buffers = httpx.get(srv.url + "/health", timeout=5).json().get("llm_buffers", {})
+    return all(d["use_extra_bufts"] for d in buffers.values())
 
 
 def start_llama_cpp_server(model: Path, threads: int) -> Process:
@@ -278,14 +314,58 @@ def engine_inprocess(engine, model, clients: int, requests: int, max_tokens: int
 
 # -- report ------------------------------------------------------------------------------------------
 
+LABELS = {
+    "raw": "raw llama-cpp (static)",
+    "engine": "themis engine, in-proc",
+    "themis": "themis shard (HTTP)",
+    "llama_server": "llama-server (C++)",
+    "llama_cpp_server": "llama_cpp.server",
+}
+SERVERS = ("themis", "llama_server", "llama_cpp_server")
 
-def row(name: str, n: int, r: dict | None, raw: dict | None) -> str:
+
+def ms(r: dict, key: str) -> str:
+    value = r.get(key, float("nan"))
+    return f"{value * 1000:>6.0f}ms" if value == value else f"{'–':>8}"
+
+
+def row(name: str, n: int, r: dict | None, peer: dict | None) -> str:
+    label = LABELS[name]
     if r is None:
-        return f"| {name:<22} | {n:>2} | {'skipped':>10} | {'':>9} | {'':>9} | {'':>8} | {'':>11} |"
-    pct = f"{100 * r['tok_s'] / raw['tok_s']:.0f} %" if raw else ""
+        return (
+            f"| {label:<22} | {n:>2} | {'skipped':>7} | {'':>8} |"
+            + " " * 10
+            + "|" * 1
+            + (f" {'':>8} |" * 3 + f" {'':>11} |")
+        )
+    ratio = f"{r['tok_s'] / peer['tok_s']:.2f}×" if peer else ""
     return (
-        f"| {name:<22} | {n:>2} | {r['tok_s']:>10.1f} | {r['ttft_p50'] * 1000:>7.0f}ms | "
-        f"{r['ttft_p99'] * 1000:>7.0f}ms | {pct:>8} | {r['tokens']:>5}/{r['expected']:<5} |"
+        f"| {label:<22} | {n:>2} | {r['tok_s']:>7.1f} | {ratio:>8} | {ms(r, 'ttft_p50')} | "
+        f"{ms(r, 'ttft_p99')} | {ms(r, 'itl_p50')} | {ms(r, 'itl_p99')} | "
+        f"{r['tokens']:>5}/{r['expected']:<5} |"
+    )
+
+
+def start_server(name: str, model: Path, args, tmp: str, slots: int, repack: bool) -> Process | None:
+    try:
+        if name == "themis":
+            return start_themis(model, args.threads, tempfile.mkdtemp(dir=tmp))
+        if name == "llama_server":
+            return start_llama_server(args.llama_server, model, args.threads, slots, repack)
+        return start_llama_cpp_server(model, args.threads)
+    except RuntimeError as exc:
+        print(f"{LABELS[name]} unavailable: {exc}", file=sys.stderr)
+        return None
+
+
+def llama_server_binary() -> Path | None:
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("llama_server_build.py"))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return (
+        Path(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else None
     )
 
 
@@ -296,7 +376,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1, help="requests per client")
     ap.add_argument("--repeat", type=int, default=2, help="rounds per level; the best tok/s round is kept")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--skip", default="", help="comma list of: raw,engine,themis,llama_cpp_server")
+    ap.add_argument(
+        "--skip", default="", help="comma list of: raw,engine,themis,llama_server,llama_cpp_server"
+    )
+    ap.add_argument("--llama-server", type=Path, default=None, help="binary (default: built and cached)")
     ap.add_argument("--lora", action="store_true", help="also measure serving LoRA adapter groups")
     ap.add_argument(
         "--embeddings",
@@ -309,15 +392,15 @@ def main() -> None:
         return
     levels = [int(x) for x in args.clients.split(",")]
     skip = set(filter(None, args.skip.split(",")))
+    if "llama_server" not in skip and args.llama_server is None:
+        args.llama_server = llama_server_binary()
+        if args.llama_server is None:
+            print("llama-server could not be built: its rows are skipped", file=sys.stderr)
+            skip.add("llama_server")
     from themis_shard.llm.model import resolve_model_path
 
     model = resolve_model_path("bundled")
-    results: dict[str, dict[int, dict | None]] = {
-        "raw": {},
-        "engine": {},
-        "themis": {},
-        "llama_cpp_server": {},
-    }
+    results: dict[str, dict[int, dict | None]] = {name: {} for name in LABELS}
     inproc = None
     if "engine" not in skip:
         from themis_shard.llm.engine import Engine, EngineConfig
@@ -329,62 +412,58 @@ def main() -> None:
             native, EngineConfig(n_ctx=8192, n_threads=args.threads, limits=Limits(max_running=128))
         )
         inproc.start()
-    servers: dict[str, Process | None] = {}
+    servers = [name for name in SERVERS if name not in skip]
+    repack = True
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            # Both servers stay up (idle ones cost no CPU) so that, on a shared machine, the three
-            # systems of one level run back to back under the same background load.
-            if "themis" not in skip:
-                servers["themis"] = start_themis(model, args.threads, tmp)
-            if "llama_cpp_server" not in skip:
-                try:
-                    servers["llama_cpp_server"] = start_llama_cpp_server(model, args.threads)
-                except RuntimeError as exc:
-                    print(f"llama_cpp.server unavailable: {exc}", file=sys.stderr)
-                    servers["llama_cpp_server"] = None
-            for srv in servers.values():
-                if srv is not None:
-                    asyncio.run(drive(srv.url, 1, 1, 8))  # warm-up
+            if "themis" in servers:  # the probe's decision, which llama-server then shares
+                probe = start_server("themis", model, args, tmp, 1, True)
+                repack = probe is not None and themis_repacks(probe)
+                if probe is not None:
+                    probe.close()
+            rounds = 0
             for n in levels:
                 for _ in range(args.repeat):
-                    runs = {}
+                    runs: dict[str, dict | None] = {}
                     if "raw" not in skip:
                         runs["raw"] = raw_batched(model, args.threads, n, args.requests, args.max_tokens)
                     if inproc is not None:
                         runs["engine"] = engine_inprocess(inproc, native, n, args.requests, args.max_tokens)
-                    for name, srv in servers.items():
-                        runs[name] = (
-                            asyncio.run(drive(srv.url, n, args.requests, args.max_tokens)) if srv else None
-                        )
+                    order = servers if rounds % 2 == 0 else servers[::-1]
+                    rounds += 1
+                    for name in order:  # one server at a time, fresh, in alternating order
+                        srv = start_server(name, model, args, tmp, n, repack)
+                        if srv is None:
+                            runs[name] = None
+                            continue
+                        try:
+                            asyncio.run(drive(srv.url, 1, 1, 8))  # warm-up
+                            runs[name] = asyncio.run(drive(srv.url, n, args.requests, args.max_tokens))
+                        finally:
+                            srv.close()
                     for name, r in runs.items():
                         best = results[name].get(n)
                         if r is not None and (best is None or r["tok_s"] > best["tok_s"]):
                             results[name][n] = r
         finally:
-            for srv in servers.values():
-                if srv is not None:
-                    srv.close()
             if inproc is not None:
                 inproc.stop()
                 native.close()
 
     print(
         f"\nGemma 3 270M Q4_K_M, {args.threads} threads, greedy, {args.max_tokens} tokens × {args.requests} "
-        f"request(s) per client, best of {args.repeat}\n"
+        f"request(s) per client, best of {args.repeat}, weight repacking {'on' if repack else 'off'} "
+        "(the shard's start-up probe decision, given to llama-server too)\n"
     )
-    print("| system                 |  N |      tok/s |  TTFT p50 |  TTFT p99 | % of raw | tokens got  |")
-    print("|------------------------|----|------------|-----------|-----------|----------|-------------|")
+    head = ("system".ljust(22), " N", "  tok/s", "vs l-srv", "TTFT p50", "TTFT p99", " ITL p50", " ITL p99")
+    print("| " + " | ".join(head) + " | tokens got  |")
+    print("|" + "|".join("-" * (len(h) + 2) for h in head) + "|-------------|")
     for n in levels:
-        raw = results["raw"].get(n)
-        for name, label in (
-            ("raw", "raw llama-cpp (static)"),
-            ("engine", "themis engine, in-proc"),
-            ("themis", "themis shard (HTTP)"),
-            ("llama_cpp_server", "llama_cpp.server"),
-        ):
+        peer = results["llama_server"].get(n)
+        for name in LABELS:
             if name in skip:
                 continue
-            print(row(label, n, results[name].get(n), raw if name != "raw" else None))
+            print(row(name, n, results[name].get(n), peer if name != "llama_server" else None))
 
     if args.lora:
         lora_cost(model, args)
