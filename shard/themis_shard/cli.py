@@ -78,8 +78,21 @@ def _read_state(state_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _log_tail(path: str | None, lines: int = 6) -> str:
+    """The end of a shard's log: what it said before it died (a start-up error names its cause)."""
+    try:
+        tail = Path(path).read_text(errors="replace").strip().splitlines()[-lines:] if path else []
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in tail)
+
+
 def wait_ready(
-    urls: list[str], timeout: float, pids: list[int] | None = None, verify: str | bool = True
+    urls: list[str],
+    timeout: float,
+    pids: list[int] | None = None,
+    verify: str | bool = True,
+    logs: list[str] | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     pending = list(urls)
@@ -88,8 +101,13 @@ def wait_ready(
         while pending:
             if time.monotonic() > deadline:
                 raise SystemExit(f"shards not ready after {timeout:.0f}s: {', '.join(pending)}")
-            if pids and not all(_alive(p) for p in pids):
-                raise SystemExit("a shard process exited during start-up; see .themis/logs/")
+            dead = [i for i, p in enumerate(pids or []) if not _alive(p)]
+            if dead:
+                log = logs[dead[0]] if logs else None
+                raise SystemExit(
+                    f"a shard process exited during start-up ({urls[dead[0]]}); see {log or '.themis/logs/'}"
+                    + (f":\n{_log_tail(log)}" if log else "")
+                )
             for url in list(pending):
                 try:
                     if client.get(f"{url}/ready").status_code == 200:
@@ -328,7 +346,13 @@ def up(args: argparse.Namespace) -> int:
         json.dumps({"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2)
     )
     try:
-        wait_ready([s["url"] for s in shards], args.timeout, [s["pid"] for s in shards], verify=ca or True)
+        wait_ready(
+            [s["url"] for s in shards],
+            args.timeout,
+            [s["pid"] for s in shards],
+            verify=ca or True,
+            logs=[s["log"] for s in shards],
+        )
     except SystemExit:
         down(args)
         raise
