@@ -70,7 +70,7 @@ class EngineSpec(_Model):
     max_tokens_per_batch: int = 8192
     chunked_prefill_size: int = 512
     n_draft: int = 8
-    #: Speculative decoding (issue 6). None: "local" with a draftModel, else "prompt_lookup".
+    #: Where speculative drafts come from. None: "local" with a draftModel, else "prompt_lookup".
     speculative_source: Literal["prompt_lookup", "local", "remote", "none"] | None = None
     speculative_default: bool = False
     #: speculativeSource=remote: a shard id of this cluster, or "auto" (chosen by gossip)
