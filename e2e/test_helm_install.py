@@ -1,7 +1,7 @@
 """`helm install` of charts/themis into the Kubernetes API emulator, then the operator at work.
 
 helm-sdkpy (Helm's Go code, no binary) installs the chart with ``HELM_DRIVER=memory`` (set
-before its process starts, so in a child process) into ``themis_operator.testing.emulator``:
+before its process starts, so in a child process) into ``themis_testing.emulator``:
 CRDs from crds/, RBAC, the operator Deployment, dashboards ConfigMaps, ServiceMonitor,
 PrometheusRule and a ThemisCluster from values. Then the operator runs as a process with the
 arguments of the Deployment Helm created, and reconciles the chart's ThemisCluster into its
@@ -20,9 +20,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from themis_operator.testing import real_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "testing") not in sys.path:  # the test-support package, straight from the checkout
+    sys.path.insert(0, str(ROOT / "testing"))
+
+from themis_testing import real_cluster  # noqa: E402 (needs the path above)
+
 NAMESPACE = "themis-system"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -62,8 +66,8 @@ def eventually(check, timeout: float = 30.0, interval: float = 0.3):
 @pytest.fixture
 def emulator(monkeypatch):
     pytest.importorskip("helm_sdkpy", reason="pip install helm-sdkpy==0.1.32")
-    from themis_operator.testing import emulator as module
-    from themis_operator.testing.emulator import Kind, running_emulator
+    from themis_testing import emulator as module
+    from themis_testing.emulator import Kind, running_emulator
 
     async def server_version(self, request):
         # kmock answers v1.26.4; the chart requires kubeVersion >= 1.29 (Helm checks /version).
@@ -123,7 +127,7 @@ def names(emulator, api_version: str, plural: str, namespace: str | None = None)
 
 
 def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, tmp_path):
-    from themis_operator.testing.fakeshards import FakeShards
+    from themis_testing.fakeshards import FakeShards
 
     kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
     release = helm_install(kubeconfig, VALUES)

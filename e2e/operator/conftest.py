@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from themis_operator.testing.real_cluster import find_kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
-for sub in ("shard", "operator"):
+for sub in ("shard", "operator", "testing"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
+
+from themis_testing.real_cluster import find_kubectl  # noqa: E402 (needs the paths above)
 
 
 def eventually(check, timeout: float = 20.0, interval: float = 0.3):

@@ -7,10 +7,10 @@ import base64
 import json
 
 import pytest
-from themis_operator.testing.emulator import running_emulator
-from themis_operator.testing.fakeshards import FakeShards
-from themis_operator.testing.validation import validate_manifest
 from themis_shard.plan import ClusterPlan
+from themis_testing.emulator import running_emulator
+from themis_testing.fakeshards import FakeShards
+from themis_testing.validation import validate_manifest
 
 from .conftest import ROOT, Kubectl, eventually, operator_process, stop
 

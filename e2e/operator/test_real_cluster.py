@@ -11,7 +11,7 @@ import json
 import uuid
 
 import pytest
-from themis_operator.testing.real_cluster import reachable_cluster
+from themis_testing.real_cluster import reachable_cluster
 
 from .conftest import ROOT, Kubectl, eventually, operator_process, stop
 

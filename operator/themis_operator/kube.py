@@ -1,4 +1,4 @@
-"""The Kubernetes API edge: a tiny generic client and idempotent apply.
+"""The Kubernetes API edge: a tiny generic client, and the merge patches that converge objects.
 
 Reconcile logic talks to the ``Kube`` protocol only, so tests can hand it an in-memory fake
 and the operator hands it :class:`ApiKube` (the official client's ApiClient, which follows
@@ -199,19 +199,3 @@ def desired_patch(desired: dict) -> dict:
         for optional in ("nodeSelector", "tolerations"):
             pod.setdefault(optional, None)  # removing them from the spec must remove them here
     return patch
-
-
-def apply(kube: Kube, desired: dict) -> tuple[str, dict]:
-    """Create or converge one object; returns ``("created"|"updated"|"unchanged", object)``."""
-    meta = desired["metadata"]
-    args = (desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"])
-    existing = kube.get(*args)
-    if existing is None:
-        try:
-            return "created", kube.create(desired)
-        except Conflict:  # created concurrently (e.g. by a restarted operator): converge instead
-            existing = kube.get(*args) or {}
-    patch = desired_patch(desired)
-    if is_subset(patch, existing):
-        return "unchanged", existing
-    return "updated", kube.patch(*args, patch)

@@ -12,25 +12,32 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from themis_shard.cluster.status_model import ClusterStatus
 
 from . import names
 from .status import ShardReport
 
 
 def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardReport:
-    own = next((m for m in payload.get("members") or [] if m.get("shard_id") == shard_id), {})
-    migration = payload.get("migration") or {}
+    """A shard's answer, read through the shared :class:`ClusterStatus` model.
+
+    Two keys are still read from the raw answer because no shard sends them (only test doubles
+    do) and the model describes what shards really send: a top-level ``state`` and a shard's own
+    ``adapters`` list.
+    """
+    status = ClusterStatus.model_validate(payload)
+    own = status.member(shard_id)
     return ShardReport(
         id=shard_id,
         url=url,
         role=role,  # type: ignore[arg-type]
         reachable=True,
-        state=str(own.get("state") or payload.get("state") or "up"),
-        ringVersion=payload.get("ring_version"),
-        migration=str(migration.get("state") or "idle"),
-        migrationRingVersion=migration.get("ring_version"),
+        state=str((own and own.state) or payload.get("state") or "up"),
+        ringVersion=status.ring_version,
+        migration=status.migration.state or "idle",
+        migrationRingVersion=status.migration.ring_version,
         adapters=tuple(a for a in payload.get("adapters") or [] if isinstance(a, dict)),
-        capabilities=tuple(c for c in payload.get("capabilities") or [] if isinstance(c, dict)),
+        capabilities=tuple(status.capabilities),
     )
 
 
@@ -101,13 +108,12 @@ def adapter_states(reports: Sequence[ShardReport]) -> dict[str, list[tuple[str, 
     found: dict[tuple[str, str], dict] = {}
     for report in reports:
         for cap in report.capabilities:
-            name, shard = cap.get("adapter_id"), cap.get("shard_id")
-            if name and shard:
-                found[(str(name), str(shard))] = {
-                    "name": name,
-                    "state": "loaded" if cap.get("active", True) else "unknown",
-                    "accuracy_delta": cap.get("accuracy_delta"),
-                    "p99_delta_ms": cap.get("performance_delta_p99_ms"),
+            if cap.adapter_id and cap.shard_id:
+                found[(cap.adapter_id, cap.shard_id)] = {
+                    "name": cap.adapter_id,
+                    "state": "loaded" if cap.active else "unknown",
+                    "accuracy_delta": cap.accuracy_delta,
+                    "p99_delta_ms": cap.performance_delta_p99_ms,
                 }
     for report in reports:  # a shard's word about itself wins over gossip
         for entry in report.adapters:

@@ -12,12 +12,17 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
 
 _SOURCE_PVC = re.compile(r"^pvc://(?P<claim>[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?)/(?P<path>\S+)$")
 _SOURCE_HTTP = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
+def error_text(err: ValidationError) -> str:
+    """One line for a status message: ``field.path: what is wrong; ...``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
 
 
 class _Model(BaseModel):
@@ -65,7 +70,7 @@ class EngineSpec(_Model):
     max_tokens_per_batch: int = 8192
     chunked_prefill_size: int = 512
     n_draft: int = 8
-    #: Speculative decoding (issue 6). None: "local" with a draftModel, else "prompt_lookup".
+    #: Where speculative drafts come from. None: "local" with a draftModel, else "prompt_lookup".
     speculative_source: Literal["prompt_lookup", "local", "remote", "none"] | None = None
     speculative_default: bool = False
     #: speculativeSource=remote: a shard id of this cluster, or "auto" (chosen by gossip)

@@ -6,6 +6,7 @@ import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+from themis_shard.cluster.status_model import AdapterCapability
 
 ConditionType = Literal["Ready", "Progressing", "Degraded"]
 Phase = Literal["Pending", "Creating", "Running", "Scaling", "Degraded"]
@@ -64,9 +65,11 @@ class ShardReport(BaseModel):
     migration: str = "unknown"
     #: The ring version the migration state refers to (a stale "drained" must not count).
     migrationRingVersion: int | None = None
+    #: The shard's own adapter entries (``name``, ``state``, ...): read when an answer has them,
+    #: though shards report their adapters only through ``capabilities`` today.
     adapters: tuple[dict, ...] = ()
     #: Gossiped adapter announcements (cluster-wide), as /v1/cluster/status returns them.
-    capabilities: tuple[dict, ...] = ()
+    capabilities: tuple[AdapterCapability, ...] = ()
 
     def summary(self) -> dict:
         return self.model_dump(exclude={"adapters", "capabilities"}, exclude_none=True)

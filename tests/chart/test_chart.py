@@ -59,7 +59,7 @@ def test_values_schema_documents_every_default(chart):
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_every_rendered_manifest_is_valid(render, name):
     import kubernetes_validate
-    from themis_operator.testing.validation import validate_custom_resource
+    from themis_testing.validation import validate_custom_resource
 
     docs = render(VALUE_SETS[name], name)
     assert docs

@@ -156,6 +156,14 @@ def test_operator_image_is_slim_python_312_non_root():
     assert "/healthz" in args_of(final, "HEALTHCHECK")[0]
 
 
+def test_operator_image_leaves_the_test_support_package_out():
+    """themis_testing (emulator, fakes, validation) lives in testing/, which the image never copies."""
+    copies = [a.split()[0] for a in args_of(stages("Dockerfile.operator")[0], "COPY")]
+    assert "shard/" in copies and "operator/" in copies
+    assert not [c for c in copies if c.startswith("testing")]
+    assert not list((ROOT / "operator" / "themis_operator").glob("testing/*.py"))
+
+
 OPERATOR_ONLY = ("kopf", "kubernetes", "pydantic", "pydantic-settings", "httpx", "cryptography", "pyyaml")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-for sub in ("shard", "operator"):
+for sub in ("shard", "operator", "testing"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
 
@@ -31,7 +31,7 @@ def eventually(check, timeout: float = 15.0, interval: float = 0.2):
 
 @pytest.fixture(scope="module")
 def emulator():
-    from themis_operator.testing.emulator import running_emulator
+    from themis_testing.emulator import running_emulator
 
     with running_emulator() as server:
         yield server
@@ -44,7 +44,7 @@ def kubeconfig(emulator, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fake_shards():
-    from themis_operator.testing.fakeshards import FakeShards
+    from themis_testing.fakeshards import FakeShards
 
     shards = FakeShards().start()
     yield shards
@@ -63,7 +63,7 @@ def crds(emulator):
         )
         assert response.status_code == 201, response.text
     # The Prometheus Operator's CRD, so ServiceMonitors can be created.
-    from themis_operator.testing.emulator import Kind
+    from themis_testing.emulator import Kind
 
     emulator.call(
         lambda e: e.register(Kind("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"))

@@ -11,9 +11,9 @@ from themis_operator.builders.plan import build_plan_configmap, next_plan, place
 from themis_operator.builders.statefulset import build_statefulset
 from themis_operator.builders.tls import build_tls_secret, ca_material
 from themis_operator.spec import LoRAAdapterSpec
-from themis_operator.testing.validation import load_example, validate_manifest
 from themis_shard.cluster.certs import generate_ca
 from themis_shard.plan import ClusterPlan
+from themis_testing.validation import load_example, validate_manifest
 
 CA = generate_ca("demo")
 

@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 from themis_operator.spec import LoRAAdapterSpec, ThemisClusterSpec
-from themis_operator.testing.validation import (
+from themis_testing.validation import (
     CRD_DIR,
     custom_resource_errors,
     load_crds,
@@ -132,7 +132,7 @@ def test_crd_defaults_equal_the_operator_model_defaults():
 
 
 def test_operator_install_example_is_valid_for_supported_kubernetes_versions():
-    from themis_operator.testing.validation import EXAMPLES_DIR, validate_manifest
+    from themis_testing.validation import EXAMPLES_DIR, validate_manifest
 
     docs = [d for d in yaml.safe_load_all((EXAMPLES_DIR / "operator.yaml").read_text()) if d]
     assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"]
@@ -152,7 +152,7 @@ def test_operator_install_example_is_valid_for_supported_kubernetes_versions():
 
 
 def test_crd_manifests_are_valid_apiextensions_objects_for_supported_versions():
-    from themis_operator.testing.validation import validate_manifest
+    from themis_testing.validation import validate_manifest
 
     for crd in load_crds().values():
         validate_manifest(crd)

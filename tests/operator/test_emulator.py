@@ -5,7 +5,7 @@ import json
 import httpx
 import pytest
 import yaml
-from themis_operator.testing.validation import CRD_DIR
+from themis_testing.validation import CRD_DIR
 
 CM = "/api/v1/namespaces/default/configmaps"
 TC = "/apis/themisdb.io/v1alpha1/namespaces/default/themisclusters"

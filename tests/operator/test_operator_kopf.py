@@ -11,8 +11,8 @@ import time
 import pytest
 from kubernetes.config import new_client_from_config
 from themis_operator.kube import ApiKube
-from themis_operator.testing.validation import load_example, validate_manifest
 from themis_shard.plan import ClusterPlan
+from themis_testing.validation import load_example, validate_manifest
 
 from .conftest import eventually
 

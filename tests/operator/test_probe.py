@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from themis_operator.probe import ShardProber, adapter_states, parse_status, reports_from_status
-from themis_operator.testing.fakeshards import FakeShards
 from themis_shard.cluster.certs import generate_ca, issue_shard_cert
+from themis_testing.fakeshards import FakeShards
 
 
 def test_parse_status_reads_ring_version_migration_and_own_member_state():

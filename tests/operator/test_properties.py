@@ -7,9 +7,9 @@ from themis_operator.builders import ClusterContext, build_children
 from themis_operator.builders.plan import next_plan
 from themis_operator.reconcile import reconcile_cluster
 from themis_operator.spec import ThemisClusterSpec
-from themis_operator.testing.fakekube import FakeKube
-from themis_operator.testing.validation import custom_resource_errors, validate_manifest
 from themis_shard.cluster.certs import generate_ca
+from themis_testing.fakekube import FakeKube
+from themis_testing.validation import custom_resource_errors, validate_manifest
 
 CA = generate_ca("prop")
 MIN = {"raid0": 1, "raid1": 2, "raid5": 3, "raid6": 4}

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-
 import kopf
 
-from .. import GROUP, VERSION, names
-from ..reconcile import delete_children, reconcile_cluster
+from .. import GROUP, VERSION
+from ..reconcile import delete_children, probe_shards, reconcile_cluster
 from ..settings import OperatorSettings
 from .events import emit, write_adapter_statuses
 
@@ -45,19 +43,7 @@ def refresh_status(body, patch, memo, **_) -> None:
     """Probe every shard, then reconcile with fresh reports (finishes scale-in, heals drift)."""
     if body.metadata.get("deletionTimestamp"):
         return
-    spec = body.get("spec") or {}
-    namespace, name = body.metadata.namespace, body.metadata.name
-    sts = memo.kube.get("apps/v1", "StatefulSet", namespace, names.statefulset(name)) or {}
-    count = int((sts.get("spec") or {}).get("replicas") or 0)
-    tls = bool((spec.get("tls") or {}).get("enabled", True))
-    ca_pem = None
-    if tls:
-        secret = memo.kube.get("v1", "Secret", namespace, names.tls_secret(name)) or {}
-        if raw := (secret.get("data") or {}).get("ca.crt"):
-            ca_pem = base64.b64decode(raw)
-    members = int(spec.get("shards") or 0)
-    reports = memo.prober.probe(name, namespace, max(count, members), members, tls, ca_pem)
-    _reconcile(body, patch, memo, reports={r.id: r for r in reports})
+    _reconcile(body, patch, memo, reports=probe_shards(memo.kube, memo.prober, dict(body)))
 
 
 @kopf.on.delete(*RESOURCE)

@@ -1,4 +1,8 @@
-"""``GET /v1/cluster/status``: members, ring version, load and adapter capabilities."""
+"""``GET /v1/cluster/status``: members, ring version, load and adapter capabilities.
+
+The answer's shape is :class:`~themis_shard.cluster.status_model.ClusterStatus`, which the
+operator parses with the same model.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from ..cluster.status_model import (
+    AdapterCapability,
+    ClusterStatus,
+    MemberLoad,
+    MemberStatus,
+    MigrationStatus,
+    PlanAdapters,
+    Speculation,
+)
 from ..node import ShardNode
 from .deps import node
 
@@ -14,8 +27,8 @@ router = APIRouter(prefix="/v1", tags=["cluster"])
 Node = Annotated[ShardNode, Depends(node)]
 
 
-@router.get("/cluster/status")
-async def cluster_status(shard: Node) -> dict:
+@router.get("/cluster/status", response_model=ClusterStatus)
+async def cluster_status(shard: Node) -> ClusterStatus:
     cluster = shard.cluster
     topo = cluster.topology
     states = cluster.member_states()
@@ -25,45 +38,45 @@ async def cluster_status(shard: Node) -> dict:
     for m in topo.plan.members:
         rec = records.get(m.shard_id)
         members.append(
-            {
-                "shard_id": m.shard_id,
-                "url": m.url,
-                "state": states.get(m.shard_id, "unknown"),
-                "breaker": breakers.get(m.shard_id, "closed"),
-                "load": rec.load.model_dump() if rec is not None else None,
-            }
+            MemberStatus(
+                shard_id=m.shard_id,
+                url=m.url,
+                state=states.get(m.shard_id, "unknown"),
+                breaker=breakers.get(m.shard_id, "closed"),
+                load=MemberLoad.model_validate(rec.load.model_dump()) if rec is not None else None,
+            )
         )
     snapshot = cluster.state.snapshot(time.monotonic(), time.time())
-    return {
-        "shard_id": shard.settings.shard_id,
-        "cluster": topo.plan.cluster,
-        "ring_version": topo.version,
-        "raid_mode": topo.plan.raid_mode,
-        "copies": topo.plan.copies,
-        "members": members,
-        "capabilities": snapshot["adapters"],
-        "hints_pending": cluster.hints.pending(),
-        "plan_adapters": {
-            "loaded": sorted(cluster._plan_adapters),
-            "failed": dict(cluster._adapter_failures),
-        },
-        "gossip": cluster.gossiper is not None,
-        "draining": list(topo.plan.draining),
-        "migration": cluster.migration.as_dict(),
-        "speculation": _speculation(shard),
-    }
+    return ClusterStatus(
+        shard_id=shard.settings.shard_id,
+        cluster=topo.plan.cluster,
+        ring_version=topo.version,
+        raid_mode=topo.plan.raid_mode,
+        copies=topo.plan.copies,
+        members=members,
+        capabilities=[AdapterCapability.model_validate(a) for a in snapshot["adapters"]],
+        hints_pending=cluster.hints.pending(),
+        plan_adapters=PlanAdapters(
+            loaded=sorted(cluster._plan_adapters),
+            failed=dict(cluster._adapter_failures),
+        ),
+        gossip=cluster.gossiper is not None,
+        draining=list(topo.plan.draining),
+        migration=MigrationStatus.model_validate(cluster.migration.as_dict()),
+        speculation=_speculation(shard),
+    )
 
 
-def _speculation(shard: ShardNode) -> dict | None:
-    """Where this shard's speculative drafts come from (issue 6); None without an LLM."""
+def _speculation(shard: ShardNode) -> Speculation | None:
+    """Where this shard's speculative drafts come from; None without an LLM."""
     rt = shard.llm
     if rt is None:
         return None
     s = rt.settings
     target = rt.draft_target() if s.speculative_source == "remote" else None
-    return {
-        "source": s.speculative_source,
-        "default": s.speculative_default,
-        "draft_shard": (target.peer or target.url) if target is not None else None,
-        "serves_drafts_for": rt.draft_of or None,
-    }
+    return Speculation(
+        source=s.speculative_source,
+        default=s.speculative_default,
+        draft_shard=(target.peer or target.url) if target is not None else None,
+        serves_drafts_for=rt.draft_of or None,
+    )

@@ -6,7 +6,8 @@ import copy
 import itertools
 import uuid
 
-from ..kube import Conflict
+from themis_operator.kube import Conflict
+
 from .merge import merge_patch
 
 

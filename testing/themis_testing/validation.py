@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
 EXAMPLES_DIR = REPO / "examples"
 #: Oldest and newest Kubernetes versions we support.

@@ -1,0 +1,162 @@
+"""Observe: everything one reconcile decides from, read once into a typed snapshot.
+
+All of a reconcile's reads happen here, so that ``decide`` and ``report`` can be pure functions
+of the snapshot: every child the cluster may own, its LoRAAdapters, and the shards' reports
+(fresh from a probe, or the ones stored in the status by the last probe).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+from themis_shard.plan import ClusterPlan
+
+from .. import API_VERSION, names
+from ..builders import ClusterContext
+from ..builders.children import Ref, all_child_refs
+from ..builders.plan import previous_plan
+from ..kube import Kube
+from ..probe import ShardProber, reports_from_status
+from ..spec import LoRAAdapterSpec, error_text
+from ..status import ShardReport
+
+#: Annotation that lets scale-in proceed without waiting for leaving shards (dead shards).
+FORCE_SCALE_IN = "themisdb.io/force-scale-in"
+
+
+@dataclass(frozen=True)
+class PriorStatus:
+    """The cluster's status before this reconcile: events fire on changes only."""
+
+    phase: str | None = None
+    message: str | None = None
+    conditions: tuple[dict, ...] = ()
+
+    @classmethod
+    def of(cls, body: dict) -> PriorStatus:
+        status = body.get("status") or {}
+        return cls(status.get("phase"), status.get("message"), tuple(status.get("conditions") or ()))
+
+
+@dataclass(frozen=True)
+class StatefulSetState:
+    """The shards' StatefulSet as it is (all zero before it exists)."""
+
+    replicas: int = 0
+    ready: int = 0
+    updated: int = 0
+    #: A StatefulSet rolls pod by pod; until every pod runs the new revision we are progressing.
+    rolling: bool = False
+
+    @classmethod
+    def of(cls, sts: dict | None) -> StatefulSetState:
+        status = (sts or {}).get("status") or {}
+        return cls(
+            replicas=int(((sts or {}).get("spec") or {}).get("replicas") or 0),
+            ready=int(status.get("readyReplicas") or 0),
+            updated=int(status.get("updatedReplicas") or 0),
+            rolling=bool(status.get("updateRevision"))
+            and status.get("currentRevision") != status.get("updateRevision"),
+        )
+
+
+@dataclass(frozen=True)
+class ObservedAdapter:
+    """A live, valid LoRAAdapter that refers to the cluster."""
+
+    name: str
+    spec: LoRAAdapterSpec
+    generation: int | None = None
+    conditions: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one reconcile saw: the input of ``decide`` and ``report``."""
+
+    #: Every child the cluster may own (``all_child_refs``), None where it does not exist.
+    children: Mapping[Ref, dict | None]
+    statefulset: StatefulSetState = StatefulSetState()
+    #: The plan currently published in the plan ConfigMap (None: first reconcile, or unreadable).
+    previous_plan: ClusterPlan | None = None
+    adapters: tuple[ObservedAdapter, ...] = ()
+    #: Adapters that refer to the cluster but whose spec is invalid: name → why.
+    invalid_adapters: Mapping[str, str] = field(default_factory=dict)
+    reports: Mapping[str, ShardReport] = field(default_factory=dict)
+    generation: int | None = None
+    force_scale_in: bool = False
+    prior: PriorStatus = PriorStatus()
+
+    def child(self, ref: Ref) -> dict | None:
+        return self.children.get(ref)
+
+
+def cluster_adapters(
+    kube: Kube, namespace: str, cluster: str, exclude: Collection[str] = ()
+) -> tuple[tuple[ObservedAdapter, ...], dict[str, str]]:
+    """Live adapters referring to ``cluster``: ``(valid ones, invalid name → message)``."""
+    valid: list[ObservedAdapter] = []
+    invalid: dict[str, str] = {}
+    for body in kube.list(API_VERSION, "LoRAAdapter", namespace):
+        meta = body.get("metadata") or {}
+        name = meta.get("name")
+        if not name or name in exclude or meta.get("deletionTimestamp"):
+            continue
+        if ((body.get("spec") or {}).get("clusterRef") or {}).get("name") != cluster:
+            continue
+        try:
+            spec = LoRAAdapterSpec.model_validate(body.get("spec") or {})
+        except ValidationError as e:
+            invalid[name] = f"invalid spec: {error_text(e)}"
+            continue
+        conditions = tuple((body.get("status") or {}).get("conditions") or ())
+        valid.append(ObservedAdapter(name, spec, meta.get("generation"), conditions))
+    return tuple(valid), invalid
+
+
+def observe(
+    kube: Kube,
+    ctx: ClusterContext,
+    body: dict,
+    *,
+    reports: Mapping[str, ShardReport] | None = None,
+    exclude_adapters: Collection[str] = (),
+) -> Snapshot:
+    """Read the cluster's world; ``reports`` are fresh probe results, else the stored ones."""
+    meta = body.get("metadata") or {}
+    adapters, invalid = cluster_adapters(kube, ctx.namespace, ctx.name, exclude_adapters)
+    children = {
+        ref: kube.get(ref.api_version, ref.kind, ctx.namespace, ref.name) for ref in all_child_refs(ctx.name)
+    }
+    return Snapshot(
+        children=children,
+        statefulset=StatefulSetState.of(children[Ref("apps/v1", "StatefulSet", names.statefulset(ctx.name))]),
+        previous_plan=previous_plan(children[Ref("v1", "ConfigMap", names.plan_configmap(ctx.name))]),
+        adapters=adapters,
+        invalid_adapters=invalid,
+        reports=dict(reports) if reports is not None else reports_from_status(body.get("status")),
+        generation=meta.get("generation"),
+        force_scale_in=(meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true",
+        prior=PriorStatus.of(body),
+    )
+
+
+def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, ShardReport]:
+    """Ask every shard pod (members and leaving ones) how it is, trusting the cluster's CA."""
+    spec = body.get("spec") or {}
+    meta = body.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    sts = kube.get("apps/v1", "StatefulSet", namespace, names.statefulset(name)) or {}
+    count = int((sts.get("spec") or {}).get("replicas") or 0)
+    tls = bool((spec.get("tls") or {}).get("enabled", True))
+    ca_pem = None
+    if tls:
+        secret = kube.get("v1", "Secret", namespace, names.tls_secret(name)) or {}
+        if raw := (secret.get("data") or {}).get("ca.crt"):
+            ca_pem = base64.b64decode(raw)
+    members = int(spec.get("shards") or 0)
+    reports = prober.probe(name, namespace, max(count, members), members, tls, ca_pem)
+    return {r.id: r for r in reports}

@@ -1,1 +1,0 @@
-"""Test support shipped with the operator: an in-memory ``Kube`` and a kmock-based API server."""
