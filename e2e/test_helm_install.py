@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "testing") not in sys.path:  # the test-support package, straight from the checkout
-    sys.path.insert(0, str(ROOT / "testing"))
 
 from themis_testing import real_cluster  # noqa: E402 (needs the path above)
 

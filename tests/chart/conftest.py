@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "testing") not in sys.path:  # themis_testing (CR validation), straight from the checkout
-    sys.path.insert(0, str(ROOT / "testing"))
 CHART = ROOT / "charts" / "themis"
 RELEASE, NAMESPACE = "themis", "themis-system"
 
