@@ -10,7 +10,7 @@ from pathlib import Path
 def themis(cwd: Path, *args: str, timeout: float = 3600) -> str:
     """Run `themis <args>` in ``cwd``; exit with its stderr if it fails."""
     out = subprocess.run(
-        [sys.executable, "-m", "themis_shard.cli", *args],
+        [sys.executable, "-m", "themis_shard.local_cluster", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -78,7 +78,7 @@ NOT_WIRED = {
 # ---- the cluster, the workload, Prometheus ---------------------------------------------------------
 def themis(state_dir: Path, *args: str, env: dict | None = None, timeout: float = 240) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "themis_shard.cli", "--state-dir", str(state_dir), *args],
+        [sys.executable, "-m", "themis_shard.local_cluster", "--state-dir", str(state_dir), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

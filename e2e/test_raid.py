@@ -35,7 +35,7 @@ def wait_formed(cluster, timeout: float = 60) -> None:
 
 
 def themis(state_dir, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "themis_shard.cli", "--state-dir", str(state_dir), "raid", *args]
+    cmd = [sys.executable, "-m", "themis_shard.local_cluster", "--state-dir", str(state_dir), "raid", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

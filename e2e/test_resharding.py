@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def themis(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "themis_shard.cli", *args],
+        [sys.executable, "-m", "themis_shard.local_cluster", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

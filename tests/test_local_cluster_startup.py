@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from themis_shard.cli import wait_ready
+from themis_shard.local_cluster import wait_ready
 
 
 def test_a_shard_that_exits_during_start_up_is_named_with_its_last_log_lines(tmp_path):
