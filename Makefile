@@ -59,6 +59,7 @@ bench: install
 	$(PY) bench/aql.py
 	$(PY) bench/raid.py
 	$(PY) bench/engine.py
+	$(PY) bench/repack.py
 	$(PY) bench/prefix.py
 	$(PY) bench/speculative.py
 	$(PY) bench/reshard.py --docs 20000
