@@ -53,8 +53,8 @@ def main() -> None:
     cfg = EngineConfig(n_ctx=max(sizes) + 256, n_threads=args.threads, limits=Limits(max_running=4))
     engines = []
     for name in ("a", "b"):
-        e = Engine(model, cfg, name=name, metrics=LLMMetrics(CollectorRegistry()))
-        h = build_for(e, fp, settings)
+        h = build_for(model, cfg, name, fp, settings)
+        e = Engine(model, cfg, name=name, metrics=LLMMetrics(CollectorRegistry()), prefix=h)
         e.start()
         engines.append((e, h))
     (ea, ha), (eb, hb) = engines

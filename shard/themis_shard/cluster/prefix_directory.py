@@ -152,7 +152,7 @@ class PrefixSync:
 
         pushed = 0
         for m in rt.models.values():
-            hook = m.extra.get("prefix")
+            hook = m.prefix
             if hook is None:
                 continue
             for key, _, _ in hook.cache.keys():  # noqa: SIM118 - a list of (key, n, bytes), not a dict
@@ -183,14 +183,14 @@ class PrefixSync:
         if rt is None or not isinstance(prompt, str) or not prompt:
             return {}
         m = rt.model(None)
-        if m.extra.get("prefix") is None:
+        if m.prefix is None:
             return {}
         return self.held_tokens(m, m.native.tokenize(prompt))
 
     def held_tokens(self, m, tokens: list[int]) -> dict[str, int]:
         """Shard → longest prefix of ``tokens`` it holds (this shard included): the input of
         ``prefix_routing.rank_with_prefix``."""
-        hook = m.extra.get("prefix")
+        hook = m.prefix
         if hook is None:
             return {}
         cache = hook.cache
@@ -210,7 +210,7 @@ class PrefixSync:
     def plan(self, m, tokens: list[int]) -> Callable[[], Coroutine] | None:
         """Sync, on the event loop: a coroutine factory when this request should first pull a
         prefix from a peer (local miss, a peer holds a longer prefix, and it pays), else None."""
-        hook = m.extra.get("prefix")
+        hook = m.prefix
         if hook is None or not self.s.prefix_pull or len(tokens) <= hook.min_tokens:
             return None
         cache = hook.cache

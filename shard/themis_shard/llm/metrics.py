@@ -181,3 +181,27 @@ class LLMMetrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
             registry=r,
         )
+
+    def for_engine(self, model: str) -> dict:
+        """The engine's metrics, labelled with its model once (the hot path looks them up by name)."""
+        return {
+            k: getattr(self, k).labels(model=model)
+            for k in (
+                "ttft",
+                "inter_token",
+                "queue",
+                "request_latency",
+                "tokens",
+                "prompt_tokens",
+                "batch_size",
+                "batch_tokens",
+                "running",
+                "pending",
+                "queued",
+                "kv_pages_used",
+                "kv_pages_free",
+                "preemptions",
+                "rejected",
+                "adapter_switches",
+            )
+        }
