@@ -7,9 +7,10 @@
   prefill time of the tokens it saves, ``n_saved / prefill_tokens_per_s``.
 * ``PrefixSync`` (I/O) — refreshes the directory from every live peer's compact listing
   (``GET /internal/kv_prefix?limit=N``: hash, n_tokens, bytes) on the gossip interval, and is the
-  runtime's ``prefix_puller``: ``plan`` decides synchronously whether a request should wait for a
-  pull; the returned coroutine fetches the blob with the RemoteExecutor (``expect="bytes"``) and
-  imports it through the same validation as ``POST /internal/kv_prefix/import``.
+  runtime's ``prefix_puller`` (``llm.hooks.PrefixPuller``, given to ``LLMRuntime`` at
+  construction): ``plan`` decides synchronously whether a request should wait for a pull; the
+  returned coroutine fetches the blob with the RemoteExecutor (``expect="bytes"``) and imports it
+  through the same validation as ``POST /internal/kv_prefix/import``.
 
 The listing is pulled rather than carried in the gossip member record because that record's
 schema (``gossip_state.ShardLoad``) is strict and owned by the gossip module; moving the
@@ -113,8 +114,6 @@ class PrefixSync:
         rt = self.service.runtime
         if rt is None or not getattr(rt, "ready", False):
             return
-        if getattr(rt, "prefix_puller", None) is not self:
-            rt.prefix_puller = self
         router = self.service.router
         if hasattr(router, "prefix_source") and router.prefix_source is None:
             from .prefix_routing import PrefixRoutingPolicy
@@ -268,38 +267,3 @@ class PrefixSync:
                 log.info("KV prefix %s from %s unavailable: %s", key, peer, exc)
             self.pull_failures += 1
         return False
-
-
-def submit_after_pull(gen, pull: Callable[[], Coroutine], submit: Callable[[], object], cancel) -> object:
-    """Runtime helper: queue the request once ``pull()`` finished (success or not — a failed pull
-    just means a local prefill). Engine refusals become an ErrorEvent on the generation."""
-    from ..errors import ThemisError
-    from ..llm.sequence import ErrorEvent
-
-    async def run() -> None:
-        try:
-            await pull()
-        except Exception:
-            log.exception("prefix pull failed")
-        try:
-            seq = submit()
-        except ThemisError as exc:
-            gen.sink(ErrorEvent(exc.code, exc.message))
-            return
-        except Exception as exc:
-            gen.sink(ErrorEvent("unavailable", str(exc)))
-            return
-        gen.bind(seq, lambda: cancel(seq))
-        if cancelled:
-            gen.cancel()
-
-    cancelled = False
-    task = asyncio.ensure_future(run())
-
-    def early_cancel() -> None:
-        nonlocal cancelled
-        cancelled = True
-
-    gen.bind(None, early_cancel)  # a client that leaves before the pull ends cancels on submit
-    gen._pull_task = task
-    return gen

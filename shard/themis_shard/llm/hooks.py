@@ -1,27 +1,32 @@
 """The seams of ``llm/``: what the engine calls back, and what the runtime is given from outside.
 
 The engine and the runtime depend on these Protocols, never on the classes behind them, so each
-side is built and tested alone:
+side is built and tested alone and nothing in ``llm/`` imports the cluster:
 
 | Protocol | called by | implemented by |
 |---|---|---|
 | ``PrefixHook`` | engine thread | ``prefix_cache.EnginePrefixHook`` |
 | ``Speculator`` | engine thread | ``speculative.speculator.Speculator`` |
+| ``PrefixPuller`` | ``LLMRuntime.submit`` (event loop) | ``cluster.prefix_directory.PrefixSync`` |
+| ``DraftResolver`` | remote draft source (engine thread) | ``cluster.service.ClusterService.draft_target`` |
 
-Collaborators are passed to constructors (``Engine(prefix=..., speculator=...)``) and never
-swapped afterwards.
+Collaborators are passed to constructors (``Engine(prefix=..., speculator=...)``,
+``LLMRuntime(prefix_puller=..., draft_resolver=...)``) and never swapped afterwards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:  # annotations only: these modules import the engine, which imports this one
+    from .model import LoadedModel
     from .native import NativeContext
     from .sequence import Sequence
     from .speculative.drafts import Draft
+    from .speculative.remote import DraftTarget
 
 
 class PrefixHook(Protocol):
@@ -57,3 +62,16 @@ class Speculator(Protocol):
 
     def release(self, seq: Sequence) -> None:
         """``seq`` left the engine: drop whatever the draft source keeps for it."""
+
+
+class PrefixPuller(Protocol):
+    """Pull-on-miss: fetch a KV prefix a peer holds before queueing a request that would use it."""
+
+    def plan(self, model: LoadedModel, tokens: list[int]) -> Callable[[], Awaitable[None]] | None:
+        """Synchronous, on the event loop: the pull to await first, or None to queue at once."""
+
+
+class DraftResolver(Protocol):
+    """Where a remote draft source should ask now (the cluster's choice of draft shard)."""
+
+    def __call__(self) -> DraftTarget | None: ...

@@ -1,9 +1,11 @@
 """LLMRuntime: the shard's facade over its models, engines, adapters and embedder.
 
-The shard app creates one per process (``LLMRuntime(settings.llm, metrics.registry)``), awaits
-``start()`` in its lifespan, and handlers reach it as ``request.app.state.llm``. Everything slow
-(loading, fingerprinting, converting the embedding model) runs in a worker thread so the event
-loop stays free; ``ready`` turns True once every configured model serves.
+The shard app creates one per process, awaits ``start()`` in its lifespan, and handlers reach it
+as ``request.app.state.llm``. What it needs from the cluster comes in through the constructor as
+the Protocols of ``hooks.py`` (``prefix_puller``, ``draft_resolver``), so ``llm/`` never imports
+the cluster. Everything slow (loading, fingerprinting, converting the embedding model) runs in a
+worker thread so the event loop stays free; ``ready`` turns True once every configured model
+serves.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -22,6 +25,7 @@ from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation, GenerationFailed
+from .hooks import DraftResolver, PrefixPuller
 from .lora import AdapterManager
 from .metrics import LLMMetrics
 from .model import LoadedModel, ModelError, fingerprint, resolve_model_path
@@ -29,6 +33,7 @@ from .native import NativeModel
 from .prefix_cache import build_for as build_prefix_hook
 from .sampling import SamplingError, SamplingParams
 from .scheduler import Limits
+from .sequence import ErrorEvent, Sequence
 from .settings import LLMSettings
 from .speculative.factory import build_for as build_speculator
 from .speculative.local_draft import LocalDraftModel
@@ -54,18 +59,25 @@ def engine_config(s: LLMSettings) -> EngineConfig:
 
 
 class LLMRuntime:
-    def __init__(self, settings: LLMSettings, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        settings: LLMSettings,
+        registry: CollectorRegistry | None = None,
+        *,
+        prefix_puller: PrefixPuller | None = None,
+        draft_resolver: DraftResolver | None = None,
+    ) -> None:
+        """``prefix_puller``: pull-on-miss of KV prefixes peers hold (None: local cache only).
+        ``draft_resolver``: the draft shard for ``speculative_source=remote`` with
+        ``draft_shard`` (a shard id or "auto"); a fixed ``draft_url`` needs none."""
         self.settings = settings
         self.metrics = LLMMetrics(registry or CollectorRegistry())
         self.models: dict[str, LoadedModel] = {}
         self.embedder: Embedder | None = None
         self.ready = False
         self.error: str | None = None
-        #: cluster.prefix_directory.PrefixSync, set by the cluster service (pull-on-miss).
-        self.prefix_puller = None
-        #: ClusterService.draft_target, set by the cluster service: the draft shard to use for
-        #: speculative_source=remote with draft_shard (a shard id or "auto").
-        self.draft_resolver = None
+        self._prefix_puller = prefix_puller
+        self._draft_resolver = draft_resolver
         self._draft_service: DraftService | None = None  # /internal/draft, loaded on first use
         self._draft_lock = threading.Lock()
         #: How each model was loaded on this CPU (alias, or "embedding:<name>") — /health shows it.
@@ -146,7 +158,7 @@ class LLMRuntime:
         """Where this shard's drafts come from now: the fixed URL, else the cluster's choice."""
         if self.settings.draft_url:
             return DraftTarget(self.settings.draft_url)
-        return self.draft_resolver() if self.draft_resolver is not None else None
+        return self._draft_resolver() if self._draft_resolver is not None else None
 
     def draft_service(self) -> DraftService:
         """The ``/internal/draft`` server side, loading its draft model on first use: the
@@ -272,13 +284,11 @@ class LLMRuntime:
         gen = Generation(asyncio.get_running_loop())
         gen.model, gen.adapter = m.alias, adapter_name
         pull = None
-        if self.prefix_puller is not None and adapter_name is None:
-            pull = self.prefix_puller.plan(m, tokens)
+        if self._prefix_puller is not None and adapter_name is None:
+            pull = self._prefix_puller.plan(m, tokens)
         if pull is not None:  # a peer holds a longer KV prefix and pulling it beats prefilling
-            from ..cluster.prefix_directory import submit_after_pull
-
             p = params or self.sampling()
-            return submit_after_pull(
+            return submit_after(
                 gen,
                 pull,
                 lambda: m.engine.submit(
@@ -391,3 +401,42 @@ class LLMRuntime:
                 }
             )
         return out
+
+
+def submit_after(
+    gen: Generation,
+    first: Callable[[], Awaitable[None]],
+    submit: Callable[[], Sequence],
+    cancel: Callable[[Sequence], None],
+) -> Generation:
+    """Queue the request once ``first()`` finished, whether it succeeded or not (a failed
+    KV-prefix pull only means a local prefill). Engine refusals become an ErrorEvent on ``gen``;
+    a client that leaves before ``first()`` ends cancels the sequence as soon as it exists."""
+
+    async def run() -> None:
+        try:
+            await first()
+        except Exception:
+            log.exception("prefix pull failed")
+        try:
+            seq = submit()
+        except ThemisError as exc:
+            gen.sink(ErrorEvent(exc.code, exc.message))
+            return
+        except Exception as exc:
+            gen.sink(ErrorEvent("unavailable", str(exc)))
+            return
+        gen.bind(seq, lambda: cancel(seq))
+        if cancelled:
+            gen.cancel()
+
+    cancelled = False
+    task = asyncio.ensure_future(run())
+
+    def early_cancel() -> None:
+        nonlocal cancelled
+        cancelled = True
+
+    gen.bind(None, early_cancel)
+    gen._pending = task
+    return gen

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ..engine import EngineConfig
+from ..hooks import DraftResolver
 from ..native import NativeModel
 from ..settings import LLMSettings
 from .adaptive import AdaptiveConfig
 from .drafts import DraftSource, PromptLookup
 from .local_draft import LocalDraftModel
-from .remote import RemoteDraft, Resolver
+from .remote import RemoteDraft
 from .speculator import Speculator
 
 
@@ -29,7 +30,7 @@ def build_for(
     metrics,
     alias: str,
     *,
-    resolve_draft: Resolver | None = None,
+    resolve_draft: DraftResolver | None = None,
 ) -> Speculator | None:
     """The speculator for engine ``alias`` (pass it as ``Engine(speculator=)``). ``resolve_draft``:
     for ``remote``, where to ask now (the runtime's, which knows the cluster); ``draft_url`` alone
