@@ -39,7 +39,7 @@ def main() -> None:
     from themis_shard.llm.metrics import LLMMetrics
     from themis_shard.llm.model import fingerprint, resolve_model_path
     from themis_shard.llm.native import NativeModel
-    from themis_shard.llm.prefix_cache import build_for
+    from themis_shard.llm.prefix_hook import build_for
     from themis_shard.llm.prefix_io import export_blob, import_blob
     from themis_shard.llm.sampling import SamplingParams
     from themis_shard.llm.scheduler import Limits

@@ -93,7 +93,7 @@ def long_prompt(native_model, n: int, tail: str = "") -> list[int]:
 def prefix_engine(native_model):
     from themis_shard.llm.engine import Engine, EngineConfig
     from themis_shard.llm.metrics import LLMMetrics
-    from themis_shard.llm.prefix_cache import EnginePrefixHook
+    from themis_shard.llm.prefix_hook import EnginePrefixHook
     from themis_shard.llm.scheduler import Limits
 
     metrics = LLMMetrics(CollectorRegistry())
@@ -182,7 +182,7 @@ def test_a_failing_restore_falls_back_to_prefill(native_model, prefix_engine, mo
 
 def test_lora_sequences_neither_restore_nor_save():
     """A LoRA changes K/V in every layer: base-model states must not serve adapter requests."""
-    from themis_shard.llm.prefix_cache import EnginePrefixHook
+    from themis_shard.llm.prefix_hook import EnginePrefixHook
     from themis_shard.llm.sampling import SamplingParams
     from themis_shard.llm.sequence import Sequence
 

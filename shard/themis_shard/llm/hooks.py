@@ -5,7 +5,7 @@ side is built and tested alone and nothing in ``llm/`` imports the cluster:
 
 | Protocol | called by | implemented by |
 |---|---|---|
-| ``PrefixHook`` | engine thread | ``prefix_cache.EnginePrefixHook`` |
+| ``PrefixHook`` | engine thread | ``prefix_hook.EnginePrefixHook`` |
 | ``Speculator`` | engine thread | ``speculative.speculator.Speculator`` |
 | ``PrefixPuller`` | ``LLMRuntime.submit`` (event loop) | ``cluster.prefix_directory.PrefixSync`` |
 | ``DraftResolver`` | remote draft source (engine thread) | ``cluster.service.ClusterService.draft_target`` |

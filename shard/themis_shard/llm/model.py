@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: every one of these modules imports this o
     from .engine import Engine
     from .lora import AdapterManager
     from .native import NativeModel
-    from .prefix_cache import EnginePrefixHook
+    from .prefix_hook import EnginePrefixHook
     from .speculative.speculator import Speculator
 
 BUNDLED = "bundled"

@@ -17,7 +17,8 @@ from . import kv_blob
 from .engine import Engine
 from .kv_blob import BlobError
 from .kv_state import set_seq_state
-from .prefix_cache import EnginePrefixHook, PrefixEntry, StateIdentity
+from .prefix_cache import PrefixEntry
+from .prefix_hook import EnginePrefixHook, StateIdentity
 
 log = logging.getLogger(__name__)
 

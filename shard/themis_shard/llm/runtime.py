@@ -30,7 +30,7 @@ from .lora import AdapterManager
 from .metrics import LLMMetrics
 from .model import LoadedModel, ModelError, fingerprint, resolve_model_path
 from .native import NativeModel
-from .prefix_cache import build_for as build_prefix_hook
+from .prefix_hook import build_for as build_prefix_hook
 from .sampling import SamplingError, SamplingParams
 from .scheduler import Limits
 from .sequence import ErrorEvent, Sequence
