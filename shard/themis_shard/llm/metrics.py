@@ -108,7 +108,7 @@ class LLMMetrics:
             "themis_llm_embed_seconds", "Embedding call latency", buckets=TTFT_BUCKETS, registry=r
         )
         self.embedded_texts = Counter("themis_llm_embedded_texts_total", "Texts embedded", registry=r)
-        # KV-prefix cache (issue 7, prefix_cache.py / kv_blob.py).
+        # KV-prefix cache (prefix_cache.py / kv_blob.py).
         self.kv_prefix_hits = Counter(
             "themis_kv_prefix_hits_total", "Requests whose prompt prefix was restored", ["model"], registry=r
         )

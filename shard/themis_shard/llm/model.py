@@ -88,7 +88,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 def read_gguf_metadata(path: Path) -> dict[str, object]:
     """Scalar metadata of a (small) GGUF file such as a LoRA adapter; arrays are skipped."""
-    import gguf
+    import gguf  # imported on use: every llm module imports this one, few read GGUF metadata
 
     try:
         reader = gguf.GGUFReader(str(path))
@@ -106,7 +106,7 @@ def read_gguf_metadata(path: Path) -> dict[str, object]:
 
 
 def quantisation_name(file_type: object) -> str:
-    import gguf
+    import gguf  # (see read_gguf_metadata)
 
     try:
         return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")  # type: ignore[arg-type]
