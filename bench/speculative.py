@@ -42,6 +42,33 @@ from themis_shard.llm.speculative.adaptive import AdaptiveConfig, CostModel
 from themis_shard.llm.speculative.drafts import PromptLookup
 from themis_shard.llm.speculative.speculator import Speculator
 
+
+class Switch:
+    """One engine, several speculators in turn: the engine takes its speculator at construction,
+    so the bench hands it this and points ``current`` at the configuration under test."""
+
+    def __init__(self) -> None:
+        self.current: Speculator | None = None
+
+    @property
+    def concurrent(self) -> bool:
+        return self.current is not None and self.current.concurrent
+
+    def draft(self, seq, limit):
+        return self.current.draft(seq, limit) if self.current is not None else None
+
+    def verify(self, seq, draft, rows):
+        return self.current.verify(seq, draft, rows)
+
+    def observe_iteration(self, seconds: float, extra_rows: int) -> None:
+        if self.current is not None:
+            self.current.observe_iteration(seconds, extra_rows)
+
+    def release(self, seq) -> None:
+        if self.current is not None:
+            self.current.release(seq)
+
+
 RAG = [
     (
         "Context: The Themis cluster stores documents in RocksDB column families and replicates every "
@@ -115,7 +142,8 @@ def main() -> None:
     model = NativeModel(resolve_model_path("bundled"), n_gpu_layers=0)
     cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, limits=Limits(max_running=4))
     metrics = LLMMetrics(CollectorRegistry())
-    eng = Engine(model, cfg, metrics=metrics)
+    switch = Switch()
+    eng = Engine(model, cfg, metrics=metrics, speculator=switch)
     cost = CostModel()  # shared: the engine's verify cost is one fact, whatever the source
     size = model.path.stat().st_size  # the draft-cost prior compares draft and target sizes
 
@@ -166,7 +194,7 @@ def main() -> None:
                 order = list(configs.items())
                 random.Random(1000 * r + i).shuffle(order)  # no configuration always runs first
                 for cname, spec in order:
-                    eng.speculator = spec
+                    switch.current = spec
                     run = Run()
                     t0 = time.perf_counter()
                     seq = eng.submit(toks, params, run, speculative=spec is not None)

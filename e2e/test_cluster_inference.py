@@ -5,14 +5,18 @@ capability for a domain, by hash when nobody announced it — scatter-gathers ba
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from themis_shard.llm.model import resolve_model_path
 from themis_shard.llm.native import NativeModel
-from themis_shard.llm.tools.lora_fixture import make_test_lora
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.llm.lora_fixture
+from tests.llm.lora_fixture import make_test_lora
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llm, pytest.mark.slow]
 

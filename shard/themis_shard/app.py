@@ -41,11 +41,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.llm.enabled:
             from .llm.runtime import LLMRuntime
 
-            node.llm = LLMRuntime(settings.llm, metrics.registry)
+            node.llm = LLMRuntime(
+                settings.llm,
+                metrics.registry,
+                prefix_puller=node.cluster.prefix_puller(settings.llm),  # KV prefixes from peers
+                draft_resolver=node.cluster.draft_target,  # the draft shard
+            )
             app.state.llm = node.llm
             await node.llm.start()
             node.cluster.runtime = node.llm  # adapters to announce through gossip
-            node.llm.draft_resolver = node.cluster.draft_target  # the draft shard (issue 6)
         await node.cluster.start()
         app.state.node = node
         try:

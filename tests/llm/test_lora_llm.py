@@ -6,9 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from themis_shard.llm.tools.lora_fixture import make_test_lora, write_lora
 
 from .conftest import NOISE_LOGITS, wait_until
+from .lora_fixture import make_test_lora, write_lora
 from .reference import first_divergence, greedy_reference
 
 pytestmark = pytest.mark.llm

@@ -40,7 +40,7 @@ def infer(url: str, prompt: str, n: int = 10) -> dict:
 
 
 def hook(server):
-    return server.llm.models[MODEL].extra["prefix"]
+    return server.llm.models[MODEL].prefix
 
 
 def rewrite(data: bytes, **changes) -> bytes:

@@ -93,14 +93,14 @@ def long_prompt(native_model, n: int, tail: str = "") -> list[int]:
 def prefix_engine(native_model):
     from themis_shard.llm.engine import Engine, EngineConfig
     from themis_shard.llm.metrics import LLMMetrics
-    from themis_shard.llm.prefix_cache import attach
+    from themis_shard.llm.prefix_hook import EnginePrefixHook
     from themis_shard.llm.scheduler import Limits
 
     metrics = LLMMetrics(CollectorRegistry())
     cfg = EngineConfig(n_ctx=2048, n_threads=2, page_size=16, max_queue=64, limits=Limits(max_running=4))
-    eng = Engine(native_model, cfg, metrics=metrics)
     c = PrefixCache(seed=SEED, block=64, budget_bytes=64 << 20)
-    hook = attach(eng, c, metrics, min_tokens=64)
+    hook = EnginePrefixHook(c, min_tokens=64, metrics=metrics)
+    eng = Engine(native_model, cfg, metrics=metrics, prefix=hook)
     eng.start()
     yield eng, hook, metrics
     eng.stop()
@@ -182,14 +182,14 @@ def test_a_failing_restore_falls_back_to_prefill(native_model, prefix_engine, mo
 
 def test_lora_sequences_neither_restore_nor_save():
     """A LoRA changes K/V in every layer: base-model states must not serve adapter requests."""
-    from themis_shard.llm.prefix_cache import EnginePrefixHook
+    from themis_shard.llm.prefix_hook import EnginePrefixHook
     from themis_shard.llm.sampling import SamplingParams
     from themis_shard.llm.sequence import Sequence
 
     c = cache()
     c.put(list(range(64)), b"state")
-    hook = EnginePrefixHook(c, ctx=None, min_tokens=16)
+    hook = EnginePrefixHook(c, min_tokens=16)
     seq = Sequence(rid=0, prompt=list(range(100)), params=SamplingParams(), sink=print, adapter="legal")
     seq.slot = 0
-    hook.on_admit(seq)
+    hook.on_admit(None, seq)  # returns before touching the context
     assert seq.n_cached == 0 and seq.prefill_stop == 0

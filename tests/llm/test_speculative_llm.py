@@ -34,8 +34,7 @@ def make_engine(model, source, config: AdaptiveConfig, registry=None) -> tuple[E
     cfg = EngineConfig(
         n_ctx=1024, n_threads=2, page_size=16, max_queue=16, limits=Limits(max_running=4, chunk=512)
     )
-    eng = Engine(model, cfg, metrics=metrics)
-    eng.speculator = Speculator(source, config, metrics=metrics, model="default")
+    eng = Engine(model, cfg, metrics=metrics, speculator=Speculator(source, config, metrics=metrics))
     eng.start()
     return eng, metrics
 

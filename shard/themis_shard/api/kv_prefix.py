@@ -22,7 +22,7 @@ def _hook(request: Request, model: str | None):
     if llm is None:
         raise Unavailable("the LLM runtime is not enabled", code="llm_not_ready")
     m = llm.model(model)
-    hook = m.extra.get("prefix")
+    hook = m.prefix
     if hook is None:
         raise Unavailable("the KV-prefix cache is disabled", code="prefix_cache_disabled")
     return hook, m, llm

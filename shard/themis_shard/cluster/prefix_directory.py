@@ -7,9 +7,10 @@
   prefill time of the tokens it saves, ``n_saved / prefill_tokens_per_s``.
 * ``PrefixSync`` (I/O) — refreshes the directory from every live peer's compact listing
   (``GET /internal/kv_prefix?limit=N``: hash, n_tokens, bytes) on the gossip interval, and is the
-  runtime's ``prefix_puller``: ``plan`` decides synchronously whether a request should wait for a
-  pull; the returned coroutine fetches the blob with the RemoteExecutor (``expect="bytes"``) and
-  imports it through the same validation as ``POST /internal/kv_prefix/import``.
+  runtime's ``prefix_puller`` (``llm.hooks.PrefixPuller``, given to ``LLMRuntime`` at
+  construction): ``plan`` decides synchronously whether a request should wait for a pull; the
+  returned coroutine fetches the blob with the RemoteExecutor (``expect="bytes"``) and imports it
+  through the same validation as ``POST /internal/kv_prefix/import``.
 
 The listing is pulled rather than carried in the gossip member record because that record's
 schema (``gossip_state.ShardLoad``) is strict and owned by the gossip module; moving the
@@ -113,8 +114,6 @@ class PrefixSync:
         rt = self.service.runtime
         if rt is None or not getattr(rt, "ready", False):
             return
-        if getattr(rt, "prefix_puller", None) is not self:
-            rt.prefix_puller = self
         router = self.service.router
         if hasattr(router, "prefix_source") and router.prefix_source is None:
             from .prefix_routing import PrefixRoutingPolicy
@@ -152,7 +151,7 @@ class PrefixSync:
 
         pushed = 0
         for m in rt.models.values():
-            hook = m.extra.get("prefix")
+            hook = m.prefix
             if hook is None:
                 continue
             for key, _, _ in hook.cache.keys():  # noqa: SIM118 - a list of (key, n, bytes), not a dict
@@ -183,14 +182,14 @@ class PrefixSync:
         if rt is None or not isinstance(prompt, str) or not prompt:
             return {}
         m = rt.model(None)
-        if m.extra.get("prefix") is None:
+        if m.prefix is None:
             return {}
         return self.held_tokens(m, m.native.tokenize(prompt))
 
     def held_tokens(self, m, tokens: list[int]) -> dict[str, int]:
         """Shard → longest prefix of ``tokens`` it holds (this shard included): the input of
         ``prefix_routing.rank_with_prefix``."""
-        hook = m.extra.get("prefix")
+        hook = m.prefix
         if hook is None:
             return {}
         cache = hook.cache
@@ -210,7 +209,7 @@ class PrefixSync:
     def plan(self, m, tokens: list[int]) -> Callable[[], Coroutine] | None:
         """Sync, on the event loop: a coroutine factory when this request should first pull a
         prefix from a peer (local miss, a peer holds a longer prefix, and it pays), else None."""
-        hook = m.extra.get("prefix")
+        hook = m.prefix
         if hook is None or not self.s.prefix_pull or len(tokens) <= hook.min_tokens:
             return None
         cache = hook.cache
@@ -268,38 +267,3 @@ class PrefixSync:
                 log.info("KV prefix %s from %s unavailable: %s", key, peer, exc)
             self.pull_failures += 1
         return False
-
-
-def submit_after_pull(gen, pull: Callable[[], Coroutine], submit: Callable[[], object], cancel) -> object:
-    """Runtime helper: queue the request once ``pull()`` finished (success or not — a failed pull
-    just means a local prefill). Engine refusals become an ErrorEvent on the generation."""
-    from ..errors import ThemisError
-    from ..llm.sequence import ErrorEvent
-
-    async def run() -> None:
-        try:
-            await pull()
-        except Exception:
-            log.exception("prefix pull failed")
-        try:
-            seq = submit()
-        except ThemisError as exc:
-            gen.sink(ErrorEvent(exc.code, exc.message))
-            return
-        except Exception as exc:
-            gen.sink(ErrorEvent("unavailable", str(exc)))
-            return
-        gen.bind(seq, lambda: cancel(seq))
-        if cancelled:
-            gen.cancel()
-
-    cancelled = False
-    task = asyncio.ensure_future(run())
-
-    def early_cancel() -> None:
-        nonlocal cancelled
-        cancelled = True
-
-    gen.bind(None, early_cancel)  # a client that leaves before the pull ends cancels on submit
-    gen._pull_task = task
-    return gen

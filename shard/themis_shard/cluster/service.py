@@ -288,6 +288,15 @@ class ClusterService:
                 log.exception("background job %s failed", getattr(job, "__name__", job))
             await asyncio.sleep(seconds)
 
+    def prefix_puller(self, llm_settings):
+        """Pull-on-miss of KV prefixes, for the LLM runtime's constructor (``llm.hooks.PrefixPuller``):
+        only a clustered shard with a KV-prefix cache has peers to pull from, else None."""
+        if self.prefix_sync is None and self._topology.clustered and llm_settings.prefix_cache:
+            from .prefix_directory import PrefixSync
+
+            self.prefix_sync = PrefixSync(self, llm_settings)
+        return self.prefix_sync
+
     async def _prefix_refresh(self) -> None:
         if self.runtime is None or not getattr(self.runtime.settings, "prefix_cache", False):
             return

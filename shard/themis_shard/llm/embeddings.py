@@ -23,6 +23,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from .bert_convert import bundled_model_dir, convert
 from .cpu_probe import BufferDecision
 from .metrics import LLMMetrics
 from .model import ModelError, sha256_file
@@ -42,8 +43,6 @@ def cache_dir(settings: LLMSettings) -> Path:
 
 def bundled_embedding_gguf(settings: LLMSettings) -> Path:
     """The bundled model as GGUF, converting it on first use (atomic rename: safe across shards)."""
-    from .tools.bert_gguf import bundled_model_dir, convert
-
     src = bundled_model_dir()
     digest = sha256_file(src / "model.safetensors")[:12]
     out = cache_dir(settings) / f"{BUNDLED_NAME}-{digest}-f16.gguf"

@@ -7,7 +7,9 @@ loop keeps serving) and (5) samples one token for every sequence whose pending t
 the cache. Finished and cancelled sequences leave at once and their KV cells are dropped.
 
 Requests talk to the thread only through the inbox and their ``sink`` callback, so nothing in
-here is touched from two threads at a time.
+here is touched from two threads at a time. Its collaborators — the KV-prefix cache and the
+speculator — come in through the constructor as the Protocols of ``hooks.py``; adapters and slots
+are changed through the public methods below, never by reaching into the scheduler or context.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import llama_cpp as L
+
 from .generation import deliver
+from .hooks import PrefixHook, Speculator
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
 from .native import Batch, NativeContext, NativeModel
@@ -59,7 +64,11 @@ class Engine:
         *,
         name: str = "default",
         metrics: LLMMetrics | None = None,
+        prefix: PrefixHook | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
+        """``prefix``: the KV-prefix cache; ``speculator``: used for sequences submitted with
+        ``speculative=True``. Both are fixed for the engine's life."""
         self.model = model
         self.config = config
         self.name = name
@@ -73,43 +82,16 @@ class Engine:
             n_threads=config.n_threads,
         )
         self.ledger = PageLedger(self.ctx.n_ctx, config.page_size)
-        self.scheduler = Scheduler(self.ledger, lim)
+        self._prefix = prefix
+        self._speculator = speculator
+        self.scheduler = Scheduler(self.ledger, lim, on_admit=self._on_admit if prefix is not None else None)
         self.batch = Batch(lim.max_tokens_per_batch)
         #: adapter name → (llama adapter pointer, scale); mutated only on the engine thread.
         self.adapters: dict[str, tuple[Any, float]] = {}
         self.iterations = 0
-        #: KV-prefix cache hook (prefix_cache.EnginePrefixHook), attached before start().
-        self.prefix_hook = None
-        #: Speculative decoding hook (speculative.Speculator), attached before start(); used for
-        #: sequences submitted with ``speculative=True``.
-        self.speculator = None
         self._draft_pool: concurrent.futures.ThreadPoolExecutor | None = None  # remote drafts
         self._metrics = metrics
-        self._m = (
-            {
-                k: getattr(metrics, k).labels(model=name)
-                for k in (
-                    "ttft",
-                    "inter_token",
-                    "queue",
-                    "request_latency",
-                    "tokens",
-                    "prompt_tokens",
-                    "batch_size",
-                    "batch_tokens",
-                    "running",
-                    "pending",
-                    "queued",
-                    "kv_pages_used",
-                    "kv_pages_free",
-                    "preemptions",
-                    "rejected",
-                    "adapter_switches",
-                )
-            }
-            if metrics
-            else {}
-        )
+        self._m = metrics.for_engine(name) if metrics else {}
         self._rids = itertools.count()
         self._inbox: deque[tuple] = deque()
         self._cv = threading.Condition()
@@ -199,6 +181,37 @@ class Engine:
             self._inbox.append(("call", fn, fut))
             self._cv.notify()
         return fut
+
+    def attach_adapter(self, name: str, path: str, scale: float) -> concurrent.futures.Future:
+        """Load a GGUF LoRA on the engine thread and serve it as ``name``; the future's result is
+        its llama.cpp pointer, or None when llama.cpp rejected the file (nothing is attached)."""
+
+        def attach() -> object | None:
+            ptr = L.llama_adapter_lora_init(self.model.ptr, path.encode())
+            if ptr:
+                self.adapters[name] = (ptr, scale)
+            return ptr or None
+
+        return self.call(attach)
+
+    def detach_adapter(self, name: str) -> concurrent.futures.Future:
+        """Fail every sequence (running or waiting) on adapter ``name``, then free it — on the
+        engine thread, so no decode can be using it at that moment."""
+
+        def detach() -> None:
+            for seq in list(self.scheduler.running) + self.scheduler.waiting():
+                if seq.adapter == name:
+                    self._fail(seq, "adapter_unloaded", f"adapter {name!r} was unloaded")
+            ptr, _ = self.adapters.pop(name)
+            self.ctx.set_adapters([])
+            L.llama_adapter_lora_free(ptr)
+
+        return self.call(detach)
+
+    def free_slot(self) -> int | None:
+        """A sequence slot no sequence holds (for a trial load of a KV state), or None. Engine
+        thread only (inside ``call``): admission may take it in the next iteration."""
+        return self.scheduler.free_slot()
 
     def stats(self) -> dict[str, int]:
         return {
@@ -311,12 +324,12 @@ class Engine:
             self._m["batch_tokens"].observe(batch.n)
             if prefill:
                 self._m["prompt_tokens"].inc(prefill)
-        if self.speculator is not None and not prefill:
-            self.speculator.observe_iteration(t_decode, sum(len(o[3].tokens) for o in outputs if o[3]))
+        if self._speculator is not None and not prefill:
+            self._speculator.observe_iteration(t_decode, sum(len(o[3].tokens) for o in outputs if o[3]))
         for seq, n, idx, draft in outputs:
             seq.n_cached += n
-            if self.prefix_hook is not None and seq.prefill_stop:
-                self.prefix_hook.on_prefilled(seq)
+            if self._prefix is not None and seq.prefill_stop:
+                self._prefix.on_prefilled(self.ctx, seq)
             if idx is None:
                 continue
             if draft is None:
@@ -324,19 +337,22 @@ class Engine:
             else:
                 self._verify_draft(seq, idx, draft)
 
+    def _on_admit(self, seq: Sequence) -> None:
+        self._prefix.on_admit(self.ctx, seq)  # type: ignore[union-attr] - only set with a prefix hook
+
     # -- speculative decoding hook (logic in speculative/) ---------------------------------------
 
     def _drafts(self, work, spare: int) -> dict:
         """Draft tokens per decoding speculative sequence (rid → Draft), within ``spare`` batch
         room. A remote source's round trips run in parallel (``source.concurrent``): one
         iteration waits for the slowest draft, not for the sum of them."""
-        if self.speculator is None or spare <= 0:
+        if self._speculator is None or spare <= 0:
             return {}
         cands = [s for s, n in work if n == 1 and s.speculative and s.n_cached + 1 == len(s.tokens)]
         if not cands:
             return {}
         limits = [self._draft_limit(s, spare // len(cands)) for s in cands]
-        if len(cands) > 1 and getattr(self.speculator.source, "concurrent", False):
+        if len(cands) > 1 and self._speculator.concurrent:
             if self._draft_pool is None:
                 self._draft_pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="draft")
             found = list(self._draft_pool.map(self._propose, cands, limits))
@@ -354,14 +370,14 @@ class Engine:
 
     def _propose(self, seq: Sequence, limit: int):
         """Draft tokens to verify after ``seq``'s pending token, or None for a plain round."""
-        return self.speculator.draft(seq, limit) if limit > 0 else None
+        return self._speculator.draft(seq, limit) if limit > 0 else None  # type: ignore[union-attr]
 
     def _verify_draft(self, seq: Sequence, idx: int, draft) -> None:
         """Rejection-sample the draft against the k + 1 logits rows ending at ``idx``; keep the
         accepted cells, drop the rejected ones, emit accepted tokens + the target's next one."""
         k = len(draft.tokens)
         rows = [self.ctx.logits(idx - k + j) for j in range(k + 1)]
-        n_acc, nxt = self.speculator.verify(seq, draft, rows)
+        n_acc, nxt = self._speculator.verify(seq, draft, rows)  # type: ignore[union-attr]
         seq.n_cached += n_acc
         if n_acc < k:
             self.ctx.drop_tail(seq.slot, seq.n_cached)
@@ -391,8 +407,8 @@ class Engine:
                 self._m["inter_token"].observe(now - seq.t_last)
         if seq.t_first is None:
             seq.t_first = now
-            if self.prefix_hook is not None:
-                self.prefix_hook.on_first_token(seq, now - seq.t_arrival)
+            if self._prefix is not None:
+                self._prefix.on_first_token(seq, now - seq.t_arrival)
         seq.t_last = now
         self._emit(seq, TokenEvent(token, text))
         if seq.assembler.stopped:
@@ -406,8 +422,8 @@ class Engine:
             if slot is not None and slot >= 0:
                 self.ctx.drop_seq(slot)
         self._live.discard(seq)
-        if self.speculator is not None:
-            self.speculator.release(seq)
+        if self._speculator is not None:
+            self._speculator.release(seq)
         tail = seq.assembler.flush() if reason != "cancelled" else ""
         if tail:
             self._emit(seq, TokenEvent(-1, tail))
@@ -434,8 +450,8 @@ class Engine:
         if slot is not None and slot >= 0:
             self.ctx.drop_seq(slot)
         self._live.discard(seq)
-        if self.speculator is not None:
-            self.speculator.release(seq)
+        if self._speculator is not None:
+            self._speculator.release(seq)
         self._emit(seq, ErrorEvent(code, message))
 
     def _fail_running(self, code: str, message: str) -> None:

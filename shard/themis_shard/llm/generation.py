@@ -52,13 +52,15 @@ class Generation:
         self.done: DoneEvent | None = None
         self.model: str = ""
         self.adapter: str | None = None
+        #: The wait-then-submit task of ``runtime.submit_after`` (held here so it is not collected).
+        self._pending: asyncio.Task | None = None
 
     def sink(self, event: Event) -> None:
         """Called on the engine thread (``deliver`` batches these per event loop)."""
         with contextlib.suppress(RuntimeError):  # loop closed: nobody is listening any more
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
-    def bind(self, seq: Sequence, cancel: Callable[[], None]) -> None:
+    def bind(self, seq: Sequence | None, cancel: Callable[[], None]) -> None:
         self.seq = seq
         self._cancel = cancel
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .prefix_cache import block_hashes
+
 MAGIC = b"THKVP1\n\0"
 MAX_HEADER = 64 << 10
 MEDIA_TYPE = "application/vnd.themis.kv-prefix"
@@ -88,8 +90,6 @@ def _int(header: dict, key: str, lo: int = 0) -> int:
 
 def decode(data: bytes, expect: Expect) -> Blob:
     """Parse and validate; raises BlobError (status 400/409/413) on anything unacceptable."""
-    from .prefix_cache import block_hashes
-
     if len(data) > expect.max_bytes:
         raise BlobError("too_large", f"blob of {len(data)} bytes exceeds {expect.max_bytes}", 413)
     if len(data) < len(MAGIC) + 4 or data[: len(MAGIC)] != MAGIC:

@@ -15,7 +15,7 @@ import llama_cpp as L
 from .native import NativeContext
 
 
-def kv_compat(ctx: NativeContext, *, kv_unified: bool = True, n_seq_max: int = 1) -> dict:
+def kv_compat(*, kv_unified: bool = True, n_seq_max: int = 1) -> dict:
     """Context settings a saved state needs on the importing side (all must be equal, except
     ``n_ctx``, which is a lower bound the importer checks against the prefix length)."""
     p = L.llama_context_default_params()  # NativeContext keeps these defaults

@@ -2,7 +2,8 @@
 
 llama.cpp applies adapters per context, not per sequence, so the engine serves one adapter group
 per iteration (see ``scheduler``). Adapter pointers are created, applied and freed only on the
-engine thread (through ``Engine.call``), so an unload can never race a decode that uses it.
+engine thread (``Engine.attach_adapter``/``detach_adapter``), so an unload can never race a decode
+that uses it.
 Each loaded adapter is evaluated once (``evaluation``) for the gossip capability announcement.
 """
 
@@ -13,17 +14,14 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import llama_cpp as L
 
 from ..errors import BadRequest, Conflict, NotFound
+from .engine import Engine
+from .lora_eval import evaluate_adapter
 from .metrics import LLMMetrics
 from .model import ModelError, read_gguf_metadata, sha256_file
+from .native import NativeModel
 from .settings import LLMSettings
-
-if TYPE_CHECKING:
-    from .runtime import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +67,19 @@ def validate_adapter_file(path: Path, architecture: str) -> dict:
 
 
 class AdapterManager:
-    """The adapters resident on one model."""
+    """The adapters resident on one model (``architecture``: what an adapter file must be for)."""
 
-    def __init__(self, model: LoadedModel, settings: LLMSettings, metrics: LLMMetrics | None = None) -> None:
-        self.model = model
+    def __init__(
+        self,
+        engine: Engine,
+        native: NativeModel,
+        architecture: str,
+        settings: LLMSettings,
+        metrics: LLMMetrics | None = None,
+    ) -> None:
+        self.engine = engine
+        self.native = native
+        self.architecture = architecture
         self.settings = settings
         self.metrics = metrics
         self._infos: dict[str, AdapterInfo] = {}
@@ -114,18 +121,14 @@ class AdapterManager:
                     f"at most {self.settings.max_adapters} adapters resident", code="too_many_adapters"
                 )
             file = Path(path).expanduser()
-            meta = await asyncio.to_thread(validate_adapter_file, file, self.model.fingerprint.architecture)
+            meta = await asyncio.to_thread(validate_adapter_file, file, self.architecture)
             digest = await asyncio.to_thread(sha256_file, file)
-            engine = self.model.engine
-            ptr = await asyncio.wrap_future(
-                engine.call(lambda: L.llama_adapter_lora_init(self.model.native.ptr, str(file).encode()))
-            )
-            if not ptr:
+            ptr = await asyncio.wrap_future(self.engine.attach_adapter(name, str(file), scale))
+            if ptr is None:
                 raise BadRequest(
                     "llama.cpp rejected the adapter (tensor shapes or names do not match the model)",
                     code="invalid_adapter",
                 )
-            await asyncio.wrap_future(engine.call(lambda: engine.adapters.__setitem__(name, (ptr, scale))))
             alpha = meta.get("adapter.lora.alpha")
             info = AdapterInfo(
                 name=name,
@@ -147,20 +150,10 @@ class AdapterManager:
     async def unload(self, name: str) -> None:
         async with self._lock:
             self.get(name)
-            engine = self.model.engine
             task = self._tasks.get(name)
             if task is not None:  # its worker thread holds the adapter pointer: let it finish
                 await asyncio.wait([task])
-
-            def drop() -> None:
-                for seq in list(engine.scheduler.running) + engine.scheduler.waiting():
-                    if seq.adapter == name:
-                        engine._fail(seq, "adapter_unloaded", f"adapter {name!r} was unloaded")
-                ptr, _ = engine.adapters.pop(name)
-                engine.ctx.set_adapters([])
-                L.llama_adapter_lora_free(ptr)
-
-            await asyncio.wrap_future(engine.call(drop))
+            await asyncio.wrap_future(self.engine.detach_adapter(name))
             self._infos.pop(name)
             self._ptrs.pop(name)
             self._gauge()
@@ -181,13 +174,11 @@ class AdapterManager:
             self.metrics.active_adapters.set(len(self._infos))
 
     def _spawn_evaluation(self, info: AdapterInfo) -> None:
-        from .lora_eval import evaluate_adapter
-
         async def run() -> None:
             info.evaluating = True
             try:
                 info.evaluation = await asyncio.to_thread(
-                    evaluate_adapter, self.model.native, self._ptrs[info.name], info.scale, self.settings
+                    evaluate_adapter, self.native, self._ptrs[info.name], info.scale, self.settings
                 )
             except Exception:
                 log.exception("evaluating adapter %s failed", info.name)

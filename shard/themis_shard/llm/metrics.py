@@ -108,7 +108,7 @@ class LLMMetrics:
             "themis_llm_embed_seconds", "Embedding call latency", buckets=TTFT_BUCKETS, registry=r
         )
         self.embedded_texts = Counter("themis_llm_embedded_texts_total", "Texts embedded", registry=r)
-        # KV-prefix cache (issue 7, prefix_cache.py / kv_blob.py).
+        # KV-prefix cache (prefix_cache.py / kv_blob.py).
         self.kv_prefix_hits = Counter(
             "themis_kv_prefix_hits_total", "Requests whose prompt prefix was restored", ["model"], registry=r
         )
@@ -181,3 +181,27 @@ class LLMMetrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16),
             registry=r,
         )
+
+    def for_engine(self, model: str) -> dict:
+        """The engine's metrics, labelled with its model once (the hot path looks them up by name)."""
+        return {
+            k: getattr(self, k).labels(model=model)
+            for k in (
+                "ttft",
+                "inter_token",
+                "queue",
+                "request_latency",
+                "tokens",
+                "prompt_tokens",
+                "batch_size",
+                "batch_tokens",
+                "running",
+                "pending",
+                "queued",
+                "kv_pages_used",
+                "kv_pages_free",
+                "preemptions",
+                "rejected",
+                "adapter_switches",
+            )
+        }

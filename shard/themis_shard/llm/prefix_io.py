@@ -14,19 +14,29 @@ import logging
 import llama_cpp as L
 
 from . import kv_blob
+from .engine import Engine
 from .kv_blob import BlobError
-from .prefix_cache import EnginePrefixHook, PrefixEntry
+from .kv_state import set_seq_state
+from .prefix_cache import PrefixEntry
+from .prefix_hook import EnginePrefixHook, StateIdentity
 
 log = logging.getLogger(__name__)
 
 
-def expect_for(hook: EnginePrefixHook, max_bytes: int = 512 << 20) -> kv_blob.Expect:
-    fp = hook.fingerprint
+def _identity(hook: EnginePrefixHook) -> StateIdentity:
+    if hook.identity is None:
+        raise BlobError("prefix_cache_disabled", "this prefix cache does not export or import states", 503)
+    return hook.identity
+
+
+def expect_for(hook: EnginePrefixHook, n_ctx: int, max_bytes: int = 512 << 20) -> kv_blob.Expect:
+    """What a blob must match to load into this hook's engine (context of ``n_ctx`` cells)."""
+    ident = _identity(hook)
     return kv_blob.Expect(
-        model={"architecture": fp.architecture, "quantisation": fp.quantisation, "sha256": fp.sha256},
-        context=dict(hook.compat),
-        n_ctx=hook.n_ctx,
-        n_vocab=hook.n_vocab,
+        model=ident.model(),
+        context=dict(ident.compat),
+        n_ctx=n_ctx,
+        n_vocab=ident.n_vocab,
         block=hook.cache.block,
         seed=hook.cache.seed,
         max_bytes=max_bytes,
@@ -37,23 +47,25 @@ def export_blob(hook: EnginePrefixHook, key: str) -> bytes | None:
     e = hook.cache.get(key)
     if e is None:
         return None
-    x = expect_for(hook)
+    ident = _identity(hook)
     data = kv_blob.encode(
-        model=x.model, context=x.context, block=x.block, key=e.key, tokens=e.tokens, state=e.state
+        model=ident.model(),
+        context=dict(ident.compat),
+        block=hook.cache.block,
+        key=e.key,
+        tokens=e.tokens,
+        state=e.state,
     )
     _count(hook, "export", "ok", len(data))
     return data
 
 
-def _trial_load(hook: EnginePrefixHook, engine, n_tokens: int, state: bytes) -> int | bool | None:
+def _trial_load(engine: Engine, n_tokens: int, state: bytes) -> int | bool | None:
     """Engine thread: load into a free slot and check the positions; returns the first position
     held (sliding-window layers), False if refused, None if no slot is free to try."""
-    from .kv_state import set_seq_state
-
-    free = engine.scheduler._free_slots
-    if not free:
+    slot = engine.free_slot()
+    if slot is None:
         return None
-    slot = free[-1]
     ctx = engine.ctx
     try:
         if not set_seq_state(ctx, slot, state):
@@ -69,12 +81,10 @@ def _trial_load(hook: EnginePrefixHook, engine, n_tokens: int, state: bytes) -> 
         ctx.drop_seq(slot)
 
 
-async def import_blob(hook: EnginePrefixHook, engine, data: bytes, max_bytes: int) -> PrefixEntry:
+async def import_blob(hook: EnginePrefixHook, engine: Engine, data: bytes, max_bytes: int) -> PrefixEntry:
     try:
-        blob = kv_blob.decode(data, expect_for(hook, max_bytes))
-        ok = await asyncio.wrap_future(
-            engine.call(lambda: _trial_load(hook, engine, len(blob.tokens), blob.state))
-        )
+        blob = kv_blob.decode(data, expect_for(hook, engine.ctx.n_ctx, max_bytes))
+        ok = await asyncio.wrap_future(engine.call(lambda: _trial_load(engine, len(blob.tokens), blob.state)))
         if ok is False:
             raise BlobError("state_rejected", "llama.cpp did not accept the state", 422)
         min_pos = ok if isinstance(ok, int) and not isinstance(ok, bool) else len(blob.tokens)
@@ -89,7 +99,7 @@ async def import_blob(hook: EnginePrefixHook, engine, data: bytes, max_bytes: in
 
 
 def _count(hook: EnginePrefixHook, direction: str, outcome: str, nbytes: int) -> None:
-    m = getattr(hook, "metrics", None)
+    m = hook.metrics
     if m is None:
         return
     lab = {"model": hook.model, "direction": direction}

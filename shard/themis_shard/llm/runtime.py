@@ -1,9 +1,11 @@
 """LLMRuntime: the shard's facade over its models, engines, adapters and embedder.
 
-The shard app creates one per process (``LLMRuntime(settings.llm, metrics.registry)``), awaits
-``start()`` in its lifespan, and handlers reach it as ``request.app.state.llm``. Everything slow
-(loading, fingerprinting, converting the embedding model) runs in a worker thread so the event
-loop stays free; ``ready`` turns True once every configured model serves.
+The shard app creates one per process, awaits ``start()`` in its lifespan, and handlers reach it
+as ``request.app.state.llm``. What it needs from the cluster comes in through the constructor as
+the Protocols of ``hooks.py`` (``prefix_puller``, ``draft_resolver``), so ``llm/`` never imports
+the cluster. Everything slow (loading, fingerprinting, converting the embedding model) runs in a
+worker thread so the event loop stays free; ``ready`` turns True once every configured model
+serves.
 """
 
 from __future__ import annotations
@@ -12,34 +14,32 @@ import asyncio
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
 from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
+from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
-from .generation import Generation
+from .generation import Generation, GenerationFailed
+from .hooks import DraftResolver, PrefixPuller
+from .lora import AdapterManager
 from .metrics import LLMMetrics
-from .model import ModelError, ModelFingerprint, fingerprint, resolve_model_path
+from .model import LoadedModel, ModelError, fingerprint, resolve_model_path
 from .native import NativeModel
+from .prefix_hook import build_for as build_prefix_hook
 from .sampling import SamplingError, SamplingParams
 from .scheduler import Limits
+from .sequence import ErrorEvent, Sequence
 from .settings import LLMSettings
+from .speculative.factory import build_for as build_speculator
+from .speculative.local_draft import LocalDraftModel
+from .speculative.remote import DraftService, DraftTarget
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class LoadedModel:
-    alias: str
-    native: NativeModel
-    engine: Engine
-    fingerprint: ModelFingerprint
-    adapters: object = None  # lora.AdapterManager, set once the model is up
-    created: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def engine_config(s: LLMSettings) -> EngineConfig:
@@ -59,19 +59,26 @@ def engine_config(s: LLMSettings) -> EngineConfig:
 
 
 class LLMRuntime:
-    def __init__(self, settings: LLMSettings, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        settings: LLMSettings,
+        registry: CollectorRegistry | None = None,
+        *,
+        prefix_puller: PrefixPuller | None = None,
+        draft_resolver: DraftResolver | None = None,
+    ) -> None:
+        """``prefix_puller``: pull-on-miss of KV prefixes peers hold (None: local cache only).
+        ``draft_resolver``: the draft shard for ``speculative_source=remote`` with
+        ``draft_shard`` (a shard id or "auto"); a fixed ``draft_url`` needs none."""
         self.settings = settings
         self.metrics = LLMMetrics(registry or CollectorRegistry())
         self.models: dict[str, LoadedModel] = {}
-        self.embedder = None  # embeddings.Embedder
+        self.embedder: Embedder | None = None
         self.ready = False
         self.error: str | None = None
-        #: cluster.prefix_directory.PrefixSync, set by the cluster service (pull-on-miss).
-        self.prefix_puller = None
-        #: ClusterService.draft_target, set by the cluster service: the draft shard to use for
-        #: speculative_source=remote with draft_shard (a shard id or "auto").
-        self.draft_resolver = None
-        self._draft_service = None  # speculative.remote.DraftService (/internal/draft)
+        self._prefix_puller = prefix_puller
+        self._draft_resolver = draft_resolver
+        self._draft_service: DraftService | None = None  # /internal/draft, loaded on first use
         self._draft_lock = threading.Lock()
         #: How each model was loaded on this CPU (alias, or "embedding:<name>") — /health shows it.
         self.buffers: dict[str, BufferDecision] = {}
@@ -101,8 +108,7 @@ class LLMRuntime:
         models, self.models = self.models, {}
         for m in models.values():
             await asyncio.to_thread(m.engine.stop)
-            if m.adapters is not None:
-                m.adapters.close()
+            m.adapters.close()
             m.native.close()
         if self.embedder is not None:
             self.embedder.close()
@@ -111,56 +117,55 @@ class LLMRuntime:
         if svc is not None:
             svc.source.close()
         for m in models.values():
-            spec = m.engine.speculator
-            if spec is not None and hasattr(spec.source, "close"):
-                spec.source.close()
+            if m.speculator is not None:
+                m.speculator.close()
 
     def _load_models(self) -> None:
-        import time
-
         s = self.settings
         for alias, path in {s.model_alias: s.model_path, **s.extra_models}.items():
             file = resolve_model_path(path)
             buffers = self._buffers_for(alias, file)
             native = NativeModel(file, n_gpu_layers=s.n_gpu_layers, use_extra_bufts=buffers.use_extra_bufts)
             fp = fingerprint(file, native.meta)
-            engine = Engine(native, engine_config(s), name=alias, metrics=self.metrics)
-            extra = {}
-            if s.prefix_cache:  # KV-prefix cache (issue 7)
-                from .prefix_cache import build_for
-
-                extra["prefix"] = build_for(engine, fp, s, self.metrics)
-            if s.speculative_source != "none":  # speculative decoding (issue 6)
-                from .speculative.factory import build_for as build_speculator
-
-                engine.speculator = build_speculator(
-                    engine, native, s, self.metrics, alias, resolve_draft=self.draft_target
+            config = engine_config(s)
+            prefix = build_prefix_hook(native, config, alias, fp, s, self.metrics) if s.prefix_cache else None
+            speculator = None
+            if s.speculative_source != "none":
+                speculator = build_speculator(
+                    config, native, s, self.metrics, alias, resolve_draft=self.draft_target
                 )
+            engine = Engine(
+                native, config, name=alias, metrics=self.metrics, prefix=prefix, speculator=speculator
+            )
             engine.start()
-            self.models[alias] = LoadedModel(alias, native, engine, fp, created=int(time.time()), extra=extra)
+            self.models[alias] = LoadedModel(
+                alias,
+                native,
+                engine,
+                fp,
+                AdapterManager(engine, native, fp.architecture, s, self.metrics),
+                prefix=prefix,
+                speculator=speculator,
+                created=int(time.time()),
+            )
             log.info(
                 "model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12]
             )
 
-    # -- speculative decoding across shards (issue 6) ----------------------------------------------
+    # -- speculative decoding across shards ------------------------------------------------------
 
-    def draft_target(self):
+    def draft_target(self) -> DraftTarget | None:
         """Where this shard's drafts come from now: the fixed URL, else the cluster's choice."""
-        from .speculative.remote import DraftTarget
-
         if self.settings.draft_url:
             return DraftTarget(self.settings.draft_url)
-        return self.draft_resolver() if self.draft_resolver is not None else None
+        return self._draft_resolver() if self._draft_resolver is not None else None
 
-    def draft_service(self):
+    def draft_service(self) -> DraftService:
         """The ``/internal/draft`` server side, loading its draft model on first use: the
         configured ``draft_model_path``, else this shard's own model (a small model serving as
         a bigger one's draft)."""
         with self._draft_lock:
             if self._draft_service is None:
-                from .speculative.local_draft import LocalDraftModel
-                from .speculative.remote import DraftService
-
                 s = self.settings
                 src = LocalDraftModel.open(
                     s.draft_model_path or s.model_path,
@@ -174,7 +179,7 @@ class LLMRuntime:
             return self._draft_service
 
     @property
-    def loaded_draft_service(self):
+    def loaded_draft_service(self) -> DraftService | None:
         """The draft service if it was ever loaded (releasing state must not load a model)."""
         return self._draft_service
 
@@ -187,17 +192,11 @@ class LLMRuntime:
         return str(svc.source.info.get("of_sha256") or "")
 
     async def _load_adapters(self) -> None:
-        from .lora import AdapterManager
-
-        for m in self.models.values():
-            m.adapters = AdapterManager(m, self.settings, self.metrics)
         default = self.models[self.settings.model_alias].adapters
         for name, path in self.settings.adapters.items():
             await default.load(name, path, domain=None)
 
     def _load_embedder(self) -> None:
-        from .embeddings import load_embedder
-
         self.embedder = load_embedder(
             self.settings, self.metrics, lambda name, path: self._buffers_for(f"embedding:{name}", path, True)
         )
@@ -281,17 +280,15 @@ class LLMRuntime:
             tokens = self.tokenize_prompt(m, prompt or "", special=special)
         elif not tokens:
             raise BadRequest("prompt must not be empty", code="empty_prompt")
-        adapter_name = m.adapters.resolve(adapter, domain) if m.adapters is not None else None
+        adapter_name = m.adapters.resolve(adapter, domain)
         gen = Generation(asyncio.get_running_loop())
         gen.model, gen.adapter = m.alias, adapter_name
         pull = None
-        if self.prefix_puller is not None and adapter_name is None:
-            pull = self.prefix_puller.plan(m, tokens)
-        if pull is not None:  # KV-prefix held by a peer and pulling it pays (issue 7)
-            from ..cluster.prefix_directory import submit_after_pull
-
+        if self._prefix_puller is not None and adapter_name is None:
+            pull = self._prefix_puller.plan(m, tokens)
+        if pull is not None:  # a peer holds a longer KV prefix and pulling it beats prefilling
             p = params or self.sampling()
-            return submit_after_pull(
+            return submit_after(
                 gen,
                 pull,
                 lambda: m.engine.submit(
@@ -337,8 +334,6 @@ class LLMRuntime:
     ) -> dict:
         """One non-streamed generation for in-process callers (AQL ``INFER``, RAG): the /v1/infer
         result without ``shard_id``. Raises ThemisError like the route does."""
-        from .generation import GenerationFailed
-
         params = self.sampling(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop
         )
@@ -402,7 +397,46 @@ class LLMRuntime:
                     "fingerprint": m.fingerprint.as_dict(),
                     "n_ctx": m.engine.ctx.n_ctx,
                     "engine": m.engine.stats(),
-                    "adapters": [a.name for a in m.adapters.list()] if m.adapters is not None else [],
+                    "adapters": [a.name for a in m.adapters.list()],
                 }
             )
         return out
+
+
+def submit_after(
+    gen: Generation,
+    first: Callable[[], Awaitable[None]],
+    submit: Callable[[], Sequence],
+    cancel: Callable[[Sequence], None],
+) -> Generation:
+    """Queue the request once ``first()`` finished, whether it succeeded or not (a failed
+    KV-prefix pull only means a local prefill). Engine refusals become an ErrorEvent on ``gen``;
+    a client that leaves before ``first()`` ends cancels the sequence as soon as it exists."""
+
+    async def run() -> None:
+        try:
+            await first()
+        except Exception:
+            log.exception("prefix pull failed")
+        try:
+            seq = submit()
+        except ThemisError as exc:
+            gen.sink(ErrorEvent(exc.code, exc.message))
+            return
+        except Exception as exc:
+            gen.sink(ErrorEvent("unavailable", str(exc)))
+            return
+        gen.bind(seq, lambda: cancel(seq))
+        if cancelled:
+            gen.cancel()
+
+    cancelled = False
+    task = asyncio.ensure_future(run())
+
+    def early_cancel() -> None:
+        nonlocal cancelled
+        cancelled = True
+
+    gen.bind(None, early_cancel)
+    gen._pending = task
+    return gen

@@ -18,6 +18,7 @@ Orca-style iteration-level scheduling with Sarathi-style chunked prefill:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .kv_pages import PageLedger, pages_for
@@ -50,7 +51,11 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, ledger: PageLedger, limits: Limits) -> None:
+    def __init__(
+        self, ledger: PageLedger, limits: Limits, *, on_admit: Callable[[Sequence], None] | None = None
+    ) -> None:
+        """``on_admit``: called with each sequence just given a slot (a KV-prefix restore may set
+        its ``n_cached`` before the plan is built)."""
         self.ledger = ledger
         self.limits = limits
         self.running: list[Sequence] = []
@@ -59,8 +64,7 @@ class Scheduler:
         self._last_adapter: str | None = None
         self._rotated = False
         self.preemptions = 0
-        #: Called with each sequence admitted to a slot (KV-prefix restore may set ``n_cached``).
-        self.on_admit = None
+        self.on_admit = on_admit
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -91,6 +95,10 @@ class Scheduler:
         return [s for _, s in sorted(self._waiting, key=lambda e: e[0])]
 
     # -- one iteration ---------------------------------------------------------------------
+
+    def free_slot(self) -> int | None:
+        """The slot admission would hand out next, or None when all are taken."""
+        return self._free_slots[-1] if self._free_slots else None
 
     def step(self) -> Plan:
         plan = Plan()

@@ -65,9 +65,11 @@ class Sequence:
     speculative: bool = False
     spec: object | None = None
     #: KV-prefix cache (prefix_cache.py): stop the prefill at this many cached tokens to save the
-    #: state there (0 = no stop); how many prompt tokens the first admission restored.
+    #: state there (0 = no stop); how many prompt tokens the first admission restored; whether it
+    #: was admitted before (hits and misses count once per request, not per preemption).
     prefill_stop: int = 0
     prefix_restored: int = 0
+    prefix_seen: bool = False
 
     def __post_init__(self) -> None:
         if not self.tokens:

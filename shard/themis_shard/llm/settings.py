@@ -60,7 +60,7 @@ class LLMSettings(BaseSettings):
     )
     embedding_batch_tokens: int = Field(2048, ge=16)
     max_embed_texts: int = Field(256, ge=1)
-    #: KV-prefix cache (issue 7): states of block-aligned prompt prefixes, restored instead of
+    #: KV-prefix cache: states of block-aligned prompt prefixes, restored instead of
     #: prefilled; exported/imported between shards (/internal/kv_prefix).
     prefix_cache: bool = True
     prefix_block_tokens: int = Field(64, ge=16, description="hash-chain block; multiple of kv_page_size")

@@ -1,4 +1,4 @@
-"""Speculative decoding (issue 6): drafts verified exactly inside the continuous-batching engine.
+"""Speculative decoding: drafts verified exactly inside the continuous-batching engine.
 
 | module | concept |
 |---|---|

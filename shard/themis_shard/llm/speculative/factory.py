@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from ..engine import EngineConfig
+from ..hooks import DraftResolver
+from ..native import NativeModel
 from ..settings import LLMSettings
 from .adaptive import AdaptiveConfig
-from .drafts import PromptLookup
+from .drafts import DraftSource, PromptLookup
+from .local_draft import LocalDraftModel
+from .remote import RemoteDraft
 from .speculator import Speculator
 
 
@@ -19,26 +24,28 @@ def adaptive_config(s: LLMSettings) -> AdaptiveConfig:
 
 
 def build_for(
-    engine, native, s: LLMSettings, metrics, alias: str, *, resolve_draft=None
+    config: EngineConfig,
+    native: NativeModel,
+    s: LLMSettings,
+    metrics,
+    alias: str,
+    *,
+    resolve_draft: DraftResolver | None = None,
 ) -> Speculator | None:
-    """``resolve_draft``: for ``remote``, a callable giving the current ``DraftTarget`` (the
-    runtime's, which knows the cluster); ``draft_url`` alone needs none."""
+    """The speculator for engine ``alias`` (pass it as ``Engine(speculator=)``). ``resolve_draft``:
+    for ``remote``, where to ask now (the runtime's, which knows the cluster); ``draft_url`` alone
+    needs none."""
     kind = s.speculative_source
     if kind == "none" or s.n_draft == 0:
         return None
+    source: DraftSource
     if kind == "prompt_lookup":
         source = PromptLookup(
             s.prompt_lookup_min_ngram, max(s.prompt_lookup_min_ngram, s.prompt_lookup_max_ngram)
         )
     elif kind == "local":
-        from .local_draft import LocalDraftModel
-
-        source = LocalDraftModel.open(
-            s.draft_model_path, n_ctx=engine.config.n_ctx, n_threads=engine.config.n_threads
-        )
+        source = LocalDraftModel.open(s.draft_model_path, n_ctx=config.n_ctx, n_threads=config.n_threads)
     elif kind == "remote":
-        from .remote import RemoteDraft
-
         source = RemoteDraft(resolve_draft or s.draft_url, timeout_s=s.speculation_max_draft_s)
     else:
         raise ValueError(f"unknown speculative_source {kind!r}")

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model import resolve_model_path
 from ..native import Batch, NativeContext, NativeModel
+from ..tools.draft_model import draft_info_from_meta
 from .drafts import Draft, DraftUnavailable
 from .rejection import Dist, target_dist
 
@@ -55,9 +57,6 @@ class LocalDraftModel:
 
     @classmethod
     def open(cls, path: str | Path, *, verify_sha256: str | None = None, **kw) -> LocalDraftModel:
-        from ..model import resolve_model_path
-        from ..tools.draft_model import draft_info_from_meta
-
         file = resolve_model_path(str(path))
         model = NativeModel(file, n_gpu_layers=0)
         info = draft_info_from_meta(model.meta)

@@ -37,6 +37,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import httpx
+
 from ..sampling import SamplingParams
 from .drafts import Draft, DraftUnavailable
 from .rejection import Dist
@@ -151,8 +153,6 @@ class RemoteDraft:
         return t.url if t else ""
 
     def _client(self, target: DraftTarget):
-        import httpx
-
         key = id(target.ssl_context)
         with self._lock:
             c = self._clients.get(key)

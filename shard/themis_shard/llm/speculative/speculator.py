@@ -67,6 +67,17 @@ class Speculator:
         else:
             self._fallback = lambda reason: None
 
+    @property
+    def concurrent(self) -> bool:
+        """A remote source's round trips may overlap (the engine drafts several sequences at once)."""
+        return bool(getattr(self.source, "concurrent", False))
+
+    def close(self) -> None:
+        """Release the source's resources (a draft model's context, a client's connections)."""
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
     def state(self, seq) -> SpecState:
         st = seq.spec
         if st is None:

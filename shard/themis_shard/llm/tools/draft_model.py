@@ -26,6 +26,9 @@ import argparse
 import re
 from pathlib import Path
 
+from ..model import resolve_model_path, sha256_file
+from ..native import NativeModel
+
 DRAFT_OF_SHA = "themis.draft.of.sha256"
 DRAFT_OF_NAME = "themis.draft.of.name"
 DRAFT_OF_LAYERS = "themis.draft.of.n_layers"
@@ -34,9 +37,7 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
 def derive_draft(src: Path, out: Path, keep: int) -> Path:
-    import gguf
-
-    from ..model import sha256_file
+    import gguf  # only the tool writes GGUFs; the engine imports this module for draft_info_from_meta
 
     reader = gguf.GGUFReader(str(src))
     arch = reader.fields["general.architecture"].contents()
@@ -84,8 +85,6 @@ def derive_draft(src: Path, out: Path, keep: int) -> Path:
 def draft_info(path: Path) -> dict | None:
     """The draft's provenance, or None when the file is not a draft made by this tool (read
     through llama.cpp's loader: ``gguf.GGUFReader`` parses the 262k-token vocabulary, ~25 s)."""
-    from ..native import NativeModel
-
     m = NativeModel(Path(path), n_gpu_layers=0)
     try:
         return draft_info_from_meta(m.meta)
@@ -112,8 +111,6 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--keep", type=int, default=15, help="transformer blocks kept (default 15)")
     args = ap.parse_args()
-    from ..model import resolve_model_path
-
     out = derive_draft(resolve_model_path(args.src), args.out, args.keep)
     print(out, draft_info(out))
 

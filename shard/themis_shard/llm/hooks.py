@@ -1,0 +1,77 @@
+"""The seams of ``llm/``: what the engine calls back, and what the runtime is given from outside.
+
+The engine and the runtime depend on these Protocols, never on the classes behind them, so each
+side is built and tested alone and nothing in ``llm/`` imports the cluster:
+
+| Protocol | called by | implemented by |
+|---|---|---|
+| ``PrefixHook`` | engine thread | ``prefix_hook.EnginePrefixHook`` |
+| ``Speculator`` | engine thread | ``speculative.speculator.Speculator`` |
+| ``PrefixPuller`` | ``LLMRuntime.submit`` (event loop) | ``cluster.prefix_directory.PrefixSync`` |
+| ``DraftResolver`` | remote draft source (engine thread) | ``cluster.service.ClusterService.draft_target`` |
+
+Collaborators are passed to constructors (``Engine(prefix=..., speculator=...)``,
+``LLMRuntime(prefix_puller=..., draft_resolver=...)``) and never swapped afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:  # annotations only: these modules import the engine, which imports this one
+    from .model import LoadedModel
+    from .native import NativeContext
+    from .sequence import Sequence
+    from .speculative.drafts import Draft
+    from .speculative.remote import DraftTarget
+
+
+class PrefixHook(Protocol):
+    """The KV-prefix cache as the engine sees it. Every call runs on the engine thread with the
+    engine's own context (the hook is built before the engine, so it cannot hold the context)."""
+
+    def on_admit(self, ctx: NativeContext, seq: Sequence) -> None:
+        """``seq`` just got its empty slot: restore a cached prefix (sets ``n_cached``) and ask
+        the scheduler to pause the prefill where a state should be saved (``prefill_stop``)."""
+
+    def on_prefilled(self, ctx: NativeContext, seq: Sequence) -> None:
+        """After a decode that advanced ``seq``'s prefill (``seq.prefill_stop`` is set)."""
+
+    def on_first_token(self, seq: Sequence, ttft_s: float) -> None: ...
+
+
+class Speculator(Protocol):
+    """Speculative decoding as the engine sees it: draft before the batch, verify after it."""
+
+    @property
+    def concurrent(self) -> bool:
+        """True when several sequences' drafts may be fetched in parallel (I/O-bound source)."""
+
+    def draft(self, seq: Sequence, limit: int) -> Draft | None:
+        """Up to ``limit`` tokens to verify after ``seq``'s pending token; None = decode plainly.
+        May run on a worker thread when ``concurrent``."""
+
+    def verify(self, seq: Sequence, draft: Draft, rows: list[np.ndarray]) -> tuple[int, int]:
+        """(accepted draft tokens, next token) from the k + 1 logits rows of the round."""
+
+    def observe_iteration(self, seconds: float, extra_rows: int) -> None:
+        """Timing of one decode without prefill (what verifying ``extra_rows`` costs)."""
+
+    def release(self, seq: Sequence) -> None:
+        """``seq`` left the engine: drop whatever the draft source keeps for it."""
+
+
+class PrefixPuller(Protocol):
+    """Pull-on-miss: fetch a KV prefix a peer holds before queueing a request that would use it."""
+
+    def plan(self, model: LoadedModel, tokens: list[int]) -> Callable[[], Awaitable[None]] | None:
+        """Synchronous, on the event loop: the pull to await first, or None to queue at once."""
+
+
+class DraftResolver(Protocol):
+    """Where a remote draft source should ask now (the cluster's choice of draft shard)."""
+
+    def __call__(self) -> DraftTarget | None: ...
