@@ -70,7 +70,7 @@ class ShardLoad(_Record):
     avg_llm_queue_ms: float = Field(0.0, ge=0)
     active_lora_adapters: int = Field(0, ge=0)
     #: sha256 of the model this shard drafts for at ``/internal/draft`` ("" = serves no drafts):
-    #: verify shards with that model pick their draft shard from these (issue 6).
+    #: verify shards with that model pick their draft shard from these.
     draft_of: str = Field("", max_length=64)
 
 
