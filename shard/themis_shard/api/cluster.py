@@ -43,10 +43,7 @@ async def cluster_status(shard: Node) -> dict:
         "members": members,
         "capabilities": snapshot["adapters"],
         "hints_pending": cluster.hints.pending(),
-        "plan_adapters": {
-            "loaded": sorted(cluster._plan_adapters),
-            "failed": dict(cluster._adapter_failures),
-        },
+        "plan_adapters": cluster.plan_adapters(),
         "gossip": cluster.gossiper is not None,
         "draining": list(topo.plan.draining),
         "migration": cluster.migration.as_dict(),
