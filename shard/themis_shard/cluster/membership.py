@@ -21,7 +21,8 @@ from ..plan import ClusterPlan
 from .announcer import announcements_to_publish, resident_adapters
 from .draft_shard import choose_draft_shard
 from .gossip import Gossiper
-from .gossip_state import GossipCodec, GossipState, RoutingView, ShardLoad
+from .gossip_state import GossipState, RoutingView, ShardLoad
+from .gossip_wire import GossipCodec
 from .remote import RemoteExecutor
 from .tasks import Tasks
 from .views import RuntimeSource, SettingsSource, TopologySource
