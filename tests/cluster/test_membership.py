@@ -85,7 +85,7 @@ def test_the_probe_closes_the_breaker_of_a_peer_that_answers_again(tmp_path) -> 
         m = membership(live(plan_of(3)), peers)
         open_breaker(m, "s-1")
         open_breaker(m, "s-2")
-        asyncio.run(m._probe_open_peers())
+        asyncio.run(m.probe_open_peers())
         assert m.executor.open_peers() == {"s-2"}
 
 

@@ -88,7 +88,7 @@ class Membership:
             self._tasks.add(self.gossiper.start())
             self._tasks.every(settings.gossip_interval_s, self._announce, "announce")
         if settings.breaker_health_probe_s:
-            self._tasks.every(settings.breaker_health_probe_s, self._probe_open_peers, "breaker-probe")
+            self._tasks.every(settings.breaker_health_probe_s, self.probe_open_peers, "breaker-probe")
 
     async def stop(self) -> None:
         if self.gossiper is not None:
@@ -140,7 +140,7 @@ class Membership:
         ):
             self.state.announce(ann)
 
-    async def _probe_open_peers(self) -> None:
+    async def probe_open_peers(self) -> None:
         """Close the breaker of an open peer that answers /ready again (out-of-band probe)."""
         for peer in self.executor.open_peers():
             if peer not in self._plan.topology.members:
