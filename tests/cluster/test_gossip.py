@@ -9,11 +9,11 @@ from prometheus_client import CollectorRegistry
 from themis_shard.cluster.gossip import Gossiper
 from themis_shard.cluster.gossip_state import (
     AdapterCapabilityAnnouncement,
-    GossipCodec,
     GossipState,
     MemberStatus,
     ShardLoad,
 )
+from themis_shard.cluster.gossip_wire import GossipCodec
 
 T0 = 1_700_000_000.0
 

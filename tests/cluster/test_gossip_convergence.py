@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from themis_shard.cluster.gossip_sim import expected_bound, measure
+
+from .gossip_sim import expected_bound, measure
 
 
 def test_the_bound_is_ceil_log_f_n_plus_two():

@@ -17,10 +17,9 @@ from starlette.routing import Route
 from themis_shard.cluster.gossip import Gossiper, http_transport
 from themis_shard.cluster.gossip_state import (
     AdapterCapabilityAnnouncement,
-    GossipCodec,
     GossipState,
-    InvalidGossipMessage,
 )
+from themis_shard.cluster.gossip_wire import GossipCodec, InvalidGossipMessage
 from themis_shard.cluster.remote import PeerError, RemoteExecutor
 from themis_shard.cluster.settings import ClusterSettings
 

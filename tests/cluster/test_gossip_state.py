@@ -10,13 +10,12 @@ from hypothesis import strategies as st
 from themis_shard.cluster.gossip_state import (
     AdapterCapabilityAnnouncement,
     Delta,
-    GossipCodec,
     GossipState,
-    InvalidGossipMessage,
     MemberRecord,
     MemberStatus,
     ShardLoad,
 )
+from themis_shard.cluster.gossip_wire import GossipCodec, InvalidGossipMessage
 
 T0 = 1_700_000_000.0  # wall clock for announcements
 

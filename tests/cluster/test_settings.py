@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from themis_shard.cluster.gossip_state import GossipCodec, GossipState
+from themis_shard.cluster.gossip_state import GossipState
+from themis_shard.cluster.gossip_wire import GossipCodec
 from themis_shard.cluster.settings import ClusterSettings
 from themis_shard.plan import RouterSettings
 

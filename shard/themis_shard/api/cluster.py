@@ -56,10 +56,7 @@ async def cluster_status(shard: Node) -> ClusterStatus:
         members=members,
         capabilities=[AdapterCapability.model_validate(a) for a in snapshot["adapters"]],
         hints_pending=cluster.hints.pending(),
-        plan_adapters=PlanAdapters(
-            loaded=sorted(cluster._plan_adapters),
-            failed=dict(cluster._adapter_failures),
-        ),
+        plan_adapters=PlanAdapters.model_validate(cluster.plan_adapters()),
         gossip=cluster.gossiper is not None,
         draining=list(topo.plan.draining),
         migration=MigrationStatus.model_validate(cluster.migration.as_dict()),

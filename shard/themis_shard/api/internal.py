@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from ..cluster.documents import change_to_json, write_from_json
-from ..cluster.gossip_state import InvalidGossipMessage
+from ..cluster.gossip_wire import InvalidGossipMessage
 from ..errors import BadRequest, NotFound
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig

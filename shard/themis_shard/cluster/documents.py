@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
+from ..ring import HashRing
 from ..storage.documents import Change, DocumentStore, Replicated, StoredDocument, Write
-from ..storage.hints import HintLog, encode_items
 from ..storage.names import urn
 from .placement import Topology, candidates, coordinator_groups
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .replication import Replication
+from .views import TopologySource
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +62,36 @@ def relay(exc: PeerError) -> ThemisError:
     )
 
 
+class HandoffView(Protocol):
+    """What reads and writes need of a resharding in progress (``migration.Handoff``)."""
+
+    @property
+    def handoff_active(self) -> bool: ...
+
+    def previous_ring(self) -> HashRing | None: ...
+
+    async def fetch_previous(self, collection: str, key: str) -> None: ...
+
+
 class DistributedDocuments:
     def __init__(
         self,
         store: DocumentStore,
         executor: RemoteExecutor | None,
-        hints: HintLog,
-        topology: Callable[[], Topology],
-        metrics,
-        handoff=None,
+        replication: Replication,
+        topology: TopologySource,
+        handoff: HandoffView | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
-        self.hints = hints
-        self._topology = topology
-        self.metrics = metrics
-        #: The cluster service while a ring change is being handed off (reads/writes look back).
+        self.replication = replication
+        self._plan = topology
+        #: While a ring change is being handed off, reads and writes look back at the previous owners.
         self.handoff = handoff
 
     @property
     def topology(self) -> Topology:
-        return self._topology()
+        return self._plan.topology
 
     def _down(self) -> frozenset[str]:
         return self.executor.open_peers() if self.executor else frozenset()
@@ -154,29 +164,7 @@ class DistributedDocuments:
                     per_peer.setdefault(owner, []).append(
                         Replicated(c.collection, c.key, c.version, c.document)
                     )
-        await asyncio.gather(*(self.send_replicas(peer, items) for peer, items in per_peer.items()))
-
-    async def push_replicas(self, peer: str, items: list, *, retries: int) -> None:
-        """Install versions on ``peer`` (``/internal/replicate``: the higher version wins there,
-        so a replay is harmless). Raises PeerUnavailable / PeerError."""
-        await self.executor.request(
-            peer,
-            "POST",
-            "/internal/replicate",
-            json_body={"items": encode_items(items)},
-            idempotent=True,
-            retries=retries,
-        )
-
-    async def send_replicas(self, peer: str, items: list[Replicated]) -> None:
-        """Push to ``peer``; when it cannot be reached, keep a durable hint (replayed later)."""
-        try:
-            await self.push_replicas(peer, items, retries=1)
-            self.metrics.replication.labels(outcome="replicated").inc(len(items))
-        except (PeerUnavailable, PeerError) as exc:
-            log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
-            await run_in_threadpool(self.hints.add, peer, items)
-            self.metrics.replication.labels(outcome="hinted").inc(len(items))
+        await asyncio.gather(*(self.replication.send(peer, items) for peer, items in per_peer.items()))
 
     # -- reads -------------------------------------------------------------------------------
     async def get(self, collection: str, key: str) -> StoredDocument:

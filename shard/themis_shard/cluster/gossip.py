@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .gossip_state import GossipCodec, GossipState, InvalidGossipMessage, MemberStatus, ShardLoad
+from .gossip_state import GossipState, MemberStatus, ShardLoad
+from .gossip_wire import GossipCodec, InvalidGossipMessage
 
 log = logging.getLogger(__name__)
 

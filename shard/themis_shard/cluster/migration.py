@@ -11,7 +11,11 @@ Correctness while moving: the new coordinator of a key that has not arrived yet 
 to the previous owners before writing (so versions stay monotonic and no acknowledged write can
 be overwritten by an older, later-arriving copy), and reads that miss fall back to the previous
 owners until every member reports the handoff complete. Only then does a shard purge the copies
-it no longer owns; a shard that left the ring reports "drained" and may be stopped.
+it no longer owns; a shard that left the ring reports "drained" and may be stopped. Before
+purging, it pushes the copies it drops to their current owners when they lack that version.
+
+The decisions are pure functions at the top; ``Handoff`` at the bottom is the state machine
+that drives them over the network (one per shard, owned by the cluster service).
 """
 
 from __future__ import annotations
@@ -23,11 +27,18 @@ import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from starlette.concurrency import run_in_threadpool
 
 from ..ring import HashRing, RingSpec
 from ..storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
 from ..storage.names import storage_key, urn
+from .placement import Topology
+from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .tasks import Tasks
+from .views import TopologySource
 
 log = logging.getLogger(__name__)
 
@@ -177,3 +188,307 @@ async def bounded_gather(limit: int, *aws):
             return await aw
 
     return await asyncio.gather(*(run(a) for a in aws))
+
+
+def all_complete(states: Iterable[dict | None], ring_version: int) -> bool:
+    """Has every member (``None``: unreachable) finished pulling for ``ring_version``?"""
+    return all(
+        s is not None and s["ring_version"] >= ring_version and s["state"] in COMPLETE_STATES for s in states
+    )
+
+
+def hand_over_batches(
+    page: Iterable[StoredDocument | Tombstone],
+    gone: Collection[tuple[str, str]],
+    ring: HashRing,
+    copies: int,
+    chunk: int = 500,
+) -> list[tuple[str, list[Replicated]]]:
+    """The dropped copies of one scanned page, grouped per current owner in chunks."""
+    per_owner: dict[str, list[Replicated]] = {}
+    for e in page:
+        if (e.collection, e.key) in gone:
+            item = Replicated(e.collection, e.key, e.version, getattr(e, "document", None))
+            for owner in ring.owners(urn(e.collection, e.key), copies):
+                per_owner.setdefault(owner, []).append(item)
+    return [
+        (owner, items[i : i + chunk])
+        for owner, items in per_owner.items()
+        for i in range(0, len(items), chunk)
+    ]
+
+
+class ReplicaSink(Protocol):
+    """Where handed-over copies go: pushed now or kept as a hint (``replication.Replication``)."""
+
+    async def send(self, peer: str, items: list[Replicated]) -> None: ...
+
+
+class HandoffMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.caught_up = Counter(
+            "themis_catch_up_items_total", "Versions installed by start-up catch-up", registry=registry
+        )
+        self.migration_keys = Counter(
+            "themis_migration_keys_total", "Keys received by resharding/catch-up", registry=registry
+        )
+        self.migration_bytes = Counter(
+            "themis_migration_bytes_total", "Document bytes received by handoffs", registry=registry
+        )
+        self.migration_state = Gauge(
+            "themis_migration_state",
+            "Handoff state: 0 idle, 1 migrating, 2 done, 3 purged, 4 drained",
+            registry=registry,
+        )
+
+
+class Handoff:
+    """This shard's side of catch-up and resharding: pull what it gained, serve what others
+    gained, and purge what it lost once every member is done.
+
+    Small pages with a pause between them bound the handoff's share of the event loop (JSON
+    work holds the GIL): foreground requests stay fast while keys move.
+    """
+
+    def __init__(
+        self,
+        self_id: str,
+        store: DocumentStore,
+        executor: RemoteExecutor,
+        topology: TopologySource,
+        replicas: ReplicaSink,
+        registry: CollectorRegistry,
+        *,
+        page_size: int,
+        page_pause_s: float,
+        attempts: int = 3,
+        retry_pause_s: float = 1.0,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.self_id = self_id
+        self.store = store
+        self.executor = executor
+        self._plan = topology
+        self.replicas = replicas
+        self.metrics = HandoffMetrics(registry)
+        self.page_size = page_size
+        self.page_pause_s = page_pause_s
+        self.attempts = attempts
+        self.retry_pause_s = retry_pause_s
+        self.poll_s = poll_s
+        self.caught_up = not topology.topology.clustered
+        self.migration = MigrationProgress(ring_version=topology.topology.version)
+        self._complete = False
+        self._tasks = Tasks()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks.spawn(self.catch_up(), "catch-up")
+
+    def begin(self) -> None:
+        """The ring changed: pull what this shard gained in it (in the background)."""
+        self._tasks.spawn(self.migrate(), f"handoff-v{self._plan.topology.version}")
+
+    async def stop(self) -> None:
+        await self._tasks.cancel()
+
+    # -- what reads and writes ask -------------------------------------------------------------
+    @property
+    def handoff_active(self) -> bool:
+        """True while keys may still sit on their previous owners (reads/writes look there too)."""
+        return self._plan.topology.plan.previous_ring is not None and not self._complete
+
+    def previous_ring(self) -> HashRing | None:
+        return self._plan.topology.plan.previous_hash_ring()
+
+    # -- pulling ---------------------------------------------------------------------------------
+    async def catch_up(self) -> None:
+        """At start: pull every owned key from the peers (anti-entropy by version)."""
+        try:
+            await self.migrate(full=True)
+        finally:
+            self.caught_up = True
+
+    async def migrate(self, full: bool = False) -> None:
+        """Pull what this shard gained in the current ring (everything it owns when ``full``),
+        then wait for every member to finish and purge the copies this shard lost."""
+        topo = self._plan.topology
+        previous = None if full else self.previous_ring()
+        progress = MigrationProgress(
+            ring_version=topo.version, state=MigrationState.MIGRATING, started_at=time.time()
+        )
+        self.migration = progress
+        self._complete = False
+        self.metrics.migration_state.set(1)
+        peers = set(topo.members) - {self.self_id}
+        done: set[str] = set()
+        attempts: dict[str, int] = {}
+        while True:
+            todo = peers - done - progress.unreachable
+            progress.peers_pending = set(todo)
+            if not todo:
+                break
+            ordered = sorted(todo)
+            results = await bounded_gather(
+                4, *(self._pull_from(p, topo, previous, progress) for p in ordered)
+            )
+            failed = {p for p, ok in zip(ordered, results, strict=True) if not ok}
+            done |= set(ordered) - failed
+            for p in failed:
+                attempts[p] = attempts.get(p, 0) + 1
+            newly = {p for p in failed if attempts[p] >= self.attempts}
+            if newly:
+                log.warning("handoff: %s unreachable; asking the other holders for their keys", sorted(newly))
+                progress.unreachable |= newly
+                done = set()
+            elif failed:
+                await asyncio.sleep(self.retry_pause_s)
+        progress.state = MigrationState.DONE
+        progress.finished_at = time.time()
+        self.metrics.migration_state.set(2)
+        log.info(
+            "handoff for ring version %d: %d key(s), %d byte(s) received",
+            topo.version,
+            progress.keys_received,
+            progress.bytes_received,
+        )
+        current = self._plan.topology
+        if current.plan.previous_ring is not None and current.version == topo.version:
+            self._tasks.spawn(self._finish_handoff(topo), "handoff-finish")
+
+    async def _pull_from(
+        self, peer: str, topo: Topology, previous: HashRing | None, progress: MigrationProgress
+    ) -> bool:
+        request = {
+            "shard": self.self_id,
+            "ring": topo.ring.spec.to_dict(),
+            "previous": previous.spec.to_dict() if previous else None,
+            "copies": topo.plan.copies,
+            "unreachable": sorted(progress.unreachable),
+            "after": None,
+        }
+        while True:
+            try:
+                page = await self.executor.request(
+                    peer,
+                    "POST",
+                    "/internal/sync",
+                    json_body=request,
+                    idempotent=True,
+                    retries=0,
+                    timeout_s=60,
+                )
+            except (PeerUnavailable, PeerError) as exc:
+                log.info("handoff from %s interrupted: %s", peer, exc)
+                return False
+            items = page["items"]
+            if items:
+                installed = await run_in_threadpool(self.store.apply_replicated, decode_entries(items))
+                progress.keys_received += len(installed)
+                progress.bytes_received += entry_bytes(items)
+                self.metrics.migration_keys.inc(len(installed))
+                self.metrics.migration_bytes.inc(entry_bytes(items))
+            if page["next"] is None:
+                return True
+            request["after"] = page["next"]
+            if self.page_pause_s:
+                await asyncio.sleep(self.page_pause_s)  # rate limit: foreground first
+
+    def serve_sync_page(self, request: dict[str, Any]) -> dict[str, Any]:
+        return serve_page(self.store, self.self_id, request, self.page_size)
+
+    # -- purging ---------------------------------------------------------------------------------
+    async def _finish_handoff(self, topo: Topology) -> None:
+        """Once every member reports this ring version complete, drop the copies we lost."""
+        peers = set(topo.members) - {self.self_id}
+        while True:
+            states = await asyncio.gather(*(self._peer_migration(p) for p in sorted(peers)))
+            if all_complete(states, topo.version):
+                break
+            await asyncio.sleep(self.poll_s)
+        if self._plan.topology.version != topo.version:
+            return  # a newer ring took over; its own handoff will purge
+        self._complete = True
+        lost = []
+        cursor = None
+        while True:
+            page, cursor = await run_in_threadpool(self.store.scan_page, cursor, 5000)
+            gone = keys_to_purge(page, self.self_id, topo.ring, topo.plan.copies)
+            if gone:
+                await self._hand_over(page, set(gone), topo)
+            lost += gone
+            if cursor is None:
+                break
+        for start in range(0, len(lost), 1000):
+            self.migration.keys_purged += await run_in_threadpool(
+                self.store.purge, lost[start : start + 1000]
+            )
+        leaving = self.self_id not in topo.ring.shards
+        self.migration.state = MigrationState.DRAINED if leaving else MigrationState.PURGED
+        self.metrics.migration_state.set(4 if leaving else 3)
+        log.info(
+            "handoff for ring version %d complete: purged %d copies%s",
+            topo.version,
+            len(lost),
+            " (drained)" if leaving else "",
+        )
+
+    async def _hand_over(self, page: list, gone: set[tuple[str, str]], topo: Topology) -> None:
+        """Before dropping copies, make sure their current owners hold at least this version.
+        A write that reached this shard through a coordinator still on the old plan *after* the
+        new owner's pull would otherwise vanish with the purge (seen as keys left with one copy
+        after a scale-in under load). Each owner is asked for its versions first (keys only) and
+        sent just the entries it lacks; an owner that cannot be reached gets them as a durable
+        hint."""
+        chunks = hand_over_batches(page, gone, topo.ring, topo.plan.copies)
+        await bounded_gather(4, *(self._hand_over_chunk(owner, items) for owner, items in chunks))
+
+    async def _hand_over_chunk(self, owner: str, items: list[Replicated]) -> None:
+        try:
+            reply = await self.executor.request(
+                owner,
+                "POST",
+                "/internal/versions",
+                json_body={"keys": [(i.collection, i.key) for i in items]},
+                idempotent=True,
+                retries=1,
+            )
+            items = [i for i, theirs in zip(items, reply["versions"], strict=True) if i.version > theirs]
+        except (PeerUnavailable, PeerError, KeyError, ValueError):
+            pass  # cannot compare: send them all (or hint them)
+        if items:
+            self.migration.keys_handed_over += len(items)
+            await self.replicas.send(owner, items)
+
+    async def _peer_migration(self, peer: str) -> dict | None:
+        try:
+            return await self.executor.request(peer, "GET", "/internal/migration", retries=0, timeout_s=5)
+        except (PeerUnavailable, PeerError):
+            return None
+
+    # -- read-through ------------------------------------------------------------------------------
+    async def fetch_previous(self, collection: str, key: str) -> None:
+        """Read-through before coordinating a write during a handoff: install the key's newest
+        version from its previous owners so the new version continues from it."""
+        previous = self.previous_ring()
+        if previous is None:
+            return
+        for owner in previous.owners(urn(collection, key), self._plan.topology.plan.copies):
+            if owner == self.self_id:
+                continue
+            try:
+                reply = await self.executor.request(
+                    owner,
+                    "GET",
+                    f"/internal/documents/{collection}/{key}",
+                    params={"tombstones": "true"},
+                    retries=0,
+                    timeout_s=5,
+                )
+            except (PeerError, PeerUnavailable):
+                continue  # a 404 or an unreachable owner: ask the next one
+            await run_in_threadpool(
+                self.store.apply_replicated,
+                [Replicated(collection, key, int(reply["version"]), reply["document"])],
+            )
+            return

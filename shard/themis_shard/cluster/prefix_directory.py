@@ -1,4 +1,4 @@
-"""Cluster prefix directory and pull-on-miss (issue 7, paper §IV-D / §VI-D).
+"""Cluster prefix directory and pull-on-miss (paper §IV-D / §VI-D).
 
 * ``PrefixDirectory`` (pure) — which peer holds which prefix hash (``hash → n_tokens, bytes``),
   bounded per peer (the ``prefix_announce_max`` most recently used entries) and dropped when a
@@ -14,7 +14,7 @@
 
 The listing is pulled rather than carried in the gossip member record because that record's
 schema (``gossip_state.ShardLoad``) is strict and owned by the gossip module; moving the
-compact list into it is a one-field change (see the issue report).
+compact list into it is a one-field change.
 """
 
 from __future__ import annotations

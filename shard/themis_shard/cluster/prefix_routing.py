@@ -1,4 +1,4 @@
-"""Prefix-aware routing (issue 7): prefer a shard that already holds the request's longest KV
+"""Prefix-aware routing: prefer a shard that already holds the request's longest KV
 prefix when its load allows. A pure function over the domain router's ranking.
 
 For each candidate shard ``i`` (in the domain router's order)::

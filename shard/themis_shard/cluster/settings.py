@@ -3,8 +3,9 @@
 Every number the design paper fixes is a named setting here, with the paper's value as the
 default (§III-C, §IV-A, §V-A): router thresholds 0.8/0.6/0.4, γ = 0.1, announcement TTL
 7200 s, breaker 5 failures / 60 s recovery, 3 retries, 5 s connect / 30 s request timeouts.
-The gossip numbers (interval 1 s, fanout 3) come from the issue; the failure-detector
-timeouts are ours (a few gossip rounds each).
+The gossip numbers (interval 1 s, fanout 3) spread an update to 1000 shards within
+⌈log₃ N⌉ + 2 rounds (tests/cluster/test_gossip_convergence.py); the failure-detector timeouts
+are ours (a few gossip rounds each).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ were at the start of round r and all merges are applied at the end, so an update
 a round is never forwarded within that same round (as with real, concurrent exchanges).
 
 Used by tests/cluster/test_gossip_convergence.py and handy for sizing fanout/interval:
-``python -m themis_shard.cluster.gossip_sim 1000 3``.
+``python -m tests.cluster.gossip_sim 1000 3`` (from the repository root).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .gossip_state import AdapterCapabilityAnnouncement, Delta, GossipState
+from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, Delta, GossipState
 
 NOW_WALL = 1_700_000_000.0
 
 
 def expected_bound(n: int, fanout: int) -> int:
-    """The issue's acceptance bound: ⌈log_f N⌉ + 2 rounds."""
+    """The convergence bound the gossip settings are sized for: ⌈log_f N⌉ + 2 rounds."""
     return math.ceil(math.log(n) / math.log(fanout) - 1e-12) + 2
 
 

@@ -1,0 +1,49 @@
+"""What the parts of the cluster service see of each other: small read-only views.
+
+The plan a shard runs changes at run time (the operator rewrites the plan file), so a part
+never keeps a ``Topology`` or ``ClusterSettings`` of its own: it reads the current one from a
+``TopologySource`` / ``SettingsSource`` each time. ``LivePlan`` is the one cell that holds
+them; only the ``PlanWatcher`` swaps it. The LLM runtime starts after the cluster service is
+built, hence ``RuntimeSlot``: parts read ``.runtime`` when they act, None until it is up.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .placement import Topology
+from .settings import ClusterSettings
+
+
+class TopologySource(Protocol):
+    @property
+    def topology(self) -> Topology: ...
+
+
+class SettingsSource(Protocol):
+    @property
+    def settings(self) -> ClusterSettings: ...
+
+
+class RuntimeSource(Protocol):
+    @property
+    def runtime(self) -> Any: ...
+
+
+class LivePlan:
+    """The topology and settings in force now (a ``TopologySource`` and a ``SettingsSource``)."""
+
+    def __init__(self, topology: Topology, settings: ClusterSettings) -> None:
+        self.topology = topology
+        self.settings = settings
+
+    def url(self, shard_id: str) -> str:
+        """A member's base URL in the current plan (KeyError when it is not a member)."""
+        return self.topology.url(shard_id)
+
+
+class RuntimeSlot:
+    """Holds the shard's LLM runtime once the app started it (None without an LLM)."""
+
+    def __init__(self, runtime: Any = None) -> None:
+        self.runtime = runtime

@@ -1,0 +1,106 @@
+"""Spec: replication — a write's versions reach its other owners now or as a durable hint, and
+hints are replayed, oldest first, once the owner answers again (versions decide every race)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+from themis_shard.cluster.documents import DistributedDocuments
+from themis_shard.cluster.replication import Replication, worth_replaying
+from themis_shard.storage.documents import Replicated, Write
+from themis_shard.storage.hints import HintLog
+
+from .fakes import fake_peers, live, plan_of
+
+
+def v(key: str, version: int, **doc) -> Replicated:
+    return Replicated("c", key, version, doc or {"k": key})
+
+
+def test_a_reachable_peer_gets_the_versions_and_nothing_is_hinted(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    with fake_peers(tmp_path, "s-1") as peers:
+        replication = Replication(peers.executor(current), HintLog(store), current, CollectorRegistry())
+        asyncio.run(replication.send("s-1", [v("a", 3), v("b", 1)]))
+        assert peers["s-1"].store.get("c", "a").version == 3
+        assert replication.hints.pending() == {}
+
+
+def test_an_unreachable_peer_gets_a_hint_that_replay_delivers_when_it_is_back(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    with fake_peers(tmp_path, "s-1") as peers:
+        peers["s-1"].up = False
+        replication = Replication(peers.executor(current), HintLog(store), current, CollectorRegistry())
+
+        async def go() -> None:
+            await replication.send("s-1", [v("a", 2)])
+            assert replication.hints.pending() == {"s-1": 1}
+            await replication.replay_hints()  # still down: the hint stays
+            assert replication.hints.pending() == {"s-1": 1}
+            peers["s-1"].up = True
+            replication.executor.breakers.get("s-1").record_success()
+            await replication.replay_hints()
+
+        asyncio.run(go())
+        assert peers["s-1"].store.get("c", "a").version == 2
+        assert replication.hints.peers() == []
+
+
+def test_a_replayed_hint_never_overwrites_a_newer_version(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    with fake_peers(tmp_path, "s-1") as peers:
+        hints = HintLog(store)
+        hints.add("s-1", [v("a", 1, old=True)])
+        peers["s-1"].store.apply_replicated([v("a", 5, new=True)])
+        asyncio.run(Replication(peers.executor(current), hints, current, CollectorRegistry()).replay_hints())
+        assert peers["s-1"].store.get("c", "a").document == {"new": True}
+        assert hints.peers() == []
+
+
+def test_hints_for_a_peer_that_left_the_plan_are_kept_not_replayed() -> None:
+    assert worth_replaying("s-1", ["s-0", "s-1"], frozenset())
+    assert not worth_replaying("s-9", ["s-0", "s-1"], frozenset())
+    assert not worth_replaying("s-1", ["s-0", "s-1"], frozenset({"s-1"}))  # breaker open
+
+
+def test_a_coordinated_write_reaches_every_other_owner_or_leaves_a_hint_for_it(tmp_path, store) -> None:
+    current = live(plan_of(4, "raid6"))  # three copies of each key
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(100)) if "s-0" in topo.owners("c", k))
+    up, down = [o for o in topo.owners("c", key) if o != "s-0"]
+    with fake_peers(tmp_path, "s-1", "s-2", "s-3") as peers:
+        peers[down].up = False
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
+        assert peers[up].store.get("c", key).version == change.version == 1
+        assert replication.hints.pending() == {down: 1}
+        assert not [c for p in peers.peers for c in peers.calls_to(p) if p not in (up, down)]
+
+
+class ActiveHandoff:
+    """A resharding in progress whose previous owner still holds the key at version 4."""
+
+    def __init__(self) -> None:
+        self.fetched: list[tuple[str, str]] = []
+        self.handoff_active = True
+
+    def previous_ring(self):
+        return None
+
+    async def fetch_previous(self, collection: str, key: str) -> None:
+        self.fetched.append((collection, key))
+
+
+def test_during_a_handoff_a_write_to_an_unknown_key_first_asks_the_previous_owners(tmp_path, store) -> None:
+    current = live(plan_of(1, "raid0"))
+    handoff = ActiveHandoff()
+    with fake_peers(tmp_path) as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current, handoff=handoff)
+        store.commit([Write("c", "known", {"x": 0})])
+        asyncio.run(documents.commit_here([Write("c", "new", {"x": 1}), Write("c", "known", {"x": 2})]))
+    assert handoff.fetched == [("c", "new")]
