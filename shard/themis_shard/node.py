@@ -1,24 +1,35 @@
-"""The shard node: the parts of one shard process, opened and closed together.
+"""The shard node: the composition root of one shard process.
 
-Everything a request handler needs hangs off one ``ShardNode`` on ``app.state.node`` — no
-module-level state, so tests can run several shards in one process.
+``ShardNode.open`` builds every part with its collaborators as constructor arguments — storage,
+vectors, the cluster service, RAID weight storage, the inference runtime, AQL — starts them in
+dependency order and returns the whole node; ``close`` stops them in reverse. Handlers reach the
+parts through the one ``ShardNode`` on ``app.state.node``: no module-level state, so tests can
+run several shards in one process.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
+from starlette.concurrency import run_in_threadpool
+
+from .aql.service import AqlService
 from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
+from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
 from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
+
+if TYPE_CHECKING:  # llama.cpp is imported only when inference is enabled
+    from .llm.runtime import LLMRuntime
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +42,67 @@ class ShardNode:
     vectors: VectorCatalog
     plan: ClusterPlan
     cluster: ClusterService
-    llm: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    raid: RaidService | None = None
+    llm: LLMRuntime | None = None
+
+    @cached_property
+    def aql(self) -> AqlService:
+        """The AQL entry point (built on first use: it reads the node's parts)."""
+        return AqlService(self)
 
     @classmethod
-    def open(cls, settings: Settings, metrics: ShardMetrics) -> ShardNode:
+    async def open(cls, settings: Settings, metrics: ShardMetrics) -> ShardNode:
+        """Build and start every part; a part that fails to start stops the ones before it."""
+        store, vectors, plan, cluster = await run_in_threadpool(cls._open_storage, settings, metrics)
+        raid: RaidService | None = None
+        llm: LLMRuntime | None = None
+        try:
+            # RAID weights first: units repaired, the model assembled and sha256-verified before the engine.
+            raid, raid_model = await start_raid(
+                settings.data_dir,
+                settings.shard_id,
+                cluster,
+                metrics.registry,
+                settings.llm.model_path,
+                assemble=settings.llm.enabled,
+            )
+            if settings.llm.enabled:
+                from .llm.runtime import LLMRuntime  # llama.cpp loads only when inference is on
+
+                llm_settings = settings.llm
+                if raid_model is not None:
+                    llm_settings = llm_settings.model_copy(update={"model_path": str(raid_model)})
+                llm = LLMRuntime(
+                    llm_settings,
+                    metrics.registry,
+                    prefix_puller=cluster.prefix_puller(llm_settings),  # KV prefixes from peers
+                    draft_resolver=cluster.draft_target,  # the draft shard
+                )
+                await llm.start()
+            await cluster.start(llm)  # adapters to announce through gossip
+        except BaseException:
+            if llm is not None:
+                await llm.stop()
+            if raid is not None:
+                await raid.stop()
+            await cluster.stop()
+            await run_in_threadpool(cls._close_storage, vectors, store)
+            raise
+        return cls(
+            settings=settings,
+            metrics=metrics,
+            store=store,
+            vectors=vectors,
+            plan=plan,
+            cluster=cluster,
+            raid=raid,
+            llm=llm,
+        )
+
+    @staticmethod
+    def _open_storage(
+        settings: Settings, metrics: ShardMetrics
+    ) -> tuple[DocumentStore, VectorCatalog, ClusterPlan, ClusterService]:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
         store = DocumentStore(data / "documents", max_document_bytes=settings.max_document_bytes)
@@ -67,9 +134,6 @@ class ShardNode:
             load=LoadSampler(metrics.registry).sample,
             plan_path=settings.plan_path,
         )
-        node = cls(
-            settings=settings, metrics=metrics, store=store, vectors=vectors, plan=plan, cluster=cluster
-        )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))
             metrics.vectors.labels(collection=config.name).set(vectors.size(config.name))
@@ -80,13 +144,21 @@ class ShardNode:
             plan.ring_version,
             use_gpu,
         )
-        return node
+        return store, vectors, plan, cluster
 
-    def close(self) -> None:
-        self.vectors.close()
-        self.store.close()
+    @staticmethod
+    def _close_storage(vectors: VectorCatalog, store: DocumentStore) -> None:
+        vectors.close()  # persists the indexes with the store generation they reflect
+        store.close()
+
+    async def close(self) -> None:
+        if self.raid is not None:
+            await self.raid.stop()
+        await self.cluster.stop()
+        if self.llm is not None:
+            await self.llm.stop()
+        await run_in_threadpool(self._close_storage, self.vectors, self.store)
 
     @property
     def ready(self) -> bool:
-        llm_ready = self.llm is None or bool(getattr(self.llm, "ready", False))
-        return llm_ready and self.cluster.caught_up
+        return (self.llm is None or self.llm.ready) and self.cluster.caught_up

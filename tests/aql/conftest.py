@@ -86,7 +86,7 @@ def seeded_shard(data_dir: Path, gateway: FakeGateway) -> Iterator[TestClient]:
     settings = Settings(data_dir=data_dir, llm=LLMSettings(enabled=False))
     with TestClient(create_app(settings)) as client:
         seed(client)
-        client.app.state.node.extras["aql.gateway"] = gateway
+        client.app.state.node.aql.gateway = gateway
         yield client
 
 

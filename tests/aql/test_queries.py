@@ -296,17 +296,13 @@ def test_semantic_errors_are_400(shared, query, binds, code):
 
 
 def test_result_size_limit(aql):
-    from themis_shard.aql.service import AqlService
-
-    AqlService.of(aql.app.state.node).settings.max_result_rows = 3
+    aql.app.state.node.aql.settings.max_result_rows = 3
     err = fail(aql, "FOR i IN 1..10 RETURN i")
     assert err["code"] == "result_too_large"
 
 
 def test_join_size_limit(aql):
-    from themis_shard.aql.service import AqlService
-
-    AqlService.of(aql.app.state.node).settings.max_rows = 1000
+    aql.app.state.node.aql.settings.max_rows = 1000
     assert fail(aql, "FOR i IN 1..100 FOR j IN 1..100 RETURN 1")["code"] == "result_too_large"
 
 
@@ -353,8 +349,6 @@ def test_metrics_count_queries_by_kind_and_outcome(aql):
 
 
 def test_query_time_limit(aql):
-    from themis_shard.aql.service import AqlService
-
-    AqlService.of(aql.app.state.node).settings.timeout_s = 0.001
+    aql.app.state.node.aql.settings.timeout_s = 0.001
     err = fail(aql, "FOR i IN 1..300 FOR j IN 1..300 FILTER i * j == -1 RETURN 1")
     assert (err["status"], err["code"]) == (400, "query_timeout")

@@ -45,14 +45,20 @@ def test_a_reloaded_plan_is_what_every_part_sees(tmp_path, store) -> None:
     assert cluster.handoff_active and cluster.previous_ring() is not None
 
 
-def test_the_engine_set_after_construction_reaches_membership_and_the_plan_watcher(tmp_path, store) -> None:
+def test_the_engine_given_at_start_reaches_membership_and_the_plan_watcher(tmp_path, store) -> None:
     cluster = service(tmp_path, store, plan_of(2))
     engine = SimpleNamespace(settings=SimpleNamespace(draft_shard="s-1"), ready=False, models={})
-    cluster.runtime = engine
-    assert cluster.runtime is engine
-    assert cluster.draft_target().peer == "s-1"
-    assert cluster.plan_adapters() == {"loaded": [], "failed": {}}
-    asyncio.run(cluster.executor.aclose())
+
+    async def go() -> None:
+        await cluster.start(engine)
+        try:
+            assert cluster.runtime is engine
+            assert cluster.draft_target().peer == "s-1"
+            assert cluster.plan_adapters() == {"loaded": [], "failed": {}}
+        finally:
+            await cluster.stop()
+
+    asyncio.run(go())
 
 
 def test_start_and_stop_leave_no_background_task(tmp_path, store) -> None:

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..aql.service import AqlService
 from ..node import ShardNode
 from .deps import node
 
@@ -32,10 +31,10 @@ async def aql(body: AqlRequest, shard: Node) -> dict:
     """Run a query. Errors: 400 ``aql_syntax_error`` (with line/column and expected tokens),
     400 for semantic errors (unknown collection/variable/function, missing bind parameter,
     wrong types) and for exceeded limits (``query_timeout``, ``result_too_large``)."""
-    return await AqlService.of(shard).execute(body.query, body.bind_vars)
+    return await shard.aql.execute(body.query, body.bind_vars)
 
 
 @router.post("/internal/aql/scan", include_in_schema=False)
 async def scan_fragment(shard: Node, body: Annotated[dict[str, Any], Body()]) -> dict:
     """This shard's rows of a scan coordinated elsewhere (first-owner rows, pushed FILTER/SORT/LIMIT)."""
-    return await AqlService.of(shard).scan_fragment(body)
+    return await shard.aql.scan_fragment(body)

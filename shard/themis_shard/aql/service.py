@@ -1,8 +1,7 @@
 """One shard's AQL entry point: parse (cached) → plan → execute, and the peer side of scans.
 
-Built lazily per ShardNode (kept in ``node.extras``), never module-level, so several shards can
-live in one process. The gateway defaults to loopback HTTP against the shard's public URL;
-tests may put another one in ``node.extras["aql.gateway"]``.
+Built once per ShardNode (``node.aql``), never module-level, so several shards can live in one
+process. The gateway (INFER/EMBED/RAG) defaults to loopback HTTP against the shard's public URL.
 """
 
 from __future__ import annotations
@@ -52,20 +51,11 @@ class AqlService:
         self.settings = settings or AqlSettings()
         self.data = NodeData(node)
         s = node.settings
-        self._default_gateway = gateway or HttpGateway(s.url, verify=str(s.tls_ca_path) if s.tls else True)
+        self.gateway: InferenceGateway = gateway or HttpGateway(
+            s.url, verify=str(s.tls_ca_path) if s.tls else True
+        )
         self._parsed: OrderedDict[str, ast.Query] = OrderedDict()
         self.metrics = AqlMetrics(node.metrics.registry)
-
-    @property
-    def gateway(self) -> InferenceGateway:
-        return self.node.extras.get("aql.gateway") or self._default_gateway
-
-    @classmethod
-    def of(cls, node) -> AqlService:
-        service = node.extras.get("aql")
-        if service is None:
-            service = node.extras["aql"] = cls(node)
-        return service
 
     def parse(self, text: str) -> ast.Query:
         query = self._parsed.get(text)

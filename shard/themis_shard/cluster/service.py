@@ -106,12 +106,8 @@ class ClusterService:
 
     @property
     def runtime(self) -> Any:
-        """The shard's LLMRuntime once the app started it (adapters to announce); None without LLM."""
+        """The shard's LLMRuntime once started (adapters to announce); None without an LLM."""
         return self._runtime.runtime
-
-    @runtime.setter
-    def runtime(self, runtime: Any) -> None:
-        self._runtime.runtime = runtime
 
     def _resolve(self, shard_id: str) -> str:
         return self.live.url(shard_id)
@@ -177,7 +173,12 @@ class ClusterService:
         return await self.collections.search(collection, body, local)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, runtime: Any = None) -> None:
+        """Start the background work; ``runtime`` is the started LLMRuntime (None without one).
+
+        The runtime is built after this service (it needs the draft resolver and prefix puller),
+        so it arrives here rather than in the constructor."""
+        self._runtime.runtime = runtime
         self.membership.start()
         self.replication.start()
         self.plan_watcher.start()

@@ -159,17 +159,13 @@ class RaidService:
         self._repair_soon = asyncio.Event()
 
     @classmethod
-    def for_node(cls, node: Any, settings: RaidSettings | None = None) -> RaidService:
+    def for_shard(
+        cls, data_dir: Path, shard_id: str, cluster: Any, registry: Any, settings: RaidSettings | None = None
+    ) -> RaidService:
+        """The service for one shard: its units under ``data_dir``, peers through ``cluster``."""
         settings = settings or RaidSettings()
-        store = UnitStore(settings.weights_path(node.settings.data_dir))
-        return cls(
-            settings,
-            node.settings.shard_id,
-            store,
-            node.cluster.executor,
-            lambda: node.cluster.topology,
-            node.metrics.registry,
-        )
+        store = UnitStore(settings.weights_path(data_dir))
+        return cls(settings, shard_id, store, cluster.executor, lambda: cluster.topology, registry)
 
     # -- layout -------------------------------------------------------------------------------------
     def layout(self) -> RaidLayout:
@@ -850,12 +846,14 @@ def _copy_file(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-async def start_raid(node: Any, source: str, *, assemble: bool) -> tuple[RaidService | None, Path | None]:
-    """App lifespan hook: (service, verified model path) when THEMIS_RAID_ENABLED, else (None, None)."""
+async def start_raid(
+    data_dir: Path, shard_id: str, cluster: Any, registry: Any, source: str, *, assemble: bool
+) -> tuple[RaidService | None, Path | None]:
+    """(service, verified model path) when THEMIS_RAID_ENABLED, else (None, None)."""
     settings = RaidSettings()
     if not settings.enabled:
         return None, None
-    service = RaidService.for_node(node, settings)
+    service = RaidService.for_shard(data_dir, shard_id, cluster, registry, settings)
     path = await service.prepare(settings.source or source, assemble=assemble)
     await service.verify()
     await service.start()
