@@ -68,6 +68,7 @@ lint: install
 	$(VENV)/bin/ruff check shard operator testing tests e2e bench tools
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile.shard Dockerfile.operator
 	$(PY) tools/build_dashboards.py --check
+	$(VENV)/bin/lint-imports  # layer, operator and no-cycle contracts (pyproject.toml [tool.importlinter])
 
 dashboards: install
 	$(PY) tools/build_dashboards.py

@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
+from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
-from .errors import install_error_handlers
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .settings import Settings

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
-from .raid.cli import add_raid_commands  # RAID weight storage (issue 8)
+from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 
 STATE_DIR = Path(".themis")
 
@@ -427,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_scale.set_defaults(func=scale)
     p_status = sub.add_parser("status", help="show the local cluster's shards")
     p_status.set_defaults(func=status)
-    add_raid_commands(sub)  # RAID weight storage (issue 8)
+    add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
     return parser
 
 

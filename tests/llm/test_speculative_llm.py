@@ -179,7 +179,7 @@ def draft_server(draft_gguf):
     """A draft shard: the real /internal/draft router over the 15-layer draft, on uvicorn."""
     from fastapi import FastAPI
     from themis_shard.api import draft as draft_api
-    from themis_shard.errors import install_error_handlers
+    from themis_shard.api.errors import install_error_handlers
     from themis_shard.llm.speculative.local_draft import LocalDraftModel
     from themis_shard.llm.speculative.remote import DraftService
 

@@ -1,4 +1,4 @@
-"""KV-prefix export/import between shards (``/internal/kv_prefix``, issue 7, paper §IV-D).
+"""KV-prefix export/import between shards (``/internal/kv_prefix``, paper §IV-D).
 
 ``GET /internal/kv_prefix`` lists what this shard holds, ``GET /internal/kv_prefix/{hash}``
 streams one state as a binary blob (``llm/kv_blob.py``), ``POST /internal/kv_prefix/import``

@@ -1,0 +1,57 @@
+"""Rendering errors as ``{"error": {"code", "message"}}``: the app's exception handlers.
+
+Every handler maps bad input to a 4xx with a snake_case code; an unexpected exception is
+logged and becomes a 500 ``internal`` without leaking a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import ThemisError, error_body
+
+log = logging.getLogger(__name__)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ThemisError)
+    async def _themis(_: Request, exc: ThemisError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        code = (
+            "malformed_json"
+            if any(e.get("type") == "json_invalid" for e in exc.errors())
+            else "invalid_request"
+        )
+        return JSONResponse(error_body(code, _validation_message(exc)), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(
+            error_body(code, str(exc.detail)),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return JSONResponse(error_body("internal", "internal error"), status_code=500)
