@@ -6,6 +6,9 @@
 Every panel queries Prometheus through the ``$datasource`` variable and filters shards with
 ``$shard`` (the scrape target's ``instance``, listed from ``themis_shard_info``). Metric names
 follow ARCHITECTURE.md §4; histograms become quantiles in PromQL (``histogram_quantile``).
+
+Why one ~680-line file: it is data — four dashboards' panels, each a few declarative lines — and
+reads best as one list next to the builder helpers it uses.
 tests/dashboards checks the JSON's shape; e2e/test_dashboards.py evaluates every query against a
 real Prometheus scraping a real local cluster.
 """

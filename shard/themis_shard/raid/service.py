@@ -11,6 +11,10 @@ Start-up (``prepare``, awaited by the app before the LLM engine exists):
 
 The assembled file's sha256 is checked against the manifest before it is handed to the engine.
 Peers are called through the shard's RemoteExecutor (breakers, timeouts, typed errors).
+
+Why one ~750-line module: ingest, verify, rebuild and assembly are phases of one state machine
+over one unit store and one progress record; the pure parts (layout, parity, striping,
+manifests) and the edges (files, progress/metrics) live in their own modules.
 """
 
 from __future__ import annotations
@@ -22,17 +26,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from ..errors import ThemisError
+from .files import check_gguf, copy_file, pwrite_all
 from .layout import RaidLayout, UnitRef
 from .manifest import Manifest, ManifestError
 from .parity import NotEnoughUnits, crc32
+from .progress import Progress, RaidMetrics, RateLimit
 from .settings import RaidSettings
 from .store import UnitError, UnitStore
 from .striping import codec_for, sha256_file, stripe_file
@@ -48,87 +53,6 @@ class RaidUnrecoverable(ThemisError):
 
 class RaidUnavailable(ThemisError):
     status, code = 503, "raid_unavailable"
-
-
-@dataclass
-class Progress:
-    """The current (or last) long operation, as ``/v1/raid/status`` reports it."""
-
-    op: str = "idle"
-    state: str = "idle"  # running, done, failed
-    stripes_total: int = 0
-    stripes_done: int = 0
-    bytes_transferred: int = 0
-    units_repaired: int = 0
-    started_at: float | None = None
-    finished_at: float | None = None
-    error: str | None = None
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        end = self.finished_at or time.time()
-        elapsed = max(end - self.started_at, 1e-9) if self.started_at else 0.0
-        d["elapsed_s"] = round(elapsed, 3)
-        d["progress"] = round(self.stripes_done / self.stripes_total, 4) if self.stripes_total else 0.0
-        d["rate_bytes_per_s"] = round(self.bytes_transferred / elapsed) if elapsed else 0
-        return d
-
-
-class RaidMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        self.units = Gauge(
-            "themis_raid_units", "This shard's model units by state at the last scan", ["state"], registry=r
-        )
-        self.repaired = Counter(
-            "themis_raid_units_repaired_total", "Units rebuilt from parity and written back", registry=r
-        )
-        self.corrupt = Counter(
-            "themis_raid_corrupt_units_total", "Units found with a crc32 or length mismatch", registry=r
-        )
-        self.transferred = Counter(
-            "themis_raid_transfer_bytes_total", "Unit bytes fetched from or sent to peers", ["op"], registry=r
-        )
-        self.progress = Gauge(
-            "themis_raid_operation_progress_ratio",
-            "Stripes done / total of the running operation",
-            ["op"],
-            registry=r,
-        )
-        self.rate = Gauge(
-            "themis_raid_transfer_rate_bytes_per_second",
-            "Throughput of the last or running rebuild/assembly",
-            ["op"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            "themis_raid_operation_seconds",
-            "Ingest/rebuild/assembly/scrub durations",
-            ["op"],
-            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
-            registry=r,
-        )
-        self.lost = Gauge(
-            "themis_raid_unrecoverable_stripes",
-            "Stripes with more lost units than the layout tolerates",
-            registry=r,
-        )
-
-
-class _RateLimit:
-    """Sleeps so that transferred bytes stay under ``mb_s`` (0 = unlimited)."""
-
-    def __init__(self, mb_s: float) -> None:
-        self.rate = mb_s * 1e6
-        self.start = time.monotonic()
-        self.bytes = 0
-
-    async def account(self, n: int) -> None:
-        self.bytes += n
-        if self.rate:
-            ahead = self.bytes / self.rate - (time.monotonic() - self.start)
-            if ahead > 0:
-                await asyncio.sleep(ahead)
 
 
 class RaidService:
@@ -336,7 +260,7 @@ class RaidService:
         if source.startswith(("http://", "https://")):
             path = await self._download(source)
             try:
-                _check_gguf(path, source)
+                check_gguf(path, source)
             except ThemisError:
                 path.unlink(missing_ok=True)
                 raise
@@ -344,7 +268,7 @@ class RaidService:
         path = Path(source).expanduser()
         if not path.is_file():
             raise RaidUnavailable(f"model source not found: {source}", code="source_not_found")
-        _check_gguf(path, source)
+        check_gguf(path, source)
         return path, path.name, False
 
     async def _download(self, url: str) -> Path:
@@ -385,7 +309,7 @@ class RaidService:
                     if temporary:
                         os.replace(path, target)
                     else:
-                        await asyncio.to_thread(_copy_file, path, target)
+                        await asyncio.to_thread(copy_file, path, target)
                     await self._verify_model(manifest, target)
             except Exception as exc:
                 self._fail(progress, exc)
@@ -509,7 +433,7 @@ class RaidService:
 
     async def _send_units(self, manifest: Manifest, queue: asyncio.Queue, progress: Progress) -> None:
         layout = manifest.layout
-        limit = _RateLimit(self.settings.rebuild_rate_limit_mb_s)
+        limit = RateLimit(self.settings.rebuild_rate_limit_mb_s)
         while (item := await queue.get()) is not None:
             s, units = item
             sends = []
@@ -606,7 +530,7 @@ class RaidService:
             started = time.monotonic()
             part = target.with_suffix(".part")
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if assemble else None
-            limit = _RateLimit(self.settings.rebuild_rate_limit_mb_s)
+            limit = RateLimit(self.settings.rebuild_rate_limit_mb_s)
             todo: asyncio.Queue[int] = asyncio.Queue()
             mine = {ref.stripe for ref in layout.units_on(self.self_id, manifest.size)}
             for s in range(manifest.stripes):
@@ -751,7 +675,7 @@ class RaidService:
             have.update(rebuilt)
         if fd is not None:
             start = s * layout.stripe_bytes
-            await asyncio.to_thread(_pwrite_all, fd, [have[u] for u in range(layout.k)], start)
+            await asyncio.to_thread(pwrite_all, fd, [have[u] for u in range(layout.k)], start)
         progress.bytes_transferred += fetched
         self.metrics.transferred.labels(op="assemble" if fd is not None else "rebuild").inc(fetched)
         return fetched
@@ -816,34 +740,6 @@ class _StripeLost(Exception):
 
 class _PeersDown(Exception):
     """Not enough peers answer right now (they may come back)."""
-
-
-def _check_gguf(path: Path, source: str) -> None:
-    """Only model files are striped (not whatever file a path or URL happens to name)."""
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ThemisError(f"{source} is not a GGUF file (magic {magic!r})", code="not_gguf", status=400)
-
-
-def _pwrite_all(fd: int, buffers: list, offset: int) -> None:
-    """Write the buffers back to back at ``offset`` (one pwritev, finishing short writes)."""
-    views = [memoryview(b).cast("B") for b in buffers]
-    done = os.pwritev(fd, views, offset)
-    total = sum(v.nbytes for v in views)
-    if done < total:  # rare (signals, huge writes): finish from a joined copy
-        rest = b"".join(views)[done:]
-        while rest:
-            n = os.pwrite(fd, rest, offset + done)
-            done, rest = done + n, rest[n:]
-
-
-def _copy_file(src: Path, dst: Path) -> None:
-    import shutil
-
-    tmp = dst.with_suffix(".part")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
 
 
 async def start_raid(
