@@ -1,4 +1,4 @@
-"""KV-prefix cache benchmark (issue 7): TTFT of prefix + 32 new tokens, cold vs hit, and the
+"""KV-prefix cache benchmark: TTFT of prefix + 32 new tokens, cold vs hit, and the
 break-even between pulling a state from a peer and prefilling it locally.
 
 One process, two engines on the bundled Gemma 3 270M (2 threads each, used one at a time):

@@ -5,7 +5,7 @@
 1. memcpy bandwidth (``np.copyto`` over a working set larger than the caches), measured in the
    same run, is the yardstick. Encode and reconstruct rates count the stripe's data bytes per
    second (k units in → m units out), the convention of ISA-L and most erasure-coding benches.
-   Targets (issue 8): RAID5 encode ≥ 80 % of memcpy, reconstruct ≥ 60 %.
+   Targets: RAID5 encode ≥ 80 % of memcpy, reconstruct ≥ 60 %.
    RAID5 is our numpy XOR (cache-blocked, reused output buffer); RAID6 is Reed–Solomon k+2
    through reed-solomon-leopard (which wants ``bytes``, so its rate includes those copies).
 2. Rebuild over loopback: a 4-shard RAID5 cluster of real shard processes (no LLM) stripes the

@@ -1,4 +1,4 @@
-"""KV-prefix cache across real shard processes (issue 7): the same system prompt sent to three
+"""KV-prefix cache across real shard processes: the same system prompt sent to three
 shards is prefilled once in the cluster — the other two pull the state from the holder (the
 prefix directory + break-even) — and the pulled state decodes like a full prefill."""
 

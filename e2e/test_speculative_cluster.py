@@ -1,4 +1,4 @@
-"""Cross-shard speculative decoding between real shard processes (issue 6): a verify shard finds
+"""Cross-shard speculative decoding between real shard processes: a verify shard finds
 its draft shard through gossip (``draft_shard=auto`` + the draft shard's ``draft_of``), verifies
 its drafts exactly, and finishes every generation locally when the draft shard dies."""
 

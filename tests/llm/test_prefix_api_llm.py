@@ -1,4 +1,4 @@
-"""/internal/kv_prefix through two real uvicorn servers running the real shard app (issue 7):
+"""/internal/kv_prefix through two real uvicorn servers running the real shard app:
 a state exported by one shard and imported by the other decodes like a full prefill there, and
 incompatible, truncated, random or garbage blobs are refused with 4xx while the shard lives on."""
 

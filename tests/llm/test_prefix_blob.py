@@ -1,4 +1,4 @@
-"""KV-prefix blob format (issue 7): round trip, every incompatibility refused, and a fuzz run in
+"""KV-prefix blob format: round trip, every incompatibility refused, and a fuzz run in
 which nothing but ``BlobError`` ever comes out of ``decode``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""KV-prefix cache (issue 7): identity, LRU budget and disk tier (pure), and restore-vs-prefill
+"""KV-prefix cache: identity, LRU budget and disk tier (pure), and restore-vs-prefill
 equivalence on the real bundled model."""
 
 from __future__ import annotations
