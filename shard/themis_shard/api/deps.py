@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from ..documents.service import DocumentService
 from ..errors import BadRequest, Unavailable
 from ..node import ShardNode
 
@@ -13,6 +14,12 @@ def node(request: Request) -> ShardNode:
     if shard is None:
         raise Unavailable("shard is starting", code="starting")
     return shard
+
+
+def document_service(shard: ShardNode) -> DocumentService:
+    """The shard's document service; built per request because the embedding model (``shard.llm``)
+    comes up after the node is opened."""
+    return DocumentService(shard.store, shard.cluster.documents, shard.llm)
 
 
 def parse_if_match(value: str | None) -> int | None:
