@@ -80,18 +80,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(cluster.router)
     app.include_router(internal.router)
     app.include_router(aql.router)
-    app.include_router(raid_api.router)  # RAID (issue 8)
+    app.include_router(raid_api.router)  # RAID weight storage
     if settings.llm.enabled:
-        from .api import inference, inference_cluster
+        from .api import adapters, inference, openai_compat
 
-        app.include_router(inference_cluster.router)  # routing front first: it owns the public paths
         app.include_router(inference.router)
+        app.include_router(adapters.router)
+        app.include_router(openai_compat.router)
         from .api import kv_prefix
 
-        app.include_router(kv_prefix.router)  # KV-prefix export/import (issue 7)
+        app.include_router(kv_prefix.router)  # KV-prefix export/import between shards
         from .api import draft as draft_api
 
-        app.include_router(draft_api.router)  # /internal/draft: speculative draft shard (issue 6)
+        app.include_router(draft_api.router)  # /internal/draft: speculative draft shard
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_request_bytes,
