@@ -58,10 +58,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(aql.router)
     app.include_router(raid_api.router)
     if settings.llm.enabled:
-        from .api import inference, inference_cluster
+        from .api import adapters, inference, openai_compat
 
-        app.include_router(inference_cluster.router)  # routing front first: it owns the public paths
         app.include_router(inference.router)
+        app.include_router(adapters.router)
+        app.include_router(openai_compat.router)
         from .api import kv_prefix
 
         app.include_router(kv_prefix.router)  # KV-prefix export/import between shards

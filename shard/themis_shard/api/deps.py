@@ -1,11 +1,20 @@
-"""Request-scoped access to the shard's parts, and small header parsers."""
+"""Request-scoped access to the shard's parts, small header parsers, and stream responses."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from ..documents.service import DocumentService
 from ..errors import BadRequest, Unavailable
+from ..inference.service import InferenceService
 from ..node import ShardNode
+
+if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
+    from ..llm.runtime import LLMRuntime
 
 
 def node(request: Request) -> ShardNode:
@@ -13,6 +22,47 @@ def node(request: Request) -> ShardNode:
     if shard is None:
         raise Unavailable("shard is starting", code="starting")
     return shard
+
+
+def document_service(shard: ShardNode) -> DocumentService:
+    """The shard's document service; built per request because the embedding model (``shard.llm``)
+    comes up after the node is opened."""
+    return DocumentService(shard.store, shard.cluster.documents, shard.llm)
+
+
+def runtime(request: Request) -> LLMRuntime:
+    rt = getattr(request.app.state, "llm", None)
+    if rt is None:
+        raise Unavailable("inference is not enabled on this shard", code="llm_disabled")
+    if not rt.ready:
+        raise Unavailable("the model is still loading", code="llm_not_ready")
+    return rt
+
+
+def shard_id(request: Request) -> str:
+    settings = getattr(request.app.state, "settings", None)
+    return getattr(settings, "shard_id", "") or ""
+
+
+def inference(request: Request) -> InferenceService:
+    """The inference service over this app's engine and cluster, each looked up when used."""
+    return InferenceService(
+        runtime=lambda: runtime(request),
+        routing=lambda: node(request).cluster.inference,
+        documents=lambda: document_service(node(request)),
+        shard_id=shard_id(request),
+    )
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def ndjson_response(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="application/x-ndjson")
 
 
 def parse_if_match(value: str | None) -> int | None:

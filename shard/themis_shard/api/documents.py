@@ -13,8 +13,7 @@ from ..node import ShardNode
 from ..storage.collections import CollectionConfig, CollectionSettings
 from ..storage.documents import Change, Write
 from ..storage.names import check_collection, check_key, urn
-from ..vector.catalog import EMBEDDING_FIELD
-from .deps import node, parse_if_match
+from .deps import document_service, node, parse_if_match
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 Node = Annotated[ShardNode, Depends(node)]
@@ -91,31 +90,6 @@ def _record(shard: ShardNode, changes: list[Change], op: str) -> None:
         shard.metrics.vectors.labels(collection=collection).set(shard.vectors.size(collection))
 
 
-async def embed_missing(shard: ShardNode, writes: list[Write]) -> list[Write]:
-    """Fill ``embedding`` from the collection's ``embed_field`` text (embed-on-write)."""
-    todo: list[tuple[int, str]] = []
-    for i, w in enumerate(writes):
-        if (
-            w.document is None
-            or EMBEDDING_FIELD in w.document
-            or not shard.store.has_collection(w.collection)
-        ):
-            continue
-        field = shard.store.collection(w.collection).embed_field
-        if field and isinstance(w.document.get(field), str):
-            todo.append((i, w.document[field]))
-    if not todo:
-        return writes
-    if shard.llm is None:
-        raise BadRequest("this shard has no embedding model", code="embedding_unavailable")
-    vectors = await shard.llm.embed([text for _, text in todo])
-    out = list(writes)
-    for (i, _), vector in zip(todo, vectors, strict=True):
-        w = out[i]
-        out[i] = Write(w.collection, w.key, {**w.document, EMBEDDING_FIELD: list(vector)}, w.if_version)
-    return out
-
-
 @router.get("/collections", response_model=list[CollectionInfo])
 async def list_collections(shard: Node) -> list[CollectionInfo]:
     return [_info(shard, c) for c in shard.store.collections()]
@@ -167,8 +141,9 @@ async def put_document(
 ) -> WriteResult:
     check_collection(collection)
     check_key(key)
-    writes = await embed_missing(shard, [Write(collection, key, document, parse_if_match(if_match))])
-    changes = await shard.cluster.documents.commit(writes)
+    changes = await document_service(shard).commit(
+        [Write(collection, key, document, parse_if_match(if_match))]
+    )
     _record(shard, changes, "put")
     return WriteResult(urn=urn(collection, key), version=changes[0].version)
 
@@ -206,8 +181,8 @@ async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> B
     keys = [check_key(item.key) for item in body.documents]
     if len(set(keys)) != len(keys):
         raise BadRequest("duplicate keys in batch", code="duplicate_keys")
-    writes = await embed_missing(shard, [Write(collection, i.key, i.document) for i in body.documents])
-    changes = await shard.cluster.documents.commit_batch(writes)
+    writes = [Write(collection, i.key, i.document) for i in body.documents]
+    changes = await document_service(shard).commit_batch(writes)
     _record(shard, changes, "put")
     return BatchResponse(
         results=[WriteResult(urn=urn(c.collection, c.key), version=c.version) for c in changes]
@@ -234,7 +209,8 @@ async def transaction(body: TransactionRequest, shard: Node) -> TransactionRespo
         if op.op == "delete" and op.document is not None:
             raise BadRequest(f"operations[{i}]: delete takes no document", code="invalid_operation")
         writes.append(Write(op.collection, op.key, op.document, op.if_version))
-    writes = await embed_missing(shard, writes)
+    # Embedded before the commit is tried: a write refused here counts as no aborted transaction.
+    writes = await document_service(shard).embed_missing(writes)
     try:
         changes = await shard.cluster.documents.commit(writes)
     except Exception:

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from ..cluster.documents import relay
 from ..cluster.placement import candidates
 from ..cluster.remote import PeerError, PeerUnavailable
+from ..documents.service import DocumentService
 from ..errors import NotFound, Unavailable
 from ..storage.collections import CollectionConfig
 from ..storage.documents import Change, StoredDocument, Write
@@ -272,7 +273,6 @@ class NodeData:
 
     # -- writes -----------------------------------------------------------------------------
     async def commit(self, writes: list[Write]) -> list[Change]:
-        from ..api.documents import embed_missing  # embed-on-write, as the document API does
-
-        writes = await embed_missing(self.node, writes)
-        return await self.node.cluster.documents.commit(writes)
+        """Through the document service, so AQL writes get embed-on-write as API writes do."""
+        node = self.node
+        return await DocumentService(node.store, node.cluster.documents, node.llm).commit(writes)

@@ -1,35 +1,38 @@
-"""Cluster-wide inference: domain routing, scatter-gather batches and data-local EMBED.
+"""Where an inference request runs in the cluster: domain routing, scatter-gather batches and
+data-local EMBED. Decisions and transport only: the caller supplies the local work, and what
+comes back is a result or an async stream of bytes: HTTP framing is the API layer's business.
 
-* ``/v1/infer`` with a ``domain`` goes to the shard the adaptive router picks (announced
-  adapter accuracy, latency, load, open breakers; consistent hash as the last tier). When this
-  shard is the choice it runs here — no extra hop. Forwarded calls land on ``/internal/infer``,
+* A request with a ``domain`` goes to the shard the router picks (announced adapter accuracy,
+  KV-prefix holders, latency, load, open breakers; consistent hash as the last tier). When this
+  shard is the choice it runs here (no extra hop). Forwarded calls land on ``/internal/infer``,
   which never routes again; SSE streams are relayed byte for byte.
-* ``/v1/infer:batch`` is split by ``scatter.split_batch`` into per-shard sub-batches, each run
-  by that shard's continuous-batching engine at once; ``scatter.gather`` merges in order.
-* ``/v1/embed`` with ``urns`` embeds every document on a shard that holds it (grouped per
-  shard), so document text never crosses the cluster (§IV-E).
+* A batch is split by ``scatter.split_batch`` into per-shard sub-batches, each run by that
+  shard's continuous-batching engine at once; ``scatter.gather`` merges them in order.
+* ``urns`` are embedded on a shard that holds each document (grouped per shard), so document
+  text never crosses the cluster (§IV-E).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
-import httpx
-from fastapi.responses import StreamingResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..errors import BadRequest, ThemisError, Unavailable
+from ..errors import Unavailable
+from ..ring import HashRing
 from ..storage.names import parse_urn, urn
 from .documents import relay
 from .placement import candidates, coordinator_groups
-from .remote import PeerError, PeerUnavailable, _peer_error
-from .router import NoShardAvailable
-from .scatter import BatchItem, gather, split_batch
+from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
+from .scatter import Assignment, BatchItem, gather, split_batch
+from .views import TopologySource
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +73,83 @@ class InferenceMetrics:
         )
 
 
+def needs_routing(domain: str | None, clustered: bool) -> bool:
+    """Only a request with a domain, in a cluster, has a choice of shard; any other runs here."""
+    return bool(domain) and clustered
+
+
+def plan_batch(
+    requests: Sequence[dict[str, Any]],
+    ring: HashRing,
+    down: Collection[str],
+    rank: Callable[[str | None, str], Sequence[RoutingDecision]],
+) -> Assignment:
+    """Assign the items of a batch to shards: each prefers its router ranking (else its hash
+    owners), shards believed down take nothing unless every shard is."""
+    shards = list(ring.shards)
+    available = [s for s in shards if s not in down] or shards
+    items = []
+    for i, r in enumerate(requests):
+        prompt = str(r.get("prompt", ""))
+        ranked = [d.shard_id for d in rank(r.get("domain"), prompt) if d.shard_id in shards]
+        items.append(BatchItem(i, r.get("domain"), tuple(ranked or ring.owners(prompt, len(shards)))))
+    return split_batch(items, available)
+
+
+def stream_error(shard: str, exc: PeerUnavailable) -> bytes:
+    """The in-band end of a relayed SSE stream whose peer died after the first byte."""
+    err = {"error": {"code": "shard_unavailable", "message": str(exc) or shard}}
+    return f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode()
+
+
+async def relay_sse(
+    shard: str, chunks: AsyncIterator[bytes], opened: contextlib.AsyncExitStack
+) -> AsyncIterator[bytes]:
+    """Relay a peer's SSE stream; ``opened`` holds its response and is closed when this ends
+    (or the client goes away). A failure mid-stream counts against the peer's breaker."""
+    try:
+        async with opened:
+            async for chunk in chunks:
+                yield chunk
+    except PeerUnavailable as exc:
+        yield stream_error(shard, exc)
+
+
 class InferenceRouting:
-    def __init__(self, service, registry: CollectorRegistry) -> None:
-        self.service = service
+    """Routes single requests, batches and URN embeddings; ``local`` callables do this shard's part."""
+
+    def __init__(
+        self,
+        topology: TopologySource,
+        executor: RemoteExecutor,
+        router: AdaptiveShardRouter,
+        unavailable: Callable[[], frozenset[str]],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._plan = topology
+        self.executor = executor
+        self.router = router
+        #: peers behind an open breaker or dead to gossip
+        self._unavailable = unavailable
         self.metrics = InferenceMetrics(registry)
 
     @property
     def _topo(self):
-        return self.service.topology
+        return self._plan.topology
+
+    @property
+    def clustered(self) -> bool:
+        return self._topo.clustered
 
     def routes(self, domain: str | None) -> bool:
         """Does a request with this domain need a routing decision (vs. running here)?"""
-        return bool(domain) and self._topo.clustered
+        return needs_routing(domain, self._topo.clustered)
 
     # -- single requests -------------------------------------------------------------------------
     async def infer(self, body: dict[str, Any], local: Callable[[], Awaitable[Any]]) -> Any:
-        """Run where the router says; ``local()`` runs it on this shard."""
+        """Run where the router says; ``local()`` runs it on this shard. A streamed request
+        answers with the peer's SSE bytes, opened before this returns (so a peer that fails
+        before its first byte fails over to the next shard)."""
         me = self._topo.self_id
         stream = bool(body.get("stream"))
 
@@ -94,9 +158,9 @@ class InferenceRouting:
                 self.metrics.forwarded.labels(where="local").inc()
                 return await local()
             result = await (
-                self._forward_stream(shard, body)
+                self._open_stream(shard, body)
                 if stream
-                else self.service.executor.request(
+                else self.executor.request(
                     shard, "POST", "/internal/infer", json_body=body, idempotent=False, retries=0
                 )
             )
@@ -104,64 +168,23 @@ class InferenceRouting:
             return result
 
         try:
-            _, result = await self.service.router.dispatch(body.get("domain"), body.get("prompt", ""), call)
+            _, result = await self.router.dispatch(body.get("domain"), body.get("prompt", ""), call)
         except PeerError as exc:
             raise relay(exc) from None
         except NoShardAvailable as exc:
             raise Unavailable(f"no shard could serve the request: {exc}", code="no_shard_available") from None
         return result
 
-    async def _forward_stream(self, shard: str, body: dict[str, Any]) -> StreamingResponse:
-        """Open the peer's SSE stream; connection failures before the first byte fail over."""
-        ex = self.service.executor
-        breaker = ex.breakers.get(shard)
-        if not breaker.allow():
-            raise PeerUnavailable(shard, "circuit_open")
-        request = ex.client.build_request("POST", f"{self.service._resolve(shard)}/internal/infer", json=body)
-        try:
-            resp = await ex.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            breaker.record_failure()
-            raise PeerUnavailable(shard, "connect_error", str(exc)) from None
-        if resp.status_code >= 500:
-            await resp.aclose()
-            breaker.record_failure()
-            raise PeerUnavailable(shard, "server_error", f"HTTP {resp.status_code}", status=resp.status_code)
-        breaker.record_success()
-        if resp.status_code >= 400:
-            await resp.aread()
-            await resp.aclose()
-            raise _peer_error(shard, resp)
-
-        async def relay_bytes() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in resp.aiter_raw():
-                    yield chunk
-            except httpx.HTTPError as exc:  # the peer died mid-stream: end cleanly, in-band
-                err = {"error": {"code": "shard_unavailable", "message": f"{shard}: {exc}"}}
-                yield f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode()
-            finally:
-                await resp.aclose()
-
-        return StreamingResponse(
-            relay_bytes(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    async def _open_stream(self, shard: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        opened = contextlib.AsyncExitStack()
+        chunks = await opened.enter_async_context(
+            self.executor.stream(shard, "POST", "/internal/infer", json_body=body, chunk_size=None)
         )
+        return relay_sse(shard, chunks, opened)
 
     # -- batches -----------------------------------------------------------------------------
-    def plan_batch(self, requests: list[dict[str, Any]]):
-        topo = self._topo
-        down = self.service.executor.open_peers() | self.service.view.dead_peers()
-        available = [s for s in topo.ring.shards if s not in down] or list(topo.ring.shards)
-        items = []
-        for i, r in enumerate(requests):
-            ranked = [d.shard_id for d in self.service.router.rank(r.get("domain"), str(r.get("prompt", "")))]
-            ranked = [s for s in ranked if s in topo.ring.shards] or list(
-                topo.ring.owners(str(r.get("prompt", "")), len(topo.ring.shards))
-            )
-            items.append(BatchItem(i, r.get("domain"), tuple(ranked)))
-        return split_batch(items, available)
+    def plan_batch(self, requests: list[dict[str, Any]]) -> Assignment:
+        return plan_batch(requests, self._topo.ring, self._unavailable(), self.router.rank)
 
     async def infer_batch(
         self,
@@ -180,7 +203,7 @@ class InferenceRouting:
             if shard == me:
                 return await local_batch(sub)
             remaining = max(0.1, timeout_s - (time.monotonic() - started))
-            reply = await self.service.executor.request(
+            reply = await self.executor.request(
                 shard,
                 "POST",
                 "/internal/infer:batch",
@@ -209,7 +232,7 @@ class InferenceRouting:
         requests: list[dict[str, Any]],
         local_batch: Callable[[list[dict[str, Any]]], Awaitable[list[dict]]],
         timeout_s: float,
-    ) -> StreamingResponse:
+    ) -> AsyncIterator[bytes]:
         """NDJSON, one ``{"index": i, ...result}`` line per item as soon as it completes."""
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -229,7 +252,7 @@ class InferenceRouting:
                 if not task.done():
                     task.cancel()
 
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return lines()
 
     # -- data-local embeddings -----------------------------------------------------------------
     async def embed_urns(
@@ -241,7 +264,7 @@ class InferenceRouting:
         if not topo.clustered:
             self.metrics.embed_local.labels(where="local").inc(len(parsed))
             return await local(parsed)
-        down = self.service.executor.open_peers()
+        down = self.executor.open_peers()
         groups = coordinator_groups(parsed, topo, down)
         out: dict[tuple[str, str], list[float]] = {}
 
@@ -252,7 +275,7 @@ class InferenceRouting:
                     self.metrics.embed_local.labels(where="local").inc(len(keys))
                 else:
                     try:
-                        reply = await self.service.executor.request(
+                        reply = await self.executor.request(
                             target,
                             "POST",
                             "/internal/embed",
@@ -277,26 +300,3 @@ class InferenceRouting:
                 by_owners.setdefault((shard, tuple(topo.owners(*k))), []).append(k)
         await asyncio.gather(*(run(shard, keys) for (shard, _), keys in by_owners.items()))
         return [out[k] for k in parsed]
-
-
-async def embed_local_documents(node, keys: list[tuple[str, str]]) -> list[list[float]]:
-    """Embed documents held by this shard, from their collection's ``embed_field`` (or "text")."""
-    if node.llm is None:
-        raise BadRequest("this shard has no embedding model", code="embedding_unavailable")
-    texts = []
-    for collection, key in keys:
-        doc = node.store.get(collection, key)
-        if doc is None:
-            raise ThemisError(
-                f"document {urn(collection, key)} does not exist", code="document_not_found", status=404
-            )
-        field = (
-            node.store.collection(collection).embed_field if node.store.has_collection(collection) else None
-        ) or "text"
-        text = doc.document.get(field)
-        if not isinstance(text, str) or not text:
-            raise BadRequest(
-                f"{urn(collection, key)} has no text in field {field!r} to embed", code="no_text"
-            )
-        texts.append(text)
-    return await node.llm.embed(texts)

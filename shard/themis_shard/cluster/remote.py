@@ -277,23 +277,31 @@ class RemoteExecutor:
         method: str,
         path: str,
         *,
+        json_body: Any = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-        chunk_size: int = 1 << 20,
+        chunk_size: int | None = 1 << 20,
         timeout_s: float | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
-        """Stream a large binary body (KV-prefix state, RAID chunks) without buffering it.
+        """Stream a response body without buffering it: large binaries (KV-prefix state, RAID
+        chunks) in ``chunk_size`` pieces, or an SSE stream with ``chunk_size=None`` (each chunk
+        as it arrives, so tokens are relayed as soon as the peer sends them).
 
         ``async with ex.stream(peer, "GET", path) as chunks: async for chunk in chunks: ...``
-        No retries (a half-consumed stream cannot be replayed); the breaker and error types are
-        those of :meth:`request`, and a peer that dies mid-stream raises PeerUnavailable.
+        Entering waits for the response headers only. No retries (a half-consumed stream cannot
+        be replayed); the breaker and error types are those of :meth:`request`, and a peer that
+        dies mid-stream raises PeerUnavailable from the iteration.
         """
         breaker = self.breakers.get(peer)
         url = self._url(peer, path)
         if not breaker.allow():
             self.metrics.requests.labels(peer=peer, outcome="circuit_open").inc()
             raise PeerUnavailable(peer, "circuit_open", f"retry in {breaker.seconds_until_probe():.1f} s")
-        kw: dict[str, Any] = {"content": content, "headers": headers}
+        kw: dict[str, Any] = {"headers": headers}
+        if json_body is not None:
+            kw["json"] = json_body
+        else:
+            kw["content"] = content
         if timeout_s is not None:
             kw["timeout"] = httpx.Timeout(timeout_s, connect=min(timeout_s, self.settings.connect_timeout_s))
         try:
@@ -309,8 +317,13 @@ class RemoteExecutor:
                     raise _peer_error(peer, resp)
 
                 async def chunks() -> AsyncIterator[bytes]:
-                    async for chunk in resp.aiter_bytes(chunk_size):
-                        yield chunk
+                    try:
+                        async for chunk in resp.aiter_bytes(chunk_size):
+                            yield chunk
+                    except httpx.TimeoutException as exc:
+                        raise self._fail(peer, "timeout", exc) from exc
+                    except httpx.TransportError as exc:
+                        raise self._fail(peer, "transport_error", exc) from exc
 
                 yield chunks()
                 breaker.record_success()

@@ -92,7 +92,9 @@ class ClusterService:
             self_id, plan_path, self.live, self.router, self.membership, self.handoff, self._runtime, registry
         )
         self.prefix_sync = None  # prefix_directory.PrefixSync, once the LLM runtime is up
-        self.inference = InferenceRouting(self, registry)
+        self.inference = InferenceRouting(
+            self.live, self.executor, self.router, self.membership.unavailable, registry
+        )
         self._tasks = Tasks()
 
     # -- what the parts share ----------------------------------------------------------------

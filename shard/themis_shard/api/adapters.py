@@ -1,0 +1,42 @@
+"""LoRA adapter routes (API.md "Adapters"): list, load, inspect and unload on this shard."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ..errors import BadRequest
+from .deps import runtime
+from .types import AdapterBody
+
+router = APIRouter(tags=["inference"])
+
+
+@router.get("/v1/adapters")
+async def list_adapters(request: Request, model: str | None = None):
+    rt = runtime(request)
+    m = rt.model(model)
+    return {"model": m.alias, "adapters": [a.as_dict() for a in m.adapters.list()]}
+
+
+@router.post("/v1/adapters", status_code=201)
+async def load_adapter(body: AdapterBody, request: Request):
+    rt = runtime(request)
+    path = body.path or body.source
+    if not path:
+        raise BadRequest("path (a GGUF LoRA file on this shard) is required", code="invalid_request")
+    m = rt.model(body.model)
+    info = await m.adapters.load(
+        body.name, path, domain=body.domain, scale=body.scale, evaluate=body.evaluate
+    )
+    return info.as_dict()
+
+
+@router.get("/v1/adapters/{name}")
+async def get_adapter(name: str, request: Request, model: str | None = None):
+    return runtime(request).model(model).adapters.get(name).as_dict()
+
+
+@router.delete("/v1/adapters/{name}")
+async def unload_adapter(name: str, request: Request, model: str | None = None):
+    await runtime(request).model(model).adapters.unload(name)
+    return {"unloaded": name}

@@ -1,0 +1,1 @@
+"""One inference pipeline: where a request runs (``service``) and how it runs here (``local``)."""

@@ -1,0 +1,140 @@
+"""One generation on this shard's engine: the request, its result, its event stream.
+
+A stream is only started after the request was accepted (validation, 429 and 404 happen
+before), so errors after the first byte are sent in-band as ``data: {"error": ...}`` followed by
+``data: [DONE]``. Streams are SSE-framed bytes here, not events, because a forwarded request's
+stream is the peer's SSE bytes relayed unchanged: both kinds then look alike to the API layer,
+which only wraps them in an HTTP response. Leaving a stream early (the client went away)
+cancels the generation through ``Generation.events``' ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ThemisError
+from ..llm.generation import Generation, GenerationFailed
+from ..llm.sequence import DoneEvent, TokenEvent
+
+if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
+    from ..llm.runtime import LLMRuntime
+
+#: Has the client gone away? (Starlette's ``Request.is_disconnected``.)
+Disconnected = Callable[[], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """One generation as the routes and the peers exchange it (``/v1/infer``'s body)."""
+
+    prompt: str
+    model: str | None = None
+    domain: str | None = None
+    adapter: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    speculative: bool | None = None
+    priority: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The body a peer's ``/internal/infer`` takes (unset fields left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Generation:
+    """Queue ``req`` on the engine; raises ThemisError (4xx/429/503) for what it cannot serve.
+    ``special``: the prompt may hold special tokens (a chat template's output)."""
+    params = rt.sampling(
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        seed=req.seed,
+        stop=req.stop,
+    )
+    return rt.submit(
+        prompt=req.prompt,
+        model=req.model,
+        adapter=req.adapter,
+        domain=req.domain,
+        params=params,
+        priority=req.priority,
+        special=special,
+        speculative=req.speculative,
+    )
+
+
+def sse(data: dict | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"data: {payload}\n\n".encode()
+
+
+DONE = sse("[DONE]")
+
+
+def failure_to_error(exc: GenerationFailed) -> ThemisError:
+    status = 503 if exc.code in ("unavailable", "engine_error") else 500
+    if exc.code == "adapter_unloaded":
+        status = 409
+    return ThemisError(exc.message, code=exc.code, status=status)
+
+
+async def wait_done(gen: Generation, disconnected: Disconnected, poll_s: float = 0.25) -> DoneEvent:
+    """Wait for a non-streamed result; a client that disconnects meanwhile cancels the sequence."""
+    task = asyncio.ensure_future(gen.result())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                try:
+                    return task.result()
+                except GenerationFailed as exc:
+                    raise failure_to_error(exc) from exc
+            if await disconnected():
+                gen.cancel()
+                raise ThemisError("client disconnected", code="client_closed_request", status=499)
+    finally:
+        if not task.done():
+            task.cancel()
+            gen.cancel()
+
+
+def infer_result(done: DoneEvent, gen: Generation, shard: str) -> dict:
+    return {
+        "text": done.text,
+        "tokens": done.completion_tokens,
+        "shard_id": shard,
+        "model": gen.model,
+        "adapter": gen.adapter,
+        "finish_reason": done.finish_reason,
+        "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
+        "timings": {
+            "ttft_ms": None if done.ttft_s is None else round(done.ttft_s * 1000, 3),
+            "total_ms": round(done.total_s * 1000, 3),
+            "queue_ms": None if done.queue_s is None else round(done.queue_s * 1000, 3),
+            "preemptions": done.preemptions,
+        },
+    }
+
+
+async def infer_stream(gen: Generation, shard: str) -> AsyncIterator[bytes]:
+    try:
+        async for ev in gen.events():
+            if isinstance(ev, TokenEvent):
+                if ev.text:
+                    yield sse({"token": ev.text, "id": ev.token_id})
+            else:
+                yield sse({"done": True, **infer_result(ev, gen, shard), "text": None})
+    except GenerationFailed as exc:
+        err = failure_to_error(exc)
+        yield sse({"error": {"code": err.code, "message": err.message}})
+    yield DONE

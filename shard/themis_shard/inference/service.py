@@ -1,0 +1,135 @@
+"""The inference service: the one entry for generations and embeddings, here or on a peer.
+
+It decides where a request runs (``cluster.inference.InferenceRouting``: domain, adapter,
+KV-prefix holders, least loaded, failover) and runs this shard's part on the engine
+(``local``). It answers with a result, or an async stream of bytes (SSE for one generation,
+NDJSON for a batch) that the API layer wraps in an HTTP response; nothing here knows HTTP.
+
+The engine and the cluster come up at different times in a shard's start, so the service reads
+each through an accessor when a request needs it: a forwarded ``/internal`` call is served as
+soon as the engine is ready, and each refusal (503) is the one the request would meet first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..cluster.inference import InferenceRouting
+from ..documents.service import DocumentService
+from ..errors import BadRequest, ThemisError
+from ..llm.generation import Generation
+from ..storage.names import parse_urn
+from .local import Disconnected, InferRequest, infer_result, infer_stream, submit, wait_done
+
+if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
+    from ..llm.runtime import LLMRuntime
+
+#: Largest sub-batch one engine call takes (the engine's own batch limit).
+ENGINE_BATCH_LIMIT = 256
+
+#: A result (JSON-ready) or a stream of already framed bytes.
+Answer = dict | AsyncIterator[bytes]
+
+
+@dataclass(frozen=True)
+class TextEmbeddings:
+    embeddings: list[list[float]]
+    dimension: int
+    model: str
+
+
+def engine_chunks(n: int, limit: int = ENGINE_BATCH_LIMIT) -> list[range]:
+    """Index ranges of the sub-batches the engine takes one after another."""
+    return [range(start, min(n, start + limit)) for start in range(0, n, limit)]
+
+
+class InferenceService:
+    """``runtime()`` returns the ready engine or raises 503; ``routing()`` and ``documents()``
+    return the cluster's routing and the document service (raising 503 while the shard starts)."""
+
+    def __init__(
+        self,
+        runtime: Callable[[], LLMRuntime],
+        routing: Callable[[], InferenceRouting],
+        documents: Callable[[], DocumentService],
+        shard_id: str,
+    ) -> None:
+        self.runtime = runtime
+        self._routing = routing
+        self._documents = documents
+        self.shard_id = shard_id
+
+    # -- one generation ----------------------------------------------------------------------
+    def generate(self, req: InferRequest, *, special: bool = False) -> Generation:
+        """Queue one generation on this shard's engine (the OpenAI routes' entry too)."""
+        return submit(self.runtime(), req, special=special)
+
+    async def infer_here(self, req: InferRequest, disconnected: Disconnected) -> Answer:
+        gen = self.generate(req)
+        if req.stream:
+            return infer_stream(gen, self.shard_id)
+        return infer_result(await wait_done(gen, disconnected), gen, self.shard_id)
+
+    async def infer(self, req: InferRequest, disconnected: Disconnected) -> Answer:
+        """Here unless the request has a domain and this shard is in a cluster."""
+        routing = self._routing()
+        if not routing.routes(req.domain):
+            return await self.infer_here(req, disconnected)
+        return await routing.infer(req.to_json(), lambda: self.infer_here(req, disconnected))
+
+    # -- batches -----------------------------------------------------------------------------
+    async def infer_batch_here(self, items: list[InferRequest], disconnected: Disconnected) -> list[dict]:
+        """This shard's part of a batch: each engine-sized chunk runs concurrently in the engine;
+        results in request order, a failed item as ``{"error": ...}`` in its place."""
+
+        async def one(rt: LLMRuntime, item: InferRequest) -> dict:
+            try:
+                if item.stream:
+                    raise BadRequest("stream is not supported inside a batch", code="invalid_request")
+                gen = submit(rt, item)
+                return infer_result(await wait_done(gen, disconnected), gen, self.shard_id)
+            except ThemisError as exc:
+                return {"error": {"code": exc.code, "message": exc.message}}
+
+        out: list[dict] = []
+        for chunk in engine_chunks(len(items)):
+            rt = self.runtime()  # an engine that is not ready refuses the whole batch
+            out += await asyncio.gather(*(one(rt, items[i]) for i in chunk))
+        return out
+
+    async def infer_batch(
+        self, items: list[InferRequest], *, stream: bool, timeout_s: float, disconnected: Disconnected
+    ) -> list[dict] | AsyncIterator[bytes]:
+        """Scatter-gather over the cluster (results in request order), or NDJSON lines as items
+        complete when ``stream``; a lone shard runs a plain batch here."""
+        routing = self._routing()
+        wire = [item.to_json() for item in items]
+
+        async def local(sub: list[dict]) -> list[dict]:
+            return await self.infer_batch_here([InferRequest(**d) for d in sub], disconnected)
+
+        if stream:
+            return routing.stream_batch(wire, local, timeout_s)
+        if not routing.clustered:
+            return await self.infer_batch_here(items, disconnected)
+        return await routing.infer_batch(wire, local, timeout_s)
+
+    # -- embeddings --------------------------------------------------------------------------
+    async def embed_texts(self, texts: list[str] | None) -> TextEmbeddings:
+        rt = self.runtime()
+        if texts is None:
+            raise BadRequest("texts is required", code="invalid_request")
+        vectors = await rt.embed(texts)
+        return TextEmbeddings(vectors, rt.embedding_dimension, rt.embedder.name)
+
+    async def embed_urns(self, urns: list[str]) -> list[list[float]]:
+        """Each document embedded on a shard that holds it; results in URN order."""
+        routing = self._routing()
+        docs = self._documents()
+        return await routing.embed_urns(urns, docs.embed_stored)
+
+    async def embed_urns_here(self, urns: list[str]) -> list[list[float]]:
+        return await self._documents().embed_stored([parse_urn(u) for u in urns])
