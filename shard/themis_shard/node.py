@@ -20,6 +20,7 @@ from .aql.service import AqlService
 from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
+from .documents.service import DocumentService
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
@@ -44,6 +45,11 @@ class ShardNode:
     cluster: ClusterService
     raid: RaidService | None = None
     llm: LLMRuntime | None = None
+
+    @cached_property
+    def documents(self) -> DocumentService:
+        """Documents with embed-on-write (through this shard's embedding model, when it has one)."""
+        return DocumentService(self.store, self.cluster.documents, self.llm)
 
     @cached_property
     def aql(self) -> AqlService:

@@ -25,14 +25,15 @@ def node(request: Request) -> ShardNode:
 
 
 def document_service(shard: ShardNode) -> DocumentService:
-    """The shard's document service; built per request because the embedding model (``shard.llm``)
-    comes up after the node is opened."""
-    return DocumentService(shard.store, shard.cluster.documents, shard.llm)
+    return shard.documents
 
 
 def runtime(request: Request) -> LLMRuntime:
     rt = getattr(request.app.state, "llm", None)
     if rt is None:
+        settings = getattr(request.app.state, "settings", None)
+        if settings is not None and settings.llm.enabled:  # the node (and its engine) is still opening
+            raise Unavailable("the model is still loading", code="llm_not_ready")
         raise Unavailable("inference is not enabled on this shard", code="llm_disabled")
     if not rt.ready:
         raise Unavailable("the model is still loading", code="llm_not_ready")

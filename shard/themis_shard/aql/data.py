@@ -20,7 +20,6 @@ from starlette.concurrency import run_in_threadpool
 from ..cluster.documents import relay
 from ..cluster.placement import candidates
 from ..cluster.remote import PeerError, PeerUnavailable
-from ..documents.service import DocumentService
 from ..errors import NotFound, Unavailable
 from ..storage.collections import CollectionConfig
 from ..storage.documents import Change, StoredDocument, Write
@@ -275,4 +274,4 @@ class NodeData:
     async def commit(self, writes: list[Write]) -> list[Change]:
         """Through the document service, so AQL writes get embed-on-write as API writes do."""
         node = self.node
-        return await DocumentService(node.store, node.cluster.documents, node.llm).commit(writes)
+        return await node.documents.commit(writes)
