@@ -36,6 +36,8 @@ from .membership import Membership
 from .migration import Handoff, MigrationProgress
 from .placement import Topology
 from .plan_watcher import PlanWatcher
+from .prefix_directory import PrefixSync
+from .prefix_routing import prefix_aware_router  # holders of the prompt's KV prefix first
 from .remote import RemoteExecutor
 from .replication import Replication
 from .settings import ClusterSettings
@@ -79,8 +81,6 @@ class ClusterService:
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
-        from .prefix_routing import prefix_aware_router  # holders of the prompt's KV prefix first
-
         self.router = prefix_aware_router(
             self.membership.view,
             lambda key: self.topology.ring.owners(key, len(self.topology.ring.shards)),
@@ -200,8 +200,6 @@ class ClusterService:
         """Pull-on-miss of KV prefixes, for the LLM runtime's constructor (``llm.hooks.PrefixPuller``):
         only a clustered shard with a KV-prefix cache has peers to pull from, else None."""
         if self.prefix_sync is None and self.topology.clustered and llm_settings.prefix_cache:
-            from .prefix_directory import PrefixSync
-
             self.prefix_sync = PrefixSync(self, llm_settings)
         return self.prefix_sync
 
@@ -209,7 +207,5 @@ class ClusterService:
         if self.runtime is None or not getattr(self.runtime.settings, "prefix_cache", False):
             return
         if self.prefix_sync is None:
-            from .prefix_directory import PrefixSync
-
             self.prefix_sync = PrefixSync(self, self.runtime.settings)
         await self.prefix_sync.refresh()
