@@ -7,7 +7,7 @@
   prefill time of the tokens it saves, ``n_saved / prefill_tokens_per_s``.
 * ``PrefixSync`` (I/O) — refreshes the directory from every live peer's compact listing
   (``GET /internal/kv_prefix?limit=N``: hash, n_tokens, bytes) on the gossip interval, and is the
-  runtime's ``prefix_puller`` (``llm.hooks.PrefixPuller``, given to ``LLMRuntime`` at
+  runtime's ``prefix_puller`` (``llm.seams.PrefixPuller``, given to ``LLMRuntime`` at
   construction): ``plan`` decides synchronously whether a request should wait for a pull; the
   returned coroutine fetches the blob with the RemoteExecutor (``expect="bytes"``) and imports it
   through the same validation as ``POST /internal/kv_prefix/import``.

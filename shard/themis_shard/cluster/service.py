@@ -197,7 +197,7 @@ class ClusterService:
         await self.executor.aclose()
 
     def prefix_puller(self, llm_settings):
-        """Pull-on-miss of KV prefixes, for the LLM runtime's constructor (``llm.hooks.PrefixPuller``):
+        """Pull-on-miss of KV prefixes, for the LLM runtime's constructor (``llm.seams.PrefixPuller``):
         only a clustered shard with a KV-prefix cache has peers to pull from, else None."""
         if self.prefix_sync is None and self.topology.clustered and llm_settings.prefix_cache:
             self.prefix_sync = PrefixSync(self, llm_settings)

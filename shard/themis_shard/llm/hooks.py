@@ -16,17 +16,15 @@ Collaborators are passed to constructors (``Engine(prefix=..., speculator=...)``
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # annotations only: these modules import the engine, which imports this one
-    from .model import LoadedModel
-    from .native import NativeContext
-    from .sequence import Sequence
+from .native import NativeContext
+from .sequence import Sequence
+
+if TYPE_CHECKING:  # annotation only: speculative/ builds on the engine, which builds on these hooks
     from .speculative.drafts import Draft
-    from .speculative.remote import DraftTarget
 
 
 class PrefixHook(Protocol):
@@ -62,16 +60,3 @@ class Speculator(Protocol):
 
     def release(self, seq: Sequence) -> None:
         """``seq`` left the engine: drop whatever the draft source keeps for it."""
-
-
-class PrefixPuller(Protocol):
-    """Pull-on-miss: fetch a KV prefix a peer holds before queueing a request that would use it."""
-
-    def plan(self, model: LoadedModel, tokens: list[int]) -> Callable[[], Awaitable[None]] | None:
-        """Synchronous, on the event loop: the pull to await first, or None to queue at once."""
-
-
-class DraftResolver(Protocol):
-    """Where a remote draft source should ask now (the cluster's choice of draft shard)."""
-
-    def __call__(self) -> DraftTarget | None: ...

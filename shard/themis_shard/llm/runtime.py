@@ -25,19 +25,20 @@ from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation, GenerationFailed
-from .hooks import DraftResolver, PrefixPuller
+from .loaded import LoadedModel
 from .lora import AdapterManager
 from .metrics import LLMMetrics
-from .model import LoadedModel, ModelError, fingerprint, resolve_model_path
+from .model import ModelError, fingerprint, resolve_model_path
 from .native import NativeModel
 from .prefix_hook import build_for as build_prefix_hook
 from .sampling import SamplingError, SamplingParams
 from .scheduler import Limits
+from .seams import PrefixPuller
 from .sequence import ErrorEvent, Sequence
 from .settings import LLMSettings
 from .speculative.factory import build_for as build_speculator
 from .speculative.local_draft import LocalDraftModel
-from .speculative.remote import DraftService, DraftTarget
+from .speculative.remote import DraftResolver, DraftService, DraftTarget
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from ..engine import EngineConfig
-from ..hooks import DraftResolver
 from ..native import NativeModel
 from ..settings import LLMSettings
 from .adaptive import AdaptiveConfig
 from .drafts import DraftSource, PromptLookup
 from .local_draft import LocalDraftModel
-from .remote import RemoteDraft
+from .remote import DraftResolver, RemoteDraft
 from .speculator import Speculator
 
 

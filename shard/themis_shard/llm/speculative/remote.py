@@ -112,7 +112,9 @@ class DraftTarget:
     ssl_context: ssl.SSLContext | None = None
 
 
+#: Where a remote draft source should ask now (the cluster's choice of draft shard).
 Resolver = Callable[[], "DraftTarget | None"]
+DraftResolver = Resolver
 
 
 class RemoteDraft:
