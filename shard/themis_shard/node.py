@@ -81,7 +81,7 @@ class ShardNode:
                 llm = LLMRuntime(
                     llm_settings,
                     metrics.registry,
-                    prefix_puller=cluster.prefix_puller(llm_settings),  # KV prefixes from peers
+                    prefix_puller=cluster.prefix_puller,  # KV prefixes from peers
                     draft_resolver=cluster.draft_target,  # the draft shard
                 )
                 await llm.start()
@@ -139,6 +139,7 @@ class ShardNode:
             metrics.registry,
             load=LoadSampler(metrics.registry).sample,
             plan_path=settings.plan_path,
+            prefix=settings.llm if settings.llm.enabled else None,
         )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))

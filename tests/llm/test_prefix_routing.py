@@ -49,9 +49,9 @@ def _router(source):
     from themis_shard.cluster.prefix_routing import prefix_aware_router
 
     settings = SimpleNamespace(thresholds=(0.8, 0.6, 0.4), gamma=0.1)
-    r = prefix_aware_router(_View(), lambda key: ["a", "b", "c"], lambda: set(), settings)
-    r.prefix_source = source
-    return r
+    return prefix_aware_router(
+        _View(), lambda key: ["a", "b", "c"], lambda: set(), settings, prefix_source=source
+    )
 
 
 def test_the_cluster_router_sends_a_prompt_to_the_holder_of_its_prefix():

@@ -114,13 +114,6 @@ class PrefixSync:
         rt = self.service.runtime
         if rt is None or not getattr(rt, "ready", False):
             return
-        router = self.service.router
-        if hasattr(router, "prefix_source") and router.prefix_source is None:
-            from .prefix_routing import PrefixRoutingPolicy
-
-            router.prefix_source = self.held_for_prompt
-            rate = self.s.prefix_prefill_tokens_per_s
-            router.prefix_policy = PrefixRoutingPolicy(prefill_tokens_per_s=rate)
         states = self.service.member_states()
         peers = [p for p, st in states.items() if p != self.service.self_id and st == "alive"]
         for gone in set(self.directory._peers) - set(peers):

@@ -20,7 +20,7 @@ the ranking is exactly the domain router's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -95,6 +95,17 @@ def _router_class():
     return PrefixAwareRouter
 
 
-def prefix_aware_router(*args, **kw):
-    """``AdaptiveShardRouter.from_settings`` with prefix-aware re-ranking (see the module doc)."""
-    return _router_class().from_settings(*args, **kw)
+def prefix_aware_router(
+    *args,
+    prefix_source: Callable[[str], Mapping[str, int]] | None = None,
+    prefix_policy: PrefixRoutingPolicy | None = None,
+    **kw,
+):
+    """``AdaptiveShardRouter.from_settings`` with prefix-aware re-ranking (see the module doc).
+
+    ``prefix_source`` (prompt → shard → tokens of its longest held prefix) is fixed here, at
+    construction; without one the router is exactly the domain router."""
+    router = _router_class().from_settings(*args, **kw)
+    router.prefix_source = prefix_source
+    router.prefix_policy = prefix_policy or PrefixRoutingPolicy()
+    return router

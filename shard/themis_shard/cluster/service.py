@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from ..llm.settings import LLMSettings
 from ..plan import ClusterPlan
 from ..ring import HashRing
 from ..storage.collections import CollectionConfig
@@ -37,7 +38,7 @@ from .migration import Handoff, MigrationProgress
 from .placement import Topology
 from .plan_watcher import PlanWatcher
 from .prefix_directory import PrefixSync
-from .prefix_routing import prefix_aware_router  # holders of the prompt's KV prefix first
+from .prefix_routing import PrefixRoutingPolicy, prefix_aware_router
 from .remote import RemoteExecutor
 from .replication import Replication
 from .settings import ClusterSettings
@@ -56,7 +57,9 @@ class ClusterService:
         registry: CollectorRegistry,
         load: Callable[[], ShardLoad] | None = None,
         plan_path: Path | None = None,
+        prefix: LLMSettings | None = None,
     ) -> None:
+        """``prefix``: the LLM settings when this shard runs an engine (its KV-prefix cache)."""
         self.self_id = self_id
         self.store = store
         self.vectors = vectors
@@ -81,17 +84,28 @@ class ClusterService:
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
+        # KV-prefix directory and pull-on-miss: only a clustered shard with a prefix cache has peers.
+        self.prefix_sync = (
+            PrefixSync(self, prefix)
+            if prefix is not None and prefix.prefix_cache and self.topology.clustered
+            else None
+        )
         self.router = prefix_aware_router(
             self.membership.view,
             lambda key: self.topology.ring.owners(key, len(self.topology.ring.shards)),
             self.membership.unavailable,
             self.live.settings,
             registry,
+            prefix_source=self.prefix_sync.held_for_prompt if self.prefix_sync is not None else None,
+            prefix_policy=(
+                PrefixRoutingPolicy(prefill_tokens_per_s=prefix.prefix_prefill_tokens_per_s)
+                if prefix is not None
+                else None
+            ),
         )
         self.plan_watcher = PlanWatcher(
             self_id, plan_path, self.live, self.router, self.membership, self.handoff, self._runtime, registry
         )
-        self.prefix_sync = None  # prefix_directory.PrefixSync, once the LLM runtime is up
         self.inference = InferenceRouting(
             self.live, self.executor, self.router, self.membership.unavailable, registry
         )
@@ -196,16 +210,11 @@ class ClusterService:
         await self._tasks.cancel()
         await self.executor.aclose()
 
-    def prefix_puller(self, llm_settings):
-        """Pull-on-miss of KV prefixes, for the LLM runtime's constructor (``llm.seams.PrefixPuller``):
-        only a clustered shard with a KV-prefix cache has peers to pull from, else None."""
-        if self.prefix_sync is None and self.topology.clustered and llm_settings.prefix_cache:
-            self.prefix_sync = PrefixSync(self, llm_settings)
+    @property
+    def prefix_puller(self) -> PrefixSync | None:
+        """Pull-on-miss of KV prefixes for the LLM runtime's constructor (``llm.seams.PrefixPuller``)."""
         return self.prefix_sync
 
     async def _prefix_refresh(self) -> None:
-        if self.runtime is None or not getattr(self.runtime.settings, "prefix_cache", False):
-            return
-        if self.prefix_sync is None:
-            self.prefix_sync = PrefixSync(self, self.runtime.settings)
-        await self.prefix_sync.refresh()
+        if self.prefix_sync is not None:
+            await self.prefix_sync.refresh()
