@@ -23,7 +23,7 @@ OCTETS = "application/octet-stream"
 
 
 def raid(shard: Node) -> RaidService:
-    service = getattr(shard, "raid", None)
+    service = shard.raid
     if service is None:
         raise Unavailable(
             "RAID weight storage is off on this shard (THEMIS_RAID_ENABLED)", code="raid_disabled"
@@ -121,7 +121,7 @@ async def put_unit(key: str, stripe: int, index: int, request: Request, service:
 # -- operators -----------------------------------------------------------------------------------------
 @router.get("/v1/raid/status")
 async def status(shard: Node) -> dict:
-    service = getattr(shard, "raid", None)
+    service = shard.raid
     if service is None:
         return {"enabled": False, "shard_id": shard.settings.shard_id}
     return service.status()

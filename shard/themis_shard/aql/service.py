@@ -133,7 +133,7 @@ class AqlService:
     def routing(self, domain: str | None) -> dict[str, Any]:
         """How INFER will be routed: the adaptive router's ranking when this shard has one."""
         out: dict[str, Any] = {"via": "/v1/infer", "domain": domain}
-        router = getattr(self.node.cluster, "router", None)
+        router = self.node.cluster.router
         rank = getattr(router, "rank", None)
         if rank is not None:
             try:

@@ -112,7 +112,7 @@ class PrefixSync:
 
     async def refresh(self) -> None:
         rt = self.service.runtime
-        if rt is None or not getattr(rt, "ready", False):
+        if rt is None or not rt.ready:
             return
         states = self.service.member_states()
         peers = [p for p, st in states.items() if p != self.service.self_id and st == "alive"]
