@@ -193,7 +193,9 @@ def run_probe(
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return ProbeResult(-int(signal.SIGKILL), f"no answer within {timeout_s:.0f} s")
-    tail = (done.stderr or "").strip().splitlines()[-1:] if done.returncode else []
+    # A non-zero exit is the child's own message (last stderr line); after a signal that line is
+    # whatever llama.cpp logged last, which says nothing about the crash.
+    tail = (done.stderr or "").strip().splitlines()[-1:] if done.returncode > 0 else []
     return ProbeResult(done.returncode, tail[0][:300] if tail else "")
 
 
