@@ -16,29 +16,11 @@ from ..inference.local import InferRequest
 # -- /v1/infer, /v1/infer:batch -----------------------------------------------------------------
 
 
-class InferBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    prompt: str
-    model: str | None = None
-    domain: str | None = None
-    adapter: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    speculative: bool | None = Field(
-        None,
-        description="speculative decoding (draft + exact verification; same output distribution); "
-        "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
-    )
-    priority: int = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
+class InferBody(InferRequest):
+    """``/v1/infer``'s body: exactly the inference layer's request (one field list, one validation)."""
 
     def request(self) -> InferRequest:
-        return InferRequest(**self.model_dump())
+        return self
 
 
 def infer_item(raw: dict[str, Any], where: str) -> InferBody:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ThemisError
 from ..llm.generation import Generation, GenerationFailed
@@ -27,9 +28,11 @@ if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run 
 Disconnected = Callable[[], Awaitable[bool]]
 
 
-@dataclass(frozen=True)
-class InferRequest:
-    """One generation as the routes and the peers exchange it (``/v1/infer``'s body)."""
+class InferRequest(BaseModel):
+    """One generation as the routes and the peers exchange it: ``/v1/infer``'s body, validated once
+    here (the API's ``InferBody`` is this model)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     prompt: str
     model: str | None = None
@@ -42,12 +45,16 @@ class InferRequest:
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
-    speculative: bool | None = None
-    priority: int = 0
+    speculative: bool | None = Field(
+        None,
+        description="speculative decoding (draft + exact verification; same output distribution); "
+        "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
+    )
+    priority: int = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
 
     def to_json(self) -> dict[str, Any]:
         """The body a peer's ``/internal/infer`` takes (unset fields left out)."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return self.model_dump(exclude_none=True)
 
 
 def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Generation:
