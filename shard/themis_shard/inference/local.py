@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ThemisError
-from ..llm.generation import Generation, GenerationFailed
+from ..llm.generation import Generation, GenerationFailed, generation_result
 from ..llm.sequence import DoneEvent, TokenEvent
 
 if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
@@ -116,21 +116,13 @@ async def wait_done(gen: Generation, disconnected: Disconnected, poll_s: float =
 
 
 def infer_result(done: DoneEvent, gen: Generation, shard: str) -> dict:
-    return {
-        "text": done.text,
-        "tokens": done.completion_tokens,
-        "shard_id": shard,
-        "model": gen.model,
-        "adapter": gen.adapter,
-        "finish_reason": done.finish_reason,
-        "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
-        "timings": {
-            "ttft_ms": None if done.ttft_s is None else round(done.ttft_s * 1000, 3),
-            "total_ms": round(done.total_s * 1000, 3),
-            "queue_ms": None if done.queue_s is None else round(done.queue_s * 1000, 3),
-            "preemptions": done.preemptions,
-        },
+    out = generation_result(done, gen)
+    out["shard_id"] = shard
+    out["timings"] |= {
+        "queue_ms": None if done.queue_s is None else round(done.queue_s * 1000, 3),
+        "preemptions": done.preemptions,
     }
+    return out
 
 
 async def infer_stream(gen: Generation, shard: str) -> AsyncIterator[bytes]:

@@ -93,3 +93,19 @@ class Generation:
             if isinstance(ev, DoneEvent):
                 return ev
         raise GenerationFailed("internal", "generation ended without a result")  # pragma: no cover
+
+
+def generation_result(done: DoneEvent, gen: Generation) -> dict:
+    """A finished generation as ``/v1/infer`` answers it (the route adds ``shard_id``)."""
+    return {
+        "text": done.text,
+        "tokens": done.completion_tokens,
+        "model": gen.model,
+        "adapter": gen.adapter,
+        "finish_reason": done.finish_reason,
+        "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
+        "timings": {
+            "ttft_ms": None if done.ttft_s is None else round(done.ttft_s * 1000, 3),
+            "total_ms": round(done.total_s * 1000, 3),
+        },
+    }

@@ -24,7 +24,7 @@ from ..errors import BadRequest, NotFound, ThemisError, Unavailable
 from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
-from .generation import Generation, GenerationFailed
+from .generation import Generation, GenerationFailed, generation_result
 from .loaded import LoadedModel
 from .lora import AdapterManager
 from .metrics import LLMMetrics
@@ -345,18 +345,7 @@ class LLMRuntime:
             done = await gen.result()
         except GenerationFailed as exc:
             raise ThemisError(exc.message, code=exc.code, status=503) from exc
-        return {
-            "text": done.text,
-            "tokens": done.completion_tokens,
-            "model": gen.model,
-            "adapter": gen.adapter,
-            "finish_reason": done.finish_reason,
-            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
-            "timings": {
-                "ttft_ms": None if done.ttft_s is None else round(done.ttft_s * 1000, 3),
-                "total_ms": round(done.total_s * 1000, 3),
-            },
-        }
+        return generation_result(done, gen)
 
     def apply_chat_template(self, model: str | None, messages: list[tuple[str, str]]) -> str:
         m = self.model(model)
