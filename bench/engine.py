@@ -95,12 +95,17 @@ async def stream_one(
     return ttft, chunks, gaps
 
 
-async def drive(url: str, clients: int, requests: int, max_tokens: int) -> dict:
+#: The warm-up's prompt is none of the measured ones: a server that keeps a slot's last prompt
+#: (llama-server's ``cache_prompt``) must not find the measured prompt already evaluated.
+WARM_UP = "Hello, this is a warm-up request."
+
+
+async def drive(url: str, clients: int, requests: int, max_tokens: int, prompts: list[str] = PROMPTS) -> dict:
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
 
         async def worker(i: int) -> list[tuple[float | None, int, list[float]]]:
             return [
-                await stream_one(client, url, PROMPTS[(i + k) % len(PROMPTS)], max_tokens)
+                await stream_one(client, url, prompts[(i + k) % len(prompts)], max_tokens)
                 for k in range(requests)
             ]
 
@@ -437,7 +442,7 @@ def main() -> None:
                             runs[name] = None
                             continue
                         try:
-                            asyncio.run(drive(srv.url, 1, 1, 8))  # warm-up
+                            asyncio.run(drive(srv.url, 1, 1, 8, [WARM_UP]))
                             runs[name] = asyncio.run(drive(srv.url, n, args.requests, args.max_tokens))
                         finally:
                             srv.close()
