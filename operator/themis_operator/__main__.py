@@ -5,10 +5,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from importlib.metadata import PackageNotFoundError, version
+
+
+def _version() -> str:
+    try:  # one version for every part: the distribution's, set in pyproject.toml
+        return version("themis")
+    except PackageNotFoundError:  # pragma: no cover - a bare checkout
+        return "0+unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="themis-operator", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"themis-operator {_version()}")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
         "-n",

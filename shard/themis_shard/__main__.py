@@ -16,6 +16,7 @@ from pathlib import Path
 
 import uvicorn
 
+from . import __version__
 from .app import create_app
 from .settings import Settings
 
@@ -77,6 +78,7 @@ async def serve(settings: Settings, log_level: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run one Themis shard (settings also from THEMIS_* env).")
+    parser.add_argument("--version", action="version", version=f"themis-shard {__version__}")
     parser.add_argument("--shard-id")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from . import __version__
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 
@@ -390,6 +391,7 @@ def status(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="themis", description="Run a local Themis cluster.")
+    parser.add_argument("--version", action="version", version=f"themis {__version__}")
     parser.add_argument(
         "--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go"
     )

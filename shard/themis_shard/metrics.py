@@ -8,6 +8,9 @@ precomputed quantiles. Other parts (engine, cluster, RAID) register their metric
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -16,6 +19,11 @@ class ShardMetrics:
     def __init__(self, shard_id: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # process_* (CPU, RSS, open fds), python_gc_* and python_info, as every Prometheus
+        # exporter has them; on this registry, not the library's global default one.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.info = Gauge(
             "themis_shard_info", "Constant 1, labelled with the shard id", ["shard_id"], registry=r
         )
