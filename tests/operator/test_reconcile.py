@@ -4,7 +4,7 @@ import copy
 
 import pytest
 from themis_operator.reconcile import FORCE_SCALE_IN, delete_children, reconcile_cluster
-from themis_operator.status import ShardReport
+from themis_operator.status import AdapterReport, ShardReport
 from themis_shard.plan import ClusterPlan
 from themis_testing.fakekube import FakeKube
 from themis_testing.validation import load_example
@@ -255,7 +255,7 @@ def test_adapter_status_reflects_what_shards_report(kube):
             id=sid,
             url="u",
             reachable=True,
-            adapters=({"name": "legal", "state": "loaded", "accuracy_delta": 0.04, "p99_delta_ms": 12.0},)
+            adapters=(AdapterReport(name="legal", state="loaded", accuracy_delta=0.04, p99_delta_ms=12.0),)
             if sid in placed
             else (),
         )

@@ -7,7 +7,7 @@ from themis_operator.reconcile.act import Done
 from themis_operator.reconcile.decide import Invalid, decide
 from themis_operator.reconcile.observe import PriorStatus, StatefulSetState
 from themis_operator.reconcile.report import report, report_invalid
-from themis_operator.status import ShardReport
+from themis_operator.status import AdapterReport, ShardReport
 
 from .worlds import adapter, after, context, empty, reports
 
@@ -155,9 +155,10 @@ def test_an_adapter_is_placed_until_its_shards_report_it_loaded():
         "message": "invalid spec: domain",
         "placed": "",
         "placedShards": [],
+        "loaded": "0/0",
     }
 
-    entry = {"name": "legal", "state": "loaded", "accuracy_delta": 0.04, "p99_delta_ms": 12.0}
+    entry = AdapterReport(name="legal", state="loaded", accuracy_delta=0.04, p99_delta_ms=12.0)
     loaded = {
         sid: ShardReport(
             id=sid, url="u", reachable=True, adapters=(entry,) if sid in placed["placedShards"] else ()
@@ -167,5 +168,30 @@ def test_an_adapter_is_placed_until_its_shards_report_it_loaded():
     status = report(
         ctx, dataclasses.replace(snapshot, reports=loaded), decision, (), now=NOW
     ).adapter_statuses["legal"]
-    assert status["phase"] == "Loaded"
+    assert status["phase"] == "Loaded" and status["loaded"] == "2/2"
     assert status["accuracyDelta"] == pytest.approx(0.04) and status["p99DeltaMs"] == pytest.approx(12.0)
+
+
+def test_an_adapter_a_shard_refused_is_degraded_with_the_shards_reason():
+    ctx, snapshot, decision = running(adapters=(adapter(),))
+    placed = report(ctx, snapshot, decision, (), now=NOW).adapter_statuses["legal"]["placedShards"]
+    first, second = placed
+    reports = {
+        first: ShardReport(
+            id=first, url="u", reachable=True, adapters=(AdapterReport(name="legal", state="loaded"),)
+        ),
+        second: ShardReport(
+            id=second,
+            url="u",
+            reachable=True,
+            adapters=(AdapterReport(name="legal", state="failed", message="sha256 mismatch: got 00ff"),),
+        ),
+    }
+    status = report(
+        ctx, dataclasses.replace(snapshot, reports=reports), decision, (), now=NOW
+    ).adapter_statuses["legal"]
+    assert status["phase"] == "Degraded" and status["loaded"] == "1/2"
+    assert status["message"] == f"{second}: sha256 mismatch: got 00ff"
+    assert status["shards"][1] == {"id": second, "state": "failed", "message": "sha256 mismatch: got 00ff"}
+    loaded = next(c for c in status["conditions"] if c["type"] == "Loaded")
+    assert (loaded["status"], loaded["reason"]) == ("False", "LoadFailed")

@@ -15,7 +15,7 @@ from .. import names
 from ..builders import ClusterContext
 from ..builders.plan import Placement
 from ..probe import adapter_states
-from ..status import Condition, ShardReport, condition_status, merge_conditions
+from ..status import AdapterReport, Condition, ShardReport, condition_status, merge_conditions
 from .act import Done
 from .decide import Decision, Invalid
 from .observe import ObservedAdapter, PriorStatus, Snapshot
@@ -200,36 +200,49 @@ def report(
     )
 
 
-#: What a shard may report for an adapter; anything else is shown as "unknown".
-ADAPTER_STATES = ("pending", "loading", "loaded", "failed")
-
-
-def _adapter_state(entry: dict | None) -> str:
+def _shard_entry(sid: str, entry: AdapterReport | None) -> dict:
     if entry is None:
-        return "pending"
-    state = str(entry.get("state") or "unknown").lower()
-    return state if state in ADAPTER_STATES else "unknown"
+        return {"id": sid, "state": "pending"}
+    out: dict = {"id": sid, "state": entry.state}
+    if entry.message:
+        out["message"] = entry.message
+    if entry.accuracy_delta is not None:
+        out["accuracyDelta"] = entry.accuracy_delta
+    return out
 
 
 def adapter_status(
-    placement: Placement, adapter: ObservedAdapter, reported: list[tuple[str, dict]], *, now: str
+    placement: Placement, adapter: ObservedAdapter, reported: list[tuple[str, AdapterReport]], *, now: str
 ) -> dict:
-    """One LoRAAdapter's status: where it is placed and what those shards say about it."""
+    """One LoRAAdapter's status: where it is placed and what those shards say about it.
+
+    A shard that failed to load it (a wrong sha256, a download that failed) makes the adapter
+    Degraded with the shard's reason; ``loaded`` ("1/2") is the printer column.
+    """
     by_shard = {sid: entry for sid, entry in reported}
-    shards = [{"id": sid, "state": _adapter_state(by_shard.get(sid))} for sid in placement.shards]
-    loaded = bool(shards) and all(s["state"] == "loaded" for s in shards)
+    shards = [_shard_entry(sid, by_shard.get(sid)) for sid in placement.shards]
+    n_loaded = sum(s["state"] == "loaded" for s in shards)
+    failed = [f"{s['id']}: {s.get('message') or 'load failed'}" for s in shards if s["state"] == "failed"]
     problems = [f"shards not in the cluster: {', '.join(placement.missing)}"] if placement.missing else []
     problems += list(placement.notes)
+    if failed:
+        phase = "Degraded"
+    elif shards and n_loaded == len(shards):
+        phase = "Loaded"
+    else:
+        phase = "Placed" if shards else "Pending"
     status: dict = {
-        "phase": "Loaded" if loaded else ("Placed" if shards else "Pending"),
+        "phase": phase,
         "placed": ",".join(placement.shards),
         "placedShards": list(placement.shards),
+        "loaded": f"{n_loaded}/{len(shards)}",
         "shards": shards,
         "observedGeneration": adapter.generation,
-        "message": "; ".join(problems),
+        "message": "; ".join(failed + problems),
     }
+    on_placed = [e for sid, e in reported if sid in placement.shards]
     for key, src in (("accuracyDelta", "accuracy_delta"), ("p99DeltaMs", "p99_delta_ms")):
-        values = [float(e[src]) for _, e in reported if isinstance(e.get(src), int | float)]
+        values = [float(v) for e in on_placed if (v := getattr(e, src)) is not None]
         if values:
             status[key] = sum(values) / len(values)
     status["conditions"] = merge_conditions(
@@ -239,7 +252,13 @@ def adapter_status(
                 type="Placed",
                 status="True" if shards else "False",
                 reason="Placed" if shards else "NoShards",
-                message=status["message"],
+                message="; ".join(problems),
+            ),
+            Condition(
+                type="Loaded",
+                status="True" if phase == "Loaded" else "False",
+                reason="LoadFailed" if failed else ("Loaded" if phase == "Loaded" else "Loading"),
+                message="; ".join(failed) or f"loaded on {n_loaded}/{len(shards)} placed shards",
             ),
         ],
         now=now,
@@ -255,5 +274,11 @@ def adapter_statuses(snapshot: Snapshot, placements: Sequence[Placement], *, now
         for p in placements
     }
     for name, problem in snapshot.invalid_adapters.items():
-        statuses[name] = {"phase": "Degraded", "message": problem, "placed": "", "placedShards": []}
+        statuses[name] = {
+            "phase": "Degraded",
+            "message": problem,
+            "placed": "",
+            "placedShards": [],
+            "loaded": "0/0",
+        }
     return statuses
