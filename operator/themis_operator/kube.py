@@ -196,6 +196,6 @@ def desired_patch(desired: dict) -> dict:
         patch["spec"] = {k: v for k, v in patch["spec"].items() if k not in immutable}
     if desired["kind"] == "StatefulSet":
         pod = patch["spec"]["template"]["spec"]
-        for optional in ("nodeSelector", "tolerations"):
+        for optional in ("nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName"):
             pod.setdefault(optional, None)  # removing them from the spec must remove them here
     return patch

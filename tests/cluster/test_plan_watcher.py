@@ -199,3 +199,18 @@ def test_the_pure_placement_decisions() -> None:
     assert adapter_path("file:///m/a.gguf") == "/m/a.gguf"
     assert adapter_path("/m/a.gguf") == "/m/a.gguf"
     assert adapter_path("s3://bucket/a.gguf") is None
+
+
+def test_a_plan_with_a_lower_ring_version_for_the_same_cluster_uid_is_refused(tmp_path) -> None:
+    path = tmp_path / "plan.json"
+    one = plan_of(2, cluster_uid="uid-1")
+    two = plan_of(3, previous=one, cluster_uid="uid-1")
+    path.write_text(two.to_json())
+    w, current, rec = watcher(path, two)
+    stale = plan_of(2, cluster_uid="uid-1")  # an operator that lost its state starts at 1 again
+    write(path, stale)
+    assert not w.reload_plan()
+    assert current.topology.plan == two and rec.plans == [] and rec.begun == 0
+    other = plan_of(2, cluster_uid="uid-2")  # a recreated cluster (new uid) starts afresh
+    write(path, other, bump=2)
+    assert w.reload_plan() and current.topology.plan == other

@@ -28,7 +28,14 @@ def test_crds_declare_group_version_names_and_status_subresource():
         assert crd["spec"]["names"]["shortNames"] == [short]
         (version,) = crd["spec"]["versions"]
         assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
-        assert version["subresources"] == {"status": {}}
+        assert version["subresources"]["status"] == {}
+    scale = crds["ThemisCluster"]["spec"]["versions"][0]["subresources"]["scale"]
+    assert scale == {  # kubectl scale and HPAs drive spec.shards
+        "specReplicasPath": ".spec.shards",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    assert "scale" not in crds["LoRAAdapter"]["spec"]["versions"][0]["subresources"]
 
 
 def test_themiscluster_printer_columns_show_ready_raid_phase_age():

@@ -132,7 +132,9 @@ def test_conditions_keep_their_transition_time_while_their_status_holds():
 
 
 def test_an_invalid_spec_is_degraded_and_warns_only_when_the_reason_is_news():
-    invalid = Invalid("InvalidSpec", "raid5 needs at least 3 shards, spec.shards is 2")
+    invalid = Invalid(
+        "InvalidSpec", "raid5 needs at least 3 shards, spec.shards is 2: scaling below 3 is refused"
+    )
     outcome = report_invalid(PriorStatus(), 4, invalid, now=NOW)
     assert outcome.status["phase"] == "Degraded" and outcome.status["observedGeneration"] == 4
     assert conditions(outcome) == {"Ready": "False", "Progressing": "False", "Degraded": "True"}

@@ -34,11 +34,15 @@ class PriorStatus:
     phase: str | None = None
     message: str | None = None
     conditions: tuple[dict, ...] = ()
+    #: The last published ring (``status.ring``): ring versions carry on from it when the plan
+    #: ConfigMap was deleted.
+    ring: dict | None = None
 
     @classmethod
     def of(cls, body: dict) -> PriorStatus:
         status = body.get("status") or {}
-        return cls(status.get("phase"), status.get("message"), tuple(status.get("conditions") or ()))
+        ring = status.get("ring") if isinstance(status.get("ring"), dict) else None
+        return cls(status.get("phase"), status.get("message"), tuple(status.get("conditions") or ()), ring)
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,11 @@ def report(
         "readyShards": ready,
         "desiredShards": desired,
         "replicas": replicas,
+        # The scale subresource's labelSelectorPath (HPAs count pods with it).
+        "selector": ",".join(f"{k}={v}" for k, v in names.selector_labels(ctx.name).items()),
         "ringVersion": decision.plan.ring_version,
+        # The ring itself, so versions carry on if the plan ConfigMap is deleted.
+        "ring": decision.plan.ring,
         "observedGeneration": snapshot.generation,
         "conditions": conditions,
         "shards": shards,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from ..plan import AdapterPlacement, ClusterPlan
+from ..plan import AdapterPlacement, ClusterPlan, is_rollback
 from .placement import Topology
 from .router import RoutingPolicy
 from .tasks import Tasks
@@ -128,6 +128,15 @@ class PlanWatcher:
             log.warning("ignoring unreadable plan %s: %s", self.plan_path, exc)
             return False
         if plan == self.live.topology.plan:
+            return False
+        if is_rollback(self.live.topology.plan, plan):
+            log.error(
+                "refusing plan %s: ring version %d is lower than %d in use for cluster uid %s",
+                self.plan_path,
+                plan.ring_version,
+                self.live.topology.version,
+                plan.cluster_uid,
+            )
             return False
         self.adopt(plan)
         return True
