@@ -21,6 +21,7 @@ from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .documents.service import DocumentService
+from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
@@ -59,7 +60,8 @@ class ShardNode:
     @classmethod
     async def open(cls, settings: Settings, metrics: ShardMetrics) -> ShardNode:
         """Build and start every part; a part that fails to start stops the ones before it."""
-        store, vectors, plan, cluster = await run_in_threadpool(cls._open_storage, settings, metrics)
+        fetcher = SourceFetcher(settings.weights_path / "sources", FetchSettings())
+        store, vectors, plan, cluster = await run_in_threadpool(cls._open_storage, settings, metrics, fetcher)
         raid: RaidService | None = None
         llm: LLMRuntime | None = None
         try:
@@ -78,6 +80,8 @@ class ShardNode:
                 llm_settings = settings.llm
                 if raid_model is not None:
                     llm_settings = llm_settings.model_copy(update={"model_path": str(raid_model)})
+                else:  # http(s) sources onto the weights volume, sha256 checked
+                    llm_settings = await fetch_llm_sources(llm_settings, fetcher)
                 llm = LLMRuntime(
                     llm_settings,
                     metrics.registry,
@@ -107,7 +111,7 @@ class ShardNode:
 
     @staticmethod
     def _open_storage(
-        settings: Settings, metrics: ShardMetrics
+        settings: Settings, metrics: ShardMetrics, fetcher: SourceFetcher
     ) -> tuple[DocumentStore, VectorCatalog, ClusterPlan, ClusterService]:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
@@ -140,6 +144,7 @@ class ShardNode:
             load=LoadSampler(metrics.registry).sample,
             plan_path=settings.plan_path,
             prefix=settings.llm if settings.llm.enabled else None,
+            fetcher=fetcher,
         )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))

@@ -17,6 +17,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("./data/shard-0")
+    #: Model and adapter files fetched from http(s) sources live here (the weights PVC in
+    #: Kubernetes); None = ``<data_dir>/weights``.
+    weights_dir: Path | None = None
+    #: Where a shard that cannot start writes why (Kubernetes: /dev/termination-log, shown in
+    #: the pod's lastState and read by the operator); None = only the log says it.
+    termination_message_path: Path | None = None
     #: Cluster plan file (ConfigMap mount in Kubernetes, `.themis/plan.json` locally).
     plan_path: Path | None = None
     #: Port of the shard-to-shard listener (``/internal/...``). With TLS it demands a client
@@ -47,6 +53,10 @@ class Settings(BaseSettings):
         if self.tls and self.internal_port is None:
             raise ValueError("with TLS, THEMIS_INTERNAL_PORT must name the mTLS shard-to-shard port")
         return self
+
+    @property
+    def weights_path(self) -> Path:
+        return self.weights_dir if self.weights_dir is not None else self.data_dir / "weights"
 
     @property
     def tls(self) -> bool:
