@@ -150,11 +150,13 @@ def test_namespaced_rbac_keeps_only_discovery_cluster_wide(render):
     }
 
 
-def test_no_wildcards_and_no_pod_or_rbac_access(render):
+def test_no_wildcards_no_rbac_access_and_pods_read_only(render):
+    """Pods are read (why a shard cannot start), never written, exec'd into or deleted."""
     for name in VALUE_SETS:
         for group, resource, verb in _rules(render(VALUE_SETS[name], name), "ClusterRole"):
             assert "*" not in (group, resource, verb)
-            assert resource not in ("pods", "pods/exec", "roles", "clusterroles", "rolebindings")
+            assert resource not in ("pods/exec", "pods/log", "roles", "clusterroles", "rolebindings")
+            assert resource != "pods" or verb in ("get", "list", "watch")
 
 
 def test_rbac_and_service_account_can_be_left_to_the_user(render):

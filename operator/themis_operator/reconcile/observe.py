@@ -19,6 +19,7 @@ from ..builders import ClusterContext
 from ..builders.children import Ref, all_child_refs
 from ..builders.plan import previous_plan
 from ..kube import Kube
+from ..pods import PodProblem, pod_problems
 from ..probe import ShardProber, reports_from_status
 from ..spec import LoRAAdapterSpec, error_text
 from ..status import ShardReport
@@ -93,6 +94,8 @@ class Snapshot:
     generation: int | None = None
     force_scale_in: bool = False
     prior: PriorStatus = PriorStatus()
+    #: Shard pods that cannot start, and why (their termination messages).
+    pod_problems: tuple[PodProblem, ...] = ()
 
     def child(self, ref: Ref) -> dict | None:
         return self.children.get(ref)
@@ -145,7 +148,13 @@ def observe(
         generation=meta.get("generation"),
         force_scale_in=(meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true",
         prior=PriorStatus.of(body),
+        pod_problems=pod_problems(kube.list("v1", "Pod", ctx.namespace, label_selector=selector(ctx.name))),
     )
+
+
+def selector(cluster: str) -> str:
+    """The shard pods' label selector (also the scale subresource's ``status.selector``)."""
+    return ",".join(f"{k}={v}" for k, v in names.selector_labels(cluster).items())
 
 
 def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, ShardReport]:

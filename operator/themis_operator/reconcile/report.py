@@ -18,7 +18,7 @@ from ..probe import adapter_states
 from ..status import AdapterReport, Condition, ShardReport, condition_status, merge_conditions
 from .act import Done
 from .decide import Decision, Invalid
-from .observe import ObservedAdapter, PriorStatus, Snapshot
+from .observe import ObservedAdapter, PriorStatus, Snapshot, selector
 
 
 @dataclass(frozen=True)
@@ -131,18 +131,23 @@ def report(
     ]
 
     ready = sts.ready
+    failing = snapshot.pod_problems
+    degraded_reason = ""
+    if failing:
+        degraded_reason = "ModelUnavailable" if any(p.bad_source for p in failing) else "ShardsFailing"
+    elif unreachable:
+        degraded_reason = "ShardsUnreachable"
+    degraded_message = (
+        "; ".join(p.line() for p in failing) if failing else f"unreachable shards: {', '.join(unreachable)}"
+    )
     if waiting:
         phase, reason, message = (
             "Scaling",
             "ScalingIn",
             f"waiting for {', '.join(waiting)} to hand off their data",
         )
-    elif unreachable:
-        phase, reason, message = (
-            "Degraded",
-            "ShardsUnreachable",
-            f"unreachable shards: {', '.join(unreachable)}",
-        )
+    elif degraded_reason:
+        phase, reason, message = "Degraded", degraded_reason, degraded_message
     elif ready >= desired and replicas == desired:
         phase, reason, message = "Running", "ShardsReady", f"{ready}/{desired} shards ready"
     else:
@@ -154,9 +159,9 @@ def report(
         )
 
     was_degraded = condition_status(list(prior.conditions), "Degraded") == "True"
-    if unreachable and (not was_degraded or prior.message != message):
-        events.append(Event("Warning", "ShardsUnreachable", message))
-    elif was_degraded and not unreachable:
+    if degraded_reason and (not was_degraded or prior.message != degraded_message):
+        events.append(Event("Warning", degraded_reason, degraded_message))
+    elif was_degraded and not degraded_reason:
         events.append(Event("Normal", "Recovered", "the spec is valid and every shard answers again"))
     progressing = bool(waiting) or sts.rolling or ready < desired or replicas != desired
     conditions = merge_conditions(
@@ -173,9 +178,9 @@ def report(
             ),
             Condition(
                 type="Degraded",
-                status="True" if unreachable else "False",
-                reason="ShardsUnreachable" if unreachable else "AsExpected",
-                message=message if unreachable else "",
+                status="True" if degraded_reason else "False",
+                reason=degraded_reason or "AsExpected",
+                message=degraded_message if degraded_reason else "",
             ),
         ],
         now=now,
@@ -188,7 +193,7 @@ def report(
         "desiredShards": desired,
         "replicas": replicas,
         # The scale subresource's labelSelectorPath (HPAs count pods with it).
-        "selector": ",".join(f"{k}={v}" for k, v in names.selector_labels(ctx.name).items()),
+        "selector": selector(ctx.name),
         "ringVersion": decision.plan.ring_version,
         # The ring itself, so versions carry on if the plan ConfigMap is deleted.
         "ring": decision.plan.ring,
