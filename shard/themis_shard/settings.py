@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     tls_ca_path: Path | None = None
     tls_cert_path: Path | None = None
     tls_key_path: Path | None = None
+    #: How often renewed certificate files are looked for (and reloaded without a restart).
+    tls_reload_interval_s: float = Field(30.0, gt=0)
     #: Largest accepted document (encoded JSON) and request body, in bytes.
     max_document_bytes: int = Field(1 << 20, ge=64)
     max_request_bytes: int = Field(64 << 20, ge=1024)

@@ -435,3 +435,17 @@ def test_speculative_sources_without_their_draft_are_reported():
     assert ctx(engine={"speculativeSource": "local"}).spec.problems() == [
         "spec.engine.speculativeSource local needs spec.draftModel"
     ]
+
+
+def test_leaf_certificates_are_renewed_at_two_thirds_of_their_lifetime():
+    c = ctx()
+    first = build_tls_secret(c, CA, 2, None)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(first["data"]["demo-0.crt"]))
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    before = start + (end - start) * 0.66
+    after = start + (end - start) * 0.67
+    assert build_tls_secret(c, CA, 2, first, now=before)["data"] == first["data"]
+    renewed = build_tls_secret(c, CA, 2, first, now=after)["data"]
+    assert (
+        renewed["demo-0.crt"] != first["data"]["demo-0.crt"] and renewed["ca.crt"] == first["data"]["ca.crt"]
+    )
