@@ -16,6 +16,7 @@ VALUE_SETS: dict[str, dict] = {
     "defaults": {},
     "everything": {
         "cluster": {"enabled": True, "name": "demo", "spec": {"shards": 3, "raidMode": "raid5"}},
+        "autoscaling": {"enabled": True, "minShards": 3, "maxShards": 6},
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "operator": {
