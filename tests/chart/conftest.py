@@ -21,6 +21,7 @@ VALUE_SETS: dict[str, dict] = {
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "operator": {
             "verbose": True,
+            "serviceMonitor": {"enabled": True},
             "podAnnotations": {"a": "b"},
             "nodeSelector": {"pool": "system"},
             "extraEnv": [{"name": "EXTRA", "value": "1"}],

@@ -89,7 +89,7 @@ def test_autoscaling_that_cannot_work_fails_to_render(chart, values, message):
 
 
 def test_the_operator_serves_metrics_scraped_by_its_own_service_monitor(render):
-    docs = render({"serviceMonitor": {"enabled": True}})
+    docs = render({"operator": {"serviceMonitor": {"enabled": True}}})
     deployment = one(docs, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -101,5 +101,6 @@ def test_the_operator_serves_metrics_scraped_by_its_own_service_monitor(render):
         d for d in by_kind(docs, "ServiceMonitor") if d["spec"]["endpoints"][0]["port"] == "metrics"
     )
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert len(by_kind(render({"serviceMonitor": {"enabled": True}}), "ServiceMonitor")) == 1  # the shards'
     off = render({"operator": {"metricsPort": 0}})
     assert not [d for d in by_kind(off, "Service") if d["metadata"]["name"].endswith("-metrics")]
