@@ -25,7 +25,14 @@ STUCK = frozenset(
     }
 )
 #: Start-up error codes (``termination.termination_message``) that name a bad model source.
-SOURCE_CODES = ("source_unavailable", "sha256_mismatch", "bad_source", "source_not_found", "not_gguf")
+SOURCE_CODES = (
+    "source_unavailable",
+    "source_too_large",
+    "sha256_mismatch",
+    "bad_source",
+    "source_not_found",
+    "not_gguf",
+)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ class ShardNode:
     cluster: ClusterService
     raid: RaidService | None = None
     llm: LLMRuntime | None = None
+    #: Downloads http(s) model and adapter sources onto the weights volume.
+    fetcher: SourceFetcher | None = None
 
     @cached_property
     def documents(self) -> DocumentService:
@@ -107,6 +109,7 @@ class ShardNode:
             cluster=cluster,
             raid=raid,
             llm=llm,
+            fetcher=fetcher,
         )
 
     @staticmethod

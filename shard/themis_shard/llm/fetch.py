@@ -132,12 +132,20 @@ class SourceFetcher:
                     raise FetchError(f"{what} {url} could not be fetched: HTTP {resp.status_code}")
                 declared = int(resp.headers.get("content-length") or 0)
                 if declared > max_bytes:
-                    raise FetchError(f"{what} {url} is {declared} bytes, over the limit of {max_bytes}")
+                    raise FetchError(
+                        f"{what} {url} is {declared} bytes, over the limit of {max_bytes}",
+                        code="source_too_large",
+                        status=413,
+                    )
                 with part.open("wb") as out:
                     async for chunk in resp.aiter_bytes(1 << 20):
                         size += len(chunk)
                         if size > max_bytes:
-                            raise FetchError(f"{what} {url} is over the limit of {max_bytes} bytes")
+                            raise FetchError(
+                                f"{what} {url} is over the limit of {max_bytes} bytes",
+                                code="source_too_large",
+                                status=413,
+                            )
                         digest.update(chunk)
                         out.write(chunk)
                     out.flush()
@@ -152,7 +160,9 @@ class SourceFetcher:
         if sha256 is not None and got != sha256:
             part.unlink(missing_ok=True)
             raise FetchError(
-                f"sha256 mismatch for {what} {url}: expected {sha256}, got {got}", code="sha256_mismatch"
+                f"sha256 mismatch for {what} {url}: expected {sha256}, got {got}",
+                code="sha256_mismatch",
+                status=400,
             )
         os.replace(part, target)
         log.info("fetched %s %s (%d bytes, sha256 %s)", what, url, size, got)
@@ -178,6 +188,7 @@ async def fetch_llm_sources(llm: LLMSettings, fetcher: SourceFetcher) -> LLMSett
             raise FetchError(
                 f"sha256 mismatch for model {llm.model_path}: expected {sha}, got {got}",
                 code="sha256_mismatch",
+                status=400,
             )
     for field in ("draft_model_path", "embedding_model"):
         source = getattr(llm, field)
