@@ -169,6 +169,9 @@ class ThemisClusterSpec(_Model):
                     f"spec.{field}.source {ref.source!r} is not a known model source "
                     "(bundled, pvc://<claim>/<path>, http(s)://<url>)"
                 )
+        for field, ref in (("draftModel", self.draft_model), ("embeddingModel", self.embedding_model)):
+            if ref is not None and ref.alias:
+                found.append(f"spec.{field}.alias is not used (only spec.model has an alias): remove it")
         e = self.engine
         if e.speculative_source == "local" and self.draft_model is None:
             found.append("spec.engine.speculativeSource local needs spec.draftModel")

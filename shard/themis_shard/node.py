@@ -82,8 +82,8 @@ class ShardNode:
                 llm_settings = settings.llm
                 if raid_model is not None:
                     llm_settings = llm_settings.model_copy(update={"model_path": str(raid_model)})
-                else:  # http(s) sources onto the weights volume, sha256 checked
-                    llm_settings = await fetch_llm_sources(llm_settings, fetcher)
+                # http(s) sources onto the weights volume; every *_sha256 checked
+                llm_settings = await fetch_llm_sources(llm_settings, fetcher)
                 llm = LLMRuntime(
                     llm_settings,
                     metrics.registry,

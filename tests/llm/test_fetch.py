@@ -119,3 +119,21 @@ def test_a_shard_whose_model_cannot_be_fetched_says_why_in_its_termination_messa
         == f"source_unavailable: model {file_server.url}/gone.gguf could not be fetched: HTTP 404\n"
     )
     assert not (tmp_path / "weights" / "sources" / target_name(f"{file_server.url}/gone.gguf", None)).exists()
+
+
+def test_draft_and_embedding_model_files_are_checked_too(tmp_path, file_server):
+    local = tmp_path / "draft.gguf"
+    local.write_bytes(BODY)
+    f = fetcher(tmp_path)
+    ok = LLMSettings(
+        model_path=str(local), draft_model_path=str(local), draft_model_sha256=SHA, embedding_model="none"
+    )
+    assert asyncio.run(fetch_llm_sources(ok, f)) == ok
+    with pytest.raises(FetchError, match="sha256 mismatch for draft model"):
+        asyncio.run(fetch_llm_sources(ok.model_copy(update={"draft_model_sha256": "2" * 64}), f))
+    file_server.files["/e.gguf"] = BODY
+    emb = LLMSettings(
+        model_path=str(local), embedding_model=f"{file_server.url}/e.gguf", embedding_model_sha256=SHA
+    )
+    fetched = asyncio.run(fetch_llm_sources(emb, f)).embedding_model
+    assert Path(fetched).read_bytes() == BODY

@@ -127,3 +127,12 @@ def test_admit_turns_an_unbuildable_spec_into_the_reason_why():
     assert isinstance(long, Invalid) and "at most 40 characters" in long.message
     ok = admit({"metadata": {"name": NAME, "namespace": "ns"}, "spec": {"shards": 3}})
     assert not isinstance(ok, Invalid) and (ok.name, ok.namespace, ok.spec.shards) == (NAME, "ns", 3)
+
+
+def test_aliases_on_the_draft_or_embedding_model_are_refused_by_name():
+    body = {
+        "metadata": {"name": "demo"},
+        "spec": {"shards": 3, "draftModel": {"source": "bundled", "alias": "d"}},
+    }
+    invalid = admit(body)
+    assert isinstance(invalid, Invalid) and "spec.draftModel.alias is not used" in invalid.message

@@ -102,8 +102,6 @@ def _env(ctx: ClusterContext) -> list[dict]:
             "THEMIS_LLM_EMBEDDING_MODEL" if prefix == "EMBEDDING" else f"THEMIS_LLM_{prefix}_MODEL_PATH"
         )
         env.append(var(path_var, _model_location(ref)))
-        if ref.alias:
-            env.append(var(f"THEMIS_LLM_{prefix}_MODEL_ALIAS", ref.alias))
         if ref.sha256:
             env.append(var(f"THEMIS_LLM_{prefix}_MODEL_SHA256", ref.sha256))
     if spec.tls.enabled:

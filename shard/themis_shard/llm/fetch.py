@@ -168,32 +168,38 @@ class SourceFetcher:
         log.info("fetched %s %s (%d bytes, sha256 %s)", what, url, size, got)
 
 
-async def fetch_llm_sources(llm: LLMSettings, fetcher: SourceFetcher) -> LLMSettings:
-    """The engine's settings with every ``http(s)`` model source replaced by its fetched file.
-
-    ``model_sha256`` is checked for every kind of source (fetched, mounted or bundled), so a
-    wrong file is refused by name before llama.cpp loads it.
-    """
-    update: dict[str, str] = {}
-    limit = fetcher.settings.max_model_bytes
-    sha = llm.model_sha256 or None
-    if is_url(llm.model_path):
-        update["model_path"] = str(
-            await fetcher.fetch(llm.model_path, sha256=sha, max_bytes=limit, what="model")
-        )
-    elif sha is not None:
-        path = await asyncio.to_thread(resolve_model_path, llm.model_path)
+async def _checked(source: str, sha: str | None, fetcher: SourceFetcher, what: str) -> str | None:
+    """The local file for ``source`` (fetched when a URL), its sha256 checked; None: unchanged."""
+    if is_url(source):
+        path = await fetcher.fetch(source, sha256=sha, max_bytes=fetcher.settings.max_model_bytes, what=what)
+        return str(path)
+    if sha is not None:
+        path = await asyncio.to_thread(resolve_model_path, source)
         got = await asyncio.to_thread(_sha256_of, path)
         if got != sha:
             raise FetchError(
-                f"sha256 mismatch for model {llm.model_path}: expected {sha}, got {got}",
+                f"sha256 mismatch for {what} {source}: expected {sha}, got {got}",
                 code="sha256_mismatch",
                 status=400,
             )
-    for field in ("draft_model_path", "embedding_model"):
+    return None
+
+
+async def fetch_llm_sources(llm: LLMSettings, fetcher: SourceFetcher) -> LLMSettings:
+    """The engine's settings with every ``http(s)`` model source replaced by its fetched file.
+
+    The ``*_sha256`` settings are checked for every kind of source (fetched, mounted, bundled,
+    RAID-assembled), so a wrong file is refused by name before llama.cpp loads it.
+    """
+    update: dict[str, str] = {}
+    for field, sha_field, what, skip in (
+        ("model_path", "model_sha256", "model", ()),
+        ("draft_model_path", "draft_model_sha256", "draft model", ("",)),
+        ("embedding_model", "embedding_model_sha256", "embedding model", ("none",)),
+    ):
         source = getattr(llm, field)
-        if is_url(source):
-            update[field] = str(
-                await fetcher.fetch(source, sha256=None, max_bytes=limit, what=field.split("_")[0])
-            )
+        if source in skip:
+            continue
+        if (local := await _checked(source, getattr(llm, sha_field) or None, fetcher, what)) is not None:
+            update[field] = local
     return llm.model_copy(update=update) if update else llm
