@@ -55,3 +55,4 @@ def test_metrics_are_served_over_http():
     m.serve(port, host="127.0.0.1")
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'themis_operator_reconciles_total{kind="LoRAAdapter",result="ok",trigger="change"} 1.0' in text
+    assert "process_resident_memory_bytes" in text and "python_info" in text
