@@ -34,3 +34,50 @@ def make_settings():
 def client(tmp_path: Path) -> Iterator[TestClient]:
     with TestClient(create_app(shard_settings(tmp_path / "shard"))) as c:
         yield c
+
+
+class _FileServer:
+    """A real HTTP server for source downloads: ``files`` path → bytes; ``fail`` path → HTTP
+    statuses answered first, one per request (transient failures); ``hits`` path → requests."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.files: dict[str, bytes] = {}
+        self.fail: dict[str, list[int]] = {}
+        self.hits: dict[str, int] = {}
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.hits[self.path] = owner.hits.get(self.path, 0) + 1
+                if owner.fail.get(self.path):
+                    self.send_response(owner.fail[self.path].pop(0))
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                body = owner.files.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("content-length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def file_server() -> Iterator[_FileServer]:
+    server = _FileServer()
+    yield server
+    server.close()

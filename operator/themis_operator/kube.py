@@ -20,6 +20,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "Service"): "services",
     ("v1", "Event"): "events",
+    ("v1", "Pod"): "pods",
     ("apps/v1", "StatefulSet"): "statefulsets",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
@@ -196,6 +197,6 @@ def desired_patch(desired: dict) -> dict:
         patch["spec"] = {k: v for k, v in patch["spec"].items() if k not in immutable}
     if desired["kind"] == "StatefulSet":
         pod = patch["spec"]["template"]["spec"]
-        for optional in ("nodeSelector", "tolerations"):
+        for optional in ("nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName"):
             pod.setdefault(optional, None)  # removing them from the spec must remove them here
     return patch

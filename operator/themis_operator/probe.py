@@ -15,16 +15,31 @@ import httpx
 from themis_shard.cluster.status_model import ClusterStatus
 
 from . import names
-from .status import ShardReport
+from .status import AdapterReport, ShardReport
+
+
+def own_adapters(shard_id: str, status: ClusterStatus) -> tuple[AdapterReport, ...]:
+    """The plan's adapters on this shard: ``plan_adapters`` says loaded or failed (and why);
+    the shard's own gossip announcement adds the accuracy and latency it measured."""
+    announced = {c.adapter_id: c for c in status.capabilities if c.shard_id == shard_id and c.active}
+    entries = []
+    for name in status.plan_adapters.loaded:
+        cap = announced.get(name)
+        entries.append(
+            AdapterReport(
+                name=name,
+                state="loaded",
+                accuracy_delta=cap.accuracy_delta if cap else None,
+                p99_delta_ms=cap.performance_delta_p99_ms if cap else None,
+            )
+        )
+    for name, reason in status.plan_adapters.failed.items():
+        entries.append(AdapterReport(name=name, state="failed", message=reason))
+    return tuple(sorted(entries, key=lambda a: a.name))
 
 
 def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardReport:
-    """A shard's answer, read through the shared :class:`ClusterStatus` model.
-
-    Two keys are still read from the raw answer because no shard sends them (only test doubles
-    do) and the model describes what shards really send: a top-level ``state`` and a shard's own
-    ``adapters`` list.
-    """
+    """A shard's answer, read through the shared :class:`ClusterStatus` model only."""
     status = ClusterStatus.model_validate(payload)
     own = status.member(shard_id)
     return ShardReport(
@@ -32,11 +47,11 @@ def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardRepo
         url=url,
         role=role,  # type: ignore[arg-type]
         reachable=True,
-        state=str((own and own.state) or payload.get("state") or "up"),
+        state=str((own and own.state) or "up"),
         ringVersion=status.ring_version,
         migration=status.migration.state or "idle",
         migrationRingVersion=status.migration.ring_version,
-        adapters=tuple(a for a in payload.get("adapters") or [] if isinstance(a, dict)),
+        adapters=own_adapters(shard_id, status),
         capabilities=tuple(status.capabilities),
     )
 
@@ -98,28 +113,27 @@ def reports_from_status(status: dict | None) -> dict[str, ShardReport]:
     return reports
 
 
-def adapter_states(reports: Sequence[ShardReport]) -> dict[str, list[tuple[str, dict]]]:
-    """``adapter name → [(shard id, entry)]`` with ``state``, ``accuracy_delta``, ``p99_delta_ms``.
+def adapter_states(reports: Sequence[ShardReport]) -> dict[str, list[tuple[str, AdapterReport]]]:
+    """``adapter name → [(shard id, report)]``, sorted by shard.
 
-    Two sources: a shard's own ``adapters`` list, and the gossiped ``capabilities``
-    (AdapterCapabilityAnnouncement: an active announcement means "loaded on that shard"),
-    which every shard repeats for the whole cluster — deduplicated here.
+    Two sources: each shard's own word about the plan's adapters, and the gossiped
+    ``capabilities`` (an active announcement means "loaded on that shard"), which every shard
+    repeats for the whole cluster — used for shards that did not answer themselves.
     """
-    found: dict[tuple[str, str], dict] = {}
+    found: dict[tuple[str, str], AdapterReport] = {}
     for report in reports:
         for cap in report.capabilities:
-            if cap.adapter_id and cap.shard_id:
-                found[(cap.adapter_id, cap.shard_id)] = {
-                    "name": cap.adapter_id,
-                    "state": "loaded" if cap.active else "unknown",
-                    "accuracy_delta": cap.accuracy_delta,
-                    "p99_delta_ms": cap.performance_delta_p99_ms,
-                }
+            if cap.adapter_id and cap.shard_id and cap.active:
+                found[(cap.adapter_id, cap.shard_id)] = AdapterReport(
+                    name=cap.adapter_id,
+                    state="loaded",
+                    accuracy_delta=cap.accuracy_delta,
+                    p99_delta_ms=cap.performance_delta_p99_ms,
+                )
     for report in reports:  # a shard's word about itself wins over gossip
         for entry in report.adapters:
-            if name := entry.get("name"):
-                found[(str(name), report.id)] = entry
-    grouped: dict[str, list[tuple[str, dict]]] = {}
+            found[(entry.name, report.id)] = entry
+    grouped: dict[str, list[tuple[str, AdapterReport]]] = {}
     for (name, shard), entry in sorted(found.items()):
         grouped.setdefault(name, []).append((shard, entry))
     return grouped

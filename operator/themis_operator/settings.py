@@ -16,3 +16,6 @@ class OperatorSettings(BaseSettings):
     #: Redirect probes (operator outside the cluster, port-forwards, tests):
     #: e.g. ``http://127.0.0.1:9000/{shard_id}``; fields: shard_id, cluster, namespace, index.
     shard_url_template: str | None = None
+    #: Port of the operator's own /metrics (reconcile counts, errors, durations); 0 = off
+    #: (the chart and examples/operator.yaml turn it on).
+    metrics_port: int = Field(0, ge=0, le=65535)

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
 
-_SOURCE_PVC = re.compile(r"^pvc://(?P<claim>[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?)/(?P<path>\S+)$")
+PVC_SOURCE = _SOURCE_PVC = re.compile(
+    r"^pvc://(?P<claim>[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?)/(?P<path>\S+)$"
+)
 _SOURCE_HTTP = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 
@@ -65,6 +67,8 @@ class RouterSpec(_Model):
 
 
 class EngineSpec(_Model):
+    #: False: shards serve documents and vectors only (no model is loaded; fast test clusters).
+    llm: bool = True
     max_batch_size: int = 256
     max_concurrent_requests: int = 128
     max_tokens_per_batch: int = 8192
@@ -95,6 +99,16 @@ class StorageSpec(_Model):
     storage_class_name: str | None = None
 
 
+class RaidSpec(_Model):
+    #: Stripe the model weights across the shards (THEMIS_RAID_ENABLED). None: on for raid5 and
+    #: raid6 when the shards run an LLM, the rule ``themis up`` follows.
+    weights: bool | None = None
+
+
+class LocalObjectReference(_Model):
+    name: str
+
+
 class TLSSpec(_Model):
     enabled: bool = True
 
@@ -120,13 +134,31 @@ class ThemisClusterSpec(_Model):
     storage: StorageSpec = StorageSpec()
     tls: TLSSpec = TLSSpec()
     monitoring: MonitoringSpec = MonitoringSpec()
+    raid: RaidSpec = RaidSpec()
+    image_pull_secrets: tuple[LocalObjectReference, ...] = ()
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    priority_class_name: str | None = None
+    #: Pod scheduling; merged with (and taking precedence over) ``resources.nodeSelector``
+    #: and ``resources.tolerations``, which older specs use.
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[dict, ...] = ()
+
+    @property
+    def raid_weights(self) -> bool:
+        """Whether shards stripe the model weights (see :class:`RaidSpec`)."""
+        if self.raid.weights is not None:
+            return self.raid.weights
+        return self.engine.llm and self.raid_mode in ("raid5", "raid6")
 
     def problems(self) -> list[str]:
         """Semantic errors the schema cannot catch; empty when the spec can be built."""
         found: list[str] = []
         need = MIN_SHARDS_BY_RAID_MODE[self.raid_mode]
         if self.shards < need:
-            found.append(f"{self.raid_mode} needs at least {need} shards, spec.shards is {self.shards}")
+            found.append(
+                f"{self.raid_mode} needs at least {need} shards, spec.shards is {self.shards}: "
+                f"scaling below {need} is refused"
+            )
         for field, ref in (
             ("model", self.model),
             ("draftModel", self.draft_model),
@@ -137,6 +169,9 @@ class ThemisClusterSpec(_Model):
                     f"spec.{field}.source {ref.source!r} is not a known model source "
                     "(bundled, pvc://<claim>/<path>, http(s)://<url>)"
                 )
+        for field, ref in (("draftModel", self.draft_model), ("embeddingModel", self.embedding_model)):
+            if ref is not None and ref.alias:
+                found.append(f"spec.{field}.alias is not used (only spec.model has an alias): remove it")
         e = self.engine
         if e.speculative_source == "local" and self.draft_model is None:
             found.append("spec.engine.speculativeSource local needs spec.draftModel")
@@ -144,6 +179,10 @@ class ThemisClusterSpec(_Model):
             found.append(
                 'spec.engine.speculativeSource remote needs spec.engine.draftShard (a shard or "auto")'
             )
+        if self.raid.weights and not self.engine.llm:
+            found.append("spec.raid.weights needs spec.engine.llm (there is no model to stripe)")
+        if self.raid.weights and self.raid_mode == "raid0":
+            found.append("spec.raid.weights needs raidMode raid1, raid5 or raid6 (raid0 has no redundancy)")
         t = self.router.thresholds
         if not t[0] >= t[1] >= t[2]:
             found.append(f"spec.router.thresholds must be descending, got {list(t)}")

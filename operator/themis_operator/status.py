@@ -51,6 +51,20 @@ def condition_status(conditions: list[dict] | None, type_: str) -> str | None:
     return None
 
 
+class AdapterReport(BaseModel):
+    """One adapter on one shard: what the shard says of the plan's placement (``plan_adapters``),
+    with the quality it announced through gossip (``capabilities``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    state: Literal["pending", "loading", "loaded", "failed", "unknown"] = "unknown"
+    #: Why a load failed (the shard's own words: sha256 mismatch, download error, ...).
+    message: str = ""
+    accuracy_delta: float | None = None
+    p99_delta_ms: float | None = None
+
+
 class ShardReport(BaseModel):
     """One shard's answer to ``GET /v1/cluster/status`` (or its absence)."""
 
@@ -65,11 +79,11 @@ class ShardReport(BaseModel):
     migration: str = "unknown"
     #: The ring version the migration state refers to (a stale "drained" must not count).
     migrationRingVersion: int | None = None
-    #: The shard's own adapter entries (``name``, ``state``, ...): read when an answer has them,
-    #: though shards report their adapters only through ``capabilities`` today.
-    adapters: tuple[dict, ...] = ()
+    #: The plan's adapters as this shard reports them (loaded, or failed with the reason). Kept
+    #: in the stored status, so a reconcile between probes still knows them.
+    adapters: tuple[AdapterReport, ...] = ()
     #: Gossiped adapter announcements (cluster-wide), as /v1/cluster/status returns them.
     capabilities: tuple[AdapterCapability, ...] = ()
 
     def summary(self) -> dict:
-        return self.model_dump(exclude={"adapters", "capabilities"}, exclude_none=True)
+        return self.model_dump(exclude={"capabilities"}, exclude_none=True)

@@ -18,6 +18,7 @@ import uvicorn
 
 from . import __version__
 from .app import create_app
+from .cluster.cert_reload import CertFiles, CertReloader
 from .settings import Settings
 
 
@@ -73,7 +74,34 @@ async def serve(settings: Settings, log_level: str) -> None:
             await task
 
         servers.append(internal_until_public_exits())
+    if settings.tls:
+        # uvicorn builds its SSLContexts in load() (serve() skips a loaded config): load them
+        # now, so the reloader holds the very contexts the listeners serve with.
+        for server in (public, internal):
+            if server is not None:
+                server.config.load()
+        servers.append(reload_certificates(settings, app, public, internal))
     await asyncio.gather(*servers)
+
+
+async def reload_certificates(
+    settings: Settings, app, public: uvicorn.Server, internal: uvicorn.Server | None
+) -> None:
+    """Renewed certificate files reach the listeners and the peer client without a restart."""
+    configs = [s.config for s in (public, internal) if s is not None]
+
+    def contexts() -> list[ssl.SSLContext]:
+        found = [c.ssl for c in configs if c.ssl is not None]
+        node = app.state.node
+        if node is not None and node.cluster.executor.ssl_context is not None:
+            found.append(node.cluster.executor.ssl_context)
+        return found
+
+    files = CertFiles(settings.tls_ca_path, settings.tls_cert_path, settings.tls_key_path)
+    reloader = CertReloader(files, contexts)
+    while not public.should_exit:
+        await asyncio.sleep(settings.tls_reload_interval_s)
+        reloader.check()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,6 +21,7 @@ from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddlewar
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .settings import Settings
+from .termination import write_termination_message
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        node = await ShardNode.open(settings, metrics)
+        try:
+            node = await ShardNode.open(settings, metrics)
+        except Exception as exc:
+            write_termination_message(settings.termination_message_path, exc)
+            raise
         app.state.node, app.state.llm = node, node.llm
         try:
             yield

@@ -21,6 +21,7 @@ from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .documents.service import DocumentService
+from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
@@ -45,6 +46,8 @@ class ShardNode:
     cluster: ClusterService
     raid: RaidService | None = None
     llm: LLMRuntime | None = None
+    #: Downloads http(s) model and adapter sources onto the weights volume.
+    fetcher: SourceFetcher | None = None
 
     @cached_property
     def documents(self) -> DocumentService:
@@ -59,7 +62,8 @@ class ShardNode:
     @classmethod
     async def open(cls, settings: Settings, metrics: ShardMetrics) -> ShardNode:
         """Build and start every part; a part that fails to start stops the ones before it."""
-        store, vectors, plan, cluster = await run_in_threadpool(cls._open_storage, settings, metrics)
+        fetcher = SourceFetcher(settings.weights_path / "sources", FetchSettings())
+        store, vectors, plan, cluster = await run_in_threadpool(cls._open_storage, settings, metrics, fetcher)
         raid: RaidService | None = None
         llm: LLMRuntime | None = None
         try:
@@ -78,6 +82,8 @@ class ShardNode:
                 llm_settings = settings.llm
                 if raid_model is not None:
                     llm_settings = llm_settings.model_copy(update={"model_path": str(raid_model)})
+                # http(s) sources onto the weights volume; every *_sha256 checked
+                llm_settings = await fetch_llm_sources(llm_settings, fetcher)
                 llm = LLMRuntime(
                     llm_settings,
                     metrics.registry,
@@ -103,11 +109,12 @@ class ShardNode:
             cluster=cluster,
             raid=raid,
             llm=llm,
+            fetcher=fetcher,
         )
 
     @staticmethod
     def _open_storage(
-        settings: Settings, metrics: ShardMetrics
+        settings: Settings, metrics: ShardMetrics, fetcher: SourceFetcher
     ) -> tuple[DocumentStore, VectorCatalog, ClusterPlan, ClusterService]:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
@@ -140,6 +147,7 @@ class ShardNode:
             load=LoadSampler(metrics.registry).sample,
             plan_path=settings.plan_path,
             prefix=settings.llm if settings.llm.enabled else None,
+            fetcher=fetcher,
         )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))

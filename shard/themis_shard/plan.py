@@ -97,6 +97,9 @@ class ClusterSpec(_Strict):
     router: RouterSettings = RouterSettings()
     adapters: tuple[AdapterPlacement, ...] = ()
     tls: bool = False
+    #: Identity of the cluster object (the ThemisCluster's uid): ring versions only ever grow
+    #: within one uid, so a shard refuses a plan with a lower version for the same uid.
+    cluster_uid: str = ""
 
     @model_validator(mode="after")
     def _satisfiable(self) -> ClusterSpec:
@@ -132,6 +135,7 @@ class ClusterPlan(_Strict):
     router: RouterSettings
     adapters: tuple[AdapterPlacement, ...] = ()
     tls: bool = False
+    cluster_uid: str = ""
 
     @property
     def ring_spec(self) -> RingSpec:
@@ -188,7 +192,15 @@ def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> Cluste
         router=spec.router,
         adapters=spec.adapters,
         tls=spec.tls,
+        cluster_uid=spec.cluster_uid,
     )
+
+
+def is_rollback(current: ClusterPlan, new: ClusterPlan) -> bool:
+    """A plan for the same cluster (uid) with a lower ring version than the one in use: stale
+    (a restored ConfigMap, an operator that lost its state) and never adopted."""
+    same = bool(new.cluster_uid) and new.cluster_uid == current.cluster_uid
+    return same and new.ring_version < current.ring_version
 
 
 def single_shard_plan(shard_id: str, url: str) -> ClusterPlan:

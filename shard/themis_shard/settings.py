@@ -17,6 +17,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("./data/shard-0")
+    #: Model and adapter files fetched from http(s) sources live here (the weights PVC in
+    #: Kubernetes); None = ``<data_dir>/weights``.
+    weights_dir: Path | None = None
+    #: Where a shard that cannot start writes why (Kubernetes: /dev/termination-log, shown in
+    #: the pod's lastState and read by the operator); None = only the log says it.
+    termination_message_path: Path | None = None
     #: Cluster plan file (ConfigMap mount in Kubernetes, `.themis/plan.json` locally).
     plan_path: Path | None = None
     #: Port of the shard-to-shard listener (``/internal/...``). With TLS it demands a client
@@ -26,6 +32,8 @@ class Settings(BaseSettings):
     tls_ca_path: Path | None = None
     tls_cert_path: Path | None = None
     tls_key_path: Path | None = None
+    #: How often renewed certificate files are looked for (and reloaded without a restart).
+    tls_reload_interval_s: float = Field(30.0, gt=0)
     #: Largest accepted document (encoded JSON) and request body, in bytes.
     max_document_bytes: int = Field(1 << 20, ge=64)
     max_request_bytes: int = Field(64 << 20, ge=1024)
@@ -47,6 +55,10 @@ class Settings(BaseSettings):
         if self.tls and self.internal_port is None:
             raise ValueError("with TLS, THEMIS_INTERNAL_PORT must name the mTLS shard-to-shard port")
         return self
+
+    @property
+    def weights_path(self) -> Path:
+        return self.weights_dir if self.weights_dir is not None else self.data_dir / "weights"
 
     @property
     def tls(self) -> bool:

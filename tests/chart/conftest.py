@@ -16,10 +16,12 @@ VALUE_SETS: dict[str, dict] = {
     "defaults": {},
     "everything": {
         "cluster": {"enabled": True, "name": "demo", "spec": {"shards": 3, "raidMode": "raid5"}},
+        "autoscaling": {"enabled": True, "minShards": 3, "maxShards": 6},
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "operator": {
             "verbose": True,
+            "serviceMonitor": {"enabled": True},
             "podAnnotations": {"a": "b"},
             "nodeSelector": {"pool": "system"},
             "extraEnv": [{"name": "EXTRA", "value": "1"}],

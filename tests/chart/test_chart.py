@@ -77,7 +77,15 @@ def test_every_rendered_manifest_is_valid(render, name):
 
 def test_defaults_render_operator_rbac_and_dashboards_only(render):
     kinds = sorted({d["kind"] for d in render({}, "defaults")})
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "ServiceAccount"]
+    # (the Service is the operator's /metrics)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
 
 
 # ---- CRDs: one source ---------------------------------------------------------------------------
@@ -150,11 +158,13 @@ def test_namespaced_rbac_keeps_only_discovery_cluster_wide(render):
     }
 
 
-def test_no_wildcards_and_no_pod_or_rbac_access(render):
+def test_no_wildcards_no_rbac_access_and_pods_read_only(render):
+    """Pods are read (why a shard cannot start), never written, exec'd into or deleted."""
     for name in VALUE_SETS:
         for group, resource, verb in _rules(render(VALUE_SETS[name], name), "ClusterRole"):
             assert "*" not in (group, resource, verb)
-            assert resource not in ("pods", "pods/exec", "roles", "clusterroles", "rolebindings")
+            assert resource not in ("pods/exec", "pods/log", "roles", "clusterroles", "rolebindings")
+            assert resource != "pods" or verb in ("get", "list", "watch")
 
 
 def test_rbac_and_service_account_can_be_left_to_the_user(render):
@@ -186,7 +196,11 @@ def test_operator_runs_non_root_with_resources_and_probes(render):
         "http://0.0.0.0:8081/healthz",
     ]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == {"THEMIS_OPERATOR_STATUS_INTERVAL_S": "30", "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "3"}
+    assert env == {
+        "THEMIS_OPERATOR_STATUS_INTERVAL_S": "30",
+        "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "3",
+        "THEMIS_OPERATOR_METRICS_PORT": "8082",
+    }
     assert pod["serviceAccountName"] == "themis-operator"
 
 
@@ -250,8 +264,14 @@ def test_dashboards_can_be_switched_off(render):
 
 
 # ---- ServiceMonitor ------------------------------------------------------------------------------
+def shards_monitor(docs: list[dict]) -> dict:
+    """The shards' ServiceMonitor (the other one scrapes the operator's own /metrics)."""
+    (sm,) = [d for d in by_kind(docs, "ServiceMonitor") if d["metadata"]["name"].endswith("-shards")]
+    return sm
+
+
 def test_service_monitor_scrapes_the_shards_client_services(render):
-    sm = one(render(VALUE_SETS["namespaced"], "namespaced"), "ServiceMonitor")
+    sm = shards_monitor(render(VALUE_SETS["namespaced"], "namespaced"))
     assert sm["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "themis",
         "app.kubernetes.io/component": "client",
@@ -264,7 +284,7 @@ def test_service_monitor_scrapes_the_shards_client_services(render):
 
 
 def test_service_monitor_uses_the_clusters_ca_when_tls_is_on(render):
-    sm = one(render(VALUE_SETS["everything"], "everything"), "ServiceMonitor")
+    sm = shards_monitor(render(VALUE_SETS["everything"], "everything"))
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["scheme"] == "https"
@@ -279,7 +299,7 @@ def test_the_shards_client_service_matches_the_service_monitor(render):
     from themis_operator.builders.context import ClusterContext  # noqa: F401 (import check)
     from themis_operator.names import labels
 
-    sm = one(render(VALUE_SETS["namespaced"], "namespaced"), "ServiceMonitor")
+    sm = shards_monitor(render(VALUE_SETS["namespaced"], "namespaced"))
     service_labels = labels("mini", "client")
     assert sm["spec"]["selector"]["matchLabels"].items() <= service_labels.items()
 

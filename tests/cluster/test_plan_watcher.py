@@ -5,8 +5,10 @@ The adapters the plan places on this shard are loaded (and checked), the others 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
@@ -17,6 +19,7 @@ from themis_shard.cluster.plan_watcher import (
     adapters_to_unload,
     placed_here,
 )
+from themis_shard.llm.fetch import FetchSettings, SourceFetcher
 from themis_shard.plan import AdapterPlacement
 
 from .fakes import live, plan_of
@@ -154,8 +157,8 @@ def test_adapters_placed_here_are_loaded_checked_and_failures_reported_once(tmp_
     asyncio.run(w.sync_adapters())
     report = w.adapter_report()
     assert report["loaded"] == ["legal"] and set(manager.loaded) == {"legal"}
-    assert report["failed"]["med"] == "sha256 mismatch"
-    assert "unsupported adapter source" in report["failed"]["web"]
+    assert report["failed"]["med"] == f"sha256 mismatch: expected {SHA_A}, got {'b' * 64}"
+    assert "needs a fetcher" in report["failed"]["web"]  # this watcher was built without one
     assert "gone" in report["failed"]
     calls = len(manager.calls)
     asyncio.run(w.sync_adapters())  # failures wait for a new plan; nothing is retried
@@ -199,3 +202,47 @@ def test_the_pure_placement_decisions() -> None:
     assert adapter_path("file:///m/a.gguf") == "/m/a.gguf"
     assert adapter_path("/m/a.gguf") == "/m/a.gguf"
     assert adapter_path("s3://bucket/a.gguf") is None
+
+
+def test_a_plan_with_a_lower_ring_version_for_the_same_cluster_uid_is_refused(tmp_path) -> None:
+    path = tmp_path / "plan.json"
+    one = plan_of(2, cluster_uid="uid-1")
+    two = plan_of(3, previous=one, cluster_uid="uid-1")
+    path.write_text(two.to_json())
+    w, current, rec = watcher(path, two)
+    stale = plan_of(2, cluster_uid="uid-1")  # an operator that lost its state starts at 1 again
+    write(path, stale)
+    assert not w.reload_plan()
+    assert current.topology.plan == two and rec.plans == [] and rec.begun == 0
+    other = plan_of(2, cluster_uid="uid-2")  # a recreated cluster (new uid) starts afresh
+    write(path, other, bump=2)
+    assert w.reload_plan() and current.topology.plan == other
+
+
+def test_http_adapter_sources_are_fetched_onto_the_weights_volume_and_checked(tmp_path, file_server) -> None:
+    good, bad = b"GGUF legal adapter", b"GGUF other bytes"
+    file_server.files |= {"/legal.gguf": good, "/med.gguf": bad}
+    sha_good = hashlib.sha256(good).hexdigest()
+    adapters = (
+        placement("legal", f"{file_server.url}/legal.gguf", sha256=sha_good),
+        placement("med", f"{file_server.url}/med.gguf", sha256=sha_good),  # wrong digest
+    )
+    loaded: dict[str, str] = {}
+
+    class Files(Manager):
+        async def load(self, name, source, *, domain, scale):
+            loaded[name] = source
+            return SimpleNamespace(name=name, sha256=hashlib.sha256(Path(source).read_bytes()).hexdigest())
+
+    manager = Files({})
+    fetcher = SourceFetcher(tmp_path / "weights", FetchSettings(retries=0))
+    current = live(plan_of(2, adapters=adapters))
+    slot = SimpleNamespace(runtime=runtime_with(manager))
+    rec = Recorder()
+    w = PlanWatcher("s-0", None, current, rec, rec, rec, slot, CollectorRegistry(), fetcher=fetcher)
+    asyncio.run(w.sync_adapters())
+    report = w.adapter_report()
+    assert report["loaded"] == ["legal"] and Path(loaded["legal"]).read_bytes() == good
+    assert Path(loaded["legal"]).is_relative_to(tmp_path / "weights")
+    assert report["failed"]["med"].startswith("sha256 mismatch for adapter")
+    assert "med" not in loaded  # refused before llama.cpp saw it

@@ -87,6 +87,27 @@ def test_load_use_and_unload_an_adapter(http, adapter_files):
     assert text(http) == base
 
 
+def test_an_http_adapter_source_is_fetched_checked_and_loaded(http, adapter_files, file_server):
+    import hashlib
+
+    body = adapter_files["legal"].read_bytes()
+    file_server.files["/legal.gguf"] = body
+    url = f"{file_server.url}/legal.gguf"
+    wrong = http.post(
+        "/v1/adapters", json={"name": "legal", "source": url, "sha256": "0" * 64, "evaluate": False}
+    )
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "sha256_mismatch"
+    assert "expected " + "0" * 64 in wrong.json()["error"]["message"]
+    assert http.get("/v1/adapters").json()["adapters"] == []
+    sha = hashlib.sha256(body).hexdigest()
+    r = http.post("/v1/adapters", json={"name": "legal", "source": url, "sha256": sha, "evaluate": False})
+    assert r.status_code == 201 and r.json()["sha256"] == sha
+    assert text(http, adapter="legal") != text(http)
+    gone = http.post("/v1/adapters", json={"name": "tax", "source": f"{file_server.url}/nope.gguf"})
+    assert gone.status_code == 502 and gone.json()["error"]["code"] == "source_unavailable"
+    assert "HTTP 404" in gone.json()["error"]["message"]
+
+
 #: One prompt per adapter on which that adapter's greedy output departs *confidently* (top-2
 #: margin above NOISE_LOGITS) from the other two: a request decoded under the wrong adapter
 #: cannot pass as batch-shape noise. Found by measuring the seeded fixture adapters.

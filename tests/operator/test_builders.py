@@ -134,8 +134,10 @@ def test_statefulset_runs_the_shard_with_the_contracted_env_mounts_and_probes():
         "/weights": "weights",
         "/etc/themis/plan": "plan",
         "/etc/themis/tls": "tls",
+        "/tmp": "tmp",  # the only writable place outside the volumes (read-only root filesystem)
     }
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
     assert volumes["plan"]["configMap"]["name"] == "demo-plan"
     assert volumes["tls"]["secret"]["secretName"] == "demo-tls"
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http", "scheme": "HTTPS"}
@@ -160,6 +162,103 @@ def test_pvc_model_sources_are_mounted_read_only_and_passed_as_paths():
     assert vols == [{"name": "models-0", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}]
 
 
+def test_shard_pods_meet_pod_security_restricted():
+    pod = build_statefulset(ctx(), 3)["spec"]["template"]["spec"]
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
+    assert security["fsGroup"] == 1000 and security["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    c = container["securityContext"]
+    assert c["allowPrivilegeEscalation"] is False and c["capabilities"] == {"drop": ["ALL"]}
+    assert c["readOnlyRootFilesystem"] is True and c["seccompProfile"] == {"type": "RuntimeDefault"}
+    env = env_of(build_statefulset(ctx(), 3))
+    # Caches go to the weights volume; a start-up failure's reason to the termination log.
+    assert env["THEMIS_LLM_EMBEDDING_CACHE_DIR"].startswith("/weights/")
+    assert env["THEMIS_LLM_PROBE_CACHE_DIR"].startswith("/weights/")
+    assert env["THEMIS_TERMINATION_MESSAGE_PATH"] == container["terminationMessagePath"]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert not any(
+        c.get("privileged") or c.get("hostNetwork") for c in (pod, container["securityContext"])
+    ) and not any("hostPath" in v for v in pod["volumes"])
+
+
+def test_scheduling_and_pull_fields_reach_the_pod_template():
+    sts = build_statefulset(
+        ctx(
+            imagePullSecrets=[{"name": "regcred"}],
+            podAnnotations={"team": "search", "prometheus.io/scrape": "false"},
+            priorityClassName="themis-high",
+            nodeSelector={"pool": "gpu"},
+            tolerations=[
+                {"key": "dedicated", "operator": "Equal", "value": "themis", "effect": "NoSchedule"}
+            ],
+            resources={"nodeSelector": {"zone": "a", "pool": "old"}},
+        ),
+        3,
+    )
+    template = sts["spec"]["template"]
+    pod = template["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["priorityClassName"] == "themis-high"
+    assert pod["nodeSelector"] == {"zone": "a", "pool": "gpu"}  # spec.nodeSelector wins
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "themis", "effect": "NoSchedule"}
+    ]
+    assert template["metadata"]["annotations"]["team"] == "search"
+    assert template["metadata"]["annotations"]["prometheus.io/scrape"] == "false"  # the user's word
+    validate_manifest(sts)
+    bare = build_statefulset(ctx(), 3)["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "priorityClassName", "nodeSelector"} & set(bare)
+
+
+@pytest.mark.parametrize(
+    ("spec", "enabled"),
+    [
+        ({"raidMode": "raid1", "shards": 3}, False),
+        ({"raidMode": "raid5", "shards": 3}, True),  # the `themis up` rule: on for raid5/raid6
+        ({"raidMode": "raid6", "shards": 4}, True),
+        ({"raidMode": "raid5", "shards": 3, "raid": {"weights": False}}, False),
+        ({"raidMode": "raid1", "shards": 2, "raid": {"weights": True}}, True),
+        ({"raidMode": "raid5", "shards": 3, "engine": {"llm": False}}, False),  # no model to stripe
+    ],
+)
+def test_raid_weight_striping_follows_the_spec_with_units_on_the_weights_volume(spec, enabled):
+    env = env_of(build_statefulset(ctx(**spec), spec["shards"]))
+    assert (env.get("THEMIS_RAID_ENABLED") == "true") is enabled
+    if enabled:
+        assert env["THEMIS_RAID_WEIGHTS_DIR"] == "/weights/raid"
+
+
+def test_shards_without_a_model_for_fast_clusters():
+    env = env_of(build_statefulset(ctx(engine={"llm": False}), 3))
+    assert env["THEMIS_LLM_ENABLED"] == "false"
+
+
+def test_pvc_adapters_are_mounted_read_only_in_every_pod_and_planned_as_their_mounted_path():
+    spec = LoRAAdapterSpec.model_validate(
+        {"clusterRef": {"name": "demo"}, "domain": "legal", "source": "pvc://adapters/legal/v1.gguf"}
+    )
+    c = ctx()
+    plan, _ = next_plan(c, [("legal", spec)], None)
+    (placed,) = plan.adapters
+    assert placed.source == "/adapters/adapters/legal/v1.gguf"
+    built = build_children(c, replicas=3, plan=plan, ca=CA, existing_tls=None, adapter_claims=["adapters"])
+    sts = next(m for m in built.apply if m["kind"] == "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    assert {
+        "name": "adapters-0",
+        "persistentVolumeClaim": {"claimName": "adapters", "readOnly": True},
+    } in pod["volumes"]
+    assert {"name": "adapters-0", "mountPath": "/adapters/adapters", "readOnly": True} in pod["containers"][
+        0
+    ]["volumeMounts"]
+    http = LoRAAdapterSpec.model_validate(
+        {"clusterRef": {"name": "demo"}, "domain": "legal", "source": "https://x.example/a.gguf"}
+    )
+    plan, _ = next_plan(c, [("legal", http)], None)
+    assert plan.adapters[0].source == "https://x.example/a.gguf"  # the shard fetches it
+
+
 def test_embedding_model_goes_to_the_engines_embedding_setting():
     env = env_of(
         build_statefulset(ctx(embeddingModel={"source": "pvc://emb/minilm.gguf", "dimension": 384}), 3)
@@ -178,9 +277,12 @@ def test_tls_disabled_means_http_probes_and_no_tls_volume():
 
 @pytest.mark.parametrize(
     ("raid", "shards", "max_unavailable"),
-    [("raid0", 2, 0), ("raid1", 2, 1), ("raid5", 3, 1), ("raid6", 4, 2)],
+    # raid0 tolerates no loss, but a budget of 0 would block every node drain: it gets 1.
+    [("raid0", 2, 1), ("raid0", 1, 1), ("raid1", 2, 1), ("raid5", 3, 1), ("raid6", 4, 2)],
 )
-def test_pdb_allows_as_many_voluntary_disruptions_as_the_raid_mode_tolerates(raid, shards, max_unavailable):
+def test_pdb_allows_as_many_voluntary_disruptions_as_the_raid_mode_tolerates_and_never_none(
+    raid, shards, max_unavailable
+):
     pdb = build_pdb(ctx(raidMode=raid, shards=shards))
     assert pdb["spec"]["maxUnavailable"] == max_unavailable
     assert pdb["spec"]["selector"]["matchLabels"] == {
@@ -333,3 +435,17 @@ def test_speculative_sources_without_their_draft_are_reported():
     assert ctx(engine={"speculativeSource": "local"}).spec.problems() == [
         "spec.engine.speculativeSource local needs spec.draftModel"
     ]
+
+
+def test_leaf_certificates_are_renewed_at_two_thirds_of_their_lifetime():
+    c = ctx()
+    first = build_tls_secret(c, CA, 2, None)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(first["data"]["demo-0.crt"]))
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    before = start + (end - start) * 0.66
+    after = start + (end - start) * 0.67
+    assert build_tls_secret(c, CA, 2, first, now=before)["data"] == first["data"]
+    renewed = build_tls_secret(c, CA, 2, first, now=after)["data"]
+    assert (
+        renewed["demo-0.crt"] != first["data"]["demo-0.crt"] and renewed["ca.crt"] == first["data"]["ca.crt"]
+    )

@@ -28,7 +28,14 @@ def test_crds_declare_group_version_names_and_status_subresource():
         assert crd["spec"]["names"]["shortNames"] == [short]
         (version,) = crd["spec"]["versions"]
         assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
-        assert version["subresources"] == {"status": {}}
+        assert version["subresources"]["status"] == {}
+    scale = crds["ThemisCluster"]["spec"]["versions"][0]["subresources"]["scale"]
+    assert scale == {  # kubectl scale and HPAs drive spec.shards
+        "specReplicasPath": ".spec.shards",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    assert "scale" not in crds["LoRAAdapter"]["spec"]["versions"][0]["subresources"]
 
 
 def test_themiscluster_printer_columns_show_ready_raid_phase_age():
@@ -174,3 +181,21 @@ def test_crd_schemas_are_structural():
             assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
             for forbidden in ("$ref", "allOf", "anyOf", "oneOf", "not"):
                 assert forbidden not in node, f"{path}: {forbidden} breaks structural schemas here"
+
+
+def test_the_api_server_refuses_scaling_below_the_raid_minimum_by_cel_rules():
+    """One rule per RAID mode, with the minimums the plan module (and the operator) use."""
+    import re
+
+    from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE
+
+    spec = load_crds()["ThemisCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]
+    found = {}
+    for rule in spec["x-kubernetes-validations"]:
+        m = re.fullmatch(r"self\.raidMode != '(raid\d)' \|\| self\.shards >= (\d+)", rule["rule"])
+        assert m, rule
+        found[m[1]] = int(m[2])
+        assert f"scaling below {m[2]} is refused" in rule["message"]
+    assert found == {mode: n for mode, n in MIN_SHARDS_BY_RAID_MODE.items() if n > 1}

@@ -119,9 +119,20 @@ def test_adapters_are_placed_on_ring_shards_only_never_on_draining_ones():
 
 def test_admit_turns_an_unbuildable_spec_into_the_reason_why():
     body = {"metadata": {"name": NAME}, "spec": {"shards": 2, "raidMode": "raid5"}}
-    assert admit(body) == Invalid("InvalidSpec", "raid5 needs at least 3 shards, spec.shards is 2")
+    assert admit(body) == Invalid(
+        "InvalidSpec", "raid5 needs at least 3 shards, spec.shards is 2: scaling below 3 is refused"
+    )
     assert "invalid spec: shards" in admit({"metadata": {"name": NAME}, "spec": {"shards": "many"}}).message
     long = admit({"metadata": {"name": "x" * 41}, "spec": {"shards": 3}})
     assert isinstance(long, Invalid) and "at most 40 characters" in long.message
     ok = admit({"metadata": {"name": NAME, "namespace": "ns"}, "spec": {"shards": 3}})
     assert not isinstance(ok, Invalid) and (ok.name, ok.namespace, ok.spec.shards) == (NAME, "ns", 3)
+
+
+def test_aliases_on_the_draft_or_embedding_model_are_refused_by_name():
+    body = {
+        "metadata": {"name": "demo"},
+        "spec": {"shards": 3, "draftModel": {"source": "bundled", "alias": "d"}},
+    }
+    invalid = admit(body)
+    assert isinstance(invalid, Invalid) and "spec.draftModel.alias is not used" in invalid.message

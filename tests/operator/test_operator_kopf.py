@@ -147,12 +147,14 @@ def test_lora_adapter_placement_goes_into_the_plan(running_operator, kube, emula
     )
     assert lora_status["placedShards"] == list(placed[0].shards)
     assert plan(kube, ns).ring_version == 1  # adapters never reshuffle the ring
-    for sid in placed[0].shards:
-        fake_shards.set(
-            ns,
-            sid,
-            adapters=[{"name": "legal", "state": "loaded", "accuracy_delta": 0.05, "p99_delta_ms": 8.0}],
-        )
+    for sid in placed[0].shards:  # what a real shard sends: plan_adapters plus its announcement
+        fake_shards.set(ns, sid)
+        fake_shards.statuses[(ns, sid)] |= {
+            "plan_adapters": {"loaded": ["legal"], "failed": {}},
+            "capabilities": [
+                {"shard_id": sid, "adapter_id": "legal", "accuracy_delta": 0.05, "active": True}
+            ],
+        }
     loaded = eventually(
         lambda: (
             kube.get(*LORA, ns, "legal")["status"].get("phase") == "Loaded"

@@ -17,7 +17,7 @@ def test_parse_status_reads_ring_version_migration_and_own_member_state():
         "ring_version": 4,
         "members": [{"shard_id": "demo-0", "state": "up"}, {"shard_id": "demo-1", "state": "joining"}],
         "migration": {"state": "migrating", "ring_version": 4, "keys_received": 10},
-        "adapters": [{"name": "legal", "state": "loaded"}],
+        "plan_adapters": {"loaded": ["legal"], "failed": {"medical": "sha256 mismatch"}},
     }
     report = parse_status("demo-1", "https://x", "member", payload)
     assert (report.reachable, report.state, report.ringVersion, report.migration) == (
@@ -27,7 +27,11 @@ def test_parse_status_reads_ring_version_migration_and_own_member_state():
         "migrating",
     )
     assert report.migrationRingVersion == 4
-    assert adapter_states([report]) == {"legal": [("demo-1", {"name": "legal", "state": "loaded"})]}
+    states = adapter_states([report])
+    assert [(sid, e.state, e.message) for sid, e in states["legal"] + states["medical"]] == [
+        ("demo-1", "loaded", ""),
+        ("demo-1", "failed", "sha256 mismatch"),
+    ]
 
 
 @pytest.fixture
@@ -116,4 +120,4 @@ def test_gossiped_capabilities_tell_where_an_adapter_is_loaded():
     reports = [parse_status(f"demo-{i}", "u", "member", {"capabilities": caps}) for i in range(3)]
     states = adapter_states(reports)
     assert [shard for shard, _ in states["legal"]] == ["demo-0", "demo-2"]
-    assert states["legal"][0][1]["state"] == "loaded" and states["legal"][1][1]["p99_delta_ms"] == 9.0
+    assert states["legal"][0][1].state == "loaded" and states["legal"][1][1].p99_delta_ms == 9.0

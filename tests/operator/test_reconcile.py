@@ -4,7 +4,7 @@ import copy
 
 import pytest
 from themis_operator.reconcile import FORCE_SCALE_IN, delete_children, reconcile_cluster
-from themis_operator.status import ShardReport
+from themis_operator.status import AdapterReport, ShardReport
 from themis_shard.plan import ClusterPlan
 from themis_testing.fakekube import FakeKube
 from themis_testing.validation import load_example
@@ -104,6 +104,28 @@ def test_scale_out_bumps_the_ring_version_and_issues_certificates(kube):
     assert [m.shard_id for m in plan_of(kube).members][-1] == "demo-4"
     assert "demo-4.crt" in kube.get("v1", "Secret", NS, "demo-tls")["data"]
     assert {"Scaled", "RingChanged"} <= set(reasons(outcome))
+
+
+def test_ring_versions_carry_on_from_the_status_when_the_plan_configmap_is_deleted(kube):
+    body = cluster(kube)
+    first = reconcile_cluster(kube, body)
+    grown = reconcile_cluster(kube, body := update(kube, body, status=first.status, shards=4))
+    assert plan_of(kube).ring_version == 2 and plan_of(kube).cluster_uid == body["metadata"]["uid"]
+    body = update(kube, body, status=grown.status)
+    kube.delete("v1", "ConfigMap", NS, "demo-plan")
+    again = reconcile_cluster(kube, body)
+    assert plan_of(kube).ring_version == 2 and again.status["ringVersion"] == 2  # same ring, same version
+    kube.delete("v1", "ConfigMap", NS, "demo-plan")
+    reconcile_cluster(kube, update(kube, body, status=again.status, shards=5))
+    recovered = plan_of(kube)
+    assert recovered.ring_version == 3  # another ring: the next version, never 1
+    assert recovered.previous_ring["shards"] == ["demo-0", "demo-1", "demo-2", "demo-3"]
+
+
+def test_the_status_carries_the_scale_subresource_fields(kube):
+    status = reconcile_cluster(kube, cluster(kube)).status
+    assert status["replicas"] == 3
+    assert status["selector"] == "app.kubernetes.io/name=themis,app.kubernetes.io/instance=demo"
 
 
 def test_scale_in_waits_for_leaving_shards_to_hand_off_their_data(kube):
@@ -255,7 +277,7 @@ def test_adapter_status_reflects_what_shards_report(kube):
             id=sid,
             url="u",
             reachable=True,
-            adapters=({"name": "legal", "state": "loaded", "accuracy_delta": 0.04, "p99_delta_ms": 12.0},)
+            adapters=(AdapterReport(name="legal", state="loaded", accuracy_delta=0.04, p99_delta_ms=12.0),)
             if sid in placed
             else (),
         )

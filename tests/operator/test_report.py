@@ -7,7 +7,7 @@ from themis_operator.reconcile.act import Done
 from themis_operator.reconcile.decide import Invalid, decide
 from themis_operator.reconcile.observe import PriorStatus, StatefulSetState
 from themis_operator.reconcile.report import report, report_invalid
-from themis_operator.status import ShardReport
+from themis_operator.status import AdapterReport, ShardReport
 
 from .worlds import adapter, after, context, empty, reports
 
@@ -132,7 +132,9 @@ def test_conditions_keep_their_transition_time_while_their_status_holds():
 
 
 def test_an_invalid_spec_is_degraded_and_warns_only_when_the_reason_is_news():
-    invalid = Invalid("InvalidSpec", "raid5 needs at least 3 shards, spec.shards is 2")
+    invalid = Invalid(
+        "InvalidSpec", "raid5 needs at least 3 shards, spec.shards is 2: scaling below 3 is refused"
+    )
     outcome = report_invalid(PriorStatus(), 4, invalid, now=NOW)
     assert outcome.status["phase"] == "Degraded" and outcome.status["observedGeneration"] == 4
     assert conditions(outcome) == {"Ready": "False", "Progressing": "False", "Degraded": "True"}
@@ -155,9 +157,10 @@ def test_an_adapter_is_placed_until_its_shards_report_it_loaded():
         "message": "invalid spec: domain",
         "placed": "",
         "placedShards": [],
+        "loaded": "0/0",
     }
 
-    entry = {"name": "legal", "state": "loaded", "accuracy_delta": 0.04, "p99_delta_ms": 12.0}
+    entry = AdapterReport(name="legal", state="loaded", accuracy_delta=0.04, p99_delta_ms=12.0)
     loaded = {
         sid: ShardReport(
             id=sid, url="u", reachable=True, adapters=(entry,) if sid in placed["placedShards"] else ()
@@ -167,5 +170,30 @@ def test_an_adapter_is_placed_until_its_shards_report_it_loaded():
     status = report(
         ctx, dataclasses.replace(snapshot, reports=loaded), decision, (), now=NOW
     ).adapter_statuses["legal"]
-    assert status["phase"] == "Loaded"
+    assert status["phase"] == "Loaded" and status["loaded"] == "2/2"
     assert status["accuracyDelta"] == pytest.approx(0.04) and status["p99DeltaMs"] == pytest.approx(12.0)
+
+
+def test_an_adapter_a_shard_refused_is_degraded_with_the_shards_reason():
+    ctx, snapshot, decision = running(adapters=(adapter(),))
+    placed = report(ctx, snapshot, decision, (), now=NOW).adapter_statuses["legal"]["placedShards"]
+    first, second = placed
+    reports = {
+        first: ShardReport(
+            id=first, url="u", reachable=True, adapters=(AdapterReport(name="legal", state="loaded"),)
+        ),
+        second: ShardReport(
+            id=second,
+            url="u",
+            reachable=True,
+            adapters=(AdapterReport(name="legal", state="failed", message="sha256 mismatch: got 00ff"),),
+        ),
+    }
+    status = report(
+        ctx, dataclasses.replace(snapshot, reports=reports), decision, (), now=NOW
+    ).adapter_statuses["legal"]
+    assert status["phase"] == "Degraded" and status["loaded"] == "1/2"
+    assert status["message"] == f"{second}: sha256 mismatch: got 00ff"
+    assert status["shards"][1] == {"id": second, "state": "failed", "message": "sha256 mismatch: got 00ff"}
+    loaded = next(c for c in status["conditions"] if c["type"] == "Loaded")
+    assert (loaded["status"], loaded["reason"]) == ("False", "LoadFailed")

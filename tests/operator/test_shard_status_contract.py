@@ -33,7 +33,7 @@ def test_the_probe_reads_a_real_shards_answer(client):
     assert report.migration == body["migration"]["state"] and report.state == own["state"]
 
 
-def test_a_shard_reports_its_adapters_through_capabilities_not_an_adapters_list(client):
-    """The probe still reads an ``adapters`` list when one comes (test doubles send it)."""
+def test_a_shard_reports_the_plans_adapters_in_plan_adapters_which_the_probe_reads(client):
+    """``plan_adapters`` (loaded, failed with the reason) is the only adapter state the probe reads."""
     body = client.get("/v1/cluster/status").json()
     assert "adapters" not in body and "plan_adapters" in body

@@ -20,6 +20,10 @@
   - apiGroups: [monitoring.coreos.com]
     resources: [servicemonitors]
     verbs: [get, list, watch, create, patch, update, delete]
+  # Shard pods, read only: why a shard cannot start (its termination message).
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [get, list, watch]
   # Events for transitions.
   - apiGroups: ["", events.k8s.io]
     resources: [events]

@@ -7,6 +7,7 @@ for removal so that toggling a feature converges both ways.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from themis_shard.plan import ClusterPlan
@@ -43,6 +44,7 @@ def build_children(
     ca: tuple[bytes, bytes] | None,
     existing_tls: dict | None,
     existing_gossip: dict | None = None,
+    adapter_claims: Sequence[str] = (),
 ) -> Children:
     apply: list[dict] = [build_gossip_secret(ctx, existing_gossip)]
     remove: list[Ref] = []
@@ -59,7 +61,7 @@ def build_children(
         build_plan_configmap(ctx, plan),
         build_headless_service(ctx),
         build_client_service(ctx),
-        build_statefulset(ctx, replicas),
+        build_statefulset(ctx, replicas, adapter_claims),
         build_pdb(ctx),
     ]
     if ctx.spec.monitoring.service_monitor:

@@ -1,8 +1,10 @@
 """PodDisruptionBudget sized to what the RAID mode survives.
 
 Voluntary disruptions (drains, upgrades) may take down at most as many shards as the RAID
-mode tolerates losing: raid0 none, raid1/raid5 one, raid6 two. The numbers come from the
-plan module so the operator and the shards agree on them.
+mode tolerates losing: raid1/raid5 one, raid6 two (the numbers come from the plan module so
+the operator and the shards agree on them). raid0 tolerates none, but a budget of 0 would
+block every node drain forever, so raid0 gets 1: a drained raid0 shard's keys are unavailable
+(not lost: its volume stays) until its pod runs again. That is the raid0 trade-off.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from .context import ClusterContext
 
 
 def max_unavailable(raid_mode: str) -> int:
-    return FAULT_TOLERANCE_BY_RAID_MODE[raid_mode]
+    """Never 0: a budget that allows no disruption blocks all drains (see the module doc)."""
+    return max(1, FAULT_TOLERANCE_BY_RAID_MODE[raid_mode])
 
 
 def build_pdb(ctx: ClusterContext) -> dict:

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from themis_shard.plan import AdapterPlacement, ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
-from themis_shard.ring import HashRing
+from themis_shard.ring import HashRing, RingSpec
 
 from .. import names
 from ..spec import LoRAAdapterSpec
 from .context import ClusterContext
+from .statefulset import adapter_location
 
 PLAN_KEY = "plan.json"
 RING_VERSION_ANNOTATION = "themisdb.io/ring-version"
@@ -96,7 +97,8 @@ def cluster_spec(
             AdapterPlacement(
                 name=p.adapter,
                 domain=by_name[p.adapter].domain,
-                source=by_name[p.adapter].source,
+                # pvc:// → the path where the StatefulSet mounts the claim
+                source=adapter_location(by_name[p.adapter].source)[1],
                 shards=p.shards,
                 rank=by_name[p.adapter].rank,
                 scale=by_name[p.adapter].scale,
@@ -105,6 +107,7 @@ def cluster_spec(
             for p in placements
         ),
         tls=tls,
+        cluster_uid=ctx.uid,
     ), placements
 
 
@@ -117,6 +120,23 @@ def previous_plan(configmap: dict | None) -> ClusterPlan | None:
         return ClusterPlan.from_json(text)
     except ValueError:
         return None
+
+
+def recovered_previous(ctx: ClusterContext, status_ring: dict | None) -> ClusterPlan | None:
+    """The last published ring, rebuilt from the cluster's status when the plan ConfigMap is gone.
+
+    Only the ring matters to ``build_plan`` (the version and the migration source), so ring
+    versions carry on from the status instead of restarting at 1: same ring → same version,
+    another ring → the next version with the recorded ring as the migration source.
+    """
+    if not status_ring:
+        return None
+    try:
+        ring = RingSpec.from_dict(status_ring)
+    except (KeyError, TypeError, ValueError):
+        return None
+    spec, _ = cluster_spec(ctx, [])
+    return build_plan(spec).model_copy(update={"ring": ring.to_dict(), "previous_ring": None})
 
 
 def next_plan(

@@ -8,8 +8,10 @@ a scale event never restarts the shards that stay.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .. import names
-from ..spec import ModelRef, ThemisClusterSpec
+from ..spec import PVC_SOURCE, ModelRef, ThemisClusterSpec
 from .context import ClusterContext
 from .gossip import KEY as GOSSIP_KEY
 
@@ -17,7 +19,18 @@ PLAN_DIR = "/etc/themis/plan"
 TLS_DIR = "/etc/themis/tls"
 DATA_DIR = "/data"
 WEIGHTS_DIR = "/weights"
+#: RAID units on the weights volume (a wiped volume is rebuilt from the peers at start-up).
+RAID_DIR = f"{WEIGHTS_DIR}/raid"
+#: Caches that must outlive a pod but not a volume (embedding GGUF conversion, CPU probe).
+CACHE_DIR = f"{WEIGHTS_DIR}/cache"
 MODELS_DIR = "/models"
+#: ``pvc://`` LoRA adapter claims, mounted read-only under ``/adapters/<claim>``.
+ADAPTERS_DIR = "/adapters"
+TMP_DIR = "/tmp"
+#: Where a failing shard writes why (Kubernetes shows it in the pod's lastState).
+TERMINATION_LOG = "/dev/termination-log"
+#: The image's user (Dockerfile.shard): Pod Security "restricted" needs a non-root uid.
+UID = 1000
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -52,7 +65,11 @@ def _env(ctx: ClusterContext) -> list[dict]:
             "valueFrom": {"secretKeyRef": {"name": names.gossip_secret(ctx.name), "key": GOSSIP_KEY}},
         },
         var("THEMIS_USE_GPU", spec.resources.gpus > 0),
-        var("THEMIS_LLM_ENABLED", True),
+        var("THEMIS_TERMINATION_MESSAGE_PATH", TERMINATION_LOG),
+        var("THEMIS_LLM_ENABLED", spec.engine.llm),
+        # The root filesystem is read-only: writable caches live on the weights volume.
+        var("THEMIS_LLM_EMBEDDING_CACHE_DIR", f"{CACHE_DIR}/embedding"),
+        var("THEMIS_LLM_PROBE_CACHE_DIR", f"{CACHE_DIR}/cpu-probe"),
         var("THEMIS_LLM_MODEL_ALIAS", spec.model.alias or "gemma3-270m"),
         var("THEMIS_LLM_MODEL_PATH", _model_location(spec.model)),
         var("THEMIS_LLM_N_CTX", spec.model.context_size),
@@ -65,6 +82,8 @@ def _env(ctx: ClusterContext) -> list[dict]:
     ]
     if spec.model.sha256:
         env.append(var("THEMIS_LLM_MODEL_SHA256", spec.model.sha256))
+    if spec.raid_weights:
+        env += [var("THEMIS_RAID_ENABLED", True), var("THEMIS_RAID_WEIGHTS_DIR", RAID_DIR)]
     eng = spec.engine
     source = eng.speculative_source or ("local" if spec.draft_model is not None else None)
     if source:  # a draft model on every shard and nothing else said: speculate with it locally
@@ -83,8 +102,6 @@ def _env(ctx: ClusterContext) -> list[dict]:
             "THEMIS_LLM_EMBEDDING_MODEL" if prefix == "EMBEDDING" else f"THEMIS_LLM_{prefix}_MODEL_PATH"
         )
         env.append(var(path_var, _model_location(ref)))
-        if ref.alias:
-            env.append(var(f"THEMIS_LLM_{prefix}_MODEL_ALIAS", ref.alias))
         if ref.sha256:
             env.append(var(f"THEMIS_LLM_{prefix}_MODEL_SHA256", ref.sha256))
     if spec.tls.enabled:
@@ -121,6 +138,7 @@ def _resources(spec: ThemisClusterSpec) -> dict:
 
 def _tolerations(spec: ThemisClusterSpec) -> list[dict]:
     tolerations = [dict(t) for t in spec.resources.tolerations]
+    tolerations += [dict(t) for t in spec.tolerations if dict(t) not in tolerations]
     if spec.resources.gpus > 0 and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
         # GPU node pools are usually tainted nvidia.com/gpu:NoSchedule.
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
@@ -136,6 +154,25 @@ def _probe(path: str, scheme: str, period: int, failures: int) -> dict:
     }
 
 
+#: Pod Security "restricted": non-root, no privilege escalation, no capabilities, RuntimeDefault
+#: seccomp; the root filesystem is read-only (writes go to the volumes and an emptyDir /tmp).
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": UID,
+    "runAsGroup": UID,
+    "fsGroup": UID,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def _claim(name: str, size: str, storage_class: str | None, component: str, ctx: ClusterContext) -> dict:
     spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
     if storage_class:
@@ -143,16 +180,35 @@ def _claim(name: str, size: str, storage_class: str | None, component: str, ctx:
     return {"metadata": {"name": name, "labels": names.labels(ctx.name, component)}, "spec": spec}
 
 
-def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
-    """``replicas`` may exceed ``spec.shards`` while leaving shards hand off their data."""
+def adapter_location(source: str) -> tuple[str | None, str]:
+    """``(claim, path in the pod)`` of a LoRA adapter source: ``pvc://`` claims are mounted
+    under ADAPTERS_DIR; other sources (http(s), a path on the weights volume) pass through."""
+    m = PVC_SOURCE.match(source)
+    if m is None:
+        return None, source
+    return m["claim"], f"{ADAPTERS_DIR}/{m['claim']}/{m['path']}"
+
+
+def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequence[str] = ()) -> dict:
+    """``replicas`` may exceed ``spec.shards`` while leaving shards hand off their data.
+
+    ``adapter_claims`` (the cluster's ``pvc://`` LoRA adapters) are mounted into every pod, not
+    only the ones the placement chose: a StatefulSet has one pod template, and a placement that
+    moves (scaling, a new replica count) must not restart pods. Such claims must therefore be
+    ReadOnlyMany when the shards run on several nodes.
+    """
     spec = ctx.spec
     scheme = "HTTPS" if spec.tls.enabled else "HTTP"
     mounts = [
         {"name": "data", "mountPath": DATA_DIR},
         {"name": "weights", "mountPath": WEIGHTS_DIR},
         {"name": "plan", "mountPath": PLAN_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": TMP_DIR},
     ]
-    volumes: list[dict] = [{"name": "plan", "configMap": {"name": names.plan_configmap(ctx.name)}}]
+    volumes: list[dict] = [
+        {"name": "plan", "configMap": {"name": names.plan_configmap(ctx.name)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
     if spec.tls.enabled:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append(
@@ -162,6 +218,11 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
         mounts.append({"name": f"models-{i}", "mountPath": f"{MODELS_DIR}/{claim}", "readOnly": True})
         volumes.append(
             {"name": f"models-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+    for i, claim in enumerate(sorted(set(adapter_claims))):
+        mounts.append({"name": f"adapters-{i}", "mountPath": f"{ADAPTERS_DIR}/{claim}", "readOnly": True})
+        volumes.append(
+            {"name": f"adapters-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
 
     container = {
@@ -182,12 +243,16 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
         "livenessProbe": _probe("/health", scheme, 10, 6),
         # Loading (or fetching) the model can take minutes; liveness waits for this.
         "startupProbe": _probe("/health", scheme, 10, 90),
+        # The shard writes why it could not start there; without it, the log tail is shown.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": CONTAINER_SECURITY,
     }
     pod_spec: dict = {
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": 60,
-        "securityContext": {"fsGroup": 1000},
+        "securityContext": POD_SECURITY,
         "affinity": {
             "podAntiAffinity": {
                 # Preferred, not required: a one-node dev cluster must still schedule; on real
@@ -206,8 +271,12 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
     }
     if tolerations := _tolerations(spec):
         pod_spec["tolerations"] = tolerations
-    if spec.resources.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
+    if node_selector := {**spec.resources.node_selector, **spec.node_selector}:
+        pod_spec["nodeSelector"] = node_selector
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": r.name} for r in spec.image_pull_secrets]
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
 
     storage = spec.storage
     return {
@@ -231,6 +300,7 @@ def build_statefulset(ctx: ClusterContext, replicas: int) -> dict:
                         "prometheus.io/port": str(names.PORT),
                         "prometheus.io/path": "/metrics",
                         "prometheus.io/scheme": scheme.lower(),
+                        **spec.pod_annotations,
                     },
                 },
                 "spec": pod_spec,

@@ -28,7 +28,8 @@ def _replan(body, patch, memo, *, deleting: bool = False) -> None:
                 }
             )
         return
-    outcome = reconcile_cluster(memo.kube, cluster, exclude_adapters=[name] if deleting else ())
+    with memo.metrics.reconcile("LoRAAdapter", "delete" if deleting else "change"):
+        outcome = reconcile_cluster(memo.kube, cluster, exclude_adapters=[name] if deleting else ())
     if not outcome.built:
         if not deleting:
             patch.status.update(

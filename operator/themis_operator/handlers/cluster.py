@@ -14,10 +14,12 @@ RESOURCE = (GROUP, VERSION, "themisclusters")
 _INTERVAL = OperatorSettings().status_interval_s
 
 
-def _reconcile(body, patch, memo, **kwargs) -> None:
+def _reconcile(body, patch, memo, trigger: str, **kwargs) -> None:
     if body.metadata.get("deletionTimestamp"):
         return  # a tick racing the deletion must neither rebuild children nor patch the status
-    outcome = reconcile_cluster(memo.kube, dict(body), **kwargs)
+    with memo.metrics.reconcile("ThemisCluster", trigger):
+        outcome = reconcile_cluster(memo.kube, dict(body), **kwargs)
+    memo.metrics.observe_status(body.metadata.namespace, body.metadata.name, outcome.status)
     patch.status.update(outcome.status)
     emit(body, outcome)
     write_adapter_statuses(memo.kube, body.metadata.namespace, outcome)
@@ -25,17 +27,17 @@ def _reconcile(body, patch, memo, **kwargs) -> None:
 
 @kopf.on.create(*RESOURCE)
 def created(body, patch, memo, **_) -> None:
-    _reconcile(body, patch, memo)
+    _reconcile(body, patch, memo, "create")
 
 
 @kopf.on.update(*RESOURCE)
 def updated(body, patch, memo, **_) -> None:
-    _reconcile(body, patch, memo)
+    _reconcile(body, patch, memo, "update")
 
 
 @kopf.on.resume(*RESOURCE)
 def resumed(body, patch, memo, **_) -> None:
-    _reconcile(body, patch, memo)
+    _reconcile(body, patch, memo, "resume")
 
 
 @kopf.timer(*RESOURCE, interval=_INTERVAL, initial_delay=min(_INTERVAL, 5.0))
@@ -43,11 +45,13 @@ def refresh_status(body, patch, memo, **_) -> None:
     """Probe every shard, then reconcile with fresh reports (finishes scale-in, heals drift)."""
     if body.metadata.get("deletionTimestamp"):
         return
-    _reconcile(body, patch, memo, reports=probe_shards(memo.kube, memo.prober, dict(body)))
+    _reconcile(body, patch, memo, "timer", reports=probe_shards(memo.kube, memo.prober, dict(body)))
 
 
 @kopf.on.delete(*RESOURCE)
 def deleted(body, memo, **_) -> None:
-    removed = delete_children(memo.kube, body.metadata.namespace, body.metadata.name)
+    with memo.metrics.reconcile("ThemisCluster", "delete"):
+        removed = delete_children(memo.kube, body.metadata.namespace, body.metadata.name)
+    memo.metrics.forget_cluster(body.metadata.namespace, body.metadata.name)
     if removed:
         kopf.info(body, reason="Deleted", message=f"removed {len(removed)} children")

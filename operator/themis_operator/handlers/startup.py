@@ -7,6 +7,7 @@ import os
 import kopf
 
 from ..kube import ApiKube
+from ..metrics import OperatorMetrics
 from ..probe import ShardProber
 from ..settings import OperatorSettings
 
@@ -28,6 +29,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.settings = ours
     memo.kube = ApiKube(_api_client())
     memo.prober = ShardProber(timeout_s=ours.probe_timeout_s, url_template=ours.shard_url_template)
+    memo.metrics = OperatorMetrics()
+    if ours.metrics_port:
+        memo.metrics.serve(ours.metrics_port)
     settings.persistence.finalizer = "themisdb.io/operator"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="themisdb.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="themisdb.io")

@@ -23,7 +23,8 @@ from themis_shard.plan import ClusterPlan
 from .. import names
 from ..builders import ClusterContext, build_children
 from ..builders.children import Ref
-from ..builders.plan import Placement, next_plan
+from ..builders.plan import Placement, next_plan, recovered_previous
+from ..builders.statefulset import adapter_location
 from ..builders.tls import ca_material
 from ..kube import desired_patch, is_subset
 from ..spec import error_text
@@ -110,7 +111,7 @@ def membership(
 ) -> tuple[int, ClusterPlan, list[Placement], list[str]]:
     """``(replicas, plan, placements, waiting)``: the scale-in hand-off, step by step."""
     adapters = [(a.name, a.spec) for a in snapshot.adapters]
-    previous = snapshot.previous_plan
+    previous = snapshot.previous_plan or recovered_previous(ctx, snapshot.prior.ring)
     desired = ctx.spec.shards
     current = snapshot.statefulset.replicas
     leaving = names.shard_ids(ctx.name, current)[desired:]
@@ -140,6 +141,7 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         ca=ca,
         existing_tls=existing_tls,
         existing_gossip=snapshot.child(Ref("v1", "Secret", names.gossip_secret(ctx.name))),
+        adapter_claims=[c for a in snapshot.adapters if (c := adapter_location(a.spec.source)[0])],
     )
     actions: list[Action] = [a for obj in children.apply if (a := change(obj, snapshot.child(ref_of(obj))))]
     actions += [Delete(ref) for ref in children.remove if snapshot.child(ref) is not None]

@@ -19,6 +19,7 @@ from ..builders import ClusterContext
 from ..builders.children import Ref, all_child_refs
 from ..builders.plan import previous_plan
 from ..kube import Kube
+from ..pods import PodProblem, pod_problems
 from ..probe import ShardProber, reports_from_status
 from ..spec import LoRAAdapterSpec, error_text
 from ..status import ShardReport
@@ -34,11 +35,15 @@ class PriorStatus:
     phase: str | None = None
     message: str | None = None
     conditions: tuple[dict, ...] = ()
+    #: The last published ring (``status.ring``): ring versions carry on from it when the plan
+    #: ConfigMap was deleted.
+    ring: dict | None = None
 
     @classmethod
     def of(cls, body: dict) -> PriorStatus:
         status = body.get("status") or {}
-        return cls(status.get("phase"), status.get("message"), tuple(status.get("conditions") or ()))
+        ring = status.get("ring") if isinstance(status.get("ring"), dict) else None
+        return cls(status.get("phase"), status.get("message"), tuple(status.get("conditions") or ()), ring)
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ class Snapshot:
     generation: int | None = None
     force_scale_in: bool = False
     prior: PriorStatus = PriorStatus()
+    #: Shard pods that cannot start, and why (their termination messages).
+    pod_problems: tuple[PodProblem, ...] = ()
 
     def child(self, ref: Ref) -> dict | None:
         return self.children.get(ref)
@@ -141,7 +148,13 @@ def observe(
         generation=meta.get("generation"),
         force_scale_in=(meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true",
         prior=PriorStatus.of(body),
+        pod_problems=pod_problems(kube.list("v1", "Pod", ctx.namespace, label_selector=selector(ctx.name))),
     )
+
+
+def selector(cluster: str) -> str:
+    """The shard pods' label selector (also the scale subresource's ``status.selector``)."""
+    return ",".join(f"{k}={v}" for k, v in names.selector_labels(cluster).items())
 
 
 def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, ShardReport]:

@@ -15,10 +15,10 @@ from .. import names
 from ..builders import ClusterContext
 from ..builders.plan import Placement
 from ..probe import adapter_states
-from ..status import Condition, ShardReport, condition_status, merge_conditions
+from ..status import AdapterReport, Condition, ShardReport, condition_status, merge_conditions
 from .act import Done
 from .decide import Decision, Invalid
-from .observe import ObservedAdapter, PriorStatus, Snapshot
+from .observe import ObservedAdapter, PriorStatus, Snapshot, selector
 
 
 @dataclass(frozen=True)
@@ -131,18 +131,23 @@ def report(
     ]
 
     ready = sts.ready
+    failing = snapshot.pod_problems
+    degraded_reason = ""
+    if failing:
+        degraded_reason = "ModelUnavailable" if any(p.bad_source for p in failing) else "ShardsFailing"
+    elif unreachable:
+        degraded_reason = "ShardsUnreachable"
+    degraded_message = (
+        "; ".join(p.line() for p in failing) if failing else f"unreachable shards: {', '.join(unreachable)}"
+    )
     if waiting:
         phase, reason, message = (
             "Scaling",
             "ScalingIn",
             f"waiting for {', '.join(waiting)} to hand off their data",
         )
-    elif unreachable:
-        phase, reason, message = (
-            "Degraded",
-            "ShardsUnreachable",
-            f"unreachable shards: {', '.join(unreachable)}",
-        )
+    elif degraded_reason:
+        phase, reason, message = "Degraded", degraded_reason, degraded_message
     elif ready >= desired and replicas == desired:
         phase, reason, message = "Running", "ShardsReady", f"{ready}/{desired} shards ready"
     else:
@@ -154,9 +159,9 @@ def report(
         )
 
     was_degraded = condition_status(list(prior.conditions), "Degraded") == "True"
-    if unreachable and (not was_degraded or prior.message != message):
-        events.append(Event("Warning", "ShardsUnreachable", message))
-    elif was_degraded and not unreachable:
+    if degraded_reason and (not was_degraded or prior.message != degraded_message):
+        events.append(Event("Warning", degraded_reason, degraded_message))
+    elif was_degraded and not degraded_reason:
         events.append(Event("Normal", "Recovered", "the spec is valid and every shard answers again"))
     progressing = bool(waiting) or sts.rolling or ready < desired or replicas != desired
     conditions = merge_conditions(
@@ -173,9 +178,9 @@ def report(
             ),
             Condition(
                 type="Degraded",
-                status="True" if unreachable else "False",
-                reason="ShardsUnreachable" if unreachable else "AsExpected",
-                message=message if unreachable else "",
+                status="True" if degraded_reason else "False",
+                reason=degraded_reason or "AsExpected",
+                message=degraded_message if degraded_reason else "",
             ),
         ],
         now=now,
@@ -187,7 +192,11 @@ def report(
         "readyShards": ready,
         "desiredShards": desired,
         "replicas": replicas,
+        # The scale subresource's labelSelectorPath (HPAs count pods with it).
+        "selector": selector(ctx.name),
         "ringVersion": decision.plan.ring_version,
+        # The ring itself, so versions carry on if the plan ConfigMap is deleted.
+        "ring": decision.plan.ring,
         "observedGeneration": snapshot.generation,
         "conditions": conditions,
         "shards": shards,
@@ -200,36 +209,49 @@ def report(
     )
 
 
-#: What a shard may report for an adapter; anything else is shown as "unknown".
-ADAPTER_STATES = ("pending", "loading", "loaded", "failed")
-
-
-def _adapter_state(entry: dict | None) -> str:
+def _shard_entry(sid: str, entry: AdapterReport | None) -> dict:
     if entry is None:
-        return "pending"
-    state = str(entry.get("state") or "unknown").lower()
-    return state if state in ADAPTER_STATES else "unknown"
+        return {"id": sid, "state": "pending"}
+    out: dict = {"id": sid, "state": entry.state}
+    if entry.message:
+        out["message"] = entry.message
+    if entry.accuracy_delta is not None:
+        out["accuracyDelta"] = entry.accuracy_delta
+    return out
 
 
 def adapter_status(
-    placement: Placement, adapter: ObservedAdapter, reported: list[tuple[str, dict]], *, now: str
+    placement: Placement, adapter: ObservedAdapter, reported: list[tuple[str, AdapterReport]], *, now: str
 ) -> dict:
-    """One LoRAAdapter's status: where it is placed and what those shards say about it."""
+    """One LoRAAdapter's status: where it is placed and what those shards say about it.
+
+    A shard that failed to load it (a wrong sha256, a download that failed) makes the adapter
+    Degraded with the shard's reason; ``loaded`` ("1/2") is the printer column.
+    """
     by_shard = {sid: entry for sid, entry in reported}
-    shards = [{"id": sid, "state": _adapter_state(by_shard.get(sid))} for sid in placement.shards]
-    loaded = bool(shards) and all(s["state"] == "loaded" for s in shards)
+    shards = [_shard_entry(sid, by_shard.get(sid)) for sid in placement.shards]
+    n_loaded = sum(s["state"] == "loaded" for s in shards)
+    failed = [f"{s['id']}: {s.get('message') or 'load failed'}" for s in shards if s["state"] == "failed"]
     problems = [f"shards not in the cluster: {', '.join(placement.missing)}"] if placement.missing else []
     problems += list(placement.notes)
+    if failed:
+        phase = "Degraded"
+    elif shards and n_loaded == len(shards):
+        phase = "Loaded"
+    else:
+        phase = "Placed" if shards else "Pending"
     status: dict = {
-        "phase": "Loaded" if loaded else ("Placed" if shards else "Pending"),
+        "phase": phase,
         "placed": ",".join(placement.shards),
         "placedShards": list(placement.shards),
+        "loaded": f"{n_loaded}/{len(shards)}",
         "shards": shards,
         "observedGeneration": adapter.generation,
-        "message": "; ".join(problems),
+        "message": "; ".join(failed + problems),
     }
+    on_placed = [e for sid, e in reported if sid in placement.shards]
     for key, src in (("accuracyDelta", "accuracy_delta"), ("p99DeltaMs", "p99_delta_ms")):
-        values = [float(e[src]) for _, e in reported if isinstance(e.get(src), int | float)]
+        values = [float(v) for e in on_placed if (v := getattr(e, src)) is not None]
         if values:
             status[key] = sum(values) / len(values)
     status["conditions"] = merge_conditions(
@@ -239,7 +261,13 @@ def adapter_status(
                 type="Placed",
                 status="True" if shards else "False",
                 reason="Placed" if shards else "NoShards",
-                message=status["message"],
+                message="; ".join(problems),
+            ),
+            Condition(
+                type="Loaded",
+                status="True" if phase == "Loaded" else "False",
+                reason="LoadFailed" if failed else ("Loaded" if phase == "Loaded" else "Loading"),
+                message="; ".join(failed) or f"loaded on {n_loaded}/{len(shards)} placed shards",
             ),
         ],
         now=now,
@@ -255,5 +283,11 @@ def adapter_statuses(snapshot: Snapshot, placements: Sequence[Placement], *, now
         for p in placements
     }
     for name, problem in snapshot.invalid_adapters.items():
-        statuses[name] = {"phase": "Degraded", "message": problem, "placed": "", "placedShards": []}
+        statuses[name] = {
+            "phase": "Degraded",
+            "message": problem,
+            "placed": "",
+            "placedShards": [],
+            "loaded": "0/0",
+        }
     return statuses

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..errors import BadRequest
-from .deps import runtime
+from ..llm.fetch import is_url
+from .deps import node, runtime
 from .types import AdapterBody
 
 router = APIRouter(tags=["inference"])
@@ -23,11 +24,28 @@ async def load_adapter(body: AdapterBody, request: Request):
     rt = runtime(request)
     path = body.path or body.source
     if not path:
-        raise BadRequest("path (a GGUF LoRA file on this shard) is required", code="invalid_request")
+        raise BadRequest(
+            "path (a GGUF LoRA file on this shard) or source (a path or an http(s) URL) is required",
+            code="invalid_request",
+        )
     m = rt.model(body.model)
+    if is_url(path):
+        fetcher = node(request).fetcher
+        if fetcher is None:
+            raise BadRequest("this shard fetches no http(s) sources", code="bad_source")
+        fetched = await fetcher.fetch(
+            path, sha256=body.sha256, max_bytes=fetcher.settings.max_adapter_bytes, what="adapter"
+        )
+        path = str(fetched)
     info = await m.adapters.load(
         body.name, path, domain=body.domain, scale=body.scale, evaluate=body.evaluate
     )
+    if body.sha256 and info.sha256 != body.sha256:
+        await m.adapters.unload(body.name)
+        raise BadRequest(
+            f"sha256 mismatch for adapter {body.name}: expected {body.sha256}, got {info.sha256}",
+            code="sha256_mismatch",
+        )
     return info.as_dict()
 
 

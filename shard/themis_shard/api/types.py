@@ -70,7 +70,10 @@ class AdapterBody(BaseModel):
     name: str
     domain: str | None = None
     path: str | None = None
+    #: A path on this shard, or an http(s) URL the shard fetches onto its weights volume.
     source: str | None = None
+    #: The file's sha256; a mismatch is refused (400 sha256_mismatch).
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     scale: float = 1.0
     model: str | None = None
     evaluate: bool | None = None

@@ -80,6 +80,7 @@ def issue_shard_cert(
     shard_id: str,
     dns_names: Sequence[str],
     ip_addresses: Sequence[str] = (),
+    validity: datetime.timedelta = SHARD_VALIDITY,
 ) -> tuple[bytes, bytes]:
     """A leaf certificate for ``shard_id`` signed by the CA: ``(cert_pem, key_pem)``.
 
@@ -108,7 +109,7 @@ def issue_shard_cert(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _BACKDATE)
-        .not_valid_after(min(now + SHARD_VALIDITY, ca_cert.not_valid_after_utc))
+        .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(

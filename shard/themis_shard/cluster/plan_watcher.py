@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from ..plan import AdapterPlacement, ClusterPlan
+from ..llm.fetch import FetchError, SourceFetcher, is_url
+from ..plan import AdapterPlacement, ClusterPlan, is_rollback
 from .placement import Topology
 from .router import RoutingPolicy
 from .tasks import Tasks
@@ -82,8 +83,10 @@ class PlanWatcher:
         handoff: HandoffStarter,
         runtime: RuntimeSource,
         registry: CollectorRegistry,
+        fetcher: SourceFetcher | None = None,
     ) -> None:
         self.self_id = self_id
+        self._fetcher = fetcher
         self.plan_path = plan_path
         self.live = live
         self.router = router
@@ -129,6 +132,15 @@ class PlanWatcher:
             return False
         if plan == self.live.topology.plan:
             return False
+        if is_rollback(self.live.topology.plan, plan):
+            log.error(
+                "refusing plan %s: ring version %d is lower than %d in use for cluster uid %s",
+                self.plan_path,
+                plan.ring_version,
+                self.live.topology.version,
+                plan.cluster_uid,
+            )
+            return False
         self.adopt(plan)
         return True
 
@@ -165,25 +177,39 @@ class PlanWatcher:
             self._plan_adapters.discard(name)
             log.info("unloaded adapter %s: no longer placed on this shard", name)
 
-    async def _load(self, manager: Any, placement: AdapterPlacement) -> None:
-        name = placement.name
+    async def _local_file(self, placement: AdapterPlacement) -> str:
+        """A path to load: the source itself, or an http(s) source fetched (sha256 checked)."""
+        if is_url(placement.source):
+            if self._fetcher is None:
+                raise FetchError(f"adapter source {placement.source} needs a fetcher (none configured)")
+            path = await self._fetcher.fetch(
+                placement.source,
+                sha256=placement.sha256,
+                max_bytes=self._fetcher.settings.max_adapter_bytes,
+                what="adapter",
+            )
+            return str(path)
         source = adapter_path(placement.source)
         if source is None:
-            self._adapter_failures[name] = f"unsupported adapter source {placement.source!r} (use a path)"
-            log.warning("adapter %s: %s", name, self._adapter_failures[name])
-            return
+            raise FetchError(
+                f"unsupported adapter source {placement.source!r} (a path, pvc:// or http(s)://)",
+                code="bad_source",
+            )
+        return source
+
+    async def _load(self, manager: Any, placement: AdapterPlacement) -> None:
+        name = placement.name
         try:
+            source = await self._local_file(placement)
             info = await manager.load(name, source, domain=placement.domain, scale=placement.scale)
         except Exception as exc:  # a bad file must not stop the shard; report and go on
-            self._adapter_failures[name] = str(exc)
+            self._adapter_failures[name] = str(exc) or type(exc).__name__
             log.warning("adapter %s from the plan failed to load: %s", name, exc)
             return
         if placement.sha256 and info.sha256 != placement.sha256:
             await manager.unload(name)
-            self._adapter_failures[name] = "sha256 mismatch"
-            log.error(
-                "adapter %s: sha256 %s does not match the plan's %s", name, info.sha256, placement.sha256
-            )
+            self._adapter_failures[name] = f"sha256 mismatch: expected {placement.sha256}, got {info.sha256}"
+            log.error("adapter %s: %s", name, self._adapter_failures[name])
             return
         self._plan_adapters.add(name)
         log.info("loaded adapter %s (%s) from the plan", name, placement.domain)

