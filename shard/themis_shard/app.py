@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
+from .api.auth import AuthMiddleware
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
 from .metrics import ShardMetrics
@@ -76,4 +77,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)
+    if settings.auth.enabled:  # outermost: a request without a valid key goes no further
+        app.add_middleware(
+            AuthMiddleware,
+            ring=settings.auth.key_ring(),
+            metrics_open=settings.auth.metrics_open,
+            realm=settings.auth.realm,
+        )
     return app

@@ -1,0 +1,75 @@
+"""API keys at the HTTP edge: a pure-ASGI middleware in front of every router.
+
+It runs before routing and before the body is read, so a request without a valid key costs
+nothing and no route, whoever adds it, escapes the policy (``auth.policy``). 401 (no key, or an
+unknown one) and 403 (a key whose role may not) carry the standard error body and a
+``WWW-Authenticate: Bearer`` challenge (RFC 6750).
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..auth.keys import KeyRing, bearer_token
+from ..auth.policy import required_role
+from ..errors import error_body
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, ring: KeyRing, *, metrics_open: bool, realm: str = "themis") -> None:
+        self.app = app
+        self.ring = ring
+        self.metrics_open = metrics_open
+        self.realm = realm
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        needed = required_role(
+            scope.get("method", "GET"), scope.get("path", ""), metrics_open=self.metrics_open
+        )
+        if needed is None:
+            await self.app(scope, receive, send)
+            return
+        header = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"authorization"), None
+        )
+        token = bearer_token(header)
+        if token is None:
+            await self._refuse(
+                send, 401, "unauthorized", "an API key is required: Authorization: Bearer <key>", ""
+            )
+            return
+        role = self.ring.role_of(token)
+        if role is None:
+            await self._refuse(send, 401, "invalid_api_key", "the API key is not valid", "invalid_token")
+            return
+        if role < needed:
+            await self._refuse(
+                send,
+                403,
+                "forbidden",
+                f"this route needs the {needed.name} role; the API key has the {role.name} role",
+                "insufficient_scope",
+            )
+            return
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, send: Send, status: int, code: str, message: str, error: str) -> None:
+        challenge = f'Bearer realm="{self.realm}"' + (f', error="{error}"' if error else "")
+        body = json.dumps(error_body(code, message)).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", challenge.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
