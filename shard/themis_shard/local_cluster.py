@@ -24,6 +24,8 @@ from pathlib import Path
 
 import httpx
 
+from .auth.keys import bearer_headers
+from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 
@@ -119,7 +121,11 @@ def wait_ready(
 
 
 def start_shard(
-    state_dir: Path, plan_path: Path, launch: dict, member: Member, tls_env: dict[str, str]
+    state_dir: Path,
+    plan_path: Path,
+    launch: dict,
+    member: Member,
+    tls_env: dict[str, str],
 ) -> dict:
     """Start one shard process in the background (its own session: `make up` returns)."""
     data_dir = Path(launch["data_root"]) / member.shard_id
@@ -135,6 +141,8 @@ def start_shard(
         "THEMIS_CLUSTER_GOSSIP_SECRET": launch["gossip_secret"],
         **tls_env,
     }
+    if launch.get("auth"):
+        env.update(write_local_keys(state_dir))
     if member.internal_url:
         env["THEMIS_INTERNAL_PORT"] = member.internal_url.rsplit(":", 1)[1]
     if launch["no_llm"]:
@@ -167,10 +175,15 @@ def write_plan(path: Path, plan: ClusterPlan) -> None:
 
 
 def wait_migrated(
-    urls: list[str], version: int, timeout: float, verify=True, want=("purged", "drained")
+    urls: list[str],
+    version: int,
+    timeout: float,
+    verify=True,
+    want=("purged", "drained"),
+    api_key: str | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=5.0, verify=verify) as client:
+    with httpx.Client(timeout=5.0, verify=verify, headers=bearer_headers(api_key)) as client:
         while True:
             states = {}
             for url in urls:
@@ -227,7 +240,9 @@ def scale(args: argparse.Namespace) -> int:
             state["shards"].append(start_shard(state_dir, plan_path, launch, member, {}))
         (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
         wait_ready([m.url for m in added], args.timeout)
-        wait_migrated([m.url for m in new_plan.members], new_plan.ring_version, args.timeout)
+        wait_migrated(
+            [m.url for m in new_plan.members], new_plan.ring_version, args.timeout, api_key=args.api_key
+        )
         print(f"scaled out to {args.shards} shards (ring version {new_plan.ring_version})")
         return 0
     leaving = ring[args.shards :]
@@ -243,7 +258,7 @@ def scale(args: argparse.Namespace) -> int:
         plan,
     )
     write_plan(plan_path, draining_plan)
-    wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout)
+    wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout, api_key=args.api_key)
     final = build_plan(
         ClusterSpec(
             name=plan.cluster,
@@ -336,6 +351,7 @@ def up(args: argparse.Namespace) -> int:
         "no_llm": args.no_llm,
         "raid_mode": args.raid_mode,
         "raid_weights": args.raid_weights,
+        "auth": args.auth,
     }
     shards = [
         start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
@@ -358,6 +374,13 @@ def up(args: argparse.Namespace) -> int:
         raise
     for s in shards:
         print(f"{s['shard_id']} {s['url']}")
+    if args.auth:
+        keys = (state_dir / "auth").resolve()
+        print(
+            f"API keys on: admin key {keys / 'admin.key'}, client key {keys / 'client.key'} "
+            f"(send Authorization: Bearer <key>; the themis CLI reads the admin key itself)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -393,6 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go"
     )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="API key for clusters with keys on (default: $THEMIS_API_KEY, else .themis/auth/admin.key)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a local cluster and wait until it is ready")
     p_up.add_argument("--shards", type=int, default=3)
@@ -412,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls",
         action="store_true",
         help="HTTPS for clients and mTLS between shards (certificates in .themis/tls)",
+    )
+    p_up.add_argument(
+        "--auth",
+        action="store_true",
+        help="require API keys (off by default locally): mints an admin and a client key in .themis/auth",
     )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
@@ -433,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.api_key = resolve_api_key(args.api_key, args.state_dir)
     if args.command == "up" and args.raid_mode is None:
         args.raid_mode = "raid1" if args.shards >= 2 else "raid0"
     if args.command == "up" and args.raid_weights is None:

@@ -92,3 +92,8 @@ def bearer_token(authorization: str | None) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+def bearer_headers(key: str | None) -> dict[str, str]:
+    """The client side: the ``Authorization`` header for ``key`` (none without a key)."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
