@@ -60,8 +60,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(raid_api.router)
     if settings.llm.enabled:
         from .api import adapters, inference, openai_compat
+        from .api import rag as rag_api
 
         app.include_router(inference.router)
+        app.include_router(rag_api.router)  # POST /v1/rag
         app.include_router(adapters.router)
         app.include_router(openai_compat.router)
         from .api import kv_prefix
