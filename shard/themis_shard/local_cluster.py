@@ -411,6 +411,30 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def demo(args: argparse.Namespace) -> int:
+    """Load the sample corpus into the running cluster, ask one RAG question and run one AQL query."""
+    from .demo.run import render, run_demo
+
+    state = _read_state(args.state_dir)
+    if not state and not args.url:
+        raise SystemExit("no local cluster is running (make up, or themis up, first)")
+    url = args.url or state["shards"][0]["url"]
+    verify = ssl.create_default_context(cafile=state["ca"]) if state and state.get("ca") else True
+    report = run_demo(
+        url,
+        api_key=args.api_key,
+        verify=verify,
+        question=args.question,
+        max_tokens=args.max_tokens,
+        skip_load=args.skip_load,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="themis", description="Run a local Themis cluster.")
     parser.add_argument(
@@ -460,6 +484,15 @@ def build_parser() -> argparse.ArgumentParser:
     p_scale.set_defaults(func=scale)
     p_status = sub.add_parser("status", help="show the local cluster's shards")
     p_status.set_defaults(func=status)
+    p_demo = sub.add_parser("demo", help="load the sample corpus, ask one RAG question and run one AQL query")
+    p_demo.add_argument("--question", default="Why is the sky blue?")
+    p_demo.add_argument("--max-tokens", type=int, default=48)
+    p_demo.add_argument(
+        "--url", default=None, help="a shard's URL (default: the local cluster's first shard)"
+    )
+    p_demo.add_argument("--skip-load", action="store_true", help="the corpus is loaded already")
+    p_demo.add_argument("--json", action="store_true", help="print the report as JSON")
+    p_demo.set_defaults(func=demo)
     add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
     return parser
 
