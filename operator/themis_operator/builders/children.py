@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from themis_shard.plan import ClusterPlan
 
 from .. import names
+from .auth import build_api_keys_secret
 from .context import ClusterContext
 from .gossip import build_gossip_secret
 from .monitoring import build_service_monitor
@@ -43,6 +44,7 @@ def build_children(
     ca: tuple[bytes, bytes] | None,
     existing_tls: dict | None,
     existing_gossip: dict | None = None,
+    existing_api_keys: dict | None = None,
 ) -> Children:
     apply: list[dict] = [build_gossip_secret(ctx, existing_gossip)]
     remove: list[Ref] = []
@@ -55,6 +57,10 @@ def build_children(
             Ref("v1", "Secret", names.tls_secret(ctx.name)),
             Ref("v1", "Secret", names.ca_secret(ctx.name)),
         ]
+    if ctx.spec.auth.enabled:
+        apply.append(build_api_keys_secret(ctx, existing_api_keys))
+    else:
+        remove.append(Ref("v1", "Secret", names.api_keys_secret(ctx.name)))
     apply += [
         build_plan_configmap(ctx, plan),
         build_headless_service(ctx),
@@ -81,4 +87,5 @@ def all_child_refs(cluster: str) -> list[Ref]:
         Ref("v1", "Secret", names.tls_secret(cluster)),
         Ref("v1", "Secret", names.ca_secret(cluster)),
         Ref("v1", "Secret", names.gossip_secret(cluster)),
+        Ref("v1", "Secret", names.api_keys_secret(cluster)),
     ]

@@ -140,6 +140,7 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         ca=ca,
         existing_tls=existing_tls,
         existing_gossip=snapshot.child(Ref("v1", "Secret", names.gossip_secret(ctx.name))),
+        existing_api_keys=snapshot.child(Ref("v1", "Secret", names.api_keys_secret(ctx.name))),
     )
     actions: list[Action] = [a for obj in children.apply if (a := change(obj, snapshot.child(ref_of(obj))))]
     actions += [Delete(ref) for ref in children.remove if snapshot.child(ref) is not None]
