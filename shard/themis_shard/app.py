@@ -79,6 +79,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)
+    if settings.auth.enabled and settings.internal_port is None:
+        log.warning(
+            "API keys are on but /internal routes share the public port (no TLS): shard-to-shard "
+            "routes take no API key, so use TLS (themis up --tls) where the port is exposed"
+        )
     if settings.auth.enabled:  # outermost: a request without a valid key goes no further
         app.add_middleware(
             AuthMiddleware,

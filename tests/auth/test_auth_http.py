@@ -68,6 +68,8 @@ def test_a_client_key_reads_and_writes_documents_and_runs_aql(api: TestClient) -
 def test_a_client_key_may_not_operate_the_cluster(api: TestClient) -> None:
     for method, path, body in (
         ("GET", "/v1/cluster/status", None),
+        ("POST", "/v1/adapters", {"name": "legal", "domain": "legal", "path": "/etc/passwd"}),
+        ("DELETE", "/v1/adapters/legal", None),
         ("POST", "/v1/raid/rebuild", {}),
         ("GET", "/v1/raid/status", None),
     ):
