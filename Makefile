@@ -58,6 +58,7 @@ test-fast: install
 
 bench: install
 	$(PY) bench/storage.py
+	$(PY) bench/auth.py
 	$(PY) bench/routing.py
 	$(PY) bench/forwarding.py
 	$(PY) bench/batch.py
