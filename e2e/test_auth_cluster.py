@@ -63,6 +63,10 @@ def test_up_with_auth_mints_keys_and_every_public_route_needs_one(tmp_path) -> N
         r = httpx.get(f"{url['shard-0']}/v1/cluster/status", headers={"Authorization": f"Bearer {admin}"})
         assert r.status_code == 200
 
+        again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # not silently without keys
+        assert again.returncode != 0 and "started with --auth" in again.stderr
+        assert themis("up", "--shards", "2", "--no-llm", "--auth", cwd=tmp_path).stdout == up.stdout
+
         # the CLI finds the admin key itself (scale polls /v1/cluster/status), or takes --api-key
         scale = themis("scale", "--shards", "3", cwd=tmp_path)
         assert scale.returncode == 0, scale.stderr

@@ -319,6 +319,9 @@ def up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     state = _read_state(state_dir)
     if state and all(_alive(s["pid"]) for s in state["shards"]):
+        if bool(state["launch"].get("auth")) != args.auth:
+            running = "with" if state["launch"].get("auth") else "without"
+            raise SystemExit(f"the running cluster was started {running} --auth: themis down first")
         for s in state["shards"]:
             print(f"{s['shard_id']} {s['url']}")
         return 0
