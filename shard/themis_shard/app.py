@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
-from .api.auth import AuthMiddleware
+from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
 from .metrics import ShardMetrics
@@ -85,6 +85,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "routes take no API key, so use TLS (themis up --tls) where the port is exposed"
         )
     if settings.auth.enabled:  # outermost: a request without a valid key goes no further
+        base_openapi = app.openapi
+
+        def openapi() -> dict:
+            if app.openapi_schema is None:
+                app.openapi_schema = document_security(
+                    base_openapi(), metrics_open=settings.auth.metrics_open
+                )
+            return app.openapi_schema
+
+        app.openapi = openapi  # type: ignore[method-assign]
         app.add_middleware(
             AuthMiddleware,
             ring=settings.auth.key_ring(),

@@ -104,3 +104,13 @@ def test_a_request_refused_for_its_key_is_refused_before_its_body_is_read(api: T
 
 def test_without_auth_settings_the_local_mode_is_open(client: TestClient) -> None:
     assert client.get("/v1/collections").status_code == 200
+
+
+def test_the_openapi_schema_names_the_bearer_scheme_and_each_operations_role(api: TestClient) -> None:
+    schema = api.get("/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    paths = schema["paths"]
+    assert paths["/v1/aql"]["post"]["x-themis-role"] == "client"
+    assert paths["/v1/aql"]["post"]["security"] == [{"bearer": []}]
+    assert paths["/v1/cluster/status"]["get"]["x-themis-role"] == "admin"
+    assert "security" not in paths["/health"]["get"]

@@ -73,3 +73,23 @@ class AuthMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+def document_security(schema: dict, *, metrics_open: bool) -> dict:
+    """The OpenAPI schema with the bearer scheme and, per operation, its security and the role it
+    needs (``x-themis-role``), read from the same policy the middleware enforces."""
+    components = schema.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["bearer"] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "an API key (roles: client, admin)",
+    }
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            if not isinstance(operation, dict):
+                continue
+            role = required_role(method, path, metrics_open=metrics_open)
+            if role is not None:
+                operation["security"] = [{"bearer": []}]
+                operation["x-themis-role"] = role.name
+    return schema
