@@ -8,11 +8,12 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status test test-tools test-fast bench lint dashboards clean
+.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
 	@echo "make down    - stop it"
+	@echo "make demo    - load the sample corpus into the running cluster, ask one RAG question and one AQL query"
 	@echo "make test    - install and run the whole test suite"
 	@echo "make bench   - run the benchmarks (prints tables)"
 	@echo "make lint    - ruff"
@@ -40,6 +41,10 @@ down:
 status: install
 	$(VENV)/bin/themis status
 
+# The quickstart: a CC0 corpus into the running `make up` cluster, one RAG question, one AQL query.
+demo: install
+	$(VENV)/bin/themis demo
+
 # Tests also need a real Prometheus (dashboards are evaluated against it): Debian's package.
 test-tools:
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
@@ -53,6 +58,7 @@ test-fast: install
 
 bench: install
 	$(PY) bench/storage.py
+	$(PY) bench/auth.py
 	$(PY) bench/routing.py
 	$(PY) bench/forwarding.py
 	$(PY) bench/batch.py

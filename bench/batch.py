@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _local import themis
+from _local import api_headers, themis
 from themis_shard.plan import ClusterPlan
 
 PROMPTS = [
@@ -56,7 +56,7 @@ def run(cluster_shards: int, mode: str, batch: list[dict]) -> tuple[float, int]:
         )
         try:
             url = ClusterPlan.load(cwd / ".themis" / "plan.json").members[0].url
-            with httpx.Client(timeout=1800) as client:
+            with httpx.Client(timeout=1800, headers=api_headers(cwd)) as client:
                 client.post(f"{url}/v1/infer", json={"prompt": "warm up", "max_tokens": 2})
                 started = time.perf_counter()
                 if mode == "serial":

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _local import themis
+from _local import api_headers, themis
 from themis_shard.cluster.placement import Topology
 from themis_shard.plan import ClusterPlan
 
@@ -47,7 +47,7 @@ def main() -> None:
             url = {m.shard_id: m.url for m in plan.members}
             keys = [f"k{i}" for i in range(4 * args.n)]
             owned = [k for k in keys if topo.owners("b", k)[0] == "shard-0"][: args.n]
-            with httpx.Client(timeout=60) as c:
+            with httpx.Client(timeout=60, headers=api_headers(cwd)) as c:
                 for k in owned:
                     c.put(
                         f"{url['shard-0']}/v1/collections/b/documents/{k}",

@@ -20,6 +20,7 @@ CHILDREN = [
     ("secret", "demo-gossip"),
     ("secret", "demo-ca"),
     ("secret", "demo-tls"),
+    ("secret", "demo-api-keys"),
     ("configmap", "demo-plan"),
     ("service", "demo"),
     ("service", "demo-headless"),

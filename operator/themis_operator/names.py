@@ -59,6 +59,10 @@ def gossip_secret(cluster: str) -> str:
     return f"{cluster}-gossip"
 
 
+def api_keys_secret(cluster: str) -> str:
+    return f"{cluster}-api-keys"
+
+
 def pdb(cluster: str) -> str:
     return cluster
 

@@ -73,25 +73,36 @@ class ShardProber:
             )
         return names.shard_url(cluster, namespace, index, tls)
 
-    def _fetch(self, url: str, ca_pem: bytes | None) -> dict:
+    def _fetch(self, url: str, ca_pem: bytes | None, api_key: str | None = None) -> dict:
         verify: ssl.SSLContext | bool = True
         if url.startswith("https") and ca_pem:
             verify = ssl.create_default_context(cadata=ca_pem.decode())
-        response = httpx.get(f"{url}/v1/cluster/status", timeout=self.timeout_s, verify=verify)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        response = httpx.get(
+            f"{url}/v1/cluster/status", timeout=self.timeout_s, verify=verify, headers=headers
+        )
         response.raise_for_status()
         return response.json()
 
     def probe(
-        self, cluster: str, namespace: str, count: int, members: int, tls: bool, ca_pem: bytes | None = None
+        self,
+        cluster: str,
+        namespace: str,
+        count: int,
+        members: int,
+        tls: bool,
+        ca_pem: bytes | None = None,
+        api_key: str | None = None,
     ) -> list[ShardReport]:
-        """Reports for pods ``0..count-1``; indexes ``>= members`` are leaving the ring."""
+        """Reports for pods ``0..count-1``; indexes ``>= members`` are leaving the ring;
+        ``api_key``: the operator's key when the cluster has API keys on."""
 
         def one(index: int) -> ShardReport:
             sid = names.shard_id(cluster, index)
             url = self.url_for(cluster, namespace, index, tls)
             role = "member" if index < members else "leaving"
             try:
-                return parse_status(sid, url, role, self._fetch(url, ca_pem))
+                return parse_status(sid, url, role, self._fetch(url, ca_pem, api_key))
             except Exception:  # unreachable, not implemented yet, bad JSON: all mean "unknown"
                 return ShardReport(id=sid, url=url, role=role)  # type: ignore[arg-type]
 

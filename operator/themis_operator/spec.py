@@ -113,6 +113,11 @@ class TLSSpec(_Model):
     enabled: bool = True
 
 
+class AuthSpec(_Model):
+    #: API keys on the public API (the operator keeps them in the ``{name}-api-keys`` Secret).
+    enabled: bool = True
+
+
 class MonitoringSpec(_Model):
     service_monitor: bool = False
     interval: str = "30s"
@@ -133,6 +138,7 @@ class ThemisClusterSpec(_Model):
     resources: ResourcesSpec = ResourcesSpec()
     storage: StorageSpec = StorageSpec()
     tls: TLSSpec = TLSSpec()
+    auth: AuthSpec = AuthSpec()
     monitoring: MonitoringSpec = MonitoringSpec()
     raid: RaidSpec = RaidSpec()
     image_pull_secrets: tuple[LocalObjectReference, ...] = ()

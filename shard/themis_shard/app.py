@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
+from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
 from .metrics import ShardMetrics
@@ -64,8 +65,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(raid_api.router)
     if settings.llm.enabled:
         from .api import adapters, inference, openai_compat
+        from .api import rag as rag_api
 
         app.include_router(inference.router)
+        app.include_router(rag_api.router)  # POST /v1/rag
         app.include_router(adapters.router)
         app.include_router(openai_compat.router)
         from .api import kv_prefix
@@ -81,4 +84,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)
+    if settings.auth.enabled and settings.internal_port is None:
+        log.warning(
+            "API keys are on but /internal routes share the public port (no TLS): shard-to-shard "
+            "routes take no API key, so use TLS (themis up --tls) where the port is exposed"
+        )
+    if settings.auth.enabled:  # outermost: a request without a valid key goes no further
+        base_openapi = app.openapi
+
+        def openapi() -> dict:
+            if app.openapi_schema is None:
+                app.openapi_schema = document_security(
+                    base_openapi(), metrics_open=settings.auth.metrics_open
+                )
+            return app.openapi_schema
+
+        app.openapi = openapi  # type: ignore[method-assign]
+        app.add_middleware(
+            AuthMiddleware,
+            ring=settings.auth.key_ring(),
+            metrics_open=settings.auth.metrics_open,
+            realm=settings.auth.realm,
+        )
     return app

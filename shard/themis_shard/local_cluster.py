@@ -25,6 +25,8 @@ from pathlib import Path
 import httpx
 
 from . import __version__
+from .auth.keys import bearer_headers
+from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 
@@ -120,7 +122,11 @@ def wait_ready(
 
 
 def start_shard(
-    state_dir: Path, plan_path: Path, launch: dict, member: Member, tls_env: dict[str, str]
+    state_dir: Path,
+    plan_path: Path,
+    launch: dict,
+    member: Member,
+    tls_env: dict[str, str],
 ) -> dict:
     """Start one shard process in the background (its own session: `make up` returns)."""
     data_dir = Path(launch["data_root"]) / member.shard_id
@@ -136,6 +142,8 @@ def start_shard(
         "THEMIS_CLUSTER_GOSSIP_SECRET": launch["gossip_secret"],
         **tls_env,
     }
+    if launch.get("auth"):
+        env.update(write_local_keys(state_dir))
     if member.internal_url:
         env["THEMIS_INTERNAL_PORT"] = member.internal_url.rsplit(":", 1)[1]
     if launch["no_llm"]:
@@ -168,10 +176,15 @@ def write_plan(path: Path, plan: ClusterPlan) -> None:
 
 
 def wait_migrated(
-    urls: list[str], version: int, timeout: float, verify=True, want=("purged", "drained")
+    urls: list[str],
+    version: int,
+    timeout: float,
+    verify=True,
+    want=("purged", "drained"),
+    api_key: str | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=5.0, verify=verify) as client:
+    with httpx.Client(timeout=5.0, verify=verify, headers=bearer_headers(api_key)) as client:
         while True:
             states = {}
             for url in urls:
@@ -228,7 +241,9 @@ def scale(args: argparse.Namespace) -> int:
             state["shards"].append(start_shard(state_dir, plan_path, launch, member, {}))
         (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
         wait_ready([m.url for m in added], args.timeout)
-        wait_migrated([m.url for m in new_plan.members], new_plan.ring_version, args.timeout)
+        wait_migrated(
+            [m.url for m in new_plan.members], new_plan.ring_version, args.timeout, api_key=args.api_key
+        )
         print(f"scaled out to {args.shards} shards (ring version {new_plan.ring_version})")
         return 0
     leaving = ring[args.shards :]
@@ -244,7 +259,7 @@ def scale(args: argparse.Namespace) -> int:
         plan,
     )
     write_plan(plan_path, draining_plan)
-    wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout)
+    wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout, api_key=args.api_key)
     final = build_plan(
         ClusterSpec(
             name=plan.cluster,
@@ -305,6 +320,9 @@ def up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     state = _read_state(state_dir)
     if state and all(_alive(s["pid"]) for s in state["shards"]):
+        if bool(state["launch"].get("auth")) != args.auth:
+            running = "with" if state["launch"].get("auth") else "without"
+            raise SystemExit(f"the running cluster was started {running} --auth: themis down first")
         for s in state["shards"]:
             print(f"{s['shard_id']} {s['url']}")
         return 0
@@ -337,6 +355,7 @@ def up(args: argparse.Namespace) -> int:
         "no_llm": args.no_llm,
         "raid_mode": args.raid_mode,
         "raid_weights": args.raid_weights,
+        "auth": args.auth,
     }
     shards = [
         start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
@@ -359,6 +378,13 @@ def up(args: argparse.Namespace) -> int:
         raise
     for s in shards:
         print(f"{s['shard_id']} {s['url']}")
+    if args.auth:
+        keys = (state_dir / "auth").resolve()
+        print(
+            f"API keys on: admin key {keys / 'admin.key'}, client key {keys / 'client.key'} "
+            f"(send Authorization: Bearer <key>; the themis CLI reads the admin key itself)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -389,11 +415,40 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def demo(args: argparse.Namespace) -> int:
+    """Load the sample corpus into the running cluster, ask one RAG question and run one AQL query."""
+    from .demo.run import render, run_demo
+
+    state = _read_state(args.state_dir)
+    if not state and not args.url:
+        raise SystemExit("no local cluster is running (make up, or themis up, first)")
+    url = args.url or state["shards"][0]["url"]
+    verify = ssl.create_default_context(cafile=state["ca"]) if state and state.get("ca") else True
+    report = run_demo(
+        url,
+        api_key=args.api_key,
+        verify=verify,
+        question=args.question,
+        max_tokens=args.max_tokens,
+        skip_load=args.skip_load,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="themis", description="Run a local Themis cluster.")
     parser.add_argument("--version", action="version", version=f"themis {__version__}")
     parser.add_argument(
         "--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go"
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="API key for clusters with keys on (default: $THEMIS_API_KEY, else .themis/auth/admin.key)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a local cluster and wait until it is ready")
@@ -415,6 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="HTTPS for clients and mTLS between shards (certificates in .themis/tls)",
     )
+    p_up.add_argument(
+        "--auth",
+        action="store_true",
+        help="require API keys (off by default locally): mints an admin and a client key in .themis/auth",
+    )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
     p_down = sub.add_parser("down", help="stop the local cluster")
@@ -429,12 +489,22 @@ def build_parser() -> argparse.ArgumentParser:
     p_scale.set_defaults(func=scale)
     p_status = sub.add_parser("status", help="show the local cluster's shards")
     p_status.set_defaults(func=status)
+    p_demo = sub.add_parser("demo", help="load the sample corpus, ask one RAG question and run one AQL query")
+    p_demo.add_argument("--question", default="Why is the sky blue?")
+    p_demo.add_argument("--max-tokens", type=int, default=48)
+    p_demo.add_argument(
+        "--url", default=None, help="a shard's URL (default: the local cluster's first shard)"
+    )
+    p_demo.add_argument("--skip-load", action="store_true", help="the corpus is loaded already")
+    p_demo.add_argument("--json", action="store_true", help="print the report as JSON")
+    p_demo.set_defaults(func=demo)
     add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.api_key = resolve_api_key(args.api_key, args.state_dir)
     if args.command == "up" and args.raid_mode is None:
         args.raid_mode = "raid1" if args.shards >= 2 else "raid0"
     if args.command == "up" and args.raid_weights is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .auth.settings import AuthSettings
 from .llm.settings import LLMSettings
 
 
@@ -46,6 +47,7 @@ class Settings(BaseSettings):
     vector_persist_every: int = Field(10_000, ge=1)
     use_gpu: bool | None = Field(None, description="None = auto-detect (faiss GPUs / CUDA)")
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:

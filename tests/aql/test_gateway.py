@@ -62,3 +62,17 @@ def test_no_answer_is_503(handler):
     with pytest.raises(ThemisError) as info:
         asyncio.run(gateway(handler).infer({"prompt": "p"}))
     assert (info.value.status, info.value.code) == (503, "inference_unavailable")
+
+
+def test_for_caller_sends_the_callers_authorization_and_nothing_without_one():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(200, json={"text": "ok"})
+
+    gw = gateway(handler)
+    asyncio.run(gw.for_caller("Bearer themis_k").infer({"prompt": "p"}))
+    asyncio.run(gw.for_caller(None).infer({"prompt": "p"}))
+    assert gw.for_caller(None) is gw
+    assert seen == ["Bearer themis_k", None]

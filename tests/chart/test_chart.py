@@ -241,7 +241,7 @@ def test_cluster_from_values_is_a_valid_themiscluster(render):
     tc = one(render(VALUE_SETS["everything"], "everything"), "ThemisCluster")
     assert tc["apiVersion"] == "themisdb.io/v1alpha1"
     assert tc["metadata"] == {**tc["metadata"], "name": "demo", "namespace": NAMESPACE}
-    assert tc["spec"] == {"shards": 3, "raidMode": "raid5"}
+    assert tc["spec"] == {"shards": 3, "raidMode": "raid5", "auth": {"enabled": True}}  # keys on in the chart
 
 
 # ---- dashboards for the Grafana sidecar -------------------------------------------------------------

@@ -63,6 +63,7 @@ def test_children_come_in_dependency_order_with_owner_references_and_labels():
         ("Secret", "demo-gossip"),
         ("Secret", "demo-ca"),
         ("Secret", "demo-tls"),
+        ("Secret", "demo-api-keys"),
         ("ConfigMap", "demo-plan"),
         ("Service", "demo-headless"),
         ("Service", "demo"),
@@ -135,6 +136,7 @@ def test_statefulset_runs_the_shard_with_the_contracted_env_mounts_and_probes():
         "/etc/themis/plan": "plan",
         "/etc/themis/tls": "tls",
         "/tmp": "tmp",  # the only writable place outside the volumes (read-only root filesystem)
+        "/etc/themis/auth": "api-keys",
     }
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
     assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
@@ -367,10 +369,13 @@ def test_ca_material_is_reused_from_the_ca_secret():
 
 
 def test_turned_off_features_are_listed_for_removal():
-    built = children(ctx(tls={"enabled": False}, monitoring={"serviceMonitor": False}))
+    built = children(
+        ctx(tls={"enabled": False}, monitoring={"serviceMonitor": False}, auth={"enabled": False})
+    )
     assert {(r.kind, r.name) for r in built.remove} == {
         ("Secret", "demo-tls"),
         ("Secret", "demo-ca"),
+        ("Secret", "demo-api-keys"),
         ("ServiceMonitor", "demo"),
     }
     assert [m["metadata"]["name"] for m in built.apply if m["kind"] == "Secret"] == ["demo-gossip"]

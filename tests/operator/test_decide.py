@@ -14,6 +14,7 @@ def test_a_new_cluster_creates_every_child_secrets_and_plan_before_the_statefuls
         ("Create", "Secret", "demo-gossip"),
         ("Create", "Secret", "demo-ca"),
         ("Create", "Secret", "demo-tls"),
+        ("Create", "Secret", "demo-api-keys"),
         ("Create", "ConfigMap", "demo-plan"),
         ("Create", "Service", "demo-headless"),
         ("Create", "Service", "demo"),

@@ -47,6 +47,7 @@ def test_create_builds_every_child_and_reports_progress(kube):
     assert kube.kinds() == [
         ("ConfigMap", "demo-plan"),
         ("PodDisruptionBudget", "demo"),
+        ("Secret", "demo-api-keys"),
         ("Secret", "demo-ca"),
         ("Secret", "demo-gossip"),
         ("Secret", "demo-tls"),
@@ -310,7 +311,7 @@ def test_delete_removes_every_child_explicitly(kube):
     body = cluster(kube, monitoring={"serviceMonitor": True})
     reconcile_cluster(kube, body)
     removed = delete_children(kube, NS, "demo")
-    assert len(removed) == 9
+    assert len(removed) == 10
     assert kube.kinds() == [("ThemisCluster", "demo")]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from themis_shard.plan import ClusterPlan
 
 from .. import names
+from .auth import build_api_keys_secret
 from .context import ClusterContext
 from .gossip import build_gossip_secret
 from .monitoring import build_service_monitor
@@ -45,6 +46,7 @@ def build_children(
     existing_tls: dict | None,
     existing_gossip: dict | None = None,
     adapter_claims: Sequence[str] = (),
+    existing_api_keys: dict | None = None,
 ) -> Children:
     apply: list[dict] = [build_gossip_secret(ctx, existing_gossip)]
     remove: list[Ref] = []
@@ -57,6 +59,10 @@ def build_children(
             Ref("v1", "Secret", names.tls_secret(ctx.name)),
             Ref("v1", "Secret", names.ca_secret(ctx.name)),
         ]
+    if ctx.spec.auth.enabled:
+        apply.append(build_api_keys_secret(ctx, existing_api_keys))
+    else:
+        remove.append(Ref("v1", "Secret", names.api_keys_secret(ctx.name)))
     apply += [
         build_plan_configmap(ctx, plan),
         build_headless_service(ctx),
@@ -83,4 +89,5 @@ def all_child_refs(cluster: str) -> list[Ref]:
         Ref("v1", "Secret", names.tls_secret(cluster)),
         Ref("v1", "Secret", names.ca_secret(cluster)),
         Ref("v1", "Secret", names.gossip_secret(cluster)),
+        Ref("v1", "Secret", names.api_keys_secret(cluster)),
     ]

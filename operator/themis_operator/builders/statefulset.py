@@ -12,11 +12,13 @@ from collections.abc import Sequence
 
 from .. import names
 from ..spec import PVC_SOURCE, ModelRef, ThemisClusterSpec
+from .auth import DIGESTS as API_KEY_DIGESTS
 from .context import ClusterContext
 from .gossip import KEY as GOSSIP_KEY
 
 PLAN_DIR = "/etc/themis/plan"
 TLS_DIR = "/etc/themis/tls"
+AUTH_DIR = "/etc/themis/auth"
 DATA_DIR = "/data"
 WEIGHTS_DIR = "/weights"
 #: RAID units on the weights volume (a wiped volume is rebuilt from the peers at start-up).
@@ -104,6 +106,11 @@ def _env(ctx: ClusterContext) -> list[dict]:
         env.append(var(path_var, _model_location(ref)))
         if ref.sha256:
             env.append(var(f"THEMIS_LLM_{prefix}_MODEL_SHA256", ref.sha256))
+    if spec.auth.enabled:  # API keys: the shards see only the digests
+        env += [
+            var("THEMIS_AUTH_ENABLED", True),
+            var("THEMIS_AUTH_KEYS_FILE", f"{AUTH_DIR}/{API_KEY_DIGESTS}"),
+        ]
     if spec.tls.enabled:
         # One Secret holds every shard's pair; each pod picks its own by name ($(VAR) expands
         # variables defined earlier in the list, here THEMIS_SHARD_ID).
@@ -213,6 +220,18 @@ def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequen
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append(
             {"name": "tls", "secret": {"secretName": names.tls_secret(ctx.name), "defaultMode": 0o400}}
+        )
+    if spec.auth.enabled:
+        mounts.append({"name": "api-keys", "mountPath": AUTH_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": "api-keys",
+                "secret": {
+                    "secretName": names.api_keys_secret(ctx.name),
+                    "items": [{"key": API_KEY_DIGESTS, "path": API_KEY_DIGESTS}],
+                    "defaultMode": 0o400,
+                },
+            }
         )
     for i, claim in enumerate(_model_claims(spec)):
         mounts.append({"name": f"models-{i}", "mountPath": f"{MODELS_DIR}/{claim}", "readOnly": True})

@@ -142,6 +142,7 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         existing_tls=existing_tls,
         existing_gossip=snapshot.child(Ref("v1", "Secret", names.gossip_secret(ctx.name))),
         adapter_claims=[c for a in snapshot.adapters if (c := adapter_location(a.spec.source)[0])],
+        existing_api_keys=snapshot.child(Ref("v1", "Secret", names.api_keys_secret(ctx.name))),
     )
     actions: list[Action] = [a for obj in children.apply if (a := change(obj, snapshot.child(ref_of(obj))))]
     actions += [Delete(ref) for ref in children.remove if snapshot.child(ref) is not None]

@@ -170,6 +170,11 @@ def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, Shard
         secret = kube.get("v1", "Secret", namespace, names.tls_secret(name)) or {}
         if raw := (secret.get("data") or {}).get("ca.crt"):
             ca_pem = base64.b64decode(raw)
+    api_key = None
+    if (spec.get("auth") or {}).get("enabled", True):  # the operator's own key (builders/auth.py)
+        secret = kube.get("v1", "Secret", namespace, names.api_keys_secret(name)) or {}
+        if raw := (secret.get("data") or {}).get("operator.key"):
+            api_key = base64.b64decode(raw).decode().strip()
     members = int(spec.get("shards") or 0)
-    reports = prober.probe(name, namespace, max(count, members), members, tls, ca_pem)
+    reports = prober.probe(name, namespace, max(count, members), members, tls, ca_pem, api_key)
     return {r.id: r for r in reports}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Header
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..node import ShardNode
@@ -27,11 +27,15 @@ class AqlResponse(BaseModel):
 
 
 @router.post("/v1/aql", response_model=AqlResponse)
-async def aql(body: AqlRequest, shard: Node) -> dict:
+async def aql(
+    body: AqlRequest,
+    shard: Node,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> dict:
     """Run a query. Errors: 400 ``aql_syntax_error`` (with line/column and expected tokens),
     400 for semantic errors (unknown collection/variable/function, missing bind parameter,
     wrong types) and for exceeded limits (``query_timeout``, ``result_too_large``)."""
-    return await shard.aql.execute(body.query, body.bind_vars)
+    return await shard.aql.execute(body.query, body.bind_vars, authorization=authorization)
 
 
 @router.post("/internal/aql/scan", include_in_schema=False)

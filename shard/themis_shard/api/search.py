@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.concurrency import run_in_threadpool
 
 from ..errors import BadRequest
 from ..node import ShardNode
-from ..storage.names import check_collection, urn
-from ..vector.catalog import check_vector
-from ..vector.filters import validate_filter
+from ..rag.retrieval import vector_search
+from ..storage.names import check_collection
 from .deps import node
 
 router = APIRouter(prefix="/v1", tags=["search"])
@@ -59,20 +56,7 @@ async def search(collection: str, body: SearchRequest, shard: Node) -> SearchRes
                 "text search needs a shard with an embedding model", code="embedding_unavailable"
             )
         vector = list((await shard.llm.embed([body.text]))[0])
-    index = shard.vectors.index(collection)
-    check_vector(vector, index.dimension)
-
-    async def local() -> list[dict]:
-        started = time.perf_counter()
-        hits = await run_in_threadpool(shard.vectors.search, collection, vector, body.k, body.filter)
-        shard.metrics.vector_searches.labels(index=index.kind).inc()
-        shard.metrics.vector_search_latency.labels(index=index.kind).observe(time.perf_counter() - started)
-        return [{"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits]
-
-    if not shard.cluster.topology.clustered:
-        return SearchResponse(results=await local())
-    validate_filter(body.filter)
-    results, failed = await shard.cluster.search(
-        collection, {"vector": vector, "k": body.k, "filter": body.filter}, local
+    results, failed = await vector_search(
+        shard.vectors, shard.cluster, shard.metrics, collection, vector, body.k, body.filter
     )
     return SearchResponse(results=results, shards_failed=failed)

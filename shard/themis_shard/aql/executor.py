@@ -9,13 +9,13 @@ Every step checks the query's deadline and row budget, so a runaway query ends i
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import NotFound, ThemisError
+from ..rag.prompt import build_prompt, passage_text
 from ..storage.documents import Change, Write
 from ..storage.names import check_key
 from ..vector.catalog import EMBEDDING_FIELD
@@ -397,12 +397,7 @@ class _Run:
         return (await self.ex.gateway.embed([text]))[0]
 
     def text_of(self, collection: str, doc: Mapping[str, Any]) -> str:
-        field_ = self.ex.embed_fields.get(collection)
-        for name in (field_, "text", "content", "body"):
-            if name and isinstance(doc.get(name), str):
-                return doc[name]
-        rest = {k: v for k, v in doc.items() if k not in (*SYSTEM_ATTRIBUTES, EMBEDDING_FIELD)}
-        return json.dumps(rest, ensure_ascii=False, sort_keys=True)
+        return passage_text(doc, self.ex.embed_fields.get(collection))
 
     async def rag(self, env: Mapping[str, Any]) -> dict[str, Any]:
         t: ast.Rag = self.plan.terminal
@@ -415,13 +410,10 @@ class _Run:
         self.stats.index.append(f"vector:{self.plan.collection}")
         self.stats.shards |= set(self.ex.data.members())
         self.stats.failed_shards |= set(failed)
-        limit = self.ex.settings.rag_context_chars
-        context = "\n".join(
-            f"[{i + 1}] {self.text_of(self.plan.collection, doc)[:limit]}" for i, (_, doc) in enumerate(hits)
-        )
-        prompt = (
-            f"Answer the question using only the context.\n\nContext:\n{context}\n\n"
-            f"Question: {question}\nAnswer:"
+        prompt = build_prompt(
+            question,
+            [self.text_of(self.plan.collection, doc) for _, doc in hits],
+            passage_chars=self.ex.settings.rag_context_chars,
         )
         body: dict[str, Any] = {"prompt": prompt}
         if t.model is not None:

@@ -26,6 +26,8 @@ class HttpGateway:
 
     4xx answers are relayed unchanged (code, message, status); no answer or a 5xx is a 503.
     One short-lived client per query: loopback connects are cheap next to inference.
+    ``headers`` go with every call: ``for_caller`` carries the query's own ``Authorization``, so
+    with API keys on, AQL's inference runs with the caller's key (and role), never a key of its own.
     """
 
     def __init__(
@@ -35,16 +37,34 @@ class HttpGateway:
         timeout_s: float = 300.0,
         verify: Any = True,
         transport: httpx.AsyncBaseTransport | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.verify = verify
         self.transport = transport
+        self.headers = headers or {}
+
+    def for_caller(self, authorization: str | None) -> HttpGateway:
+        """This gateway sending the caller's ``Authorization`` header (itself when there is none)."""
+        if not authorization:
+            return self
+        return HttpGateway(
+            self.base_url,
+            timeout_s=self.timeout_s,
+            verify=self.verify,
+            transport=self.transport,
+            headers={**self.headers, "Authorization": authorization},
+        )
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             async with httpx.AsyncClient(
-                base_url=self.base_url, timeout=self.timeout_s, verify=self.verify, transport=self.transport
+                base_url=self.base_url,
+                timeout=self.timeout_s,
+                verify=self.verify,
+                transport=self.transport,
+                headers=self.headers,
             ) as client:
                 response = await client.post(path, json=body)
         except httpx.HTTPError as exc:

@@ -78,17 +78,23 @@ class AqlService:
                 raise
         return plan(query, binds, await self.data.cluster_collections(), max_search_k=k)
 
-    def executor(self) -> Executor:
+    def executor(self, authorization: str | None = None) -> Executor:
         fields = {c.name: c.embed_field for c in self.node.store.collections() if c.embed_field}
+        gateway = self.gateway
+        if authorization and isinstance(gateway, HttpGateway):  # loopback calls carry the caller's key
+            gateway = gateway.for_caller(authorization)
         return Executor(
             self.data,
-            self.gateway,
+            gateway,
             self.settings,
             max_writes=self.node.settings.max_transaction_operations,
             embed_fields=fields,
         )
 
-    async def execute(self, text: str, binds: Mapping[str, Any] | None) -> dict[str, Any]:
+    async def execute(
+        self, text: str, binds: Mapping[str, Any] | None, *, authorization: str | None = None
+    ) -> dict[str, Any]:
+        """Run one statement; ``authorization`` is the caller's header, sent on with INFER/EMBED/RAG."""
         started = time.perf_counter()
         kind = "unknown"
         try:
@@ -105,7 +111,7 @@ class AqlService:
                 result = [describe(the_plan, binds, members=members, owners=owners, routing=self.routing)]
                 stats: dict[str, Any] = {}
             else:
-                result, stats = await self.executor().run(the_plan, binds)
+                result, stats = await self.executor(authorization).run(the_plan, binds)
         except RecursionError:  # a pathological nesting that slipped past the parser's guard
             self.metrics.queries.labels(kind=kind, outcome="rejected").inc()
             raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None

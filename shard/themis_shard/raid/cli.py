@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from ..auth.keys import bearer_headers
+
 
 def _shards(args: argparse.Namespace) -> tuple[list[dict], object]:
     path = Path(args.state_dir) / "cluster.json"
@@ -50,7 +52,7 @@ def _units(u: dict) -> str:
 def status(args: argparse.Namespace) -> int:
     shards, verify = _shards(args)
     bad = 0
-    with httpx.Client(timeout=args.timeout, verify=verify) as client:
+    with httpx.Client(timeout=args.timeout, verify=verify, headers=bearer_headers(args.api_key)) as client:
         for s in shards:
             code, body = _call(client, "GET", f"{s['url']}/v1/raid/status")
             if args.json:
@@ -81,7 +83,7 @@ def status(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace) -> int:
     shards, tls = _shards(args)
     bad = 0
-    with httpx.Client(timeout=args.timeout, verify=tls) as client:
+    with httpx.Client(timeout=args.timeout, verify=tls, headers=bearer_headers(args.api_key)) as client:
         for s in shards:
             code, body = _call(client, "POST", f"{s['url']}/v1/raid/verify")
             if code != 200:
@@ -100,7 +102,7 @@ def verify(args: argparse.Namespace) -> int:
 def rebuild(args: argparse.Namespace) -> int:
     shards, tls = _shards(args)
     bad = 0
-    with httpx.Client(timeout=args.timeout, verify=tls) as client:
+    with httpx.Client(timeout=args.timeout, verify=tls, headers=bearer_headers(args.api_key)) as client:
         for s in shards:
             code, body = _call(
                 client, "POST", f"{s['url']}/v1/raid/rebuild", json={"assemble": args.assemble}
@@ -120,7 +122,7 @@ def rebuild(args: argparse.Namespace) -> int:
 
 def ingest(args: argparse.Namespace) -> int:
     shards, tls = _shards(args)
-    with httpx.Client(timeout=args.timeout, verify=tls) as client:
+    with httpx.Client(timeout=args.timeout, verify=tls, headers=bearer_headers(args.api_key)) as client:
         code, body = _call(
             client,
             "POST",

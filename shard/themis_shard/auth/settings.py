@@ -1,0 +1,45 @@
+"""Authentication settings (env prefix ``THEMIS_AUTH_``).
+
+Off by default, which is the local ``themis up`` mode; the Helm chart and the operator turn it
+on and mount a Secret of hashed keys (``THEMIS_AUTH_KEYS_FILE``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .keys import KeyRing, parse_entries
+
+
+class AuthSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THEMIS_AUTH_", extra="ignore")
+
+    enabled: bool = False
+    #: File of ``<role> sha256:<hex> [name]`` lines (a Secret's mount); re-read on each start.
+    keys_file: Path | None = None
+    #: The same entries inline (lines or ``;``-separated), added to the file's.
+    keys: str = ""
+    #: Serve ``/metrics`` without a key (Prometheus scrapes inside the cluster); false: client role.
+    metrics_open: bool = True
+    #: The realm named in ``WWW-Authenticate``.
+    realm: str = Field("themis", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    @model_validator(mode="after")
+    def _keys_when_enabled(self) -> AuthSettings:
+        if self.enabled and self.keys_file is None and not self.keys.strip():
+            raise ValueError("THEMIS_AUTH_ENABLED needs THEMIS_AUTH_KEYS_FILE or THEMIS_AUTH_KEYS")
+        if self.keys_file is not None and self.enabled and not self.keys_file.is_file():
+            raise ValueError(f"THEMIS_AUTH_KEYS_FILE {self.keys_file} does not exist")
+        parse_entries(self.keys, source="THEMIS_AUTH_KEYS")  # refuse a malformed entry at start-up
+        return self
+
+    def key_ring(self) -> KeyRing:
+        entries = parse_entries(self.keys, source="THEMIS_AUTH_KEYS")
+        if self.keys_file is not None:
+            entries += parse_entries(self.keys_file.read_text(), source=str(self.keys_file))
+        if self.enabled and not entries:
+            raise ValueError("authentication is enabled but no API key is configured")
+        return KeyRing(entries)

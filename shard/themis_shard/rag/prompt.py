@@ -1,0 +1,29 @@
+"""The RAG prompt, one template for ``POST /v1/rag`` and AQL's ``RAG``: pure functions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Fields that are the store's, not the document's text.
+SYSTEM_FIELDS = ("_key", "_urn", "_version", "embedding")
+#: Fields tried, after the collection's ``embed_field``, for a document's text.
+TEXT_FIELDS = ("text", "content", "body")
+
+
+def passage_text(doc: Mapping[str, Any], embed_field: str | None = None) -> str:
+    """The text a document contributes: its embed field, else text/content/body, else its JSON."""
+    for name in (embed_field, *TEXT_FIELDS):
+        if name and isinstance(doc.get(name), str):
+            return doc[name]
+    rest = {k: v for k, v in doc.items() if k not in SYSTEM_FIELDS}
+    return json.dumps(rest, ensure_ascii=False, sort_keys=True)
+
+
+def build_prompt(question: str, passages: Sequence[str], *, passage_chars: int) -> str:
+    """Numbered passages (each cut to ``passage_chars``) and the question."""
+    context = "\n".join(f"[{i + 1}] {text[:passage_chars]}" for i, text in enumerate(passages))
+    return (
+        f"Answer the question using only the context.\n\nContext:\n{context}\n\nQuestion: {question}\nAnswer:"
+    )

@@ -1,0 +1,147 @@
+"""One ``POST /v1/rag`` request: embed the question, retrieve (scatter-gathered, filtered), build
+the prompt, and generate on the shard that holds most of the passages — or, with a ``domain``,
+wherever the adaptive router sends it. Nothing here knows HTTP; the route wraps the answer.
+
+Generation itself is this shard's inference service, handed in as callables (``local`` runs the
+prompt here, ``routed`` through the router), so this package sits below the inference layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..cluster.documents import relay
+from ..cluster.inference import relay_sse
+from ..cluster.remote import PeerError, PeerUnavailable
+from ..cluster.service import ClusterService
+from ..errors import NotFound
+from ..metrics import ShardMetrics
+from ..storage.documents import DocumentStore
+from ..storage.names import parse_urn
+from ..vector.catalog import VectorCatalog
+from .placement import generation_shard
+from .prompt import build_prompt, passage_text
+from .retrieval import vector_search
+
+#: A generation: ``/v1/infer``'s result dict, or its SSE bytes.
+Answer = dict | AsyncIterator[bytes]
+Embed = Callable[[list[str]], Awaitable[list[list[float]]]]
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    sources: list[dict]  # {"urn", "score", "document"}, best first
+    shards_failed: list[str]
+    prompt: str
+    retrieval_ms: float
+
+    def cited(self) -> list[dict]:
+        return [{"urn": s["urn"], "score": s["score"]} for s in self.sources]
+
+
+def sse(payload: dict) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+class RagService:
+    def __init__(
+        self,
+        store: DocumentStore,
+        vectors: VectorCatalog,
+        cluster: ClusterService,
+        metrics: ShardMetrics,
+        embed: Embed,
+        *,
+        passage_chars: int,
+    ) -> None:
+        self.store = store
+        self.vectors = vectors
+        self.cluster = cluster
+        self.metrics = metrics
+        self.embed = embed
+        self.passage_chars = passage_chars
+
+    async def retrieve(self, question: str, collection: str, k: int, filter_: dict | None) -> Retrieved:
+        """The passages and the prompt; 404 ``collection_not_found``, 400 ``not_indexed`` (no
+        vector index), 404 ``no_context`` when nothing matched (no answer without context)."""
+        started = time.perf_counter()
+        config = self.store.collection(collection)
+        self.vectors.index(collection)  # refuses a collection without embeddings before embedding
+        [vector] = await self.embed([question])
+        hits, failed = await vector_search(
+            self.vectors, self.cluster, self.metrics, collection, list(vector), k, filter_
+        )
+        if not hits:
+            raise NotFound(
+                f"no document of collection {collection!r} matched (is it empty, or the filter too narrow?)",
+                code="no_context",
+            )
+        prompt = build_prompt(
+            question,
+            [passage_text(h["document"], config.embed_field) for h in hits],
+            passage_chars=self.passage_chars,
+        )
+        return Retrieved(hits, failed, prompt, round((time.perf_counter() - started) * 1000, 3))
+
+    def data_shard(self, retrieved: Retrieved) -> str:
+        """The shard holding most of the passages (this one on a tie or alone)."""
+        topo = self.cluster.topology
+        if not topo.clustered:
+            return topo.self_id
+        keys = [parse_urn(s["urn"]) for s in retrieved.sources]
+        by_key = {key: topo.owners(coll, key) for coll, key in keys}
+        return generation_shard(
+            [key for _, key in keys], by_key.__getitem__, topo.self_id, self.cluster.membership.unavailable()
+        )
+
+    async def generate_on(
+        self, shard: str, body: dict[str, Any], local: Callable[[], Awaitable[Answer]]
+    ) -> Answer:
+        """Generate on ``shard`` (its ``/internal/infer``); here when it is this shard or cannot be
+        reached. A peer's 4xx is the answer (relayed unchanged)."""
+        if shard == self.cluster.topology.self_id:
+            return await local()
+        executor = self.cluster.executor
+        try:
+            if not body.get("stream"):
+                return await executor.request(
+                    shard, "POST", "/internal/infer", json_body=body, idempotent=False, retries=0
+                )
+            opened = contextlib.AsyncExitStack()
+            chunks = await opened.enter_async_context(
+                executor.stream(shard, "POST", "/internal/infer", json_body=body, chunk_size=None)
+            )
+            return relay_sse(shard, chunks, opened)
+        except PeerError as exc:
+            raise relay(exc) from None
+        except PeerUnavailable:
+            return await local()
+
+
+def rag_result(retrieved: Retrieved, generation: dict) -> dict:
+    """``/v1/rag``'s answer from a finished generation."""
+    timings = dict(generation.get("timings") or {})
+    timings["retrieval_ms"] = retrieved.retrieval_ms
+    return {
+        "answer": generation.get("text"),
+        "sources": retrieved.cited(),
+        "shard_id": generation.get("shard_id"),
+        "model": generation.get("model"),
+        "finish_reason": generation.get("finish_reason"),
+        "usage": generation.get("usage"),
+        "timings": timings,
+        "shards_failed": retrieved.shards_failed,
+    }
+
+
+async def rag_stream(retrieved: Retrieved, tokens: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """SSE: first ``{"sources": [...]}``, then the generation's own events (``{"token"}`` …
+    ``{"done": true, ...}`` … ``[DONE]``) as they come."""
+    yield sse({"sources": retrieved.cited(), "shards_failed": retrieved.shards_failed})
+    async for chunk in tokens:
+        yield chunk
