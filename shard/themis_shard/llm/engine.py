@@ -27,6 +27,7 @@ from typing import Any
 import llama_cpp as L
 
 from .generation import deliver
+from .grammar import GrammarConstraint
 from .hooks import PrefixHook, Speculator
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
@@ -142,7 +143,11 @@ class Engine:
         priority: int = 0,
         speculative: bool = False,
     ) -> Sequence:
-        """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``."""
+        """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``,
+        ``GrammarError`` for a grammar llama.cpp cannot compile. Speculative decoding applies to
+        plain sampling only (its verification knows no penalties, grammars or logprobs)."""
+        grammar = params.grammar
+        constraint = GrammarConstraint(self.model.vocab, self.model.n_vocab, grammar) if grammar else None
         with self._cv:
             if self._closed:
                 raise EngineClosed("engine is stopping")
@@ -160,7 +165,8 @@ class Engine:
                 sink=sink,
                 adapter=adapter,
                 priority=priority,
-                speculative=speculative,
+                speculative=speculative and params.plain,
+                constraint=constraint,
             )
             self._inbox.append(("add", seq))
             self._cv.notify()
@@ -333,7 +339,8 @@ class Engine:
             if idx is None:
                 continue
             if draft is None:
-                self._on_token(seq, seq.sampler.sample(self.ctx.logits(idx)))
+                token = seq.sampler.sample(self.ctx.logits(idx))
+                self._on_token(seq, token, seq.sampler.last_logprobs)
             else:
                 self._verify_draft(seq, idx, draft)
 
@@ -392,7 +399,7 @@ class Engine:
         if self._m and self.ctx._adapters != before:
             self._m["adapter_switches"].inc()
 
-    def _on_token(self, seq: Sequence, token: int) -> None:
+    def _on_token(self, seq: Sequence, token: int, logprobs=None) -> None:
         if self.model.is_eog(token):
             self._finish(seq, "stop")
             return
@@ -410,7 +417,7 @@ class Engine:
             if self._prefix is not None:
                 self._prefix.on_first_token(seq, now - seq.t_arrival)
         seq.t_last = now
-        self._emit(seq, TokenEvent(token, text))
+        self._emit(seq, TokenEvent(token, text, logprobs))
         if seq.assembler.stopped:
             self._finish(seq, "stop")
         elif seq.n_generated >= seq.params.max_tokens or len(seq.tokens) >= self.ledger.capacity_cells:
@@ -442,6 +449,7 @@ class Engine:
                 total_s=now - seq.t_arrival,
                 queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
                 preemptions=seq.preemptions,
+                cached_tokens=seq.prefix_restored,
             ),
         )
 

@@ -87,6 +87,10 @@ class NativeModel:
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self.vocab, token))
 
+    def eos_text(self) -> str:
+        """The end-of-sequence token as text (templates print it after an assistant turn)."""
+        return self.piece(int(L.llama_vocab_eos(self.vocab))).decode("utf-8", errors="replace")
+
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)
         n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, 256)
