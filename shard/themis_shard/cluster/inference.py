@@ -140,12 +140,15 @@ class InferenceRouting:
         router: AdaptiveShardRouter,
         unavailable: Callable[[], frozenset[str]],
         registry: CollectorRegistry,
+        announced: Callable[[], list[tuple[str, str]]] = list,
     ) -> None:
+        """``announced``: (adapter id, domain) of the adapters peers announce through gossip."""
         self._plan = topology
         self.executor = executor
         self.router = router
         #: peers behind an open breaker or dead to gossip
         self._unavailable = unavailable
+        self._announced = announced
         self.metrics = InferenceMetrics(registry)
 
     @property
@@ -156,9 +159,13 @@ class InferenceRouting:
     def clustered(self) -> bool:
         return self._topo.clustered
 
-    def placed_adapters(self) -> tuple:
-        """The adapters the cluster plan places (``plan.AdapterPlacement``)."""
-        return self._topo.plan.adapters
+    def placed_adapters(self) -> list[tuple[str, str]]:
+        """(name, domain) of every adapter the cluster serves: placed by the plan, or announced
+        through gossip (loaded on a shard through ``/v1/adapters``)."""
+        out = {a.name: a.domain for a in self._topo.plan.adapters}
+        for name, domain in self._announced():
+            out.setdefault(name, domain)
+        return sorted(out.items())
 
     def routes(self, domain: str | None) -> bool:
         """Does a request with this domain need a routing decision (vs. running here)?"""

@@ -107,7 +107,12 @@ class ClusterService:
             self_id, plan_path, self.live, self.router, self.membership, self.handoff, self._runtime, registry
         )
         self.inference = InferenceRouting(
-            self.live, self.executor, self.router, self.membership.unavailable, registry
+            self.live,
+            self.executor,
+            self.router,
+            self.membership.unavailable,
+            registry,
+            announced=self.membership.view.adapters,
         )
         self._tasks = Tasks()
 

@@ -70,7 +70,7 @@ def resolve_local(rt: LLMRuntime, body: _Common) -> Target:
                 f"model names adapter {name!r} but adapter is {body.adapter!r}", code="invalid_request"
             )
         return Target(None, name, body.domain or infos[name].domain, name)
-    if any(a.domain == name for a in infos.values()):
+    if name == body.domain or any(a.domain == name for a in infos.values()):
         return Target(None, body.adapter, name, name)
     raise ThemisError(
         f"unknown model {name!r} (not a model, adapter or domain here)", code="model_not_found", status=404
@@ -126,6 +126,11 @@ def usage(done: list[DoneEvent]) -> dict:
         "total_tokens": p + c,
         "prompt_tokens_details": {"cached_tokens": sum(d.cached_tokens for d in done)},
     }
+
+
+def fingerprint(shard: str) -> str:
+    """``system_fingerprint``: the shard that ran the request (which one the router chose)."""
+    return f"themis:{shard}" if shard else "themis"
 
 
 def finish(reason: str) -> str:
@@ -212,7 +217,7 @@ def completion_logprobs(rt: LLMRuntime, alias, tokens: list[TokenEvent], offset:
     return out
 
 
-async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Disconnected):
+async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Disconnected, shard: str = ""):
     body.refusals()
     target = resolve_local(rt, body)
     if body.echo and body.logprobs is not None:
@@ -240,7 +245,7 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
     if not body.echo:
         echoes = [""] * len(gens)
     if body.stream:
-        return _stream_completions(rt, target, gens, echoes, cid, created, body)
+        return _stream_completions(rt, target, gens, echoes, cid, created, body, fingerprint(shard))
     results = await collect(gens, disconnected)
     choices = []
     for i, (c, echo) in enumerate(zip(results, echoes, strict=True)):
@@ -260,6 +265,7 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
         "object": "text_completion",
         "created": created,
         "model": target.name,
+        "system_fingerprint": fingerprint(shard),
         "choices": choices,
         "usage": usage([c.done for c in results if c.done]),
     }
@@ -294,7 +300,7 @@ async def merged(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent 
 
 
 async def _stream_completions(
-    rt: LLMRuntime, target: Target, gens, echoes, cid, created, body: CompletionBody
+    rt: LLMRuntime, target: Target, gens, echoes, cid, created, body: CompletionBody, fp: str
 ) -> AsyncIterator[bytes]:
     def chunk(index: int, text: str, finish_reason: str | None, logprobs=None) -> bytes:
         return sse(
@@ -402,7 +408,7 @@ def tool_message(text: str, plan: ChatPlan, index: int = 0) -> tuple[dict, bool]
     return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [tc]}, True
 
 
-async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected):
+async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard: str = ""):
     body.refusals()
     target = resolve_local(rt, body)
     plan = chat_plan(body)
@@ -413,7 +419,7 @@ async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected):
     gens = submit_n(rt, body, target, params, prompt=prompt, special=True)
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     if body.stream:
-        return _stream_chat(rt, target, plan, gens, cid, created, body)
+        return _stream_chat(rt, target, plan, gens, cid, created, body, fingerprint(shard))
     results = await collect(gens, disconnected)
     choices = []
     for i, c in enumerate(results):
@@ -433,14 +439,14 @@ async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected):
         "object": "chat.completion",
         "created": created,
         "model": target.name,
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint(shard),
         "choices": choices,
         "usage": usage([c.done for c in results if c.done]),
     }
 
 
 async def _stream_chat(
-    rt: LLMRuntime, target: Target, plan: ChatPlan, gens, cid, created, body: ChatBody
+    rt: LLMRuntime, target: Target, plan: ChatPlan, gens, cid, created, body: ChatBody, fp: str
 ) -> AsyncIterator[bytes]:
     """Content deltas as tokens come; a tool call (which must parse whole) is sent as one
     ``tool_calls`` delta when its sequence ends. Under ``tool_choice: auto`` text streams as soon
@@ -453,7 +459,7 @@ async def _stream_chat(
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": target.name,
-                "system_fingerprint": None,
+                "system_fingerprint": fp,
                 "choices": [
                     {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
                 ],

@@ -88,7 +88,7 @@ class InferenceService:
         ``adapter`` names (the plan's placement), else ``model`` itself when it names a domain."""
         if body.domain:
             return body.domain
-        placed = {a.name: a.domain for a in self._routing().placed_adapters()}
+        placed = dict(self._routing().placed_adapters())
         if body.adapter in placed:
             return placed[body.adapter]
         name = body.model
@@ -122,7 +122,7 @@ class InferenceService:
         )
 
     async def chat_here(self, body: ChatBody, disconnected: Disconnected) -> Answer:
-        return await openai_local.chat(self.runtime(), body, disconnected)
+        return await openai_local.chat(self.runtime(), body, disconnected, self.shard_id)
 
     async def completions(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
         key = body.prompt if isinstance(body.prompt, str) else ""
@@ -131,7 +131,7 @@ class InferenceService:
         )
 
     async def completions_here(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
-        return await openai_local.completions(self.runtime(), body, disconnected)
+        return await openai_local.completions(self.runtime(), body, disconnected, self.shard_id)
 
     async def embeddings(self, body: EmbeddingsBody) -> dict:
         raw = body.model_dump(mode="json", exclude_unset=True)
@@ -161,10 +161,8 @@ class InferenceService:
         base = rt.settings.model_alias
         created = out[0]["created"] if out else 0
         seen = {m["id"] for m in out}
-        adapters = [(a.name, a.domain, a.source) for a in self._routing().placed_adapters()]
-        for m in rt.models.values():
-            adapters += [(a.name, a.domain, a.path) for a in m.adapters.list()]
-        for name, domain, source in adapters:
+        adapters = [(a.name, a.domain) for m in rt.models.values() for a in m.adapters.list()]
+        for name, domain in adapters + self._routing().placed_adapters():
             if name in seen:
                 continue
             seen.add(name)
@@ -174,7 +172,7 @@ class InferenceService:
                     "object": "model",
                     "created": created,
                     "owned_by": "themis",
-                    "root": source,
+                    "root": name,
                     "parent": base,
                     "domain": domain,
                 }
