@@ -282,6 +282,29 @@ def test_n_choices_from_one_prompt(client):
     assert greedy.choices[0].message.content == greedy.choices[1].message.content
 
 
+def prompt_tokens_prefilled(http) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(f'themis_llm_prompt_tokens_total{{model="{MODEL}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_n_sequences_share_one_prefill(client, http):
+    before = prompt_tokens_prefilled(http)
+    r = client.completions.create(
+        model=MODEL,
+        prompt="Once upon a time, in a land far away, there lived",
+        n=4,
+        max_tokens=5,
+        temperature=1.0,
+        seed=2,
+    )
+    prefilled = prompt_tokens_prefilled(http) - before
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert prefilled <= r.usage.prompt_tokens  # once, not 4 times
+    assert len({c.text for c in r.choices}) > 1  # independent samplers
+
+
 def test_logit_bias_bans_and_forces_tokens(client, server):
     native = server.llm.models[MODEL].native
     base = client.completions.create(

@@ -117,8 +117,9 @@ async def collect(
             g.cancel()
 
 
-def usage(done: list[DoneEvent]) -> dict:
-    p = sum(d.prompt_tokens for d in done)
+def usage(done: list[DoneEvent], n: int = 1) -> dict:
+    """OpenAI counts a prompt once however many (``n``) choices it has."""
+    p = sum(d.prompt_tokens for d in done) // n
     c = sum(d.completion_tokens for d in done)
     return {
         "prompt_tokens": p,
@@ -267,7 +268,7 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
         "model": target.name,
         "system_fingerprint": fingerprint(shard),
         "choices": choices,
-        "usage": usage([c.done for c in results if c.done]),
+        "usage": usage([c.done for c in results if c.done], body.n),
     }
 
 
@@ -340,7 +341,7 @@ async def _stream_completions(
                     "created": created,
                     "model": target.name,
                     "choices": [],
-                    "usage": usage(done),
+                    "usage": usage(done, body.n),
                 }
             )
     except GenerationFailed as exc:
@@ -441,7 +442,7 @@ async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard
         "model": target.name,
         "system_fingerprint": fingerprint(shard),
         "choices": choices,
-        "usage": usage([c.done for c in results if c.done]),
+        "usage": usage([c.done for c in results if c.done], body.n),
     }
 
 
@@ -510,7 +511,7 @@ async def _stream_chat(
                     "created": created,
                     "model": target.name,
                     "choices": [],
-                    "usage": usage(done),
+                    "usage": usage(done, body.n),
                 }
             )
     except GenerationFailed as exc:

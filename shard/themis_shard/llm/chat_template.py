@@ -20,17 +20,16 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 GEMMA = (
-    "{%- for m in messages -%}"
-    "{%- if m.role == 'assistant' -%}<start_of_turn>model\n{{ m.content }}<end_of_turn>\n"
-    "{%- else -%}<start_of_turn>user\n{{ m.content }}<end_of_turn>\n"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}{{ '<start_of_turn>model\\n' + m.content + '<end_of_turn>\\n' }}"
+    "{% else %}{{ '<start_of_turn>user\\n' + m.content + '<end_of_turn>\\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
 )
 
 CHATML = (
-    "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
 #: Turn formats by ``general.architecture`` prefix, for GGUFs without a template of their own.

@@ -143,11 +143,30 @@ class Engine:
         priority: int = 0,
         speculative: bool = False,
     ) -> Sequence:
-        """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``,
+        return self.submit_group(
+            prompt, [params], [sink], adapter=adapter, priority=priority, speculative=speculative
+        )[0]
+
+    def submit_group(
+        self,
+        prompt: list[int],
+        params: list[SamplingParams],
+        sinks: list[Sink],
+        *,
+        adapter: str | None = None,
+        priority: int = 0,
+        speculative: bool = False,
+    ) -> list[Sequence]:
+        """Queue one prompt for ``len(params)`` sequences (OpenAI ``n``): the first prefills it and
+        the others start from a copy of its cells when it is done (one prefill for all; a
+        follower that finds no slot then queues and prefills itself). FIFO within a priority.
+        Raises ``QueueFull`` beyond ``max_queue``,
         ``GrammarError`` for a grammar llama.cpp cannot compile. Speculative decoding applies to
         plain sampling only (its verification knows no penalties, grammars or logprobs)."""
-        grammar = params.grammar
-        constraint = GrammarConstraint(self.model.vocab, self.model.n_vocab, grammar) if grammar else None
+        constraints = [
+            GrammarConstraint(self.model.vocab, self.model.n_vocab, p.grammar) if p.grammar else None
+            for p in params
+        ]
         with self._cv:
             if self._closed:
                 raise EngineClosed("engine is stopping")
@@ -158,19 +177,23 @@ class Engine:
                 if self._m:
                     self._m["rejected"].inc()
                 raise QueueFull(f"{queued} requests queued")
-            seq = Sequence(
-                rid=next(self._rids),
-                prompt=list(prompt),
-                params=params,
-                sink=sink,
-                adapter=adapter,
-                priority=priority,
-                speculative=speculative and params.plain,
-                constraint=constraint,
-            )
-            self._inbox.append(("add", seq))
+            seqs = [
+                Sequence(
+                    rid=next(self._rids),
+                    prompt=list(prompt),
+                    params=p,
+                    sink=sink,
+                    adapter=adapter,
+                    priority=priority,
+                    speculative=speculative and p.plain,
+                    constraint=c,
+                )
+                for p, sink, c in zip(params, sinks, constraints, strict=True)
+            ]
+            seqs[0].followers = seqs[1:]
+            self._inbox.append(("add", seqs[0]))
             self._cv.notify()
-        return seq
+        return seqs
 
     def cancel(self, seq: Sequence) -> None:
         """Stop generating for ``seq`` and free its KV (client went away)."""
@@ -205,7 +228,7 @@ class Engine:
         engine thread, so no decode can be using it at that moment."""
 
         def detach() -> None:
-            for seq in list(self.scheduler.running) + self.scheduler.waiting():
+            for seq in list(self._live):  # running, waiting, and followers not yet forked
                 if seq.adapter == name:
                     self._fail(seq, "adapter_unloaded", f"adapter {name!r} was unloaded")
             ptr, _ = self.adapters.pop(name)
@@ -262,6 +285,7 @@ class Engine:
         if kind == "add":
             seq = op[1]
             self._live.add(seq)
+            self._live.update(seq.followers)
             self.scheduler.enqueue(seq)
         elif kind == "cancel":
             seq = op[1]
@@ -339,10 +363,35 @@ class Engine:
             if idx is None:
                 continue
             if draft is None:
-                token = seq.sampler.sample(self.ctx.logits(idx))
+                row = self.ctx.logits(idx)
+                if seq.followers and seq.n_generated == 0:
+                    self._fork(seq, row)
+                token = seq.sampler.sample(row)
                 self._on_token(seq, token, seq.sampler.last_logprobs)
             else:
                 self._verify_draft(seq, idx, draft)
+
+    def _fork(self, seq: Sequence, row) -> None:
+        """``seq`` just finished its prefill: its followers take a copy of its cells and draw
+        their first token from the same logits row (no prefill of their own)."""
+        followers, seq.followers = seq.followers, []
+        now = time.perf_counter()
+        for f in followers:
+            if f not in self._live:  # cancelled while waiting
+                continue
+            if not self.scheduler.adopt(f):
+                self.scheduler.enqueue(f)
+                continue
+            self.ctx.copy_seq(seq.slot, f.slot)
+            f.t_admitted = now
+            self._on_token(f, f.sampler.sample(row), f.sampler.last_logprobs)
+
+    def _release_followers(self, seq: Sequence) -> None:
+        """A leader that ends before its prefill did leaves its followers to queue on their own."""
+        followers, seq.followers = seq.followers, []
+        for f in followers:
+            if f in self._live:
+                self.scheduler.enqueue(f)
 
     def _on_admit(self, seq: Sequence) -> None:
         self._prefix.on_admit(self.ctx, seq)  # type: ignore[union-attr] - only set with a prefix hook
@@ -424,6 +473,7 @@ class Engine:
             self._finish(seq, "length")
 
     def _finish(self, seq: Sequence, reason: str, *, removed: bool = False) -> None:
+        self._release_followers(seq)
         if not removed:
             slot = self.scheduler.remove(seq)
             if slot is not None and slot >= 0:
@@ -454,6 +504,7 @@ class Engine:
         )
 
     def _fail(self, seq: Sequence, code: str, message: str) -> None:
+        self._release_followers(seq)
         slot = self.scheduler.remove(seq)
         if slot is not None and slot >= 0:
             self.ctx.drop_seq(slot)

@@ -236,6 +236,10 @@ class NativeContext:
     def drop_seq(self, seq_id: int) -> None:
         L.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
 
+    def copy_seq(self, src: int, dst: int) -> None:
+        """Make ``dst`` share every cell of ``src`` (the unified cache stores them once)."""
+        L.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+
     def drop_tail(self, seq_id: int, p0: int) -> None:
         """Drop the cells of positions >= ``p0`` (rejected draft tokens)."""
         L.llama_memory_seq_rm(self.mem, seq_id, p0, -1)

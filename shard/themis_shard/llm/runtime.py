@@ -11,6 +11,7 @@ serves.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -347,28 +348,70 @@ class LLMRuntime:
         gen.bind(seq, lambda: m.engine.cancel(seq))
         return gen
 
-    def submit_n(self, n: int, **kw) -> list[Generation]:
-        """``n`` generations of one prompt (OpenAI's ``n``): tokenized once; each sequence has
-        its own sampler (a seed s gives the sequences seeds s, s+1, ...)."""
+    def submit_n(
+        self,
+        n: int,
+        *,
+        prompt: str | None = None,
+        tokens: list[int] | None = None,
+        model: str | None = None,
+        adapter: str | None = None,
+        domain: str | None = None,
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        special: bool = False,
+        speculative: bool | None = None,
+    ) -> list[Generation]:
+        """``n`` generations of one prompt (OpenAI's ``n``) with one prefill: the engine copies
+        the first sequence's cells to the others. Each has its own sampler (a seed s gives the
+        sequences s, s+1, ...)."""
         if n == 1:
-            return [self.submit(**kw)]
-        m = self.model(kw.get("model"))
-        tokens = kw.pop("tokens", None)
+            return [
+                self.submit(
+                    prompt=prompt,
+                    tokens=tokens,
+                    model=model,
+                    adapter=adapter,
+                    domain=domain,
+                    params=params,
+                    priority=priority,
+                    special=special,
+                    speculative=speculative,
+                )
+            ]
+        m = self.model(model)
+        params = params or self.sampling()
+        if speculative:
+            raise BadRequest("speculative cannot be combined with n > 1", code="unsupported_parameter")
         if tokens is None:
-            tokens = self.tokenize_prompt(m, kw.pop("prompt", None) or "", special=kw.pop("special", False))
-        else:
-            kw.pop("prompt", None)
-            kw.pop("special", None)
-        params: SamplingParams = kw.pop("params", None) or self.sampling()
-        gens: list[Generation] = []
+            tokens = self.tokenize_prompt(m, prompt or "", special=special)
+        elif not tokens:
+            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        adapter_name = m.adapters.resolve(adapter, domain)
+        loop = asyncio.get_running_loop()
+        gens = [Generation(loop) for _ in range(n)]
+        each = [
+            params if params.seed is None else replace(params, seed=(params.seed + i) % 2**64)
+            for i in range(n)
+        ]
         try:
-            for i in range(n):
-                p = params if params.seed is None else replace(params, seed=(params.seed + i) % 2**64)
-                gens.append(self.submit(tokens=tokens, params=p, **kw))
-        except Exception:
-            for g in gens:
-                g.cancel()
-            raise
+            seqs = m.engine.submit_group(
+                tokens, each, [g.sink for g in gens], adapter=adapter_name, priority=priority
+            )
+        except QueueFull as exc:
+            raise ThemisError(
+                f"inference queue is full ({exc})",
+                code="queue_full",
+                status=429,
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            ) from exc
+        except EngineClosed as exc:
+            raise Unavailable(str(exc), code="llm_not_ready") from exc
+        except GrammarError as exc:
+            raise BadRequest(str(exc), code="invalid_grammar") from exc
+        for g, seq in zip(gens, seqs, strict=True):
+            g.model, g.adapter = m.alias, adapter_name
+            g.bind(seq, functools.partial(m.engine.cancel, seq))
         return gens
 
     def count_embedding_tokens(self, texts: list[str]) -> int:

@@ -76,6 +76,9 @@ class Sequence:
     prefix_seen: bool = False
     #: the grammar of a constrained request (owned by the sampler from here on)
     constraint: Constraint | None = None
+    #: sequences of the same prompt (OpenAI ``n``) that wait for this one's prefill and then
+    #: start from a copy of its cells and its first logits row
+    followers: list[Sequence] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.tokens:
