@@ -50,7 +50,7 @@ class InferBatchBody(BaseModel):
 
 
 class EmbedBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     texts: list[str] | None = None
     urns: list[str] | None = None
