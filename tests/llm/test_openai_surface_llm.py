@@ -268,6 +268,17 @@ def test_completion_logprobs_legacy_shape(client):
     assert all(len(t) <= 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0
 
 
+def test_echo_with_logprobs_scores_the_prompt_tokens_too(client):
+    r = client.completions.create(
+        model=MODEL, prompt="One, two, three,", max_tokens=2, temperature=0, echo=True, logprobs=1
+    )
+    lp = r.choices[0].logprobs
+    text = r.choices[0].text
+    assert text.startswith("One, two, three,") and "".join(lp.tokens) == text
+    assert all(v <= 0 for v in lp.token_logprobs)  # (BOS has no text and is not listed)
+    assert lp.text_offset == sorted(lp.text_offset) and len(lp.tokens) == r.usage.prompt_tokens - 1 + 2
+
+
 def test_echo_returns_the_prompt_first(client):
     r = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=3, temperature=0, echo=True)
     assert r.choices[0].text.startswith("One, two,") and len(r.choices[0].text) > len("One, two,")

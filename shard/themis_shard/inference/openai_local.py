@@ -142,7 +142,7 @@ def finish(reason: str) -> str:
 
 
 def sampling(
-    rt: LLMRuntime, body: _Common, target: Target, *, max_tokens, logprobs, grammar
+    rt: LLMRuntime, body: _Common, target: Target, *, max_tokens, logprobs, grammar, prompt_logprobs=None
 ) -> SamplingParams:
     if grammar is not None and body.stop:
         raise BadRequest(
@@ -163,6 +163,7 @@ def sampling(
         logit_bias=body.bias(),
         logprobs=logprobs,
         grammar=grammar,
+        prompt_logprobs=prompt_logprobs,
         model=target.alias,
     )
 
@@ -200,44 +201,70 @@ def _piece(rt: LLMRuntime, alias: str | None, token: int) -> bytes:
 # -- /v1/completions -----------------------------------------------------------------------------------
 
 
-def completion_logprobs(rt: LLMRuntime, alias, tokens: list[TokenEvent], offset: int) -> dict:
-    """OpenAI's legacy shape: tokens, token_logprobs, top_logprobs (text → logprob), text_offset."""
+def completion_logprobs(
+    rt: LLMRuntime,
+    alias,
+    tokens: list[TokenEvent],
+    offset: int,
+    prompt: list[int] | None = None,
+    prompt_scores: tuple | None = None,
+) -> dict:
+    """OpenAI's legacy shape: tokens, token_logprobs, top_logprobs (text → logprob), text_offset;
+    with ``prompt`` (echo) the prompt's tokens first, the first of them unscored (None)."""
     out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    pos = offset
-    for ev in tokens:
-        if ev.logprobs is None:
-            continue
-        text = _piece(rt, alias, ev.token_id).decode("utf-8", errors="replace")
+    pos = 0 if prompt is not None else offset
+
+    def add(token: int, lp) -> None:
+        nonlocal pos
+        text = _piece(rt, alias, token).decode("utf-8", errors="replace")
         out["tokens"].append(text)
-        out["token_logprobs"].append(ev.logprobs.logprob)
+        out["token_logprobs"].append(None if lp is None else lp.logprob)
         out["top_logprobs"].append(
-            {_piece(rt, alias, t).decode("utf-8", errors="replace"): lp for t, lp in ev.logprobs.top}
+            None
+            if lp is None
+            else {_piece(rt, alias, t).decode("utf-8", errors="replace"): v for t, v in lp.top}
         )
         out["text_offset"].append(pos)
         pos += len(text)
+
+    if prompt is not None:
+        scores = prompt_scores or ()
+        for i, token in enumerate(prompt):
+            if i == 0 and not _piece(rt, alias, token):  # BOS: no text, nothing to report
+                continue
+            add(token, scores[i] if i < len(scores) else None)
+    for ev in tokens:
+        if ev.logprobs is not None:
+            add(ev.token_id, ev.logprobs)
     return out
 
 
 async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Disconnected, shard: str = ""):
     body.refusals()
     target = resolve_local(rt, body)
-    if body.echo and body.logprobs is not None:
-        raise BadRequest(
-            "echo with logprobs is not supported (prompt token log-probabilities are not computed)",
-            code="unsupported_parameter",
-        )
-    params = sampling(rt, body, target, max_tokens=body.max_tokens, logprobs=body.logprobs, grammar=None)
+    scored = body.echo and body.logprobs is not None  # the prompt's tokens are scored too
+    if scored and body.stream:
+        raise BadRequest("echo with logprobs is not supported with stream", code="unsupported_parameter")
+    params = sampling(
+        rt,
+        body,
+        target,
+        max_tokens=body.max_tokens,
+        logprobs=body.logprobs,
+        grammar=None,
+        prompt_logprobs=body.logprobs if scored else None,
+    )
     prompts = body.prompts()
+    m = rt.model(target.alias)
     gens: list[Generation] = []
     echoes: list[str] = []
+    ids: list[list[int]] = []
     try:
         for p in prompts:
-            if isinstance(p, str):
-                gens += submit_n(rt, body, target, params, prompt=p)
-                echoes += [p] * body.n
-            else:
-                gens += submit_n(rt, body, target, params, tokens=list(p))
-                echoes += [rt.model(target.alias).native.detokenize(list(p))] * body.n
+            toks = rt.tokenize_prompt(m, p) if isinstance(p, str) else list(p)
+            gens += submit_n(rt, body, target, params, tokens=toks)
+            echoes += [p if isinstance(p, str) else m.native.detokenize(toks)] * body.n
+            ids += [toks] * body.n
     except Exception:
         for g in gens:
             g.cancel()
@@ -249,7 +276,7 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
         return _stream_completions(rt, target, gens, echoes, cid, created, body, fingerprint(shard))
     results = await collect(gens, disconnected)
     choices = []
-    for i, (c, echo) in enumerate(zip(results, echoes, strict=True)):
+    for i, (c, echo, toks) in enumerate(zip(results, echoes, ids, strict=True)):
         assert c.done is not None
         choices.append(
             {
@@ -257,7 +284,9 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
                 "index": i,
                 "logprobs": None
                 if body.logprobs is None
-                else completion_logprobs(rt, target.alias, c.tokens, len(echo)),
+                else completion_logprobs(
+                    rt, target.alias, c.tokens, len(echo), toks if scored else None, c.done.prompt_logprobs
+                ),
                 "finish_reason": finish(c.done.finish_reason),
             }
         )
@@ -310,6 +339,7 @@ async def _stream_completions(
                 "object": "text_completion",
                 "created": created,
                 "model": target.name,
+                "system_fingerprint": fp,
                 "choices": [
                     {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
                 ],

@@ -32,7 +32,7 @@ from .hooks import PrefixHook, Speculator
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
 from .native import Batch, NativeContext, NativeModel
-from .sampling import SamplingParams
+from .sampling import SamplingParams, top_logprobs
 from .scheduler import Limits, Scheduler
 from .sequence import DoneEvent, ErrorEvent, Event, Sequence, Sink, TokenEvent
 
@@ -322,12 +322,18 @@ class Engine:
         outputs: list[tuple[Sequence, int, int | None, Any]] = []
         prefill = sum(n for seq, n in plan.work if not seq.decoding)
         drafts = self._drafts(plan.work, batch.capacity - plan.n_tokens)
+        scoring: list[tuple[Sequence, int, int, int]] = []  # (seq, first position, batch index, n)
         for seq, n in plan.work:
             a = seq.n_cached
             completes = a + n == len(seq.tokens)
             draft = drafts.get(seq.rid) if completes else None
             if draft is None:
-                idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits="last" if completes else "none")
+                mode = "last" if completes else "none"
+                if seq.params.prompt_logprobs is not None and len(seq.prompt_scores) < len(seq.prompt):
+                    mode = "all"  # every prompt position's row, to score the next prompt token
+                idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits=mode)
+                if mode == "all":
+                    scoring.append((seq, a, idx - n + 1, n))
             else:  # speculative round: pending token + draft, logits for each to verify them
                 idx = batch.add(seq.tokens[a : a + n] + draft.tokens, a, seq.slot, logits="all")
             outputs.append((seq, n, idx if completes else None, draft))
@@ -356,6 +362,8 @@ class Engine:
                 self._m["prompt_tokens"].inc(prefill)
         if self._speculator is not None and not prefill:
             self._speculator.observe_iteration(t_decode, sum(len(o[3].tokens) for o in outputs if o[3]))
+        for seq, a, first, n in scoring:
+            self._score_prompt(seq, a, first, n)
         for seq, n, idx, draft in outputs:
             seq.n_cached += n
             if self._prefix is not None and seq.prefill_stop:
@@ -383,6 +391,7 @@ class Engine:
                 self.scheduler.enqueue(f)
                 continue
             self.ctx.copy_seq(seq.slot, f.slot)
+            f.prompt_scores = seq.prompt_scores
             f.t_admitted = now
             self._on_token(f, f.sampler.sample(row), f.sampler.last_logprobs)
 
@@ -393,7 +402,19 @@ class Engine:
             if f in self._live:
                 self.scheduler.enqueue(f)
 
+    def _score_prompt(self, seq: Sequence, a: int, first: int, n: int) -> None:
+        """Rows ``first..first+n`` hold the model's guess for prompt positions ``a+1..a+n``;
+        positions already scored (before a preemption) are not scored twice."""
+        k = seq.params.prompt_logprobs or 0
+        for j in range(n):
+            pos = a + j + 1
+            if pos < len(seq.prompt) and pos == len(seq.prompt_scores):
+                seq.prompt_scores.append(top_logprobs(self.ctx.logits(first + j), seq.prompt[pos], k))
+
     def _on_admit(self, seq: Sequence) -> None:
+        if seq.params.prompt_logprobs is not None:
+            return  # a restored prefix would leave its positions unscored
+
         self._prefix.on_admit(self.ctx, seq)  # type: ignore[union-attr] - only set with a prefix hook
 
     # -- speculative decoding hook (logic in speculative/) ---------------------------------------
@@ -500,6 +521,7 @@ class Engine:
                 queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
                 preemptions=seq.preemptions,
                 cached_tokens=seq.prefix_restored,
+                prompt_logprobs=tuple(seq.prompt_scores) if seq.params.prompt_logprobs is not None else None,
             ),
         )
 

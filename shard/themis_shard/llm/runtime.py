@@ -28,7 +28,7 @@ from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation, GenerationFailed, generation_result
-from .grammar import GrammarError
+from .grammar import GrammarConstraint, GrammarError
 from .loaded import LoadedModel
 from .lora import AdapterManager
 from .metrics import LLMMetrics
@@ -256,12 +256,19 @@ class LLMRuntime:
         logit_bias: dict[int, float] | None = None,
         logprobs: int | None = None,
         grammar: str | None = None,
+        prompt_logprobs: int | None = None,
         model: str | None = None,
     ) -> SamplingParams:
         """Validated parameters; ``model`` (its vocabulary) bounds ``logit_bias`` token ids."""
         if isinstance(stop, str):
             stop = [stop]
         n_vocab = self.model(model).native.n_vocab if logit_bias else 2**31
+        if grammar is not None:  # compiled once here so a bad grammar is a 400 on every path
+            native = self.model(model).native
+            try:
+                GrammarConstraint(native.vocab, native.n_vocab, grammar).close()
+            except GrammarError as exc:
+                raise BadRequest(str(exc), code="invalid_grammar") from exc
         try:
             return SamplingParams(
                 max_tokens=self.settings.default_max_tokens if max_tokens is None else max_tokens,
@@ -277,6 +284,7 @@ class LLMRuntime:
                 logit_bias=tuple(sorted((int(k), float(v)) for k, v in (logit_bias or {}).items())),
                 logprobs=logprobs,
                 grammar=grammar,
+                prompt_logprobs=prompt_logprobs,
             ).validate(max_stop_strings=self.settings.max_stop_strings, n_vocab=n_vocab)
         except SamplingError as exc:
             raise BadRequest(str(exc), code="invalid_sampling") from exc

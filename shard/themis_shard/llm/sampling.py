@@ -49,6 +49,8 @@ class SamplingParams:
     logprobs: int | None = None
     #: GBNF grammar the output must follow (constrained decoding), or None.
     grammar: str | None = None
+    #: Also score the prompt: each prompt token's log-probability and this many alternatives.
+    prompt_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -65,6 +67,7 @@ class SamplingParams:
             and not self.logit_bias
             and self.logprobs is None
             and self.grammar is None
+            and self.prompt_logprobs is None
         )
 
     def validate(self, *, max_stop_strings: int = 8, n_vocab: int = 2**31) -> SamplingParams:
@@ -96,6 +99,8 @@ class SamplingParams:
                 raise SamplingError(f"logit_bias: bias for token {tok} must be within [-100, 100]")
         if self.logprobs is not None and not (0 <= self.logprobs <= 20):
             raise SamplingError("top_logprobs must be within [0, 20]")
+        if self.prompt_logprobs is not None and not (0 <= self.prompt_logprobs <= 20):
+            raise SamplingError("prompt logprobs must be within [0, 20]")
         return self
 
 

@@ -36,6 +36,8 @@ class DoneEvent:
     preemptions: int
     #: prompt tokens restored from the KV-prefix cache instead of prefilled
     cached_tokens: int = 0
+    #: per prompt position (the first is None): its log-probability, when the request scored it
+    prompt_logprobs: tuple[TokenLogprobs | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class Sequence:
     #: sequences of the same prompt (OpenAI ``n``) that wait for this one's prefill and then
     #: start from a copy of its cells and its first logits row
     followers: list[Sequence] = field(default_factory=list)
+    #: the prompt's scores so far (``params.prompt_logprobs``), one per position from 0
+    prompt_scores: list[TokenLogprobs | None] = field(default_factory=lambda: [None])
 
     def __post_init__(self) -> None:
         if not self.tokens:
