@@ -212,6 +212,9 @@ class ChatBody(_Common):
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    moderation: Any = None
     safety_identifier: str | None = None
 
     def refusals(self) -> None:
@@ -236,8 +239,11 @@ class ChatBody(_Common):
             _refuse("metadata", "completions are not stored")
         if self.service_tier not in (None, "auto", "default"):
             _refuse("service_tier", "one tier only ('auto'/'default')")
-        if self.prompt_cache_key is not None:
-            _refuse("prompt_cache_key", "the KV-prefix cache keys on the prompt itself")
+        for name in ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options"):
+            if getattr(self, name) is not None:
+                _refuse(name, "the KV-prefix cache keys on the prompt itself")
+        if self.moderation is not None:
+            _refuse("moderation", "no moderation model")
         if self.top_logprobs is not None and not self.logprobs:
             raise BadRequest("top_logprobs needs logprobs: true", code="invalid_request")
         if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
