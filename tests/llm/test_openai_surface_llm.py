@@ -389,22 +389,19 @@ def test_adapters_are_models_and_model_picks_one(client, http, server, tmp_path)
     try:
         ids = {m.id: m for m in client.models.list()}
         assert MODEL in ids and "legal-lora" in ids
-        base = chat(client, "Say something.", temperature=0, max_tokens=6)
-        by_name = client.chat.completions.create(
-            model="legal-lora",
-            messages=[{"role": "user", "content": "Say something."}],
-            temperature=0,
-            max_tokens=6,
-        )
-        by_domain = client.chat.completions.create(
-            model="legal",
-            messages=[{"role": "user", "content": "Say something."}],
-            temperature=0,
-            max_tokens=6,
-        )
+        kw = {"messages": [{"role": "user", "content": "Say something."}], "temperature": 0, "max_tokens": 6}
+        kw |= {"logprobs": True}
+        base = client.chat.completions.create(model=MODEL, **kw)
+        by_name = client.chat.completions.create(model="legal-lora", **kw)
+        by_domain = client.chat.completions.create(model="legal", **kw)
         assert by_name.model == "legal-lora" and by_domain.model == "legal"
         assert by_name.choices[0].message.content == by_domain.choices[0].message.content
-        assert by_name.choices[0].message.content != base.choices[0].message.content
+
+        def first_logprob(r):
+            return r.choices[0].logprobs.content[0].logprob
+
+        assert first_logprob(by_name) == pytest.approx(first_logprob(by_domain))
+        assert first_logprob(by_name) != pytest.approx(first_logprob(base), abs=1e-4)  # the adapter ran
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(
                 model="no-such-thing", messages=[{"role": "user", "content": "hi"}], max_tokens=2
