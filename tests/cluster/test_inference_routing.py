@@ -43,8 +43,16 @@ def test_engine_chunks_cover_the_batch_in_order():
 
 
 def test_a_forwarded_request_is_the_body_as_validated():
-    body = InferBody.model_validate({"prompt": "p", "domain": "legal", "stop": ["."], "extra": 1})
+    body = InferBody.model_validate({"prompt": "p", "domain": "legal", "stop": ["."]})
     assert body.request().to_json() == body.model_dump(exclude_none=True)
+
+
+def test_an_unknown_field_is_refused_not_ignored():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="extra"):
+        InferBody.model_validate({"prompt": "p", "response_format": {"type": "json_object"}})
 
 
 def test_embed_on_write_picks_text_puts_without_an_embedding():

@@ -70,3 +70,95 @@ def test_invalid_parameters_are_refused(bad):
 def test_top2_margin():
     row = np.array([1.0, 5.0, 4.25, -3.0], np.float32)
     assert top2_margin(row) == pytest.approx(0.75)
+
+
+# -- penalties, min_p, logit bias, logprobs ------------------------------------------------------
+
+
+def test_logit_bias_bans_and_forces():
+    row = logits(4)
+    best = int(np.argmax(row))
+    assert Sampler(SamplingParams(logit_bias=((best, -100.0),))).sample(row) != best
+    assert Sampler(SamplingParams(logit_bias=((17, 100.0),))).sample(row) == 17
+    assert row[best] == logits(4)[best]  # the engine's row is never written to
+
+
+def test_penalties_only_touch_tokens_already_drawn():
+    row = np.zeros(VOCAB, np.float32)
+    row[[5, 6]] = [10.0, 9.0]
+    s = Sampler(SamplingParams(presence_penalty=2.0))
+    assert [s.sample(row) for _ in range(3)] == [5, 6, 5]  # 5 pays 2 once drawn, then 6 does too
+    f = Sampler(SamplingParams(frequency_penalty=0.6))
+    assert [f.sample(row) for _ in range(4)] == [5, 5, 6, 5]  # 10-0.6k vs 9-0.6j
+
+
+def test_repetition_penalty_counts_the_prompt():
+    row = np.zeros(VOCAB, np.float32)
+    row[[5, 6]] = [10.0, 9.0]
+    assert Sampler(SamplingParams(repetition_penalty=1.5), context=[5]).sample(row) == 6
+    assert Sampler(SamplingParams(repetition_penalty=1.5), context=[7]).sample(row) == 5
+
+
+def test_min_p_drops_the_unlikely_tail():
+    row = np.full(VOCAB, -30.0, np.float32)
+    row[[1, 2, 3]] = [5.0, 4.5, 0.0]
+    s = Sampler(SamplingParams(temperature=1.0, min_p=0.2, seed=0))
+    assert {s.sample(row) for _ in range(300)} == {1, 2}
+
+
+def test_logprobs_are_the_models_log_softmax():
+    row = logits(5)
+    s = Sampler(SamplingParams(logprobs=3))
+    tok = s.sample(row)
+    lp = s.last_logprobs
+    ref = row.astype(np.float64) - np.log(np.exp(row.astype(np.float64)).sum())
+    assert lp.logprob == pytest.approx(ref[tok]) and [t for t, _ in lp.top] == list(np.argsort(row)[::-1][:3])
+    assert all(a >= b for (_, a), (_, b) in zip(lp.top, lp.top[1:], strict=False))
+
+
+class OnlyEven:
+    """A toy constraint: even token ids only."""
+
+    def __init__(self):
+        self.accepted = []
+        self.masks = 0
+
+    def allows(self, token):
+        return token % 2 == 0
+
+    def mask(self, row):
+        self.masks += 1
+        out = row.copy()
+        out[1::2] = -np.inf
+        return out
+
+    def accept(self, token):
+        self.accepted.append(token)
+
+
+def test_a_constraint_is_checked_first_and_masks_only_on_rejection():
+    c = OnlyEven()
+    row = np.zeros(VOCAB, np.float32)
+    row[[8, 9]] = [5.0, 1.0]
+    s = Sampler(SamplingParams(), constraint=c)
+    assert s.sample(row) == 8 and c.masks == 0  # the free choice was allowed: no mask
+    row[[8, 9]] = [1.0, 5.0]
+    second = s.sample(row)
+    assert second == 8 and c.masks == 1 and c.accepted == [8, 8]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"min_p": 1.5},
+        {"presence_penalty": 3.0},
+        {"frequency_penalty": -2.5},
+        {"repetition_penalty": 0.0},
+        {"logit_bias": ((VOCAB, 1.0),)},
+        {"logit_bias": ((3, 101.0),)},
+        {"logprobs": 21},
+    ],
+)
+def test_new_parameters_are_validated(bad):
+    with pytest.raises(SamplingError):
+        SamplingParams(**bad).validate(n_vocab=VOCAB)

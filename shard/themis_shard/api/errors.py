@@ -33,11 +33,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        code = (
-            "malformed_json"
-            if any(e.get("type") == "json_invalid" for e in exc.errors())
-            else "invalid_request"
-        )
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            code = "malformed_json"
+        elif errors and all(e.get("type") == "extra_forbidden" for e in errors):
+            code = "unsupported_parameter"  # a field this API does not know, named in the message
+        else:
+            code = "invalid_request"
         return JSONResponse(error_body(code, _validation_message(exc)), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)

@@ -6,7 +6,7 @@ ours) before any work starts; field names and defaults are the public API (API.m
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -50,7 +50,7 @@ class InferBatchBody(BaseModel):
 
 
 class EmbedBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     texts: list[str] | None = None
     urns: list[str] | None = None
@@ -77,86 +77,3 @@ class AdapterBody(BaseModel):
     scale: float = 1.0
     model: str | None = None
     evaluate: bool | None = None
-
-
-# -- OpenAI-compatible --------------------------------------------------------------------------
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class OpenAIBody(BaseModel):
-    """What completions and chat completions share."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = 1.0
-    top_p: float | None = 1.0
-    top_k: int | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int = 1
-    logprobs: Any = None
-    # Themis extensions
-    adapter: str | None = None
-    domain: str | None = None
-    priority: int = Field(0, ge=-1000, le=1000)
-    #: speculative decoding (same output distribution); None = the shard's default
-    speculative: bool | None = None
-
-    def check(self) -> None:
-        if self.n != 1:
-            raise BadRequest("only n=1 is supported", code="unsupported_parameter")
-        if self.logprobs not in (None, False, 0):
-            raise BadRequest("logprobs are not supported", code="unsupported_parameter")
-
-    def request(self, prompt: str, max_tokens: int | None) -> InferRequest:
-        return InferRequest(
-            prompt=prompt,
-            model=self.model,
-            domain=self.domain,
-            adapter=self.adapter,
-            max_tokens=max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            stop=self.stop,
-            speculative=self.speculative,
-            priority=self.priority,
-        )
-
-
-class CompletionBody(OpenAIBody):
-    prompt: str | list[str]
-    max_tokens: int | None = 16
-    echo: bool = False
-    best_of: int | None = None
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[dict] | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            parts = []
-            for p in self.content:
-                if p.get("type") != "text":
-                    raise BadRequest("only text message parts are supported", code="unsupported_parameter")
-                parts.append(str(p.get("text", "")))
-            return "".join(parts)
-        return self.content or ""
-
-
-class ChatBody(OpenAIBody):
-    messages: list[ChatMessage] = Field(..., min_length=1)
-    max_completion_tokens: int | None = None
-    tools: list | None = None

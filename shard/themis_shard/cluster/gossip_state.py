@@ -476,6 +476,15 @@ class RoutingView:
     def capabilities(self, domain: str) -> list[Capability]:
         return self.state.capabilities(domain, self.clock(), self.wall_clock())
 
+    def adapters(self) -> list[tuple[str, str]]:
+        """(adapter id, domain) of every live announcement, whichever shard made it."""
+        now, wall = self.clock(), self.wall_clock()
+        seen: dict[str, str] = {}
+        for a in self.state.announcements.values():
+            if any(c.adapter_id == a.adapter_id for c in self.state.capabilities(a.domain, now, wall)):
+                seen.setdefault(a.adapter_id, a.domain)
+        return sorted(seen.items())
+
     def loads(self) -> Mapping[str, float]:
         return self.state.loads()
 

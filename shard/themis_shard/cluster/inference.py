@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from ..errors import Unavailable
+from ..errors import ThemisError, Unavailable
 from ..ring import HashRing
 from ..storage.names import parse_urn, urn
 from .documents import relay
@@ -96,6 +96,21 @@ def plan_batch(
     return split_batch(items, available)
 
 
+class Overloaded(PeerUnavailable):
+    """A shard answered 429 (its queue is full): the router moves on to the next one."""
+
+
+def _skip(shard: str, call: Callable[[str], Awaitable[Any]]) -> Callable[[str], Awaitable[Any]]:
+    """``call`` that treats ``shard`` as already tried (it was full)."""
+
+    async def other(s: str) -> Any:
+        if s == shard:
+            raise Overloaded(s, "overloaded", "tried first", status=429)
+        return await call(s)
+
+    return other
+
+
 def stream_error(shard: str, exc: PeerUnavailable) -> bytes:
     """The in-band end of a relayed SSE stream whose peer died after the first byte."""
     err = {"error": {"code": "shard_unavailable", "message": str(exc) or shard}}
@@ -125,12 +140,15 @@ class InferenceRouting:
         router: AdaptiveShardRouter,
         unavailable: Callable[[], frozenset[str]],
         registry: CollectorRegistry,
+        announced: Callable[[], list[tuple[str, str]]] = list,
     ) -> None:
+        """``announced``: (adapter id, domain) of the adapters peers announce through gossip."""
         self._plan = topology
         self.executor = executor
         self.router = router
         #: peers behind an open breaker or dead to gossip
         self._unavailable = unavailable
+        self._announced = announced
         self.metrics = InferenceMetrics(registry)
 
     @property
@@ -141,6 +159,14 @@ class InferenceRouting:
     def clustered(self) -> bool:
         return self._topo.clustered
 
+    def placed_adapters(self) -> list[tuple[str, str]]:
+        """(name, domain) of every adapter the cluster serves: placed by the plan, or announced
+        through gossip (loaded on a shard through ``/v1/adapters``)."""
+        out = {a.name: a.domain for a in self._topo.plan.adapters}
+        for name, domain in self._announced():
+            out.setdefault(name, domain)
+        return sorted(out.items())
+
     def routes(self, domain: str | None) -> bool:
         """Does a request with this domain need a routing decision (vs. running here)?"""
         return needs_routing(domain, self._topo.clustered)
@@ -150,35 +176,77 @@ class InferenceRouting:
         """Run where the router says; ``local()`` runs it on this shard. A streamed request
         answers with the peer's SSE bytes, opened before this returns (so a peer that fails
         before its first byte fails over to the next shard)."""
+        return await self.forward(
+            "/internal/infer", body, domain=body.get("domain"), key=str(body.get("prompt", "")), local=local
+        )
+
+    async def forward(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        domain: str | None,
+        key: str,
+        local: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """One request through the router: to the shard it picks for ``domain`` (KV-prefix
+        holders of ``key``, load, breakers; ``path`` is the peer's ``/internal`` twin), or here
+        when there is no choice to make (no domain, or a lone shard). A dead, slow or overloaded
+        (429) shard passes the request to the next one; only when every shard is full does the
+        client see the 429."""
         me = self._topo.self_id
         stream = bool(body.get("stream"))
 
         async def call(shard: str) -> Any:
             if shard == me:
+                try:
+                    result = await local()
+                except ThemisError as exc:
+                    if exc.status == 429 and self._topo.clustered:
+                        raise Overloaded(shard, "overloaded", exc.message, status=429) from exc
+                    raise
                 self.metrics.forwarded.labels(where="local").inc()
-                return await local()
-            result = await (
-                self._open_stream(shard, body)
-                if stream
-                else self.executor.request(
-                    shard, "POST", "/internal/infer", json_body=body, idempotent=False, retries=0
+                return result
+            try:
+                result = await (
+                    self._open_stream(shard, path, body)
+                    if stream
+                    else self.executor.request(
+                        shard, "POST", path, json_body=body, idempotent=False, retries=0
+                    )
                 )
-            )
+            except PeerError as exc:
+                if exc.status == 429:
+                    raise Overloaded(shard, "overloaded", exc.message, status=429) from exc
+                raise
             self.metrics.forwarded.labels(where="remote").inc()
             return result
 
         try:
-            _, result = await self.router.dispatch(body.get("domain"), body.get("prompt", ""), call)
+            if not self.routes(domain):
+                try:
+                    return await call(me)
+                except Overloaded:  # full here: the router's choice among the others
+                    _, result = await self.router.dispatch(domain, key, _skip(me, call))
+                    return result
+            _, result = await self.router.dispatch(domain, key, call)
         except PeerError as exc:
             raise relay(exc) from None
         except NoShardAvailable as exc:
+            if exc.errors and all(isinstance(e, Overloaded) for e in exc.errors.values()):
+                raise ThemisError(
+                    "every shard's inference queue is full",
+                    code="queue_full",
+                    status=429,
+                    headers={"Retry-After": "1"},
+                ) from None
             raise Unavailable(f"no shard could serve the request: {exc}", code="no_shard_available") from None
         return result
 
-    async def _open_stream(self, shard: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def _open_stream(self, shard: str, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         opened = contextlib.AsyncExitStack()
         chunks = await opened.enter_async_context(
-            self.executor.stream(shard, "POST", "/internal/infer", json_body=body, chunk_size=None)
+            self.executor.stream(shard, "POST", path, json_body=body, chunk_size=None)
         )
         return relay_sse(shard, chunks, opened)
 

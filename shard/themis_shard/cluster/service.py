@@ -118,7 +118,12 @@ class ClusterService:
             fetcher=fetcher,
         )
         self.inference = InferenceRouting(
-            self.live, self.executor, self.router, self.membership.unavailable, registry
+            self.live,
+            self.executor,
+            self.router,
+            self.membership.unavailable,
+            registry,
+            announced=self.membership.view.adapters,
         )
         self._tasks = Tasks()
 

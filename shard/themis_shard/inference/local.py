@@ -30,9 +30,9 @@ Disconnected = Callable[[], Awaitable[bool]]
 
 class InferRequest(BaseModel):
     """One generation as the routes and the peers exchange it: ``/v1/infer``'s body, validated once
-    here (the API's ``InferBody`` is this model)."""
+    here (the API's ``InferBody`` is this model). An unknown field is refused by name (400)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     prompt: str
     model: str | None = None

@@ -22,7 +22,9 @@ from ..documents.service import DocumentService
 from ..errors import BadRequest, ThemisError
 from ..llm.generation import Generation
 from ..storage.names import parse_urn
+from . import openai_local
 from .local import Disconnected, InferRequest, infer_result, infer_stream, submit, wait_done
+from .openai_types import ChatBody, CompletionBody, EmbeddingsBody, _Common
 
 if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
     from ..llm.runtime import LLMRuntime
@@ -79,6 +81,103 @@ class InferenceService:
         if not routing.routes(req.domain):
             return await self.infer_here(req, disconnected)
         return await routing.infer(req.to_json(), lambda: self.infer_here(req, disconnected))
+
+    # -- OpenAI-compatible ---------------------------------------------------------------------
+    def _openai_domain(self, body: _Common) -> str | None:
+        """The domain a request is routed by: ``domain``, else that of the adapter ``model`` or
+        ``adapter`` names (the plan's placement), else ``model`` itself when it names a domain."""
+        if body.domain:
+            return body.domain
+        placed = dict(self._routing().placed_adapters())
+        if body.adapter in placed:
+            return placed[body.adapter]
+        name = body.model
+        if not name or name == self._base_alias():
+            return None
+        if name in placed:
+            return placed[name]
+        return name if name in placed.values() else None
+
+    def _base_alias(self) -> str | None:
+        try:
+            return self.runtime().settings.model_alias
+        except ThemisError:
+            return None
+
+    async def _openai(self, path: str, body: _Common, key: str, local) -> Answer:
+        raw = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return await self._routing().forward(
+            path, raw, domain=self._openai_domain(body), key=key, local=local
+        )
+
+    async def chat(self, body: ChatBody, disconnected: Disconnected) -> Answer:
+        """``/v1/chat/completions`` where the router sends it (the rendered prompt is the key the
+        KV-prefix holders are looked up by)."""
+        try:
+            key = self.runtime().apply_chat_template(None, [m.as_template() for m in body.messages])
+        except ThemisError:
+            key = "\n".join(str(m.content or "") for m in body.messages)
+        return await self._openai(
+            "/internal/openai/chat/completions", body, key, lambda: self.chat_here(body, disconnected)
+        )
+
+    async def chat_here(self, body: ChatBody, disconnected: Disconnected) -> Answer:
+        return await openai_local.chat(self.runtime(), body, disconnected, self.shard_id)
+
+    async def completions(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
+        key = body.prompt if isinstance(body.prompt, str) else ""
+        return await self._openai(
+            "/internal/openai/completions", body, key, lambda: self.completions_here(body, disconnected)
+        )
+
+    async def completions_here(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
+        return await openai_local.completions(self.runtime(), body, disconnected, self.shard_id)
+
+    async def embeddings(self, body: EmbeddingsBody) -> dict:
+        raw = body.model_dump(mode="json", exclude_unset=True)
+        return await self._routing().forward(
+            "/internal/openai/embeddings", raw, domain=None, key="", local=lambda: self.embeddings_here(body)
+        )
+
+    async def embeddings_here(self, body: EmbeddingsBody) -> dict:
+        return await openai_local.embeddings(self.runtime(), body)
+
+    def models(self) -> list[dict]:
+        """The loaded models, then every adapter placed in the cluster or loaded here (vLLM lists
+        LoRA adapters as models whose ``parent`` is the base model)."""
+        rt = self.runtime()
+        out = [
+            {
+                "id": m["id"],
+                "object": "model",
+                "created": m["created"],
+                "owned_by": "themis",
+                "root": m["id"],
+                "parent": None,
+                "fingerprint": m["fingerprint"],
+            }
+            for m in rt.describe()
+        ]
+        base = rt.settings.model_alias
+        created = out[0]["created"] if out else 0
+        seen = {m["id"] for m in out}
+        adapters = [(a.name, a.domain) for m in rt.models.values() for a in m.adapters.list()]
+        for name, domain in adapters + self._routing().placed_adapters():
+            if name in seen:
+                continue
+            seen.add(name)
+            out.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "themis",
+                    "root": name,
+                    "parent": base,
+                    "domain": domain,
+                }
+            )
+        return out
 
     # -- batches -----------------------------------------------------------------------------
     async def infer_batch_here(self, items: list[InferRequest], disconnected: Disconnected) -> list[dict]:

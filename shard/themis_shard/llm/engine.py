@@ -27,11 +27,12 @@ from typing import Any
 import llama_cpp as L
 
 from .generation import deliver
+from .grammar import GrammarConstraint
 from .hooks import PrefixHook, Speculator
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
 from .native import Batch, NativeContext, NativeModel
-from .sampling import SamplingParams
+from .sampling import SamplingParams, top_logprobs
 from .scheduler import Limits, Scheduler
 from .sequence import DoneEvent, ErrorEvent, Event, Sequence, Sink, TokenEvent
 
@@ -142,7 +143,30 @@ class Engine:
         priority: int = 0,
         speculative: bool = False,
     ) -> Sequence:
-        """Queue a request (FIFO within its priority). Raises ``QueueFull`` beyond ``max_queue``."""
+        return self.submit_group(
+            prompt, [params], [sink], adapter=adapter, priority=priority, speculative=speculative
+        )[0]
+
+    def submit_group(
+        self,
+        prompt: list[int],
+        params: list[SamplingParams],
+        sinks: list[Sink],
+        *,
+        adapter: str | None = None,
+        priority: int = 0,
+        speculative: bool = False,
+    ) -> list[Sequence]:
+        """Queue one prompt for ``len(params)`` sequences (OpenAI ``n``): the first prefills it and
+        the others start from a copy of its cells when it is done (one prefill for all; a
+        follower that finds no slot then queues and prefills itself). FIFO within a priority.
+        Raises ``QueueFull`` beyond ``max_queue``,
+        ``GrammarError`` for a grammar llama.cpp cannot compile. Speculative decoding applies to
+        plain sampling only (its verification knows no penalties, grammars or logprobs)."""
+        constraints = [
+            GrammarConstraint(self.model.vocab, self.model.n_vocab, p.grammar) if p.grammar else None
+            for p in params
+        ]
         with self._cv:
             if self._closed:
                 raise EngineClosed("engine is stopping")
@@ -153,18 +177,23 @@ class Engine:
                 if self._m:
                     self._m["rejected"].inc()
                 raise QueueFull(f"{queued} requests queued")
-            seq = Sequence(
-                rid=next(self._rids),
-                prompt=list(prompt),
-                params=params,
-                sink=sink,
-                adapter=adapter,
-                priority=priority,
-                speculative=speculative,
-            )
-            self._inbox.append(("add", seq))
+            seqs = [
+                Sequence(
+                    rid=next(self._rids),
+                    prompt=list(prompt),
+                    params=p,
+                    sink=sink,
+                    adapter=adapter,
+                    priority=priority,
+                    speculative=speculative and p.plain,
+                    constraint=c,
+                )
+                for p, sink, c in zip(params, sinks, constraints, strict=True)
+            ]
+            seqs[0].followers = seqs[1:]
+            self._inbox.append(("add", seqs[0]))
             self._cv.notify()
-        return seq
+        return seqs
 
     def cancel(self, seq: Sequence) -> None:
         """Stop generating for ``seq`` and free its KV (client went away)."""
@@ -199,7 +228,7 @@ class Engine:
         engine thread, so no decode can be using it at that moment."""
 
         def detach() -> None:
-            for seq in list(self.scheduler.running) + self.scheduler.waiting():
+            for seq in list(self._live):  # running, waiting, and followers not yet forked
                 if seq.adapter == name:
                     self._fail(seq, "adapter_unloaded", f"adapter {name!r} was unloaded")
             ptr, _ = self.adapters.pop(name)
@@ -256,6 +285,7 @@ class Engine:
         if kind == "add":
             seq = op[1]
             self._live.add(seq)
+            self._live.update(seq.followers)
             self.scheduler.enqueue(seq)
         elif kind == "cancel":
             seq = op[1]
@@ -292,12 +322,18 @@ class Engine:
         outputs: list[tuple[Sequence, int, int | None, Any]] = []
         prefill = sum(n for seq, n in plan.work if not seq.decoding)
         drafts = self._drafts(plan.work, batch.capacity - plan.n_tokens)
+        scoring: list[tuple[Sequence, int, int, int]] = []  # (seq, first position, batch index, n)
         for seq, n in plan.work:
             a = seq.n_cached
             completes = a + n == len(seq.tokens)
             draft = drafts.get(seq.rid) if completes else None
             if draft is None:
-                idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits="last" if completes else "none")
+                mode = "last" if completes else "none"
+                if seq.params.prompt_logprobs is not None and len(seq.prompt_scores) < len(seq.prompt):
+                    mode = "all"  # every prompt position's row, to score the next prompt token
+                idx = batch.add(seq.tokens[a : a + n], a, seq.slot, logits=mode)
+                if mode == "all":
+                    scoring.append((seq, a, idx - n + 1, n))
             else:  # speculative round: pending token + draft, logits for each to verify them
                 idx = batch.add(seq.tokens[a : a + n] + draft.tokens, a, seq.slot, logits="all")
             outputs.append((seq, n, idx if completes else None, draft))
@@ -326,6 +362,8 @@ class Engine:
                 self._m["prompt_tokens"].inc(prefill)
         if self._speculator is not None and not prefill:
             self._speculator.observe_iteration(t_decode, sum(len(o[3].tokens) for o in outputs if o[3]))
+        for seq, a, first, n in scoring:
+            self._score_prompt(seq, a, first, n)
         for seq, n, idx, draft in outputs:
             seq.n_cached += n
             if self._prefix is not None and seq.prefill_stop:
@@ -333,11 +371,50 @@ class Engine:
             if idx is None:
                 continue
             if draft is None:
-                self._on_token(seq, seq.sampler.sample(self.ctx.logits(idx)))
+                row = self.ctx.logits(idx)
+                if seq.followers and seq.n_generated == 0:
+                    self._fork(seq, row)
+                token = seq.sampler.sample(row)
+                self._on_token(seq, token, seq.sampler.last_logprobs)
             else:
                 self._verify_draft(seq, idx, draft)
 
+    def _fork(self, seq: Sequence, row) -> None:
+        """``seq`` just finished its prefill: its followers take a copy of its cells and draw
+        their first token from the same logits row (no prefill of their own)."""
+        followers, seq.followers = seq.followers, []
+        now = time.perf_counter()
+        for f in followers:
+            if f not in self._live:  # cancelled while waiting
+                continue
+            if not self.scheduler.adopt(f):
+                self.scheduler.enqueue(f)
+                continue
+            self.ctx.copy_seq(seq.slot, f.slot)
+            f.prompt_scores = seq.prompt_scores
+            f.t_admitted = now
+            self._on_token(f, f.sampler.sample(row), f.sampler.last_logprobs)
+
+    def _release_followers(self, seq: Sequence) -> None:
+        """A leader that ends before its prefill did leaves its followers to queue on their own."""
+        followers, seq.followers = seq.followers, []
+        for f in followers:
+            if f in self._live:
+                self.scheduler.enqueue(f)
+
+    def _score_prompt(self, seq: Sequence, a: int, first: int, n: int) -> None:
+        """Rows ``first..first+n`` hold the model's guess for prompt positions ``a+1..a+n``;
+        positions already scored (before a preemption) are not scored twice."""
+        k = seq.params.prompt_logprobs or 0
+        for j in range(n):
+            pos = a + j + 1
+            if pos < len(seq.prompt) and pos == len(seq.prompt_scores):
+                seq.prompt_scores.append(top_logprobs(self.ctx.logits(first + j), seq.prompt[pos], k))
+
     def _on_admit(self, seq: Sequence) -> None:
+        if seq.params.prompt_logprobs is not None:
+            return  # a restored prefix would leave its positions unscored
+
         self._prefix.on_admit(self.ctx, seq)  # type: ignore[union-attr] - only set with a prefix hook
 
     # -- speculative decoding hook (logic in speculative/) ---------------------------------------
@@ -392,7 +469,7 @@ class Engine:
         if self._m and self.ctx._adapters != before:
             self._m["adapter_switches"].inc()
 
-    def _on_token(self, seq: Sequence, token: int) -> None:
+    def _on_token(self, seq: Sequence, token: int, logprobs=None) -> None:
         if self.model.is_eog(token):
             self._finish(seq, "stop")
             return
@@ -410,13 +487,14 @@ class Engine:
             if self._prefix is not None:
                 self._prefix.on_first_token(seq, now - seq.t_arrival)
         seq.t_last = now
-        self._emit(seq, TokenEvent(token, text))
+        self._emit(seq, TokenEvent(token, text, logprobs))
         if seq.assembler.stopped:
             self._finish(seq, "stop")
         elif seq.n_generated >= seq.params.max_tokens or len(seq.tokens) >= self.ledger.capacity_cells:
             self._finish(seq, "length")
 
     def _finish(self, seq: Sequence, reason: str, *, removed: bool = False) -> None:
+        self._release_followers(seq)
         if not removed:
             slot = self.scheduler.remove(seq)
             if slot is not None and slot >= 0:
@@ -442,10 +520,13 @@ class Engine:
                 total_s=now - seq.t_arrival,
                 queue_s=None if seq.t_admitted is None else seq.t_admitted - seq.t_arrival,
                 preemptions=seq.preemptions,
+                cached_tokens=seq.prefix_restored,
+                prompt_logprobs=tuple(seq.prompt_scores) if seq.params.prompt_logprobs is not None else None,
             ),
         )
 
     def _fail(self, seq: Sequence, code: str, message: str) -> None:
+        self._release_followers(seq)
         slot = self.scheduler.remove(seq)
         if slot is not None and slot >= 0:
             self.ctx.drop_seq(slot)

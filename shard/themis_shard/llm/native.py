@@ -87,6 +87,10 @@ class NativeModel:
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self.vocab, token))
 
+    def eos_text(self) -> str:
+        """The end-of-sequence token as text (templates print it after an assistant turn)."""
+        return self.piece(int(L.llama_vocab_eos(self.vocab))).decode("utf-8", errors="replace")
+
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)
         n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, 256)
@@ -231,6 +235,10 @@ class NativeContext:
 
     def drop_seq(self, seq_id: int) -> None:
         L.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
+
+    def copy_seq(self, src: int, dst: int) -> None:
+        """Make ``dst`` share every cell of ``src`` (the unified cache stores them once)."""
+        L.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
 
     def drop_tail(self, seq_id: int, p0: int) -> None:
         """Drop the cells of positions >= ``p0`` (rejected draft tokens)."""

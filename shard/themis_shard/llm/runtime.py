@@ -11,24 +11,28 @@ serves.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
+from .chat_template import ChatTemplate, ChatTemplateError
 from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation, GenerationFailed, generation_result
+from .grammar import GrammarConstraint, GrammarError
 from .loaded import LoadedModel
 from .lora import AdapterManager
 from .metrics import LLMMetrics
-from .model import ModelError, fingerprint, resolve_model_path
+from .model import fingerprint, resolve_model_path
 from .native import NativeModel
 from .prefix_hook import build_for as build_prefix_hook
 from .sampling import SamplingError, SamplingParams
@@ -83,6 +87,7 @@ class LLMRuntime:
         self._draft_lock = threading.Lock()
         #: How each model was loaded on this CPU (alias, or "embedding:<name>") — /health shows it.
         self.buffers: dict[str, BufferDecision] = {}
+        self._templates: dict[str, ChatTemplate] = {}
         self.buffer_policy = BufferPolicy(
             settings.extra_buffer_types,
             Path(settings.probe_cache_dir).expanduser() if settings.probe_cache_dir else default_cache_dir(),
@@ -244,9 +249,26 @@ class LLMRuntime:
         top_k: int | None = None,
         seed: int | None = None,
         stop: str | list[str] | None = None,
+        min_p: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        repetition_penalty: float | None = None,
+        logit_bias: dict[int, float] | None = None,
+        logprobs: int | None = None,
+        grammar: str | None = None,
+        prompt_logprobs: int | None = None,
+        model: str | None = None,
     ) -> SamplingParams:
+        """Validated parameters; ``model`` (its vocabulary) bounds ``logit_bias`` token ids."""
         if isinstance(stop, str):
             stop = [stop]
+        n_vocab = self.model(model).native.n_vocab if logit_bias else 2**31
+        if grammar is not None:  # compiled once here so a bad grammar is a 400 on every path
+            native = self.model(model).native
+            try:
+                GrammarConstraint(native.vocab, native.n_vocab, grammar).close()
+            except GrammarError as exc:
+                raise BadRequest(str(exc), code="invalid_grammar") from exc
         try:
             return SamplingParams(
                 max_tokens=self.settings.default_max_tokens if max_tokens is None else max_tokens,
@@ -255,7 +277,15 @@ class LLMRuntime:
                 top_k=top_k or 0,
                 seed=seed,
                 stop=tuple(stop or ()),
-            ).validate(max_stop_strings=self.settings.max_stop_strings)
+                min_p=min_p or 0.0,
+                presence_penalty=presence_penalty or 0.0,
+                frequency_penalty=frequency_penalty or 0.0,
+                repetition_penalty=1.0 if repetition_penalty is None else float(repetition_penalty),
+                logit_bias=tuple(sorted((int(k), float(v)) for k, v in (logit_bias or {}).items())),
+                logprobs=logprobs,
+                grammar=grammar,
+                prompt_logprobs=prompt_logprobs,
+            ).validate(max_stop_strings=self.settings.max_stop_strings, n_vocab=n_vocab)
         except SamplingError as exc:
             raise BadRequest(str(exc), code="invalid_sampling") from exc
 
@@ -275,6 +305,12 @@ class LLMRuntime:
         """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve.
         ``speculative`` None: the shard's ``speculative_default``."""
         m = self.model(model)
+        if speculative and params is not None and not params.plain:
+            raise BadRequest(
+                "speculative cannot be combined with penalties, min_p, logit_bias, logprobs or a "
+                "grammar (response_format, tools)",
+                code="unsupported_parameter",
+            )
         if speculative is None:
             speculative = self.settings.speculative_default
         if tokens is None:
@@ -315,8 +351,81 @@ class LLMRuntime:
             ) from exc
         except EngineClosed as exc:
             raise Unavailable(str(exc), code="llm_not_ready") from exc
+        except GrammarError as exc:
+            raise BadRequest(str(exc), code="invalid_grammar") from exc
         gen.bind(seq, lambda: m.engine.cancel(seq))
         return gen
+
+    def submit_n(
+        self,
+        n: int,
+        *,
+        prompt: str | None = None,
+        tokens: list[int] | None = None,
+        model: str | None = None,
+        adapter: str | None = None,
+        domain: str | None = None,
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        special: bool = False,
+        speculative: bool | None = None,
+    ) -> list[Generation]:
+        """``n`` generations of one prompt (OpenAI's ``n``) with one prefill: the engine copies
+        the first sequence's cells to the others. Each has its own sampler (a seed s gives the
+        sequences s, s+1, ...)."""
+        if n == 1:
+            return [
+                self.submit(
+                    prompt=prompt,
+                    tokens=tokens,
+                    model=model,
+                    adapter=adapter,
+                    domain=domain,
+                    params=params,
+                    priority=priority,
+                    special=special,
+                    speculative=speculative,
+                )
+            ]
+        m = self.model(model)
+        params = params or self.sampling()
+        if speculative:
+            raise BadRequest("speculative cannot be combined with n > 1", code="unsupported_parameter")
+        if tokens is None:
+            tokens = self.tokenize_prompt(m, prompt or "", special=special)
+        elif not tokens:
+            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        adapter_name = m.adapters.resolve(adapter, domain)
+        loop = asyncio.get_running_loop()
+        gens = [Generation(loop) for _ in range(n)]
+        each = [
+            params if params.seed is None else replace(params, seed=(params.seed + i) % 2**64)
+            for i in range(n)
+        ]
+        try:
+            seqs = m.engine.submit_group(
+                tokens, each, [g.sink for g in gens], adapter=adapter_name, priority=priority
+            )
+        except QueueFull as exc:
+            raise ThemisError(
+                f"inference queue is full ({exc})",
+                code="queue_full",
+                status=429,
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            ) from exc
+        except EngineClosed as exc:
+            raise Unavailable(str(exc), code="llm_not_ready") from exc
+        except GrammarError as exc:
+            raise BadRequest(str(exc), code="invalid_grammar") from exc
+        for g, seq in zip(gens, seqs, strict=True):
+            g.model, g.adapter = m.alias, adapter_name
+            g.bind(seq, functools.partial(m.engine.cancel, seq))
+        return gens
+
+    def count_embedding_tokens(self, texts: list[str]) -> int:
+        if self.embedder is None:
+            raise Unavailable("no embedding model is configured", code="embeddings_disabled")
+        return sum(len(self.embedder.tokenize(t)) for t in texts)
 
     async def infer(
         self,
@@ -347,12 +456,29 @@ class LLMRuntime:
             raise ThemisError(exc.message, code=exc.code, status=503) from exc
         return generation_result(done, gen)
 
-    def apply_chat_template(self, model: str | None, messages: list[tuple[str, str]]) -> str:
+    def chat_template(self, model: str | None) -> ChatTemplate:
+        """The model's own Jinja template, else its family's turn format (built once per model)."""
         m = self.model(model)
+        t = self._templates.get(m.alias)
+        if t is None:
+            eos = m.native.eos_text()
+            try:
+                t = ChatTemplate.for_model(
+                    m.native.chat_template(), m.native.meta("general.architecture") or "", eos
+                )
+            except ChatTemplateError as exc:
+                raise BadRequest(str(exc), code="invalid_chat_template") from exc
+            self._templates[m.alias] = t
+        return t
+
+    def apply_chat_template(
+        self, model: str | None, messages: list[dict], tools: list[dict] | None = None
+    ) -> str:
+        """OpenAI-style messages (dicts: role, content, tool_calls, tool_call_id, name) → prompt."""
         try:
-            return m.native.apply_chat_template(messages)
-        except ModelError as exc:
-            raise BadRequest(str(exc), code="no_chat_template") from exc
+            return self.chat_template(model).render(messages, tools)
+        except ChatTemplateError as exc:
+            raise BadRequest(str(exc), code="invalid_chat_template") from exc
 
     # -- embeddings ------------------------------------------------------------------------------
 

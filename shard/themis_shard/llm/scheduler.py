@@ -94,6 +94,18 @@ class Scheduler:
     def waiting(self) -> list[Sequence]:
         return [s for _, s in sorted(self._waiting, key=lambda e: e[0])]
 
+    def adopt(self, seq: Sequence) -> bool:
+        """Run ``seq`` at once with its whole token list already in the KV cache (a copy of
+        another sequence's cells): a slot and pages now, or False (it must queue and prefill)."""
+        if not self._free_slots or len(self.running) >= self.limits.max_running:
+            return False
+        if not self.ledger.grow(seq, len(seq.tokens) + 1):
+            return False
+        seq.slot = self._free_slots.pop()
+        seq.n_cached = len(seq.tokens)
+        self.running.append(seq)
+        return True
+
     # -- one iteration ---------------------------------------------------------------------
 
     def free_slot(self) -> int | None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .sampling import Sampler, SamplingParams
+from .sampling import Constraint, Sampler, SamplingParams, TokenLogprobs
 from .text import TextAssembler
 
 
@@ -20,6 +20,8 @@ from .text import TextAssembler
 class TokenEvent:
     token_id: int
     text: str  # text that became final with this token (may be "" while a stop string is pending)
+    #: the token's log-probability and alternatives, when the request asked for them
+    logprobs: TokenLogprobs | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,10 @@ class DoneEvent:
     total_s: float
     queue_s: float | None
     preemptions: int
+    #: prompt tokens restored from the KV-prefix cache instead of prefilled
+    cached_tokens: int = 0
+    #: per prompt position (the first is None): its log-probability, when the request scored it
+    prompt_logprobs: tuple[TokenLogprobs | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +76,18 @@ class Sequence:
     prefill_stop: int = 0
     prefix_restored: int = 0
     prefix_seen: bool = False
+    #: the grammar of a constrained request (owned by the sampler from here on)
+    constraint: Constraint | None = None
+    #: sequences of the same prompt (OpenAI ``n``) that wait for this one's prefill and then
+    #: start from a copy of its cells and its first logits row
+    followers: list[Sequence] = field(default_factory=list)
+    #: the prompt's scores so far (``params.prompt_logprobs``), one per position from 0
+    prompt_scores: list[TokenLogprobs | None] = field(default_factory=lambda: [None])
 
     def __post_init__(self) -> None:
         if not self.tokens:
             self.tokens = list(self.prompt)
-        self.sampler = Sampler(self.params)
+        self.sampler = Sampler(self.params, context=self.prompt, constraint=self.constraint)
         self.assembler = TextAssembler(self.params.stop)
 
     @property

@@ -1,0 +1,290 @@
+"""The OpenAI request bodies: every field OpenAI defines is declared, and is either honoured or
+refused by name (``unsupported_parameter``, 400); an unknown field is refused by pydantic
+(``extra="forbid"``, rendered as 400 ``unsupported_parameter`` naming it).
+
+``refusals`` lists the declared fields a request set to something this server does not do;
+``sampling`` turns what it does do into the engine's terms. The table of what is honoured is
+in the module docstring of ``openai_local``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import BadRequest
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    #: sent by newer OpenAI SDKs; obfuscation padding is not needed on a trusted network
+    include_obfuscation: bool | None = None
+
+
+class JsonSchemaFormat(_Strict):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class FunctionDef(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class _Common(_Strict):
+    """What completions and chat completions share."""
+
+    model: str | None = None
+    temperature: float | None = Field(1.0, ge=0, le=2)
+    top_p: float | None = Field(1.0, gt=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=16)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    #: end-user id: written to the shard's request log, nothing else
+    user: str | None = None
+    # -- extensions shared with vLLM / llama.cpp server ------------------------------------------
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    # -- Themis extensions (extra_body) ----------------------------------------------------------
+    adapter: str | None = None
+    domain: str | None = None
+    priority: int = Field(0, ge=-1000, le=1000)
+    speculative: bool | None = None
+
+    def bias(self) -> dict[int, float] | None:
+        """``logit_bias`` keys are token ids as JSON strings (OpenAI's shape)."""
+        if not self.logit_bias:
+            return None
+        out = {}
+        for k, v in self.logit_bias.items():
+            try:
+                out[int(k)] = float(v)
+            except ValueError:
+                raise BadRequest(
+                    f"logit_bias: key {k!r} is not a token id", code="invalid_logit_bias"
+                ) from None
+        return out
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def check_stream_options(self) -> None:
+        if self.stream_options is not None and not self.stream:
+            raise BadRequest("stream_options is only allowed with stream: true", code="invalid_request")
+
+
+def _refuse(name: str, why: str) -> None:
+    raise BadRequest(f"{name} is not supported: {why}", code="unsupported_parameter")
+
+
+class CompletionBody(_Common):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=1)
+    echo: bool = False
+    #: 0..5 alternatives per token (OpenAI's legacy completions limit)
+    logprobs: int | None = Field(None, ge=0, le=5)
+    best_of: int | None = Field(None, ge=1, le=16)
+    suffix: str | None = None
+
+    def refusals(self) -> None:
+        self.check_stream_options()
+        if self.suffix:
+            _refuse("suffix", "insertion (fill-in-the-middle) is not served by this model")
+        if self.best_of is not None and self.best_of != self.n:
+            _refuse("best_of", "only best_of equal to n (every candidate is returned)")
+
+    def prompts(self) -> list[str] | list[list[int]]:
+        """One prompt per entry: text, or token ids of this model's vocabulary."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        if isinstance(p[0], int):
+            return [p]  # type: ignore[list-item]
+        return list(p)  # type: ignore[arg-type]
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(_Strict):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    #: an assistant turn's refusal text (OpenAI echoes it back in the history)
+    refusal: str | None = None
+
+    def as_template(self) -> dict[str, Any]:
+        """The dict a chat template renders (``developer`` is the system role)."""
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(p.text for p in content)
+        if self.role == "tool" and not self.tool_call_id:
+            raise BadRequest("a tool message needs tool_call_id", code="invalid_request")
+        if self.tool_calls and self.role != "assistant":
+            raise BadRequest("only assistant messages carry tool_calls", code="invalid_request")
+        out: dict[str, Any] = {
+            "role": "system" if self.role == "developer" else self.role,
+            "content": content,
+        }
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name:
+            out["name"] = self.name
+        return out
+
+
+class ChatBody(_Common):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    # Declared so that a request using them is refused by name with the reason:
+    functions: list[dict[str, Any]] | None = None
+    function_call: Any = None
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    prediction: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    moderation: Any = None
+    safety_identifier: str | None = None
+
+    def refusals(self) -> None:
+        self.check_stream_options()
+        if self.functions is not None or self.function_call is not None:
+            _refuse("functions", "the deprecated functions/function_call API; use tools and tool_choice")
+        if self.audio is not None:
+            _refuse("audio", "text only")
+        if self.modalities not in (None, ["text"]):
+            _refuse("modalities", "text only")
+        if self.prediction is not None:
+            _refuse("prediction", "predicted outputs are not served (use speculative: true)")
+        if self.reasoning_effort is not None:
+            _refuse("reasoning_effort", "the model is not a reasoning model")
+        if self.verbosity is not None:
+            _refuse("verbosity", "the model has no verbosity control")
+        if self.web_search_options is not None:
+            _refuse("web_search_options", "no web search")
+        if self.store:
+            _refuse("store", "completions are not stored")
+        if self.metadata:
+            _refuse("metadata", "completions are not stored")
+        if self.service_tier not in (None, "auto", "default"):
+            _refuse("service_tier", "one tier only ('auto'/'default')")
+        for name in ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options"):
+            if getattr(self, name) is not None:
+                _refuse(name, "the KV-prefix cache keys on the prompt itself")
+        if self.moderation is not None:
+            _refuse("moderation", "no moderation model")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise BadRequest("top_logprobs needs logprobs: true", code="invalid_request")
+        if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
+            raise BadRequest("tool_choice needs tools", code="invalid_request")
+        rf = self.response_format
+        if self.tools and rf is not None and rf.type != "text" and self.tool_choice != "none":
+            _refuse("response_format", "together with tools (the tool call is the structured output)")
+        if rf is not None and rf.type == "json_schema" and rf.json_schema is None:
+            raise BadRequest("response_format json_schema needs json_schema", code="invalid_request")
+        if isinstance(self.tool_choice, NamedToolChoice):
+            names = {t.function.name for t in self.tools or ()}
+            if self.tool_choice.function.name not in names:
+                raise BadRequest(
+                    f"tool_choice names {self.tool_choice.function.name!r}, which is not in tools",
+                    code="invalid_request",
+                )
+        if len({t.function.name for t in self.tools or ()}) != len(self.tools or ()):
+            raise BadRequest("tool names must be unique", code="invalid_request")
+
+    @property
+    def limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class EmbeddingsBody(_Strict):
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+    def texts(self) -> list[str]:
+        x = self.input
+        if isinstance(x, str):
+            return [x]
+        if not x:
+            raise BadRequest("input must not be empty", code="empty_input")
+        if not all(isinstance(t, str) for t in x):
+            _refuse(
+                "input",
+                "token ids (they would be OpenAI tokenizer ids, not this embedding model's); send text "
+                "(LangChain: OpenAIEmbeddings(check_embedding_ctx_length=False))",
+            )
+        return list(x)  # type: ignore[arg-type]
