@@ -141,7 +141,7 @@ def test_rag_streams_the_sources_first_then_the_tokens(shard) -> None:
         ({"query": "q", "collection": "nope"}, 404, "collection_not_found"),
         ({"query": "q", "collection": "plain"}, 400, "not_indexed"),
         ({"query": "q", "collection": "empty"}, 404, "no_context"),
-        ({"query": "q", "collection": "facts", "top_p": 0.5}, 400, "invalid_request"),
+        ({"query": "q", "collection": "facts", "top_p": 0.5}, 400, "unsupported_parameter"),
         ({"query": "  ", "collection": "facts"}, 400, "invalid_request"),
         ({"collection": "facts"}, 400, "invalid_request"),
         ({"query": "q", "collection": "facts", "k": 100000}, 400, "k_too_large"),
