@@ -41,8 +41,13 @@ class Stack:
         operator_args: tuple[str, ...] = ("-A",),
         operator: bool = True,
         port: int | None = None,
+        kubeconfig: Path | None = None,
+        dockerfile: Path | None = None,
     ) -> None:
+        """``kubeconfig``: use that API server (e.g. an in-process emulator) instead of starting one;
+        ``dockerfile``: what the node's image holds (default: the repository's Dockerfile.shard)."""
         self.dir = directory
+        self._kubeconfig, self.dockerfile = kubeconfig, dockerfile
         self.node_env, self.operator_env = node_env or {}, operator_env or {}
         self.operator_args, self.with_operator = operator_args, operator
         self.port = port or _free_port()
@@ -50,7 +55,7 @@ class Stack:
 
     @property
     def kubeconfig(self) -> Path:
-        return self.dir / "kubeconfig"
+        return self._kubeconfig or self.dir / "kubeconfig"
 
     @property
     def url(self) -> str:
@@ -69,35 +74,30 @@ class Stack:
     def start(self) -> Stack:
         self.dir.mkdir(parents=True, exist_ok=True)
         py = sys.executable
-        self._spawn(
-            "emulator",
-            [
-                py,
+        if self._kubeconfig is None:
+            emulator = [
                 "-m",
                 "themis_testing.emulator",
                 "--port",
                 str(self.port),
                 "--kubeconfig",
                 str(self.kubeconfig),
-            ],
-            {},
-        )
-        self._wait(
-            lambda: self.kubeconfig.exists() and httpx.get(f"{self.url}/version", timeout=1).is_success
-        )
-        self._spawn(
-            "node",
-            [
-                py,
-                "-m",
-                "themis_testing.kube_node",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--root",
-                str(self.dir / "node"),
-            ],
-            self.node_env,
-        )
+            ]
+            self._spawn("emulator", [py, *emulator], {})
+            self._wait(
+                lambda: self.kubeconfig.exists() and httpx.get(f"{self.url}/version", timeout=1).is_success
+            )
+        node = [
+            "-m",
+            "themis_testing.kube_node",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--root",
+            str(self.dir / "node"),
+        ]
+        if self.dockerfile:
+            node += ["--dockerfile", str(self.dockerfile)]
+        self._spawn("node", [py, *node], self.node_env)
         if self.with_operator:
             self._spawn(
                 "operator",
