@@ -41,11 +41,13 @@ down:
 
 # A local Kubernetes whose pods are real shard processes (testing/themis_testing/kube_node/):
 # then `KUBECONFIG=.themis/kube/kubeconfig kubectl apply -f crds/ -f examples/themiscluster.yaml`.
-kube-up: install
-	$(PY) -m themis_testing.kube_node.stack up
+# Pids and logs in $(KUBE_DIR). The venv need only exist (order-only), so VENV=... may name another.
+KUBE_DIR ?= .themis/kube
+kube-up: | $(VENV)/.installed
+	$(PY) -m themis_testing.kube_node.stack up --dir $(KUBE_DIR)
 
 kube-down:
-	@if [ -x $(PY) ]; then $(PY) -m themis_testing.kube_node.stack down; else echo "nothing to stop"; fi
+	@if [ -x $(PY) ]; then $(PY) -m themis_testing.kube_node.stack down --dir $(KUBE_DIR); else echo "nothing to stop"; fi
 
 status: install
 	$(VENV)/bin/themis status
