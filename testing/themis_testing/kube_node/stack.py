@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--port", type=int, default=None)
     args = ap.parse_args(argv)
+    args.dir = args.dir.resolve()
     pids_file = args.dir / "pids.json"
     if args.command == "down":
         if not pids_file.exists():
