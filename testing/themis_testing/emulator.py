@@ -21,8 +21,10 @@ official Python client — work against it. What it adds (see ARCHITECTURE.md §
   ``autoscaling/v1`` Scale read from and written to the CRD's ``specReplicasPath``,
   ``statusReplicasPath`` and ``labelSelectorPath`` (GET, PUT, merge and JSON patches).
 
-Still absent, by design: garbage collection, validation of built-in kinds, /openapi, /scale of
-built-in kinds, protobuf, server-side apply.
+  StatefulSets and Deployments have it too (``.spec.replicas``, ``.status.replicas``).
+
+Still absent, by design: garbage collection, validation of built-in kinds, /openapi,
+protobuf, server-side apply.
 
 Longer than our usual 500 lines on purpose: nearly all of it is one class whose handlers share
 one object store and its watch queues; split, a single request's path would span several files.
@@ -226,7 +228,14 @@ class ThemisEmulator(KubernetesEmulator):
         self.namespaces: set[str] = {"default", "kube-system"}
         self.columns: dict[tuple[str, str, str], list[dict]] = {}  # CRD additionalPrinterColumns
         self.schemas: dict[tuple[str, str, str], dict] = {}  # CRD openAPIV3Schema per version
-        self.scales: dict[tuple[str, str, str], dict] = {}  # CRD subresources.scale per version
+        # subresources.scale per CRD version, and the built-in workloads' (spec/status.replicas)
+        self.scales: dict[tuple[str, str, str], dict] = {
+            ("apps", "v1", plural): {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+            }
+            for plural in ("statefulsets", "deployments")
+        }
         for kind in BUILTINS:
             self.register(kind)
 
@@ -664,8 +673,10 @@ class ThemisEmulator(KubernetesEmulator):
 
     @staticmethod
     def _at(obj: dict, path: str | None) -> Any:
+        if not path:
+            return None
         node: Any = obj
-        for part in (path or "").lstrip(".").split(".") if path else []:
+        for part in path.lstrip(".").split("."):
             node = node.get(part) if isinstance(node, dict) else None
         return node
 

@@ -228,6 +228,7 @@ class PodRunner:
             mounts=self._mounts(container),
             image_prefixes={p: str(self.config.venv) for p in image.prefixes},
         )
+        self._link_mounts(paths)
         env = paths.env(env)
         argv = [paths.value(a) for a in argv]
         found = shutil.which(argv[0], path=env.get("PATH", "")) if "/" not in argv[0] else argv[0]
@@ -239,6 +240,22 @@ class PodRunner:
         Path(cwd).mkdir(parents=True, exist_ok=True)
         (self.dir / "rootfs" / "tmp").mkdir(parents=True, exist_ok=True)
         return argv, env, cwd
+
+    @staticmethod
+    def _link_mounts(paths: PathMap) -> None:
+        """Each mount also appears at its mountPath inside the pod's root (a symlink), so a path
+        reached through a parent directory (``--directory /srv`` with ``/srv/conf`` mounted) works."""
+        root = Path(paths.rootfs)
+        for mount_path, target in paths.mounts.items():
+            link = root / mount_path.lstrip("/")
+            if link.is_symlink() and os.readlink(link) == target:
+                continue
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.is_file():
+                link.unlink()
+            elif link.exists():
+                continue  # a real directory the pod made: leave it
+            link.symlink_to(target)
 
     def refresh_volumes(self) -> None:
         """Re-render ConfigMap/Secret volumes (kept in step with the API while the pod runs)."""

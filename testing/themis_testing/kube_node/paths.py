@@ -15,7 +15,9 @@ A process cannot get its own ``/``, so each pod has a private root directory on 
 
 The mapping is applied to what the process is given — env values that are absolute paths (and
 each entry of ``PATH``-like lists), absolute ``command``/``args`` words and the working
-directory — never to the operator's manifests.
+directory — never to the operator's manifests. Paths inside a word (a ``sh -c`` script) are
+not rewritten: such a script reads its paths from env variables. Each mount is also linked at
+its mountPath inside the private root, so paths reached through a parent directory work.
 """
 
 from __future__ import annotations
