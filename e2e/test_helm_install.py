@@ -59,13 +59,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def eventually(check, timeout: float = 30.0, interval: float = 0.3):
+def eventually(check, timeout: float = 30.0, log: Path | None = None, interval: float = 0.3):
     deadline = time.monotonic() + timeout
     while True:
         if result := check():
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}")
+            tail = log.read_text()[-3000:] if log and log.exists() else ""
+            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}\n{tail}")
         time.sleep(interval)
 
 
@@ -174,6 +175,8 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
     args = container["command"][1:]
     args[args.index("--liveness") + 1] = f"http://127.0.0.1:{free_port()}/healthz"
     env = {e["name"]: e["value"] for e in container["env"]}
+    if "THEMIS_OPERATOR_METRICS_PORT" in env:  # a fixed port could be taken on a shared machine
+        env["THEMIS_OPERATOR_METRICS_PORT"] = str(free_port())
     node = Stack(
         tmp_path / "kube",
         kubeconfig=kubeconfig,
@@ -205,7 +208,7 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
                 and names(emulator, "policy/v1", "poddisruptionbudgets", NAMESPACE) == {"demo"}
             )
 
-        eventually(reconciled, 60)
+        eventually(reconciled, 60, log)
         (statefulset,) = emulator.objects("apps/v1", "statefulsets", NAMESPACE)
         assert statefulset["spec"]["replicas"] == 2
         assert statefulset["metadata"]["ownerReferences"][0]["uid"] == cluster["metadata"]["uid"]
@@ -222,7 +225,7 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
                 and st
             )
 
-        st = eventually(status, 90)
+        st = eventually(status, 90, log)
         assert st["ringVersion"] == 1
 
         def pods_ready():
@@ -232,7 +235,7 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
                 p["status"]["containerStatuses"][0]["ready"] for p in pods
             )
 
-        eventually(pods_ready, 60)
+        eventually(pods_ready, 60, log)
         assert operator.poll() is None, log.read_text()[-3000:]
     finally:
         operator.terminate()
