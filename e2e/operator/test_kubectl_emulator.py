@@ -260,6 +260,43 @@ def test_semantically_invalid_cluster_is_degraded_with_no_children(cluster):
     assert not kubectl.exists("configmap", "broken-plan")
 
 
+def test_a_model_source_that_cannot_be_fetched_degrades_the_cluster_with_the_reason(cluster):
+    """The shard's own termination message travels pod status → operator → ThemisCluster."""
+    kubectl = cluster
+    unfetchable = {
+        "apiVersion": "themisdb.io/v1alpha1",
+        "kind": "ThemisCluster",
+        "metadata": {"name": "nomodel"},
+        "spec": {
+            "shards": 2,
+            "model": {"source": "http://127.0.0.1:9/missing.gguf"},  # nothing listens on port 9
+            "storage": {"dataSize": "1Gi", "weightsSize": "1Gi"},
+            # Without TLS the failed shard exits at once (with TLS the certificate reloader holds
+            # the process until its next tick; the lead knows).
+            "tls": {"enabled": False},
+        },
+    }
+    kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps(unfetchable))
+
+    def degraded():
+        """Degraded with the reason the shards gave"""
+        conditions = {c["type"]: c for c in kubectl.json("tc", "nomodel")["status"]["conditions"]}
+        return conditions["Degraded"]["reason"] == "ModelUnavailable" and conditions["Degraded"]
+
+    condition = eventually(degraded, timeout=60)
+    assert condition["status"] == "True"
+    assert "source_unavailable" in condition["message"] and "missing.gguf" in condition["message"]
+    crashed = [
+        c
+        for p in kubectl.json("pods", "-l", "app.kubernetes.io/instance=nomodel")["items"]
+        for c in p["status"]["containerStatuses"]
+        if c["restartCount"] >= 1
+    ]
+    assert crashed and "missing.gguf" in crashed[0]["lastState"]["terminated"]["message"]
+    kubectl.run("delete", "tc", "nomodel")
+    eventually(lambda: not kubectl.exists("pod", "nomodel-0"), timeout=30)
+
+
 def test_delete_removes_everything_but_the_data(cluster):
     kubectl = cluster
     kubectl.run("delete", "lora", "legal")
