@@ -133,19 +133,6 @@ def names(emulator, api_version: str, plural: str, namespace: str | None = None)
     return {o["metadata"]["name"] for o in emulator.objects(api_version, plural, namespace)}
 
 
-def _light_shards_supported() -> bool:
-    import yaml
-
-    crd = yaml.safe_load((ROOT / "crds" / "themisclusters.themisdb.io.yaml").read_text())
-    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    return "llm" in spec["engine"].get("properties", {})
-
-
-@pytest.mark.xfail(
-    not _light_shards_supported(),
-    reason="spec.engine.llm (shards without a model) comes with the kube-operator branch",
-    strict=False,
-)
 def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, tmp_path):
     from themis_testing.kube_node.stack import Stack
 

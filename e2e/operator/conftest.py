@@ -28,25 +28,6 @@ NODE_ENV = {
 OPERATOR_ENV = {"THEMIS_OPERATOR_STATUS_INTERVAL_S": "1", "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "2"}
 
 
-def crd_supports_light_shards() -> bool:
-    """Whether the ThemisCluster CRD has ``spec.engine.llm`` (shards without a model)."""
-    import yaml
-
-    crd = yaml.safe_load((ROOT / "crds" / "themisclusters.themisdb.io.yaml").read_text())
-    engine = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
-        "engine"
-    ]
-    return "llm" in engine.get("properties", {})
-
-
-#: Light clusters (no model) need spec.engine.llm, which the kube-operator branch adds.
-needs_light_shards = pytest.mark.xfail(
-    not crd_supports_light_shards(),
-    reason="spec.engine.llm (shards without a model) comes with the kube-operator branch",
-    strict=False,
-)
-
-
 def light(manifest: dict) -> dict:
     """``manifest`` (a ThemisCluster) with shards that load no model and ask for no GPU."""
     manifest = json.loads(json.dumps(manifest))

