@@ -14,6 +14,8 @@ import time
 import uuid
 
 import pytest
+from kubernetes.config import new_client_from_config
+from themis_operator.kube import ApiKube
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import load_example, validate_manifest
 
@@ -25,6 +27,11 @@ RUN = uuid.uuid4().hex[:5]
 
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def kube(kubeconfig, crds):
+    return ApiKube(new_client_from_config(config_file=str(kubeconfig)))
 
 
 def create_cluster(kube, namespace, name="demo", **spec):
