@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean
+.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean kube-up kube-down
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -17,6 +17,8 @@ help:
 	@echo "make test    - install and run the whole test suite"
 	@echo "make bench   - run the benchmarks (prints tables)"
 	@echo "make lint    - ruff"
+	@echo "make kube-up - a local Kubernetes (API emulator, process node, operator); kubeconfig in .themis/kube/"
+	@echo "make kube-down - stop it (and its shard pods)"
 
 $(VENV)/.installed: pyproject.toml tools/llama_wheel.py
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 is required (python3.12 not found)"; exit 1; }
@@ -37,6 +39,16 @@ up: install
 
 down:
 	@if [ -x $(VENV)/bin/themis ]; then $(VENV)/bin/themis down; else echo "nothing to stop"; fi
+
+# A local Kubernetes whose pods are real shard processes (testing/themis_testing/kube_node/):
+# then `KUBECONFIG=.themis/kube/kubeconfig kubectl apply -f crds/ -f examples/themiscluster.yaml`.
+# Pids and logs in $(KUBE_DIR). The venv need only exist (order-only), so VENV=... may name another.
+KUBE_DIR ?= .themis/kube
+kube-up: | $(VENV)/.installed
+	$(PY) -m themis_testing.kube_node.stack up --dir $(KUBE_DIR)
+
+kube-down:
+	@if [ -x $(PY) ]; then $(PY) -m themis_testing.kube_node.stack down --dir $(KUBE_DIR); else echo "nothing to stop"; fi
 
 status: install
 	$(VENV)/bin/themis status

@@ -5,7 +5,9 @@ before its process starts, so in a child process) into ``themis_testing.emulator
 CRDs from crds/, RBAC, the operator Deployment, dashboards ConfigMaps, ServiceMonitor,
 PrometheusRule and a ThemisCluster from values. Then the operator runs as a process with the
 arguments of the Deployment Helm created, and reconciles the chart's ThemisCluster into its
-StatefulSet, Services, plan ConfigMap, PDB and status (shards played by FakeShards).
+StatefulSet, Services, plan ConfigMap, PDB and status — and the process node
+(``themis_testing.kube_node``) runs the StatefulSet's pods as real shard processes, whose
+``/v1/cluster/status`` the operator reads into the cluster's status.
 """
 
 from __future__ import annotations
@@ -25,11 +27,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from themis_testing import real_cluster  # noqa: E402 (needs the path above)
 
-NAMESPACE = "themis-system"
+#: A fresh namespace per run keeps the node's /etc/hosts names apart from other runs.
+NAMESPACE = f"themis-{uuid.uuid4().hex[:6]}"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 VALUES = {
-    "cluster": {"enabled": True, "name": "demo", "spec": {"shards": 2, "raidMode": "raid1"}},
+    "cluster": {
+        "enabled": True,
+        "name": "demo",
+        # Shards without a model (fast); the real model: e2e/operator/test_kube_model.py
+        "spec": {"shards": 2, "raidMode": "raid1", "engine": {"llm": False}},
+    },
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True},
     "operator": {"statusIntervalSeconds": 1},
@@ -51,13 +59,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def eventually(check, timeout: float = 30.0, interval: float = 0.3):
+def eventually(check, timeout: float = 30.0, log: Path | None = None, interval: float = 0.3):
     deadline = time.monotonic() + timeout
     while True:
         if result := check():
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}")
+            tail = log.read_text()[-3000:] if log and log.exists() else ""
+            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}\n{tail}")
         time.sleep(interval)
 
 
@@ -125,7 +134,7 @@ def names(emulator, api_version: str, plural: str, namespace: str | None = None)
 
 
 def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, tmp_path):
-    from themis_testing.fakeshards import FakeShards
+    from themis_testing.kube_node.stack import Stack
 
     kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
     release = helm_install(kubeconfig, VALUES)
@@ -153,9 +162,14 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
     args = container["command"][1:]
     args[args.index("--liveness") + 1] = f"http://127.0.0.1:{free_port()}/healthz"
     env = {e["name"]: e["value"] for e in container["env"]}
-    shards = FakeShards().start()
-    for i in range(2):
-        shards.set(NAMESPACE, f"demo-{i}")
+    if "THEMIS_OPERATOR_METRICS_PORT" in env:  # a fixed port could be taken on a shared machine
+        env["THEMIS_OPERATOR_METRICS_PORT"] = str(free_port())
+    node = Stack(
+        tmp_path / "kube",
+        kubeconfig=kubeconfig,
+        operator=False,
+        node_env={"THEMIS_KUBE_NODE_PROBE_PERIOD_MAX_S": "1", "THEMIS_KUBE_NODE_BACKOFF_INITIAL_S": "1"},
+    ).start()
     log = tmp_path / "operator.log"
     operator = subprocess.Popen(
         [sys.executable, "-m", "themis_operator", "--kubeconfig", str(kubeconfig), *args],
@@ -165,8 +179,7 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
         env={
             **os.environ,
             **env,
-            "THEMIS_OPERATOR_SHARD_URL_TEMPLATE": shards.url_template,
-            "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "0.5",
+            "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "2",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "shard"), str(ROOT / "operator")]),
         },
     )
@@ -182,19 +195,34 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
                 and names(emulator, "policy/v1", "poddisruptionbudgets", NAMESPACE) == {"demo"}
             )
 
-        eventually(reconciled, 60)
+        eventually(reconciled, 60, log)
         (statefulset,) = emulator.objects("apps/v1", "statefulsets", NAMESPACE)
         assert statefulset["spec"]["replicas"] == 2
         assert statefulset["metadata"]["ownerReferences"][0]["uid"] == cluster["metadata"]["uid"]
 
         def status():
-            """the cluster reports both shards and the generation it observed"""
+            """both shard pods ready, reported reachable at the generation the operator observed"""
             (tc,) = emulator.objects("themisdb.io/v1alpha1", "themisclusters", NAMESPACE)
             st = tc.get("status") or {}
-            return st.get("observedGeneration") == 1 and len(st.get("shards") or []) == 2 and st
+            shards = st.get("shards") or []
+            return (
+                st.get("observedGeneration") == 1
+                and len(shards) == 2
+                and all(s.get("reachable") and s.get("state") == "alive" for s in shards)
+                and st
+            )
 
-        st = eventually(status, 60)
+        st = eventually(status, 90, log)
         assert st["ringVersion"] == 1
+
+        def pods_ready():
+            """the StatefulSet's two pods are real shard processes that pass their readiness probe"""
+            pods = emulator.objects("v1", "pods", NAMESPACE)
+            return sorted(p["metadata"]["name"] for p in pods) == ["demo-0", "demo-1"] and all(
+                p["status"]["containerStatuses"][0]["ready"] for p in pods
+            )
+
+        eventually(pods_ready, 60, log)
         assert operator.poll() is None, log.read_text()[-3000:]
     finally:
         operator.terminate()
@@ -203,7 +231,7 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
         except subprocess.TimeoutExpired:
             operator.kill()
             operator.wait(5)
-        shards.stop()
+        node.stop()
 
 
 # ---- the same chart on a real cluster (kind/k3d), skipped when none is reachable -------------------

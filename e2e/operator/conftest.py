@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,46 @@ for sub in ("shard", "operator", "testing"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
 
-from themis_testing.real_cluster import find_kubectl  # noqa: E402 (needs the paths above)
+from themis_testing.kube_node.stack import Stack  # noqa: E402 (needs the paths above)
+from themis_testing.real_cluster import find_kubectl  # noqa: E402
+
+#: The node's knobs for tests: restart back-off in seconds, probes at least every second.
+NODE_ENV = {
+    "THEMIS_KUBE_NODE_BACKOFF_INITIAL_S": "1",
+    "THEMIS_KUBE_NODE_BACKOFF_MAX_S": "10",
+    "THEMIS_KUBE_NODE_PROBE_PERIOD_MAX_S": "1",
+}
+OPERATOR_ENV = {"THEMIS_OPERATOR_STATUS_INTERVAL_S": "1", "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "2"}
+
+
+def light(manifest: dict) -> dict:
+    """``manifest`` (a ThemisCluster) with shards that load no model and ask for no GPU."""
+    manifest = json.loads(json.dumps(manifest))
+    spec = manifest["spec"]
+    spec.setdefault("engine", {})["llm"] = False
+    spec.setdefault("resources", {})["gpus"] = 0
+    return manifest
+
+
+@contextmanager
+def kube_stack(directory: Path, namespace: str, *, operator: bool = True, **kw) -> Iterator[Stack]:
+    """Emulator + process node + (optionally) the operator watching ``namespace``; logs on exit."""
+    stack = Stack(
+        directory,
+        node_env=NODE_ENV,
+        operator_env=OPERATOR_ENV,
+        operator_args=("--namespace", namespace),
+        operator=operator,
+        **kw,
+    ).start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        for name in ("operator", "node"):
+            log = directory / f"{name}.log"
+            if log.exists():
+                print(f"---- {name}.log (tail)\n" + log.read_text()[-3000:])
 
 
 def eventually(check, timeout: float = 20.0, interval: float = 0.3):

@@ -17,7 +17,13 @@ official Python client — work against it. What it adds (see ARCHITECTURE.md §
   subresource is isolated from the main resource;
 * merge, JSON and (approximated as merge) strategic-merge patches.
 
-Still absent, by design: garbage collection, validation of built-in kinds, /openapi, /scale,
+* the ``/scale`` subresource of CRDs that declare one (``kubectl scale``, HPAs): an
+  ``autoscaling/v1`` Scale read from and written to the CRD's ``specReplicasPath``,
+  ``statusReplicasPath`` and ``labelSelectorPath`` (GET, PUT, merge and JSON patches).
+
+  StatefulSets and Deployments have it too (``.spec.replicas``, ``.status.replicas``).
+
+Still absent, by design: garbage collection, validation of built-in kinds, /openapi,
 protobuf, server-side apply.
 
 Longer than our usual 500 lines on purpose: nearly all of it is one class whose handlers share
@@ -101,6 +107,64 @@ _SHORT = {
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
+def _age(obj: dict) -> str:
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return "<unknown>"
+    then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+
+
+def _pod_status(pod: dict) -> str:
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        if waiting := (c.get("state") or {}).get("waiting"):
+            return waiting.get("reason", "Waiting")
+    return "Terminating" if pod["metadata"].get("deletionTimestamp") else status.get("phase", "Pending")
+
+
+def _pod_ready(pod: dict) -> str:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    total = len(pod.get("spec", {}).get("containers") or [])
+    return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
+
+
+#: Server-side printing of built-in kinds (what kubectl shows; ``priority`` 1 = ``-o wide`` only).
+BUILTIN_COLUMNS: dict[tuple[str, str, str], list[tuple[str, int, Any]]] = {
+    ("", "v1", "pods"): [
+        ("Ready", 0, _pod_ready),
+        ("Status", 0, _pod_status),
+        (
+            "Restarts",
+            0,
+            lambda p: sum(
+                c.get("restartCount", 0) for c in (p.get("status") or {}).get("containerStatuses") or []
+            ),
+        ),
+        ("Age", 0, _age),
+        ("IP", 1, lambda p: (p.get("status") or {}).get("podIP", "<none>")),
+        ("Node", 1, lambda p: p.get("spec", {}).get("nodeName", "<none>")),
+    ],
+    ("apps", "v1", "statefulsets"): [
+        (
+            "Ready",
+            0,
+            lambda s: (
+                f"{(s.get('status') or {}).get('readyReplicas', 0)}/{s.get('spec', {}).get('replicas', 1)}"
+            ),
+        ),
+        ("Age", 0, _age),
+    ],
+    ("", "v1", "persistentvolumeclaims"): [
+        ("Status", 0, lambda c: (c.get("status") or {}).get("phase", "Pending")),
+        ("Capacity", 0, lambda c: ((c.get("status") or {}).get("capacity") or {}).get("storage", "")),
+        ("Access Modes", 0, lambda c: ",".join(c.get("spec", {}).get("accessModes") or [])),
+        ("Age", 0, _age),
+    ],
+}
+
+
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
         super().__init__(message)
@@ -164,6 +228,14 @@ class ThemisEmulator(KubernetesEmulator):
         self.namespaces: set[str] = {"default", "kube-system"}
         self.columns: dict[tuple[str, str, str], list[dict]] = {}  # CRD additionalPrinterColumns
         self.schemas: dict[tuple[str, str, str], dict] = {}  # CRD openAPIV3Schema per version
+        # subresources.scale per CRD version, and the built-in workloads' (spec/status.replicas)
+        self.scales: dict[tuple[str, str, str], dict] = {
+            ("apps", "v1", plural): {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+            }
+            for plural in ("statefulsets", "deployments")
+        }
         for kind in BUILTINS:
             self.register(kind)
 
@@ -179,7 +251,8 @@ class ThemisEmulator(KubernetesEmulator):
             verbs=set(_VERBS),
             shortnames=shortnames if shortnames is not None else _SHORT.get(kind.plural, set()),
             categories=categories or set(),
-            subresources={"status"} if kind.status else set(),
+            subresources=({"status"} if kind.status else set())
+            | ({"scale"} if (kind.group, kind.version, kind.plural) in self.scales else set()),
         )
 
     async def _serve_version(self, request):  # type: ignore[override]
@@ -189,6 +262,8 @@ class ThemisEmulator(KubernetesEmulator):
         for entry in payload.get("resources", []):
             if "/" in entry["name"]:  # subresources carry no short names or categories
                 entry.update(verbs=["get", "patch", "update"], shortNames=[], categories=[])
+                if entry["name"].endswith("/scale"):
+                    entry.update(kind="Scale", group="autoscaling", version="v1")
             else:
                 entry.update(verbs=sorted(entry["verbs"]), shortNames=sorted(entry["shortNames"]))
         return payload
@@ -316,6 +391,8 @@ class ThemisEmulator(KubernetesEmulator):
                     return self._json(
                         self._table(kind, listing["items"]) if self._wants_table(request, kind) else listing
                     )
+                elif method == "GET" and sub == "scale":
+                    return self._json(self._scale(kind, self._fetch(kind, namespace, name)))
                 elif method == "GET":
                     obj = self._fetch(kind, namespace, name)
                     return self._json(self._table(kind, [obj]) if self._wants_table(request, kind) else obj)
@@ -366,13 +443,47 @@ class ThemisEmulator(KubernetesEmulator):
         }
 
     def _wants_table(self, request, kind: Kind) -> bool:
-        return (
-            "as=Table" in request.headers.get("Accept", "")
-            and (kind.group, kind.version, kind.plural) in self.columns
+        key = (kind.group, kind.version, kind.plural)
+        return "as=Table" in request.headers.get("Accept", "") and (
+            key in self.columns or key in BUILTIN_COLUMNS
         )
+
+    def _builtin_table(self, kind: Kind, items: list[dict]) -> dict:
+        columns = [
+            ("Name", 0, lambda o: o["metadata"]["name"]),
+            *BUILTIN_COLUMNS[(kind.group, kind.version, kind.plural)],
+        ]
+        return {
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "Table",
+            "metadata": {"resourceVersion": str(self.rv)},
+            "columnDefinitions": [
+                {
+                    "name": n,
+                    "type": "string",
+                    "format": "name" if n == "Name" else "",
+                    "description": n,
+                    "priority": p,
+                }
+                for n, p, _ in columns
+            ],
+            "rows": [
+                {
+                    "cells": [fn(o) for _, _, fn in columns],
+                    "object": {
+                        "apiVersion": "meta.k8s.io/v1",
+                        "kind": "PartialObjectMetadata",
+                        "metadata": o["metadata"],
+                    },
+                }
+                for o in items
+            ],
+        }
 
     def _table(self, kind: Kind, items: list[dict]) -> dict:
         """Server-side printing (what ``kubectl get`` shows) from the CRD's printer columns."""
+        if (kind.group, kind.version, kind.plural) not in self.columns:
+            return self._builtin_table(kind, items)
         columns = [
             {
                 "name": "Name",
@@ -473,6 +584,8 @@ class ThemisEmulator(KubernetesEmulator):
             )
             if schema := (version.get("schema") or {}).get("openAPIV3Schema"):
                 self.schemas[(spec["group"], version["name"], names["plural"])] = schema
+            if scale := (version.get("subresources") or {}).get("scale"):
+                self.scales[(spec["group"], version["name"], names["plural"])] = scale
             self.register(
                 Kind(
                     spec["group"],
@@ -551,10 +664,60 @@ class ThemisEmulator(KubernetesEmulator):
                 {"name": name, "group": kind.group, "kind": kind.kind, "causes": causes},
             )
 
+    # ---- the scale subresource (CRDs with subresources.scale) -------------------------------
+    def _scale_paths(self, kind: Kind) -> dict:
+        paths = self.scales.get((kind.group, kind.version, kind.plural))
+        if paths is None:
+            raise ApiError(404, "NotFound", f"{kind.plural} has no scale subresource")
+        return paths
+
+    @staticmethod
+    def _at(obj: dict, path: str | None) -> Any:
+        if not path:
+            return None
+        node: Any = obj
+        for part in path.lstrip(".").split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def _scale(self, kind: Kind, obj: dict) -> dict:
+        """The autoscaling/v1 Scale view of ``obj`` (replicas and selector from the CRD's paths)."""
+        paths = self._scale_paths(kind)
+        meta = obj["metadata"]
+        status: dict = {"replicas": self._at(obj, paths.get("statusReplicasPath")) or 0}
+        if selector := self._at(obj, paths.get("labelSelectorPath")):
+            status["selector"] = selector
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {
+                k: meta[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in meta
+            },
+            "spec": {"replicas": self._at(obj, paths["specReplicasPath"]) or 0},
+            "status": status,
+        }
+
+    def _write_scale(self, kind: Kind, old: dict, scale: Any) -> dict:
+        replicas = (scale.get("spec") or {}).get("replicas") if isinstance(scale, dict) else None
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise ApiError(422, "Invalid", f"Scale.autoscaling: spec.replicas: Invalid value: {replicas!r}")
+        new = copy.deepcopy(old)
+        *parents, leaf = self._scale_paths(kind)["specReplicasPath"].lstrip(".").split(".")
+        node = new
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = replicas
+        expected = (scale.get("metadata") or {}).get("resourceVersion")
+        return self._scale(kind, self._write(kind, old, new, None, expected))
+
     def _put(self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any) -> dict:
         old = self._fetch(kind, namespace, name)
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        if sub == "scale":
+            return self._write_scale(kind, old, body)
         expected = (body.get("metadata") or {}).get("resourceVersion")
         return self._write(kind, old, copy.deepcopy(body), sub, expected)
 
@@ -562,6 +725,18 @@ class ThemisEmulator(KubernetesEmulator):
         self, kind: Kind, namespace: str | None, name: str, sub: str | None, body: Any, ctype: str
     ) -> dict:
         old = self._fetch(kind, namespace, name)
+        if sub == "scale":
+            scale = self._scale(kind, old)
+            if "json-patch" in ctype:
+                try:
+                    patched = jsonpatch.apply_patch(scale, body)
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                    raise ApiError(422, "Invalid", f"json patch failed: {e}") from e
+            elif isinstance(body, dict):
+                patched = merge_patch(scale, body)
+            else:
+                raise ApiError(400, "BadRequest", "the patch must be a JSON object")
+            return self._write_scale(kind, old, patched)
         if "json-patch" in ctype:
             try:
                 new = jsonpatch.apply_patch(old, body)

@@ -43,12 +43,20 @@ def kubeconfig(emulator, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fake_shards():
-    from themis_testing.fakeshards import FakeShards
+def kube_node(kubeconfig, tmp_path_factory):
+    """The process node on the emulator: the operator's StatefulSets become real shard processes
+    (each pod on its own loopback address, named in /etc/hosts), which the operator probes."""
+    from themis_testing.kube_node.stack import Stack
 
-    shards = FakeShards().start()
-    yield shards
-    shards.stop()
+    env = {
+        "THEMIS_KUBE_NODE_BACKOFF_INITIAL_S": "1",
+        "THEMIS_KUBE_NODE_BACKOFF_MAX_S": "10",
+        "THEMIS_KUBE_NODE_PROBE_PERIOD_MAX_S": "1",
+    }
+    directory = tmp_path_factory.mktemp("node")
+    with Stack(directory, kubeconfig=kubeconfig, operator=False, node_env=env) as stack:
+        yield stack
+    print((directory / "node.log").read_text()[-3000:])
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +79,12 @@ def crds(emulator):
 
 
 @pytest.fixture(scope="module")
-def operator_env(kubeconfig, fake_shards):
+def operator_env(kubeconfig):
     """Settings the in-process operator reads (the timer interval is fixed at import time)."""
     env = {
         "KUBECONFIG": str(kubeconfig),
         "THEMIS_OPERATOR_STATUS_INTERVAL_S": "1",
-        "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "0.5",
-        "THEMIS_OPERATOR_SHARD_URL_TEMPLATE": fake_shards.url_template,
+        "THEMIS_OPERATOR_PROBE_TIMEOUT_S": "1",
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

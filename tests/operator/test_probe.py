@@ -1,14 +1,21 @@
 """Shard status probing: the shape of /v1/cluster/status, tolerance of failures, TLS with the CA."""
 
+import contextlib
 import json
+import os
+import random
+import socket
 import ssl
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from themis_operator.probe import ShardProber, adapter_states, parse_status, reports_from_status
 from themis_shard.cluster.certs import generate_ca, issue_shard_cert
-from themis_testing.fakeshards import FakeShards
 
 
 def test_parse_status_reads_ring_version_migration_and_own_member_state():
@@ -35,23 +42,54 @@ def test_parse_status_reads_ring_version_migration_and_own_member_state():
 
 
 @pytest.fixture
-def fake_shards():
-    shards = FakeShards().start()
-    yield shards
-    shards.stop()
+def real_shards(tmp_path):
+    """Real shard processes (no model) for demo-0 and demo-2, on loopback addresses 127.A.B.index
+    and one port, so that one URL template reaches each; nothing runs for demo-1."""
+    subnet = f"127.{random.randint(64, 250)}.{random.randint(1, 254)}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for index in (0, 2):
+        env = {
+            **os.environ,
+            "THEMIS_SHARD_ID": f"demo-{index}",
+            "THEMIS_HOST": f"{subnet}.{index}",
+            "THEMIS_PORT": str(port),
+            "THEMIS_DATA_DIR": str(tmp_path / f"demo-{index}"),
+            "THEMIS_LLM_ENABLED": "false",
+        }
+        log = (tmp_path / f"demo-{index}.log").open("wb")
+        procs.append(
+            subprocess.Popen([sys.executable, "-m", "themis_shard"], env=env, stdout=log, stderr=log)
+        )
+    try:
+        for index in (0, 2):
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://{subnet}.{index}:{port}/ready", timeout=1).status_code == 200:
+                        break
+                assert time.monotonic() < deadline, (tmp_path / f"demo-{index}.log").read_text()[-2000:]
+                time.sleep(0.2)
+        yield f"http://{subnet}.{{index}}:{port}"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
-def test_probe_reports_unreachable_and_failing_shards_instead_of_raising(fake_shards):
-    fake_shards.set("ns", "demo-0", migration="idle")
-    fake_shards.set("ns", "demo-2", migration="drained")
-    prober = ShardProber(timeout_s=0.5, url_template=fake_shards.url_template)
+@pytest.mark.e2e
+def test_probe_reports_unreachable_shards_instead_of_raising(real_shards):
+    prober = ShardProber(timeout_s=1.0, url_template=real_shards)
     reports = prober.probe("demo", "ns", count=3, members=2, tls=False)
     assert [(r.id, r.reachable, r.role) for r in reports] == [
         ("demo-0", True, "member"),
-        ("demo-1", False, "member"),  # answers 503
+        ("demo-1", False, "member"),  # nothing listens there
         ("demo-2", True, "leaving"),
     ]
-    assert reports[2].migration == "drained"
+    assert reports[0].ringVersion == reports[2].ringVersion
+    assert reports[2].migration != "unknown"  # what the real shard says about its hand-off
     nowhere = ShardProber(timeout_s=0.2).probe("demo", "ns", count=1, members=1, tls=True)
     assert nowhere[0].reachable is False and nowhere[0].url == "https://demo-0.demo-headless.ns.svc:8080"
 
