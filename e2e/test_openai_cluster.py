@@ -1,7 +1,9 @@
 """Spec: real OpenAI clients (openai, LangChain, LlamaIndex) against a real 3-shard cluster with
-the real model. ``model`` names an adapter or its domain and the request runs on the shard that
-serves it, from any entry shard (``system_fingerprint`` names the shard that ran it);
-``/v1/models`` lists the adapter everywhere; structured outputs and tool calls validate."""
+the real model and API keys on (a client key for inference, the admin key to load the adapter; a
+wrong key is a 401 the clients surface). ``model`` names an adapter or its domain and the
+request runs on the shard that serves it, from any entry shard (``system_fingerprint`` names the
+shard that ran it); ``/v1/models`` lists the adapter everywhere; structured outputs and tool calls
+validate."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
+from themis_shard.auth.keys import entry_for, new_key
+from themis_shard.auth.policy import Role
 from themis_shard.llm.embeddings import BUNDLED_NAME
 from themis_shard.llm.model import resolve_model_path
 from themis_shard.llm.native import NativeModel
@@ -25,6 +29,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.llm, pytest.mark.slow]
 openai = pytest.importorskip("openai")
 
 ROUTER = {"thresholds": (-1.0, -1.0, -1.0)}  # every announced adapter qualifies
+ADMIN_KEY, CLIENT_KEY = new_key(), new_key()
+AUTH_ENV = {
+    "THEMIS_AUTH_ENABLED": "true",
+    "THEMIS_AUTH_KEYS": ";".join(
+        (entry_for(ADMIN_KEY, Role.admin).line(), entry_for(CLIENT_KEY, Role.client).line())
+    ),
+}
 PERSON = {
     "type": "object",
     "properties": {"name": {"type": "string", "maxLength": 16}, "age": {"type": "integer"}},
@@ -54,17 +65,20 @@ def lora_file(tmp_path_factory):
     return path
 
 
-def client(url: str):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+def client(url: str, key: str = CLIENT_KEY):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
 
 
 def test_openai_clients_through_a_three_shard_cluster(local_cluster, lora_file) -> None:
-    cluster = local_cluster(3, llm=True, router=ROUTER)
+    cluster = local_cluster(3, llm=True, router=ROUTER, env=AUTH_ENV)
     s0, s1, s2 = (cluster.url(s) for s in cluster.ids)
+    with pytest.raises(openai.AuthenticationError):
+        client(s0, key="themis_wrong").models.list()
+    load = {"name": "legal-qa", "domain": "legal", "path": str(lora_file), "evaluate": True}
+    as_client = {"Authorization": f"Bearer {CLIENT_KEY}"}
+    assert httpx.post(f"{s1}/v1/adapters", json=load, headers=as_client).status_code == 403
     r = httpx.post(
-        f"{s1}/v1/adapters",
-        json={"name": "legal-qa", "domain": "legal", "path": str(lora_file), "evaluate": True},
-        timeout=120,
+        f"{s1}/v1/adapters", json=load, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
     )
     assert r.status_code == 201, r.text
     deadline = time.monotonic() + 300  # the adapter is evaluated before it is announced
@@ -130,7 +144,7 @@ def test_openai_clients_through_a_three_shard_cluster(local_cluster, lora_file) 
         age: int
 
     chat = lc.ChatOpenAI(
-        model="legal-qa", base_url=f"{s2}/v1", api_key="unused", temperature=0, max_tokens=128
+        model="legal-qa", base_url=f"{s2}/v1", api_key=CLIENT_KEY, temperature=0, max_tokens=128
     )
     msg = chat.invoke("Say hello.")
     assert msg.response_metadata["system_fingerprint"] == "themis:shard-1"
@@ -139,14 +153,14 @@ def test_openai_clients_through_a_three_shard_cluster(local_cluster, lora_file) 
     tool_msg = chat.bind_tools([WEATHER], tool_choice="any").invoke("Weather in Rome?")
     assert tool_msg.tool_calls[0]["name"] == "get_weather"
     emb = lc.OpenAIEmbeddings(
-        model=BUNDLED_NAME, base_url=f"{s0}/v1", api_key="unused", check_embedding_ctx_length=False
+        model=BUNDLED_NAME, base_url=f"{s0}/v1", api_key=CLIENT_KEY, check_embedding_ctx_length=False
     )
     vectors = emb.embed_documents(["a contract", "a court"])
     assert len(vectors) == 2 and len(vectors[0]) > 0
 
     from llama_index.llms.openai_like import OpenAILike
 
-    llm = OpenAILike(model="legal", api_base=f"{s0}/v1", api_key="unused", max_tokens=6, temperature=0)
+    llm = OpenAILike(model="legal", api_base=f"{s0}/v1", api_key=CLIENT_KEY, max_tokens=6, temperature=0)
     assert isinstance(llm.complete("The contract").text, str)
 
     # A dead shard: a request for its domain fails over to another shard (the base model serves

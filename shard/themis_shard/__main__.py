@@ -67,6 +67,8 @@ async def serve(settings: Settings, log_level: str) -> None:
         async def internal_until_public_exits() -> None:
             while not public.started and not public.should_exit:
                 await asyncio.sleep(0.05)
+            if not public.started:  # start-up failed: never open the peer listener
+                return
             task = asyncio.create_task(internal.serve())
             while not public.should_exit:
                 await asyncio.sleep(0.1)
@@ -80,8 +82,14 @@ async def serve(settings: Settings, log_level: str) -> None:
         for server in (public, internal):
             if server is not None:
                 server.config.load()
-        servers.append(reload_certificates(settings, app, public, internal))
-    await asyncio.gather(*servers)
+        reloader = asyncio.create_task(reload_certificates(settings, app, public, internal))
+    try:
+        await asyncio.gather(*servers)
+    finally:  # a shard that fails to start exits at once, not one reload interval later
+        if settings.tls:
+            reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reloader
 
 
 async def reload_certificates(
@@ -99,7 +107,7 @@ async def reload_certificates(
 
     files = CertFiles(settings.tls_ca_path, settings.tls_cert_path, settings.tls_key_path)
     reloader = CertReloader(files, contexts)
-    while not public.should_exit:
+    while True:  # cancelled by serve() once the listeners have stopped
         await asyncio.sleep(settings.tls_reload_interval_s)
         reloader.check()
 

@@ -9,12 +9,11 @@ run several shards in one process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
-
-from starlette.concurrency import run_in_threadpool
 
 from .aql.service import AqlService
 from .cluster.announcer import LoadSampler
@@ -63,7 +62,7 @@ class ShardNode:
     async def open(cls, settings: Settings, metrics: ShardMetrics) -> ShardNode:
         """Build and start every part; a part that fails to start stops the ones before it."""
         fetcher = SourceFetcher(settings.weights_path / "sources", FetchSettings())
-        store, vectors, plan, cluster = await run_in_threadpool(cls._open_storage, settings, metrics, fetcher)
+        store, vectors, plan, cluster = await asyncio.to_thread(cls._open_storage, settings, metrics, fetcher)
         raid: RaidService | None = None
         llm: LLMRuntime | None = None
         try:
@@ -98,7 +97,7 @@ class ShardNode:
             if raid is not None:
                 await raid.stop()
             await cluster.stop()
-            await run_in_threadpool(cls._close_storage, vectors, store)
+            await asyncio.to_thread(cls._close_storage, vectors, store)
             raise
         return cls(
             settings=settings,
@@ -172,7 +171,7 @@ class ShardNode:
         await self.cluster.stop()
         if self.llm is not None:
             await self.llm.stop()
-        await run_in_threadpool(self._close_storage, self.vectors, self.store)
+        await asyncio.to_thread(self._close_storage, self.vectors, self.store)
 
     @property
     def ready(self) -> bool:

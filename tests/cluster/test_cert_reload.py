@@ -61,3 +61,34 @@ def test_a_half_written_pair_keeps_the_old_certificate(tmp_path):
     files.cert.write_bytes(other)  # the new certificate arrived, its key not yet
     assert not reloader.check()
     assert asyncio.run(served_serial(ctx, ca[0])) == first
+
+
+def test_a_tls_shard_that_fails_to_start_exits_without_waiting_for_the_reload_interval(tmp_path):
+    """The reload loop ends with the listeners: a crash-looping pod restarts at once, not after
+    one reload interval (here ten minutes, far past the subprocess timeout)."""
+    import os
+    import subprocess
+    import sys
+
+    write_pair(tmp_path, generate_ca("test"), 30)
+    env = {
+        **os.environ,
+        "THEMIS_SHARD_ID": "s-0",
+        "THEMIS_PORT": "0",
+        "THEMIS_INTERNAL_PORT": "0",
+        "THEMIS_DATA_DIR": str(tmp_path / "data"),
+        "THEMIS_TLS_CA_PATH": str(tmp_path / "ca.crt"),
+        "THEMIS_TLS_CERT_PATH": str(tmp_path / "s-0.crt"),
+        "THEMIS_TLS_KEY_PATH": str(tmp_path / "s-0.key"),
+        "THEMIS_TLS_RELOAD_INTERVAL_S": "600",
+        "THEMIS_LLM_MODEL_PATH": str(tmp_path / "missing.gguf"),  # start-up fails on this
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "themis_shard", "--log-level", "warning"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "missing.gguf" in done.stdout + done.stderr
