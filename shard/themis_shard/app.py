@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
+from .api.access_log import AccessLogMiddleware
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
 from .metrics import ShardMetrics
@@ -81,4 +82,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ListenerGuard, internal_port=settings.internal_port)
+    app.add_middleware(AccessLogMiddleware)  # outermost: times and traces everything below
     return app
