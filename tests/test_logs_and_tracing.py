@@ -167,3 +167,54 @@ def test_the_peer_client_carries_the_trace_to_the_next_shard(tmp_path: Path, cap
     )
     untraced = by_route["/v1/collections"]
     assert untraced.trace_id != request_span.trace_id and untraced.parent_span_id is None
+
+
+def test_a_forwarded_document_read_carries_the_callers_trace_to_the_owner(tmp_path: Path, caplog) -> None:
+    """Two real shards of one plan: shard-0 in-process, shard-1 on uvicorn. A read on shard-0 of a
+    key that shard-1 owns is forwarded by the cluster's routing; shard-1 logs the same trace."""
+    from themis_shard.cluster.placement import Topology
+    from themis_shard.plan import ClusterSpec, Member, build_plan
+
+    caplog.set_level(logging.INFO, logger="themis.access")
+    port = _free_port()
+    plan = build_plan(
+        ClusterSpec(
+            name="t",
+            members=(
+                Member(shard_id="shard-0", url=f"http://127.0.0.1:{_free_port()}"),
+                Member(shard_id="shard-1", url=f"http://127.0.0.1:{port}"),
+            ),
+            raid_mode="raid0",
+        )
+    )
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(plan.to_json())
+    topo = Topology.of(plan, "shard-0")
+    key = next(f"k{i}" for i in range(100) if topo.owners("books", f"k{i}") == ["shard-1"])
+
+    def shard(sid: str) -> Settings:
+        return Settings(
+            data_dir=tmp_path / sid, shard_id=sid, plan_path=plan_path, llm=LLMSettings(enabled=False)
+        )
+
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(shard("shard-1")), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with TestClient(create_app(shard("shard-0"))) as entry:
+            r = entry.get(f"/v1/collections/books/documents/{key}", headers={"traceparent": CALLER})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "document_not_found"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    hops = [rec for rec in caplog.records if rec.name == "themis.access" and key in rec.path]
+    assert {rec.trace_id for rec in hops} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
+    assert any(rec.path.startswith("/internal/") for rec in hops), [rec.path for rec in hops]
+    internal = [rec for rec in hops if rec.path.startswith("/internal/")]
+    # each hop is a child span: it arrived with a traceparent, under a span of its own
+    assert all(rec.parent_span_id is not None and rec.span_id != rec.parent_span_id for rec in internal)
