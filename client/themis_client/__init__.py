@@ -1,7 +1,7 @@
 """A typed Python client for Themis's REST API (documents, transactions, collections and search,
 AQL, inference and streaming, embeddings, RAG, cluster status)."""
 
-from .client import InferStream, ThemisClient
+from .client import AsyncInferStream, AsyncThemisClient, InferStream, ThemisClient
 from .errors import (
     BadRequest,
     Conflict,
@@ -38,6 +38,8 @@ from .retry import NO_RETRY, RetryPolicy
 __all__ = [
     "NO_RETRY",
     "AqlResult",
+    "AsyncInferStream",
+    "AsyncThemisClient",
     "BadRequest",
     "BatchResult",
     "ClusterStatus",

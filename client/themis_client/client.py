@@ -1,59 +1,109 @@
-"""``ThemisClient``: the public REST API (API.md) over one pooled ``httpx.Client``.
+"""``ThemisClient`` and ``AsyncThemisClient``: the public REST API (API.md) over one pooled httpx
+client. Each operation is described once in ``calls``; these classes execute descriptions.
 
-Calls are methods with typed results (``models``) and typed exceptions (``errors``). Any shard
-serves the whole API, so the client may be given several shard URLs: a shard that cannot be
-reached is skipped for the next one. Retries (``retry``):
+Any shard serves the whole API, so a client may be given several shard URLs: one that cannot be
+reached is skipped for the next. Retries (``retry``):
 
 * a connect failure is retried for every call, on the next URL — nothing reached a server;
-* 429 / 503 (the shard shed load or the key's owners are down) only for idempotent calls
+* 429 / 503 (the shard shed load, or a key's owners are down) only for idempotent calls
   (reads, PUT/DELETE, search, embed), with backoff and the server's ``Retry-After``.
-
-Sync only; an async twin would share ``errors``, ``models``, ``retry`` and ``sse`` unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
-from urllib.parse import quote
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Concatenate
 
 import httpx
-from pydantic import BaseModel
 
+from . import calls
+from .calls import Call
 from .errors import ThemisConnectionError, ThemisError, error_from_response
-from .models import (
-    AqlResult,
-    BatchResult,
-    ClusterStatus,
-    Collection,
-    Document,
-    Embeddings,
-    Health,
-    InferResult,
-    Operation,
-    RagResult,
-    SearchResult,
-    StreamToken,
-    TransactionResult,
-    WriteResult,
-)
+from .models import InferResult, StreamToken
 from .retry import RetryPolicy, should_retry_status
-from .sse import DONE, sse_events
+from .sse import DONE, SseDecoder, sse_events
 
-M = TypeVar("M", bound=BaseModel)
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
-def _seg(value: str) -> str:
-    return quote(value, safe="")
+class _Base:
+    def __init__(
+        self,
+        base_url: str | Sequence[str] | None,
+        http: httpx.Client | httpx.AsyncClient | None,
+        api_key: str | None,
+        retry: RetryPolicy | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        if base_url is None and http is None:
+            raise ValueError("give base_url (one shard URL or several) or http")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url or [str(http.base_url)])
+        if not urls:
+            raise ValueError("base_url is empty")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.retry = retry or RetryPolicy()
+        self._headers = dict(headers or {})
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._current = 0
+
+    def _request(self, http, call_method: str, path: str, json: Any, headers: Mapping[str, str] | None):
+        return http.build_request(
+            call_method,
+            self.urls[self._current] + path,
+            json=json,
+            headers={**self._headers, **(headers or {})},
+        )
+
+    def _unreachable(self, attempt: int, request: httpx.Request, exc: Exception) -> float:
+        """Move to the next URL; the wait before the next try, or raise when out of tries."""
+        self._current = (self._current + 1) % len(self.urls)
+        if attempt >= self.retry.attempts:
+            raise ThemisConnectionError(0, "unreachable", f"{request.method} {request.url}: {exc}") from exc
+        return self.retry.delay(attempt)
+
+    def _retry_after(self, attempt: int, response: httpx.Response, idempotent: bool) -> float | None:
+        if should_retry_status(response.status_code, idempotent) and attempt < self.retry.attempts:
+            return self.retry.delay(attempt, response.headers.get("retry-after"))
+        return None
 
 
-def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if v is not None}
+def _signature(build: Callable[..., Any]) -> inspect.Signature:
+    """``build``'s signature as a method's: ``self`` first, returning what the call parses to
+    (so ``help()`` and IDEs show ``put(self, ...) -> WriteResult``)."""
+    sig = inspect.signature(build)
+    ret = sig.return_annotation
+    if isinstance(ret, str) and ret.startswith("Call[") and ret.endswith("]"):
+        ret = ret[5:-1]
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    return sig.replace(parameters=[self_param, *sig.parameters.values()], return_annotation=ret)
 
 
-class ThemisClient:
+def _sync[**P, T](build: Callable[P, Call[T]]) -> Callable[Concatenate[ThemisClient, P], T]:
+    @functools.wraps(build)
+    def method(self: ThemisClient, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.run(build(*args, **kwargs))
+
+    del method.__wrapped__  # type: ignore[attr-defined]
+    method.__signature__ = _signature(build)  # type: ignore[attr-defined]
+    return method
+
+
+def _async[**P, T](build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncThemisClient, P], Awaitable[T]]:
+    @functools.wraps(build)
+    async def method(self: AsyncThemisClient, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.run(build(*args, **kwargs))
+
+    del method.__wrapped__  # type: ignore[attr-defined]
+    method.__signature__ = _signature(build)  # type: ignore[attr-defined]
+    return method
+
+
+class ThemisClient(_Base):
     """``ThemisClient("http://shard-0:8700", api_key=...)``; use as a context manager or ``close()``.
 
     ``http`` is an already-built ``httpx.Client`` to send through (a test's in-process app, a
@@ -73,21 +123,9 @@ class ThemisClient:
         headers: Mapping[str, str] | None = None,
         http: httpx.Client | None = None,
     ) -> None:
-        if base_url is None and http is None:
-            raise ValueError("give base_url (one shard URL or several) or http")
-        urls = [base_url] if isinstance(base_url, str) else list(base_url or [str(http.base_url)])
-        if not urls:
-            raise ValueError("base_url is empty")
-        self.urls = [u.rstrip("/") for u in urls]
-        self.retry = retry or RetryPolicy()
-        self._headers = dict(headers or {})
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
+        super().__init__(base_url, http, api_key, retry, headers)
         self._own_http = http is None
         self.http = http or httpx.Client(timeout=timeout, verify=verify, cert=cert)
-        self._current = 0
-
-    # -- plumbing ----------------------------------------------------------------------------------
 
     def close(self) -> None:
         if self._own_http:
@@ -99,190 +137,149 @@ class ThemisClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        headers: Mapping[str, str] | None = None,
-        idempotent: bool,
-        stream: bool = False,
-    ) -> httpx.Response:
-        """One call with the retry policy; a non-2xx answer raises its typed exception."""
-        hdrs = {**self._headers, **(headers or {})}
+    def send(self, method: str, path: str, *, json: Any = None, headers=None, idempotent: bool, stream=False):
+        """One HTTP exchange under the retry policy; a non-2xx answer raises its typed exception."""
         attempt = 0
         while True:
             attempt += 1
-            url = self.urls[self._current] + path
+            request = self._request(self.http, method, path, json, headers)
             try:
-                request = self.http.build_request(method, url, json=json, headers=hdrs)
                 response = self.http.send(request, stream=stream)
             except _CONNECT_ERRORS as exc:
-                self._current = (self._current + 1) % len(self.urls)
-                if attempt >= self.retry.attempts:
-                    raise ThemisConnectionError(0, "unreachable", f"{method} {url}: {exc}") from exc
-                time.sleep(self.retry.delay(attempt))
+                time.sleep(self._unreachable(attempt, request, exc))
                 continue
             if response.is_success:
                 return response
-            if should_retry_status(response.status_code, idempotent) and attempt < self.retry.attempts:
-                response.close()
-                time.sleep(self.retry.delay(attempt, response.headers.get("retry-after")))
-                continue
+            wait = self._retry_after(attempt, response, idempotent)
             if stream:
                 response.read()
                 response.close()
-            raise _error(response)
+            if wait is None:
+                raise _error(response)
+            time.sleep(wait)
 
-    def _call(
-        self,
-        model: type[M],
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        headers: Mapping[str, str] | None = None,
-        idempotent: bool,
-    ) -> M:
-        response = self._send(method, path, json=json, headers=headers, idempotent=idempotent)
-        return model.model_validate(response.json())
-
-    # -- health and cluster ------------------------------------------------------------------------
-
-    def health(self) -> Health:
-        return self._call(Health, "GET", "/health", idempotent=True)
-
-    def cluster_status(self) -> ClusterStatus:
-        return self._call(ClusterStatus, "GET", "/v1/cluster/status", idempotent=True)
-
-    def raid_status(self) -> dict[str, Any]:
-        """``GET /v1/raid/status`` as the shard answers it (layout, chunk health, rebuild)."""
-        return self._send("GET", "/v1/raid/status", idempotent=True).json()
-
-    # -- collections and documents -----------------------------------------------------------------
-
-    def declare_collection(
-        self,
-        name: str,
-        *,
-        dimension: int | None = None,
-        index: str | None = None,
-        embed_field: str | None = None,
-        **settings: Any,
-    ) -> Collection:
-        """``PUT /v1/collections/{name}``; ``settings`` are further collection fields, sent as given
-        (the shard refuses an unknown one by name)."""
-        body = _drop_none({"dimension": dimension, "index": index, "embed_field": embed_field, **settings})
-        return self._call(Collection, "PUT", f"/v1/collections/{_seg(name)}", json=body, idempotent=True)
-
-    def collection(self, name: str) -> Collection:
-        return self._call(Collection, "GET", f"/v1/collections/{_seg(name)}", idempotent=True)
-
-    def collections(self) -> list[Collection]:
-        response = self._send("GET", "/v1/collections", idempotent=True)
-        return [Collection.model_validate(c) for c in response.json()]
-
-    def put(
-        self, collection: str, key: str, document: Mapping[str, Any], *, if_match: int | None = None
-    ) -> WriteResult:
-        """Write a document; with ``if_match`` only over that version (else ``VersionConflict``)."""
-        return self._call(
-            WriteResult,
-            "PUT",
-            _doc_path(collection, key),
-            json=dict(document),
-            headers=_if_match(if_match),
-            idempotent=True,
+    def run[T](self, call: Call[T]) -> T:
+        response = self.send(
+            call.method, call.path, json=call.json, headers=call.headers, idempotent=call.idempotent
         )
+        return call.parse(response.json())
 
-    def get(self, collection: str, key: str) -> Document:
-        """The document, or ``NotFound`` (code ``document_not_found``)."""
-        return self._call(Document, "GET", _doc_path(collection, key), idempotent=True)
-
-    def delete(self, collection: str, key: str, *, if_match: int | None = None) -> WriteResult:
-        return self._call(
-            WriteResult, "DELETE", _doc_path(collection, key), headers=_if_match(if_match), idempotent=True
-        )
-
-    def batch(
-        self, collection: str, documents: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Any]]
-    ) -> BatchResult:
-        """Write many documents atomically: ``{key: document}`` or ``(key, document)`` pairs."""
-        pairs = documents.items() if isinstance(documents, Mapping) else documents
-        body = {"documents": [{"key": k, "document": dict(d)} for k, d in pairs]}
-        return self._call(
-            BatchResult,
-            "POST",
-            f"/v1/collections/{_seg(collection)}/documents:batch",
-            json=body,
-            idempotent=False,
-        )
-
-    def transaction(self, operations: Iterable[Operation | Mapping[str, Any]]) -> TransactionResult:
-        """All or nothing; a stale ``if_version`` raises ``VersionConflict`` with nothing applied."""
-        ops = [Operation.model_validate(o).model_dump(exclude_none=True) for o in operations]
-        return self._call(
-            TransactionResult, "POST", "/v1/transactions", json={"operations": ops}, idempotent=False
-        )
-
-    # -- search and AQL ----------------------------------------------------------------------------
-
-    def search(
-        self,
-        collection: str,
-        *,
-        vector: Sequence[float] | None = None,
-        text: str | None = None,
-        k: int = 10,
-        filter: Mapping[str, Any] | None = None,
-    ) -> SearchResult:
-        body = _drop_none({"vector": list(vector) if vector is not None else None, "text": text, "k": k})
-        if filter is not None:
-            body["filter"] = dict(filter)
-        return self._call(
-            SearchResult, "POST", f"/v1/collections/{_seg(collection)}/search", json=body, idempotent=True
-        )
-
-    def aql(self, query: str, bind_vars: Mapping[str, Any] | None = None) -> AqlResult:
-        """Run an AQL statement. Not retried on 429/503: a statement may write."""
-        body = {"query": query, "bind_vars": dict(bind_vars or {})}
-        return self._call(AqlResult, "POST", "/v1/aql", json=body, idempotent=False)
-
-    # -- inference ---------------------------------------------------------------------------------
-
-    def infer(self, prompt: str, **params: Any) -> InferResult:
-        """``POST /v1/infer``; ``params`` are the body's other fields (max_tokens, temperature,
-        domain, adapter, seed, stop, speculative ...), sent as given."""
-        body = {"prompt": prompt, **_drop_none(params), "stream": False}
-        return self._call(InferResult, "POST", "/v1/infer", json=body, idempotent=False)
+    health = _sync(calls.health)
+    cluster_status = _sync(calls.cluster_status)
+    raid_status = _sync(calls.raid_status)
+    declare_collection = _sync(calls.declare_collection)
+    collection = _sync(calls.collection)
+    collections = _sync(calls.collections)
+    put = _sync(calls.put)
+    get = _sync(calls.get)
+    delete = _sync(calls.delete)
+    batch = _sync(calls.batch)
+    transaction = _sync(calls.transaction)
+    search = _sync(calls.search)
+    aql = _sync(calls.aql)
+    infer = _sync(calls.infer)
+    embed = _sync(calls.embed)
+    rag = _sync(calls.rag)
 
     def stream(self, prompt: str, **params: Any) -> InferStream:
         """A streamed generation: ``with client.stream(p) as s: for t in s: ...``, then ``s.result``.
         Refusals (unknown adapter, full queue) raise before the first token."""
-        body = {"prompt": prompt, **_drop_none(params), "stream": True}
-        return InferStream(self._send("POST", "/v1/infer", json=body, idempotent=False, stream=True))
+        body = calls.stream_body(prompt, **params)
+        return InferStream(self.send("POST", "/v1/infer", json=body, idempotent=False, stream=True))
 
-    def embed(self, texts: Sequence[str] | None = None, *, urns: Sequence[str] | None = None) -> Embeddings:
-        if (texts is None) == (urns is None):
-            raise ValueError("give exactly one of texts or urns")
-        body = {"texts": list(texts)} if texts is not None else {"urns": list(urns or ())}
-        return self._call(Embeddings, "POST", "/v1/embed", json=body, idempotent=True)
 
-    def rag(
+class AsyncThemisClient(_Base):
+    """The same API for asyncio: ``async with AsyncThemisClient(url) as db: await db.get(...)``."""
+
+    def __init__(
         self,
-        query: str,
-        collection: str,
+        base_url: str | Sequence[str] | None = None,
         *,
-        k: int | None = None,
-        filter: Mapping[str, Any] | None = None,
-        domain: str | None = None,
-        max_tokens: int | None = None,
-    ) -> RagResult:
-        """``POST /v1/rag``: retrieve ``k`` documents from ``collection`` and answer from them."""
-        body = _drop_none({"query": query, "collection": collection, "k": k, "domain": domain})
-        body |= _drop_none({"max_tokens": max_tokens, "filter": dict(filter) if filter is not None else None})
-        return self._call(RagResult, "POST", "/v1/rag", json=body, idempotent=False)
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        verify: Any = True,
+        cert: Any = None,
+        headers: Mapping[str, str] | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(base_url, http, api_key, retry, headers)
+        self._own_http = http is None
+        self.http = http or httpx.AsyncClient(timeout=timeout, verify=verify, cert=cert)
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncThemisClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def send(
+        self, method: str, path: str, *, json: Any = None, headers=None, idempotent: bool, stream=False
+    ):
+        attempt = 0
+        while True:
+            attempt += 1
+            request = self._request(self.http, method, path, json, headers)
+            try:
+                response = await self.http.send(request, stream=stream)
+            except _CONNECT_ERRORS as exc:
+                await asyncio.sleep(self._unreachable(attempt, request, exc))
+                continue
+            if response.is_success:
+                return response
+            wait = self._retry_after(attempt, response, idempotent)
+            if stream:
+                await response.aread()
+                await response.aclose()
+            if wait is None:
+                raise _error(response)
+            await asyncio.sleep(wait)
+
+    async def run[T](self, call: Call[T]) -> T:
+        response = await self.send(
+            call.method, call.path, json=call.json, headers=call.headers, idempotent=call.idempotent
+        )
+        return call.parse(response.json())
+
+    health = _async(calls.health)
+    cluster_status = _async(calls.cluster_status)
+    raid_status = _async(calls.raid_status)
+    declare_collection = _async(calls.declare_collection)
+    collection = _async(calls.collection)
+    collections = _async(calls.collections)
+    put = _async(calls.put)
+    get = _async(calls.get)
+    delete = _async(calls.delete)
+    batch = _async(calls.batch)
+    transaction = _async(calls.transaction)
+    search = _async(calls.search)
+    aql = _async(calls.aql)
+    infer = _async(calls.infer)
+    embed = _async(calls.embed)
+    rag = _async(calls.rag)
+
+    async def stream(self, prompt: str, **params: Any) -> AsyncInferStream:
+        """``async with await db.stream(p) as s: async for t in s: ...``, then ``s.result``."""
+        body = calls.stream_body(prompt, **params)
+        return AsyncInferStream(
+            await self.send("POST", "/v1/infer", json=body, idempotent=False, stream=True)
+        )
+
+
+def _event(event: Any) -> StreamToken | InferResult | None:
+    """A token, the final result (``done``), None for ``[DONE]``; an error event raises."""
+    if event == DONE:
+        return None
+    if "error" in event:
+        err = event["error"]
+        raise error_from_response(503 if err.get("code") in ("unavailable", "engine_error") else 500, event)
+    if event.get("done"):
+        return InferResult.model_validate(event)
+    return StreamToken.model_validate(event)
 
 
 class InferStream:
@@ -295,16 +292,14 @@ class InferStream:
 
     def __iter__(self) -> Iterator[StreamToken]:
         try:
-            for event in sse_events(self._response.iter_lines()):
-                if event == DONE:
+            for raw in sse_events(self._response.iter_lines()):
+                item = _event(raw)
+                if item is None:
                     return
-                if "error" in event:
-                    err = event["error"]
-                    raise error_from_response(503 if err.get("code") == "unavailable" else 500, event)
-                if event.get("done"):
-                    self.result = InferResult.model_validate(event)
-                    continue
-                yield StreamToken.model_validate(event)
+                if isinstance(item, InferResult):
+                    self.result = item
+                else:
+                    yield item
         finally:
             self._response.close()
 
@@ -322,12 +317,36 @@ class InferStream:
         self.close()
 
 
-def _doc_path(collection: str, key: str) -> str:
-    return f"/v1/collections/{_seg(collection)}/documents/{_seg(key)}"
+class AsyncInferStream:
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.result: InferResult | None = None
 
+    async def __aiter__(self) -> AsyncIterator[StreamToken]:
+        decoder = SseDecoder()
+        try:
+            async for line in self._response.aiter_lines():
+                raw = decoder.line(line)
+                if raw is None:
+                    continue
+                item = _event(raw)
+                if item is None:
+                    return
+                if isinstance(item, InferResult):
+                    self.result = item
+                else:
+                    yield item
+        finally:
+            await self._response.aclose()
 
-def _if_match(version: int | None) -> dict[str, str] | None:
-    return None if version is None else {"if-match": str(version)}
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+    async def __aenter__(self) -> AsyncInferStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _error(response: httpx.Response) -> ThemisError:

@@ -9,25 +9,37 @@ from typing import Any
 DONE = "[DONE]"
 
 
-def sse_events(lines: Iterable[str]) -> Iterator[Any]:
-    """Decoded ``data:`` payloads (JSON, or the bare ``[DONE]`` string), one per event; a
-    multi-line event's data lines are joined as the SSE spec says. Comments are skipped."""
-    data: list[str] = []
-    for raw in lines:
+class SseDecoder:
+    """Fed one line at a time (sync or async streams alike); returns an event's decoded data
+    (JSON, or the bare ``[DONE]``) when a blank line ends it, else ``None``. Multi-line data is
+    joined as the SSE spec says; comments are skipped."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def line(self, raw: str) -> Any:
         line = raw.rstrip("\r\n")
         if not line:
-            if data:
-                yield _decode("\n".join(data))
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        if field == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield _decode("\n".join(data))
+            return self.end()
+        if not line.startswith(":"):
+            field, _, value = line.partition(":")
+            if field == "data":
+                self._data.append(value[1:] if value.startswith(" ") else value)
+        return None
+
+    def end(self) -> Any:
+        if not self._data:
+            return None
+        payload, self._data = "\n".join(self._data), []
+        return payload if payload == DONE else json.loads(payload)
 
 
-def _decode(payload: str) -> Any:
-    return payload if payload == DONE else json.loads(payload)
+def sse_events(lines: Iterable[str]) -> Iterator[Any]:
+    decoder = SseDecoder()
+    for raw in lines:
+        event = decoder.line(raw)
+        if event is not None:
+            yield event
+    event = decoder.end()
+    if event is not None:
+        yield event

@@ -36,3 +36,20 @@ def test_refusals_raise_before_the_stream_starts(themis: ThemisClient) -> None:
     with pytest.raises(ThemisError) as bad:
         themis.infer("hi", max_tokens=4, temperature=-1)
     assert 400 <= bad.value.status < 500
+
+
+def test_the_async_client_streams_the_same_tokens(themis: ThemisClient) -> None:
+    import asyncio
+
+    from themis_client import AsyncThemisClient
+
+    whole = themis.infer("Once upon a time", max_tokens=8, temperature=0)
+
+    async def stream() -> tuple[str, int | None]:
+        async with AsyncThemisClient(themis.urls[0], timeout=120) as db:
+            s = await db.stream("Once upon a time", max_tokens=8, temperature=0)
+            async with s:
+                text = "".join([t.token async for t in s])
+            return text, s.result.tokens if s.result else None
+
+    assert asyncio.run(stream()) == (whole.text, whole.tokens)
