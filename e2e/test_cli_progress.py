@@ -89,3 +89,9 @@ def test_raid_rebuild_shows_stripes_rebuilt_per_shard(local_cluster, tmp_path, m
     bar = re.search(r"shard-1 rebuild .*? (\d+)/(\d+) stripes", out)
     assert bar and bar[1] == bar[2] and int(bar[2]) > 0, out
     assert f"{len(units[::2])} unit(s) repaired" in capsys.readouterr().out
+    state = ["--state-dir", str(state_dir), "raid"]
+    assert main([*state, "verify", "--json", "--shard", "shard-1"], console=recorder()) == 0
+    verified = json.loads(capsys.readouterr().out)
+    assert verified["shard_id"] == "shard-1" and verified["missing"] == verified["corrupt"] == 0
+    assert main([*state, "status", "--json"], console=recorder()) == 0
+    assert {json.loads(line)["shard_id"] for line in capsys.readouterr().out.splitlines()} == set(cluster.ids)

@@ -88,6 +88,10 @@ def verify(args: argparse.Namespace) -> int:
     with httpx.Client(timeout=args.timeout, verify=tls) as client:
         for s in shards:
             code, body = _call(client, "POST", f"{s['url']}/v1/raid/verify")
+            if args.json:
+                print(json.dumps({"shard_id": s["shard_id"], "status": code, **body}))
+                bad += code != 200 or bool(body.get("missing") or body.get("corrupt"))
+                continue
             if code != 200:
                 print(f"{s['shard_id']} FAILED {body['error']['message']}")
                 bad += 1
@@ -178,6 +182,7 @@ def add_raid_commands(subparsers) -> None:
     q.set_defaults(func=status)
     q = sub.add_parser("verify", help="crc-check every unit on every shard (schedules repairs)")
     common(q)
+    q.add_argument("--json", action="store_true", help="one JSON object per shard")
     q.set_defaults(func=verify)
     q = sub.add_parser("rebuild", help="repair missing/corrupt units from the peers' units + parity now")
     common(q)
