@@ -83,7 +83,7 @@ bench: install
 	$(PY) bench/reshard.py --docs 20000
 
 lint: install
-	$(VENV)/bin/ruff check shard operator testing tests e2e bench tools
+	$(VENV)/bin/ruff check shard operator testing client tests e2e bench tools
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile.shard Dockerfile.operator
 	$(PY) tools/build_dashboards.py --check
 	$(VENV)/bin/lint-imports  # layer, operator and no-cycle contracts (pyproject.toml [tool.importlinter])

@@ -16,15 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 from _local import api_headers, themis
+from themis_client import ThemisClient
 from themis_shard.cluster.placement import Topology
 from themis_shard.plan import ClusterPlan
 
 
-def timed(client: httpx.Client, method: str, url: str, **kw) -> float:
+def timed(call, *args, **kw) -> float:
     t = time.perf_counter()
-    client.request(method, url, **kw).raise_for_status()
+    call(*args, **kw)
     return (time.perf_counter() - t) * 1000
 
 
@@ -47,26 +47,22 @@ def main() -> None:
             url = {m.shard_id: m.url for m in plan.members}
             keys = [f"k{i}" for i in range(4 * args.n)]
             owned = [k for k in keys if topo.owners("b", k)[0] == "shard-0"][: args.n]
-            with httpx.Client(timeout=60, headers=api_headers(cwd)) as c:
+            with (
+                ThemisClient(url["shard-0"], timeout=60, headers=api_headers(cwd)) as owner,
+                ThemisClient(url["shard-1"], timeout=60, headers=api_headers(cwd)) as other,
+            ):
                 for k in owned:
-                    c.put(
-                        f"{url['shard-0']}/v1/collections/b/documents/{k}",
-                        json={"text": f"document {k} about a contract"},
-                    ).raise_for_status()
+                    owner.put("b", k, {"text": f"document {k} about a contract"})
                 local, forwarded = [], []
                 for k in owned:  # interleaved, so both see the same machine load
-                    local.append(timed(c, "GET", f"{url['shard-0']}/v1/collections/b/documents/{k}"))
-                    forwarded.append(timed(c, "GET", f"{url['shard-1']}/v1/collections/b/documents/{k}"))
+                    local.append(timed(owner.get, "b", k))
+                    forwarded.append(timed(other.get, "b", k))
                 texts = [f"document {k} about a contract" for k in owned[:64]]
                 urns = [f"urn:themis:b:{k}" for k in owned[:64]]
                 direct, routed = [], []
                 for i in range(0, 64, 8):
-                    direct.append(
-                        timed(c, "POST", f"{url['shard-0']}/v1/embed", json={"texts": texts[i : i + 8]})
-                    )
-                    routed.append(
-                        timed(c, "POST", f"{url['shard-1']}/v1/embed", json={"urns": urns[i : i + 8]})
-                    )
+                    direct.append(timed(owner.embed, texts[i : i + 8]))
+                    routed.append(timed(other.embed, urns=urns[i : i + 8]))
         finally:
             themis(cwd, "down")
     lp, lq = pcts(local)

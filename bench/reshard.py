@@ -17,29 +17,29 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 from _local import themis
+from themis_client import ThemisClient
 from themis_shard.plan import ClusterPlan
 
 
 def load(url: str, n: int) -> None:
-    with httpx.Client(timeout=60) as client:
+    with ThemisClient(url, timeout=60) as client:
         for start in range(0, n, 1000):
-            docs = [
-                {"key": f"d{i}", "document": {"i": i, "body": "x" * 200}}
-                for i in range(start, min(start + 1000, n))
-            ]
-            client.post(
-                f"{url}/v1/collections/bench/documents:batch", json={"documents": docs}
-            ).raise_for_status()
+            client.batch(
+                "bench", {f"d{i}": {"i": i, "body": "x" * 200} for i in range(start, min(start + 1000, n))}
+            )
 
 
 def reader(urls: list[str], n: int, stop: threading.Event, out: list[float]) -> None:
-    with httpx.Client(timeout=30) as client:
+    clients = [ThemisClient(u, timeout=30) for u in urls]  # one per shard: reads spread at random
+    try:
         while not stop.is_set():
             t = time.perf_counter()
-            client.get(f"{random.choice(urls)}/v1/collections/bench/documents/d{random.randrange(n)}")
+            random.choice(clients).get("bench", f"d{random.randrange(n)}")
             out.append(time.perf_counter() - t)
+    finally:
+        for c in clients:
+            c.close()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -76,7 +76,8 @@ def main() -> None:
             grown = ClusterPlan.load(cwd / ".themis" / "plan.json")
             keys = moved_bytes = 0
             for m in grown.members:
-                mig = httpx.get(f"{m.url}/v1/cluster/status").json()["migration"]
+                with ThemisClient(m.url) as c:
+                    mig = c.cluster_status().migration
                 keys += mig["keys_received"]
                 moved_bytes += mig["bytes_received"]
         finally:

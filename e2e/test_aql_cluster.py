@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import random
 
-import httpx
 import pytest
+from themis_client import BadRequest, ThemisClient
 
 pytestmark = pytest.mark.e2e
 
@@ -17,9 +17,8 @@ DIM = 4
 
 
 def aql(url: str, query: str, **binds) -> dict:
-    r = httpx.post(f"{url}/v1/aql", json={"query": query, "bind_vars": binds}, timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()
+    with ThemisClient(url, timeout=30) as themis:
+        return themis.aql(query, binds).model_dump()
 
 
 def cosine(a, b) -> float:
@@ -46,14 +45,14 @@ def seeded(cluster):
         f"i{n:03d}": {"n": n, "grp": f"g{n % 3}", "embedding": [rng.uniform(-1, 1) for _ in range(DIM)]}
         for n in range(N)
     }
-    a = cluster.url("shard-0")
-    assert httpx.put(f"{a}/v1/collections/items", json={"dimension": DIM}).status_code == 200
-    for key, doc in items.items():  # one key per request: the cluster has no cross-shard batch atomicity
-        assert httpx.put(f"{a}/v1/collections/items/documents/{key}", json=doc).status_code == 200
-    for key, user in (("ann", "Berlin"), ("ben", "Paris")):
-        httpx.put(f"{a}/v1/collections/people/documents/{key}", json={"city": user})
-    for key, owner, total in (("x1", "ann", 5), ("x2", "ben", 7), ("x3", "ann", 1)):
-        httpx.put(f"{a}/v1/collections/buys/documents/{key}", json={"who": owner, "total": total})
+    with ThemisClient(cluster.url("shard-0")) as a:
+        a.declare_collection("items", dimension=DIM)
+        for key, doc in items.items():  # one key per request: the cluster has no cross-shard batch atomicity
+            a.put("items", key, doc)
+        for key, user in (("ann", "Berlin"), ("ben", "Paris")):
+            a.put("people", key, {"city": user})
+        for key, owner, total in (("x1", "ann", 5), ("x2", "ben", 7), ("x3", "ann", 1)):
+            a.put("buys", key, {"who": owner, "total": total})
     return cluster, items
 
 
@@ -121,11 +120,9 @@ def test_writes_route_to_the_owner_and_cross_shard_writes_are_refused(seeded):
     assert aql(cluster.url("shard-2"), "FOR d IN items FILTER d._key == 'fresh' RETURN d.n")["result"] == [-1]
     aql(cluster.url("shard-0"), "UPDATE 'fresh' WITH {n: -2} IN items")
     assert aql(cluster.url("shard-1"), "FOR d IN items FILTER d.n < 0 RETURN d.n")["result"] == [-2]
-    r = httpx.post(
-        f"{cluster.url('shard-0')}/v1/aql",
-        json={"query": "FOR i IN 1..40 INSERT {_key: CONCAT('k', i)} INTO items"},
-    )
-    assert r.status_code == 400 and r.json()["error"]["code"] == "cross_shard_transaction"
+    with ThemisClient(cluster.url("shard-0")) as themis, pytest.raises(BadRequest) as refused:
+        themis.aql("FOR i IN 1..40 INSERT {_key: CONCAT('k', i)} INTO items")
+    assert refused.value.code == "cross_shard_transaction"
     assert aql(cluster.url("shard-2"), "REMOVE 'fresh' IN items")["result"][0]["op"] == "remove"
     assert aql(cluster.url("shard-0"), "FOR d IN items FILTER d.n < 0 RETURN d")["result"] == []
 

@@ -7,37 +7,34 @@ import time
 
 import httpx
 import pytest
+from themis_client import BadRequest, Operation, ThemisClient
 
 pytestmark = pytest.mark.e2e
 
 
 def test_any_shard_serves_any_document_and_replicas_hold_copies(local_cluster) -> None:
     cluster = local_cluster(3)
-    a, c = cluster.url("shard-0"), cluster.url("shard-2")
+    a, c = ThemisClient(cluster.url("shard-0")), ThemisClient(cluster.url("shard-2"))
     for i in range(30):
-        r = httpx.put(f"{a}/v1/collections/books/documents/b{i}", json={"i": i})
-        assert r.status_code == 200, r.text
+        assert a.put("books", f"b{i}", {"i": i}).version == 1
     for i in range(30):
-        r = httpx.get(f"{c}/v1/collections/books/documents/b{i}")
-        assert r.status_code == 200 and r.json()["document"] == {"i": i}
+        assert c.get("books", f"b{i}").document == {"i": i}
     # RAID1: every document is stored on exactly its two owners.
-    stored = sum(httpx.get(f"{cluster.url(s)}/v1/collections/books").json()["documents"] for s in cluster.ids)
+    stored = sum(ThemisClient(cluster.url(s)).collection("books").documents for s in cluster.ids)
     assert stored == 60
-    status = httpx.get(f"{c}/v1/cluster/status").json()
-    assert status["ring_version"] == 1 and [m["shard_id"] for m in status["members"]] == cluster.ids
+    status = c.cluster_status()
+    assert status.ring_version == 1 and [m.shard_id for m in status.members] == cluster.ids
 
 
 def test_vector_search_fans_out_and_merges_top_k(local_cluster) -> None:
     cluster = local_cluster(3)
-    a = cluster.url("shard-1")
-    assert httpx.put(f"{a}/v1/collections/vecs", json={"dimension": 2}).status_code == 200
+    a = ThemisClient(cluster.url("shard-1"))
+    a.declare_collection("vecs", dimension=2)
     for i in range(12):
-        httpx.put(f"{a}/v1/collections/vecs/documents/v{i}", json={"embedding": [1.0, i / 10], "i": i})
+        a.put("vecs", f"v{i}", {"embedding": [1.0, i / 10], "i": i})
     for shard in cluster.ids:  # every shard answers with the cluster-wide top-3, no duplicates
-        r = httpx.post(
-            f"{cluster.url(shard)}/v1/collections/vecs/search", json={"vector": [1.0, 0.0], "k": 3}
-        )
-        assert [x["urn"] for x in r.json()["results"]] == [
+        hits = ThemisClient(cluster.url(shard)).search("vecs", vector=[1.0, 0.0], k=3)
+        assert [x.urn for x in hits.results] == [
             "urn:themis:vecs:v0",
             "urn:themis:vecs:v1",
             "urn:themis:vecs:v2",
@@ -48,34 +45,29 @@ def test_raid1_survives_a_killed_primary_and_the_restarted_shard_catches_up(loca
     cluster = local_cluster(3, raid_mode="raid1")
     urls = {s: cluster.url(s) for s in cluster.ids}
     acked: dict[str, int] = {}
+    via = {s: ThemisClient(urls[s], timeout=10) for s in ("shard-0", "shard-2")}
     with httpx.Client(timeout=10) as client:
         for i in range(40):
-            r = client.put(f"{urls['shard-0']}/v1/collections/log/documents/k{i}", json={"i": i})
-            acked[f"k{i}"] = r.json()["version"]
+            acked[f"k{i}"] = via["shard-0"].put("log", f"k{i}", {"i": i}).version
         cluster.kill("shard-1")
         started = time.monotonic()
         # Keep writing and reading through the survivors: every key stays available.
         for i in range(40, 80):
-            r = client.put(f"{urls['shard-2']}/v1/collections/log/documents/k{i}", json={"i": i})
-            assert r.status_code == 200, r.text
-            acked[f"k{i}"] = r.json()["version"]
+            acked[f"k{i}"] = via["shard-2"].put("log", f"k{i}", {"i": i}).version
         for i in range(0, 40, 2):
-            r = client.put(f"{urls['shard-0']}/v1/collections/log/documents/k{i}", json={"i": i, "v": 2})
-            assert r.status_code == 200, r.text
-            acked[f"k{i}"] = r.json()["version"]
-        client.delete(f"{urls['shard-0']}/v1/collections/log/documents/k1")
+            acked[f"k{i}"] = via["shard-0"].put("log", f"k{i}", {"i": i, "v": 2}).version
+        via["shard-0"].delete("log", "k1")
         acked.pop("k1")
         for key, version in acked.items():
-            for via in ("shard-0", "shard-2"):
-                r = client.get(f"{urls[via]}/v1/collections/log/documents/{key}")
-                assert r.status_code == 200 and r.json()["version"] == version, (key, via, r.text)
+            for name, themis in via.items():
+                assert themis.get("log", key).version == version, (key, name)
         assert time.monotonic() - started < 60  # a dead shard never hangs requests
 
         cluster.start("shard-1")  # restart: catch-up and hints bring it up to date
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            status = client.get(f"{urls['shard-0']}/v1/cluster/status").json()
-            if not any(status["hints_pending"].values()):
+            status = via["shard-0"].cluster_status()
+            if not any(status.model_extra["hints_pending"].values()):
                 break
             time.sleep(0.2)
         # Every key shard-1 owns is now on shard-1 itself, at the acknowledged version.
@@ -100,20 +92,8 @@ def test_cross_shard_transactions_are_refused_clearly(local_cluster) -> None:
     primary = {k: topo.owners("acc", k)[0] for k in keys}
     same = [k for k in keys if primary[k] == primary[keys[0]]][:2]
     other = next(k for k in keys if primary[k] != primary[keys[0]])
-    url = cluster.url("shard-2")
-    ok = httpx.post(
-        f"{url}/v1/transactions",
-        json={
-            "operations": [{"op": "put", "collection": "acc", "key": k, "document": {"n": 1}} for k in same]
-        },
-    )
-    assert ok.status_code == 200 and ok.json()["committed"]
-    refused = httpx.post(
-        f"{url}/v1/transactions",
-        json={
-            "operations": [
-                {"op": "put", "collection": "acc", "key": k, "document": {"n": 1}} for k in (same[0], other)
-            ]
-        },
-    )
-    assert refused.status_code == 400 and refused.json()["error"]["code"] == "cross_shard_transaction"
+    themis = ThemisClient(cluster.url("shard-2"))
+    assert themis.transaction([Operation.put("acc", k, {"n": 1}) for k in same]).committed
+    with pytest.raises(BadRequest) as refused:
+        themis.transaction([Operation.put("acc", k, {"n": 1}) for k in (same[0], other)])
+    assert refused.value.code == "cross_shard_transaction"

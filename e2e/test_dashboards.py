@@ -4,7 +4,7 @@
 short workload touches documents, transactions, vector search, inference (with a domain hint)
 and embeddings; Prometheus (the Debian package's binary, launched here with a generated config
 and a 1 s scrape interval) scrapes both shards and also loads the chart's alert rules. Then
-every panel's PromQL, with Grafana's variables substituted ($shard = All), is evaluated over
+every panel's PromQL, with Grafana's variables substituted ($namespace = $pod = All), is evaluated over
 the test's time range through Prometheus' HTTP API: an error or "No data" (no series, or only
 NaN) fails the panel. Panels whose metrics the shard code does not export yet (grep of shard/)
 are skipped with the missing names — they start counting the moment the code emits them.
@@ -62,8 +62,13 @@ def exported_by_shard_code() -> set[str]:
 
 
 def substitute(expr: str, range_s: int) -> str:
-    """Grafana's variables as a dashboard with $shard = All over the test's range would send them."""
-    return expr.replace("$shard", ".*").replace("$__rate_interval", "30s").replace("$__range", f"{range_s}s")
+    """Grafana's variables as a dashboard with $namespace = $pod = All over the test's range sends them."""
+    return (
+        expr.replace("$namespace", ".*")
+        .replace("$pod", ".*")
+        .replace("$__rate_interval", "30s")
+        .replace("$__range", f"{range_s}s")
+    )
 
 
 PANELS = dashboard_panels()
@@ -152,10 +157,15 @@ def workload(urls: list[str]) -> None:
 
 
 def prometheus_config(targets: list[str], rule_file: Path) -> dict:
+    """Each target labelled as a ServiceMonitor labels a shard pod (namespace, pod), so the
+    dashboards' variables and legends see what they see in Kubernetes."""
+    static = [
+        {"targets": [t], "labels": {"namespace": "e2e", "pod": f"themis-{i}"}} for i, t in enumerate(targets)
+    ]
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(rule_file)],
-        "scrape_configs": [{"job_name": "themis", "static_configs": [{"targets": targets}]}],
+        "scrape_configs": [{"job_name": "themis", "static_configs": static}],
     }
 
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-import httpx
 import pytest
+from themis_client import ThemisClient, ThemisConnectionError
 
 pytestmark = pytest.mark.e2e
 
@@ -33,12 +33,13 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
         plan = json.loads((tmp_path / ".themis" / "plan.json").read_text())
         assert plan["ring"]["shards"] == ["shard-0", "shard-1"] and plan["raid_mode"] == "raid1"
         url = lines[0][1]
-        assert httpx.put(f"{url}/v1/collections/c/documents/k", json={"a": 1}).json()["version"] == 1
-        assert httpx.get(f"{url}/health").json()["shard_id"] == "shard-0"
+        with ThemisClient(url) as themis_db:
+            assert themis_db.put("c", "k", {"a": 1}).version == 1
+            assert themis_db.health().shard_id == "shard-0"
         again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # idempotent: same cluster
         assert again.stdout == up.stdout
     finally:
         down = themis("down", cwd=tmp_path)
     assert down.returncode == 0 and "stopped 2" in down.stdout
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(f"{lines[0][1]}/health", timeout=1)
+    with ThemisClient(lines[0][1], timeout=1) as gone, pytest.raises(ThemisConnectionError):
+        gone.health()

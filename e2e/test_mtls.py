@@ -10,6 +10,7 @@ import sys
 
 import httpx
 import pytest
+from themis_client import ThemisClient
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +35,16 @@ def test_tls_cluster_routes_over_mtls_and_refuses_strangers(tmp_path) -> None:
         urls = [m["url"] for m in plan["members"]]
         internal = [m["internal_url"] for m in plan["members"]]
         assert all(u.startswith("https://") for u in urls + internal)
-        with httpx.Client(verify=ssl.create_default_context(cafile=ca), timeout=10) as client:
+        verify = ssl.create_default_context(cafile=ca)
+        with (
+            ThemisClient(urls[0], verify=verify, timeout=10) as first,
+            ThemisClient(urls[1], verify=verify) as second,
+        ):
             for i in range(10):  # some keys are owned by the other shard: forwarded over mTLS
-                assert (
-                    client.put(f"{urls[0]}/v1/collections/c/documents/k{i}", json={"i": i}).status_code == 200
-                )
+                assert first.put("c", f"k{i}", {"i": i}).version == 1
             for i in range(10):
-                assert client.get(f"{urls[1]}/v1/collections/c/documents/k{i}").json()["document"] == {"i": i}
+                assert second.get("c", f"k{i}").document == {"i": i}
+        with httpx.Client(verify=verify, timeout=10) as client:
             # The public listener never serves shard-to-shard endpoints.
             r = client.get(f"{urls[0]}/internal/collections")
             assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"

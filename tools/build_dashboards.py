@@ -4,7 +4,9 @@
     python tools/build_dashboards.py --check  # fail when the committed JSON is stale
 
 Every panel queries Prometheus through the ``$datasource`` variable and filters shards with
-``$shard`` (the scrape target's ``instance``, listed from ``themis_shard_info``). Metric names
+``$namespace`` and ``$pod`` (the target labels a ServiceMonitor gives every scraped pod, listed
+from ``themis_shard_info``); series are grouped and named by pod, never by ``instance`` (a pod
+IP, which changes on every restart). Metric names
 follow ARCHITECTURE.md §4; histograms become quantiles in PromQL (``histogram_quantile``).
 
 Why one ~680-line file: it is data — four dashboards' panels, each a few declarative lines — and
@@ -24,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "dashboards"
 SCHEMA_VERSION = 39  # Grafana 11.x
-SHARD = 'instance=~"$shard"'
+SHARD = 'namespace=~"$namespace", pod=~"$pod"'
+BY_POD = "namespace, pod"
 RATE = "$__rate_interval"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -188,10 +191,8 @@ ENGINE = Dashboard(
                 Panel(
                     "Tokens/s",
                     (
-                        Query(
-                            rate("themis_llm_tokens_generated_total", "instance"), "generated {{instance}}"
-                        ),
-                        Query(rate("themis_llm_prompt_tokens_total", "instance"), "prompt {{instance}}"),
+                        Query(rate("themis_llm_tokens_generated_total", BY_POD), "generated {{pod}}"),
+                        Query(rate("themis_llm_prompt_tokens_total", BY_POD), "prompt {{pod}}"),
                     ),
                     "short",
                 ),
@@ -218,15 +219,15 @@ ENGINE = Dashboard(
                     "Queue",
                     (
                         Query(
-                            f"sum by (instance) ({sel('themis_llm_queued_requests')})", "queued {{instance}}"
+                            f"sum by (namespace, pod) ({sel('themis_llm_queued_requests')})", "queued {{pod}}"
                         ),
                         Query(
-                            f"sum by (instance) ({sel('themis_pending_llm_requests')})",
-                            "pending {{instance}}",
+                            f"sum by (namespace, pod) ({sel('themis_pending_llm_requests')})",
+                            "pending {{pod}}",
                         ),
                         Query(
-                            f"sum by (instance) ({sel('themis_llm_running_sequences')})",
-                            "running {{instance}}",
+                            f"sum by (namespace, pod) ({sel('themis_llm_running_sequences')})",
+                            "running {{pod}}",
                         ),
                     ),
                     "short",
@@ -235,7 +236,7 @@ ENGINE = Dashboard(
                 Panel("Queue wait", quantiles("themis_llm_queue_seconds"), "s", "Arrival to admission."),
                 Panel(
                     "Rejected requests",
-                    (Query(rate("themis_llm_rejected_requests_total", "instance"), "{{instance}}"),),
+                    (Query(rate("themis_llm_rejected_requests_total", BY_POD), "{{pod}}"),),
                     "reqps",
                     "Refused because the queue is full.",
                 ),
@@ -247,14 +248,14 @@ ENGINE = Dashboard(
                 Panel(
                     "KV pages",
                     (
-                        Query(f"sum by (instance) ({sel('themis_llm_kv_pages_used')})", "used {{instance}}"),
-                        Query(f"sum by (instance) ({sel('themis_llm_kv_pages_free')})", "free {{instance}}"),
+                        Query(f"sum by (namespace, pod) ({sel('themis_llm_kv_pages_used')})", "used {{pod}}"),
+                        Query(f"sum by (namespace, pod) ({sel('themis_llm_kv_pages_free')})", "free {{pod}}"),
                     ),
                     "short",
                 ),
                 Panel(
                     "Preemptions",
-                    (Query(rate("themis_llm_preemptions_total", "instance"), "{{instance}}"),),
+                    (Query(rate("themis_llm_preemptions_total", BY_POD), "{{pod}}"),),
                     "ops",
                     "Sequences preempted for recompute when KV pages run out.",
                 ),
@@ -262,12 +263,10 @@ ENGINE = Dashboard(
                     "LoRA adapters",
                     (
                         Query(
-                            f"sum by (instance) ({sel('themis_active_lora_adapters')})",
-                            "resident {{instance}}",
+                            f"sum by (namespace, pod) ({sel('themis_active_lora_adapters')})",
+                            "resident {{pod}}",
                         ),
-                        Query(
-                            rate("themis_llm_adapter_switches_total", "instance"), "switches/s {{instance}}"
-                        ),
+                        Query(rate("themis_llm_adapter_switches_total", BY_POD), "switches/s {{pod}}"),
                     ),
                     "short",
                 ),
@@ -278,7 +277,7 @@ ENGINE = Dashboard(
             (
                 Panel(
                     "Embedded texts",
-                    (Query(rate("themis_llm_embedded_texts_total", "instance"), "{{instance}}"),),
+                    (Query(rate("themis_llm_embedded_texts_total", BY_POD), "{{pod}}"),),
                     "ops",
                     width=12,
                 ),
@@ -331,8 +330,8 @@ CLUSTER = Dashboard(
                     "Circuit breakers",
                     (
                         Query(
-                            f"max by (instance, peer) ({sel('themis_circuit_breaker_state')})",
-                            "{{instance}} → {{peer}}",
+                            f"max by (namespace, pod, peer) ({sel('themis_circuit_breaker_state')})",
+                            "{{pod}} → {{peer}}",
                         ),
                     ),
                     "short",
@@ -367,8 +366,10 @@ CLUSTER = Dashboard(
                 Panel(
                     "Ring version & handoff",
                     (
-                        Query(f"max by (instance) ({sel('themis_ring_version')})", "ring {{instance}}"),
-                        Query(f"max by (instance) ({sel('themis_migration_state')})", "handoff {{instance}}"),
+                        Query(f"max by (namespace, pod) ({sel('themis_ring_version')})", "ring {{pod}}"),
+                        Query(
+                            f"max by (namespace, pod) ({sel('themis_migration_state')})", "handoff {{pod}}"
+                        ),
                     ),
                     "short",
                     "Handoff state: 0 idle, 1 migrating, 2 done, 3 purged, 4 drained.",
@@ -443,7 +444,8 @@ RAID = Dashboard(
                     "Unit health",
                     (
                         Query(
-                            f"sum by (instance, state) ({sel('themis_raid_units')})", "{{instance}} {{state}}"
+                            f"sum by (namespace, pod, state) ({sel('themis_raid_units')})",
+                            "{{pod}} {{state}}",
                         ),
                     ),
                     "short",
@@ -480,8 +482,8 @@ RAID = Dashboard(
                     "Rebuild progress",
                     (
                         Query(
-                            f"max by (instance, op) ({sel('themis_raid_operation_progress_ratio')})",
-                            "{{instance}} {{op}}",
+                            f"max by (namespace, pod, op) ({sel('themis_raid_operation_progress_ratio')})",
+                            "{{pod}} {{op}}",
                         ),
                     ),
                     "percentunit",
@@ -492,8 +494,8 @@ RAID = Dashboard(
                     "Transfer rate",
                     (
                         Query(
-                            f"max by (instance, op) ({sel('themis_raid_transfer_rate_bytes_per_second')})",
-                            "{{instance}} {{op}}",
+                            f"max by ({BY_POD}, op) ({sel('themis_raid_transfer_rate_bytes_per_second')})",
+                            "{{pod}} {{op}}",
                         ),
                         Query(rate("themis_raid_transfer_bytes_total", "op"), "moved {{op}}"),
                     ),
@@ -530,8 +532,29 @@ DASHBOARDS = (PAPER, ENGINE, CLUSTER, RAID)
 
 
 # ---- Grafana JSON ----------------------------------------------------------------------------------
+def _query_variable(name: str, label: str, query: str) -> dict:
+    """A multi-value variable listed from Prometheus; All is ``.*``, which also matches a series
+    without the label (a local cluster scraped without Kubernetes' target labels)."""
+    return {
+        "type": "query",
+        "name": name,
+        "label": label,
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
+        "current": {},
+        "hide": 0,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "refresh": 2,
+        "regex": "",
+        "sort": 1,
+        "options": [],
+    }
+
+
 def _variables() -> list[dict]:
-    shard_query = "label_values(themis_shard_info, instance)"
     return [
         {
             "type": "datasource",
@@ -544,27 +567,8 @@ def _variables() -> list[dict]:
             "regex": "",
             "options": [],
         },
-        {
-            "type": "query",
-            "name": "shard",
-            "label": "Shard",
-            "datasource": DATASOURCE,
-            "definition": shard_query,
-            "query": {
-                "query": shard_query,
-                "refId": "PrometheusVariableQueryEditor-VariableQuery",
-                "qryType": 1,
-            },
-            "current": {},
-            "hide": 0,
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "refresh": 2,
-            "regex": "",
-            "sort": 1,
-            "options": [],
-        },
+        _query_variable("namespace", "Namespace", "label_values(themis_shard_info, namespace)"),
+        _query_variable("pod", "Pod", 'label_values(themis_shard_info{namespace=~"$namespace"}, pod)'),
     ]
 
 

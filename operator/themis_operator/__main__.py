@@ -47,10 +47,9 @@ def main(argv: list[str] | None = None) -> None:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from themis_shard.logs import LogSettings, configure_logging
+
+    configure_logging(logging.DEBUG if args.verbose else logging.INFO, LogSettings().format)
 
     import kopf
 

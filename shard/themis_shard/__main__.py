@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import ssl
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import uvicorn
 from . import __version__
 from .app import create_app
 from .cluster.cert_reload import CertFiles, CertReloader
+from .logs import LogSettings, configure_logging
 from .settings import Settings
 
 
@@ -45,6 +45,8 @@ async def serve(settings: Settings, log_level: str) -> None:
             host=settings.host,
             port=settings.port,
             log_level=log_level,
+            log_config=None,  # uvicorn's loggers propagate to ours (one format, trace ids)
+            access_log=False,  # replaced by api.access_log (route templates, latency, trace id)
             timeout_graceful_shutdown=10,
             **tls,
         )
@@ -59,6 +61,8 @@ async def serve(settings: Settings, log_level: str) -> None:
                 host=settings.host,
                 port=settings.internal_port,
                 log_level=log_level,
+                log_config=None,
+                access_log=False,
                 lifespan="off",
                 **mtls,
             )
@@ -125,9 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "log_level"}
     settings = Settings(**overrides)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, LogSettings().format)
     asyncio.run(serve(settings, args.log_level))
 
 

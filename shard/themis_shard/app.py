@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
+from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
@@ -106,4 +107,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics_open=settings.auth.metrics_open,
             realm=settings.auth.realm,
         )
+    app.add_middleware(AccessLogMiddleware)  # outermost: times and traces everything below
     return app

@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 
 import httpx
+from rich.console import Console
 
 from . import __version__
 from .auth.keys import bearer_headers
+from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
@@ -96,9 +98,12 @@ def wait_ready(
     pids: list[int] | None = None,
     verify: str | bool = True,
     logs: list[str] | None = None,
+    view: StartupView | None = None,
+    shard_ids: list[str] | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     pending = list(urls)
+    ids = dict(zip(urls, shard_ids or urls, strict=True))
     context = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
     with httpx.Client(timeout=2.0, verify=context) as client:
         while pending:
@@ -106,6 +111,8 @@ def wait_ready(
                 raise SystemExit(f"shards not ready after {timeout:.0f}s: {', '.join(pending)}")
             dead = [i for i, p in enumerate(pids or []) if not _alive(p)]
             if dead:
+                if view is not None:
+                    view.mark(ids[urls[dead[0]]], "exited")
                 log = logs[dead[0]] if logs else None
                 raise SystemExit(
                     f"a shard process exited during start-up ({urls[dead[0]]}); see {log or '.themis/logs/'}"
@@ -115,6 +122,8 @@ def wait_ready(
                 try:
                     if client.get(f"{url}/ready").status_code == 200:
                         pending.remove(url)
+                        if view is not None:
+                            view.mark(ids[url], "ready")
                 except httpx.HTTPError:
                     pass
             if pending:
@@ -182,24 +191,44 @@ def wait_migrated(
     verify=True,
     want=("purged", "drained"),
     api_key: str | None = None,
+    view: ScaleView | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=5.0, verify=verify, headers=bearer_headers(api_key)) as client:
         while True:
-            states = {}
+            statuses: dict[str, dict | None] = {}
             for url in urls:
                 try:
-                    m = client.get(f"{url}/v1/cluster/status").json()["migration"]
-                    states[url] = m["state"] if m["ring_version"] >= version else "behind"
-                except (httpx.HTTPError, KeyError, ValueError):
-                    states[url] = "unreachable"
-            if all(s in want for s in states.values()):
+                    statuses[url] = client.get(f"{url}/v1/cluster/status").json()
+                except (httpx.HTTPError, ValueError):
+                    statuses[url] = None
+            moved, states = migration_summary(statuses, version)
+            finished = all(s in want for s in states.values())
+            if view is not None:
+                view.update(moved, states, done=finished)
+            if finished:
                 return
             if time.monotonic() > deadline:
                 raise SystemExit(
                     f"handoff to ring version {version} not finished after {timeout:.0f}s: {states}"
                 )
             time.sleep(0.3)
+
+
+def stored_copies(urls: list[str], verify=True) -> int:
+    """Documents stored on these shards, all collections, every copy (what a reshard pages)."""
+    total = 0
+    with httpx.Client(timeout=5.0, verify=verify) as client:
+        for url in urls:
+            with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+                total += sum(c.get("documents", 0) for c in client.get(f"{url}/v1/collections").json())
+    return total
+
+
+def _scale_view(args: argparse.Namespace, old: ClusterPlan, new: ClusterPlan, what: str) -> ScaleView:
+    estimate = round(stored_copies([m.url for m in old.members]) * moved_fraction(old, new))
+    names = {m.url: m.shard_id for m in (*old.members, *new.members)}
+    return ScaleView(args.console, estimate, f"{what} → ring v{new.ring_version}", names)
 
 
 def scale(args: argparse.Namespace) -> int:
@@ -241,9 +270,14 @@ def scale(args: argparse.Namespace) -> int:
             state["shards"].append(start_shard(state_dir, plan_path, launch, member, {}))
         (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
         wait_ready([m.url for m in added], args.timeout)
-        wait_migrated(
-            [m.url for m in new_plan.members], new_plan.ring_version, args.timeout, api_key=args.api_key
-        )
+        with _scale_view(args, plan, new_plan, f"scale {len(ring)}→{args.shards}") as view:
+            wait_migrated(
+                [m.url for m in new_plan.members],
+                new_plan.ring_version,
+                args.timeout,
+                view=view,
+                api_key=args.api_key,
+            )
         print(f"scaled out to {args.shards} shards (ring version {new_plan.ring_version})")
         return 0
     leaving = ring[args.shards :]
@@ -258,8 +292,16 @@ def scale(args: argparse.Namespace) -> int:
         ),
         plan,
     )
+    view = _scale_view(args, plan, draining_plan, f"drain {', '.join(leaving)}")
     write_plan(plan_path, draining_plan)
-    wait_migrated([m.url for m in members], draining_plan.ring_version, args.timeout, api_key=args.api_key)
+    with view:
+        wait_migrated(
+            [m.url for m in members],
+            draining_plan.ring_version,
+            args.timeout,
+            view=view,
+            api_key=args.api_key,
+        )
     final = build_plan(
         ClusterSpec(
             name=plan.cluster,
@@ -366,13 +408,16 @@ def up(args: argparse.Namespace) -> int:
         json.dumps({"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2)
     )
     try:
-        wait_ready(
-            [s["url"] for s in shards],
-            args.timeout,
-            [s["pid"] for s in shards],
-            verify=ca or True,
-            logs=[s["log"] for s in shards],
-        )
+        with StartupView(args.console, [(s["shard_id"], s["url"]) for s in shards]) as view:
+            wait_ready(
+                [s["url"] for s in shards],
+                args.timeout,
+                [s["pid"] for s in shards],
+                verify=ca or True,
+                logs=[s["log"] for s in shards],
+                view=view,
+                shard_ids=[s["shard_id"] for s in shards],
+            )
     except SystemExit:
         down(args)
         raise
@@ -400,19 +445,26 @@ def down(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
+    """Exit status: 0 every shard ok, 1 any shard degraded or down, or no cluster running."""
     state = _read_state(args.state_dir)
     if not state:
-        print("no local cluster is running")
+        print(json.dumps({"running": False, "shards": []}) if args.json else "no local cluster is running")
         return 1
     verify = ssl.create_default_context(cafile=state["ca"]) if state.get("ca") else True
+    rows = []
     with httpx.Client(timeout=2.0, verify=verify) as client:
         for s in state["shards"]:
             try:
-                health = client.get(f"{s['url']}/health").json()["status"]
-            except httpx.HTTPError:
-                health = "down"
-            print(f"{s['shard_id']} {s['url']} pid={s['pid']} {health}")
-    return 0
+                health = client.get(f"{s['url']}/health").json()
+            except (httpx.HTTPError, ValueError):
+                health = {"status": "down"}
+            rows.append({"shard_id": s["shard_id"], "url": s["url"], "pid": s["pid"], **health})
+    if args.json:
+        print(json.dumps({"running": True, "shards": rows}))
+    else:
+        for r in rows:
+            print(f"{r['shard_id']} {r['url']} pid={r['pid']} {r['status']}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -488,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_scale.add_argument("--grace", type=float, default=10.0)
     p_scale.set_defaults(func=scale)
     p_status = sub.add_parser("status", help="show the local cluster's shards")
+    p_status.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_status.set_defaults(func=status)
     p_demo = sub.add_parser("demo", help="load the sample corpus, ask one RAG question and run one AQL query")
     p_demo.add_argument("--question", default="Why is the sky blue?")
@@ -502,9 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, console: Console | None = None) -> int:
+    """Exit status: 0 done, 1 the cluster (or a shard) is not healthy or the work failed, 2 usage.
+    Progress goes to ``console`` (stderr by default): stdout stays what scripts read."""
     args = build_parser().parse_args(argv)
     args.api_key = resolve_api_key(args.api_key, args.state_dir)
+    args.console = console or Console(stderr=True)
     if args.command == "up" and args.raid_mode is None:
         args.raid_mode = "raid1" if args.shards >= 2 else "raid0"
     if args.command == "up" and args.raid_weights is None:

@@ -56,15 +56,26 @@ def test_four_dashboards_with_stable_uids():
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
-def test_datasource_and_shard_variables(name):
+def test_datasource_namespace_and_pod_variables(name):
     variables = {v["name"]: v for v in BOARDS[name]["templating"]["list"]}
+    assert list(variables) == ["datasource", "namespace", "pod"]
     assert (
         variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     )
-    shard = variables["shard"]
-    assert shard["type"] == "query" and shard["datasource"] == DATASOURCE
-    assert shard["definition"] == "label_values(themis_shard_info, instance)"
-    assert shard["includeAll"] and shard["multi"] and shard["allValue"] == ".*"
+    namespace, pod = variables["namespace"], variables["pod"]
+    assert namespace["definition"] == "label_values(themis_shard_info, namespace)"
+    assert pod["definition"] == 'label_values(themis_shard_info{namespace=~"$namespace"}, pod)'  # cascades
+    for v in (namespace, pod):
+        assert v["type"] == "query" and v["datasource"] == DATASOURCE
+        assert v["includeAll"] and v["multi"] and v["allValue"] == ".*"
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_no_panel_names_or_groups_shards_by_instance(name):
+    """``instance`` is the pod IP under a ServiceMonitor: it changes on every restart."""
+    for panel in panels(BOARDS[name]):
+        for target in panel["targets"]:
+            assert "instance" not in target["expr"] and "instance" not in target["legendFormat"], target
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -75,7 +86,7 @@ def test_every_panel_uses_both_variables(name):
         for target in panel["targets"]:
             assert target["datasource"] == DATASOURCE
             for selector in re.findall(r"\bthemis_[a-z0-9_]+\{[^}]*\}", target["expr"]):
-                assert 'instance=~"$shard"' in selector, (panel["title"], target["expr"])
+                assert 'namespace=~"$namespace", pod=~"$pod"' in selector, (panel["title"], target["expr"])
             assert not re.search(r"\bthemis_[a-z0-9_]+(?![a-z0-9_{])", target["expr"]), target["expr"]
 
 
@@ -182,7 +193,10 @@ def test_every_query_parses_in_promtool(tmp_path):
     rules = [
         {
             "record": f"themis:panel_{i}",
-            "expr": e.replace("$shard", ".*").replace("$__rate_interval", "1m").replace("$__range", "1h"),
+            "expr": e.replace("$namespace", ".*")
+            .replace("$pod", ".*")
+            .replace("$__rate_interval", "1m")
+            .replace("$__range", "1h"),
         }
         for i, e in enumerate(e for b in BOARDS.values() for e in exprs(b))
     ]

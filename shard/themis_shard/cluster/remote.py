@@ -35,6 +35,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ValidationError
 
+from ..tracing import outgoing_traceparent
 from .breaker import BreakerRegistry, BreakerState
 from .settings import ClusterSettings
 
@@ -163,6 +164,7 @@ class RemoteExecutor:
             headers=dict(headers or {}),
             follow_redirects=False,
             trust_env=False,  # peers are on the cluster network: never route them through a proxy
+            event_hooks={"request": [_propagate_trace]},
         )
 
     async def __aenter__(self) -> RemoteExecutor:
@@ -396,3 +398,10 @@ def _peer_error(peer: str, resp: httpx.Response) -> PeerError:
     except (ValueError, KeyError, TypeError):
         pass
     return PeerError(peer, resp.status_code, code, message)
+
+
+async def _propagate_trace(request: httpx.Request) -> None:
+    """Every hop carries the calling request's trace (W3C ``traceparent``, a new span per hop)."""
+    header = outgoing_traceparent()
+    if header is not None and "traceparent" not in request.headers:
+        request.headers["traceparent"] = header

@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 from ..auth.keys import bearer_headers
+from ..cli_progress import RebuildView
 
 
 def _shards(args: argparse.Namespace) -> tuple[list[dict], object]:
@@ -86,6 +89,10 @@ def verify(args: argparse.Namespace) -> int:
     with httpx.Client(timeout=args.timeout, verify=tls, headers=bearer_headers(args.api_key)) as client:
         for s in shards:
             code, body = _call(client, "POST", f"{s['url']}/v1/raid/verify")
+            if args.json:
+                print(json.dumps({"shard_id": s["shard_id"], "status": code, **body}))
+                bad += code != 200 or bool(body.get("missing") or body.get("corrupt"))
+                continue
             if code != 200:
                 print(f"{s['shard_id']} FAILED {body['error']['message']}")
                 bad += 1
@@ -99,24 +106,46 @@ def verify(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _rebuild_one(client: httpx.Client, shard: dict, args: argparse.Namespace, view: RebuildView):
+    """The rebuild POST blocks until the shard is done, so it runs in a thread while this one
+    polls the shard's ``/v1/raid/status`` into its progress bar."""
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(
+            _call, client, "POST", f"{shard['url']}/v1/raid/rebuild", json={"assemble": args.assemble}
+        )
+        while True:
+            finished = done.done()
+            code, body = _call(client, "GET", f"{shard['url']}/v1/raid/status")
+            if code == 200 and body.get("operation", {}).get("op") == "rebuild":
+                view.update(shard["shard_id"], body["operation"])
+            if finished:
+                code, body = done.result()
+                if code == 200:
+                    view.update(shard["shard_id"], body["operation"])
+                return code, body
+            time.sleep(args.poll)
+
+
 def rebuild(args: argparse.Namespace) -> int:
+    """One shard after the other (a rebuild reads its peers' units), each with a progress bar."""
     shards, tls = _shards(args)
     bad = 0
-    with httpx.Client(timeout=args.timeout, verify=tls, headers=bearer_headers(args.api_key)) as client:
-        for s in shards:
-            code, body = _call(
-                client, "POST", f"{s['url']}/v1/raid/rebuild", json={"assemble": args.assemble}
-            )
-            if code != 200:
-                print(f"{s['shard_id']} FAILED {body['error']['message']}")
-                bad += 1
-                continue
-            op = body["operation"]
-            print(
-                f"{s['shard_id']} {op['op']} {op['state']}: {op['units_repaired']} unit(s) repaired, "
-                f"{op['bytes_transferred'] / 1e6:.1f} MB in {op['elapsed_s']:.2f}s; "
-                f"{_units(body['units'])}"
-            )
+    with (
+        httpx.Client(timeout=args.timeout, verify=tls, headers=bearer_headers(args.api_key)) as client,
+        RebuildView(args.console, [s["shard_id"] for s in shards]) as view,
+    ):
+        results = [(s, _rebuild_one(client, s, args, view)) for s in shards]
+    for s, (code, body) in results:
+        if code != 200:
+            print(f"{s['shard_id']} FAILED {body['error']['message']}")
+            bad += 1
+            continue
+        op = body["operation"]
+        print(
+            f"{s['shard_id']} {op['op']} {op['state']}: {op['units_repaired']} unit(s) repaired, "
+            f"{op['bytes_transferred'] / 1e6:.1f} MB in {op['elapsed_s']:.2f}s; "
+            f"{_units(body['units'])}"
+        )
     return 1 if bad else 0
 
 
@@ -154,10 +183,12 @@ def add_raid_commands(subparsers) -> None:
     q.set_defaults(func=status)
     q = sub.add_parser("verify", help="crc-check every unit on every shard (schedules repairs)")
     common(q)
+    q.add_argument("--json", action="store_true", help="one JSON object per shard")
     q.set_defaults(func=verify)
     q = sub.add_parser("rebuild", help="repair missing/corrupt units from the peers' units + parity now")
     common(q)
     q.add_argument("--assemble", action="store_true", help="also reassemble and re-verify the model file")
+    q.add_argument("--poll", type=float, default=0.2, help="seconds between progress polls")
     q.set_defaults(func=rebuild)
     q = sub.add_parser("ingest", help="stripe a model (bundled, a path on the first shard, or a URL)")
     common(q)

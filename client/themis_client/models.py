@@ -1,0 +1,149 @@
+"""Response types of the public API (API.md), as pydantic models.
+
+The client is installable without the shard (no import of ``themis_shard``), so these mirror
+the server's response models rather than import them. They accept fields they do not name
+(``extra="allow"``): a newer server that adds a field does not break an older client.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class WriteResult(_Model):
+    urn: str
+    version: int
+
+
+class Document(_Model):
+    urn: str
+    version: int
+    document: dict[str, Any]
+
+
+class BatchResult(_Model):
+    results: list[WriteResult]
+
+
+class Operation(BaseModel):
+    """One operation of a transaction (``POST /v1/transactions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["put", "delete"]
+    collection: str
+    key: str
+    document: dict[str, Any] | None = None
+    if_version: int | None = None
+
+    @classmethod
+    def put(
+        cls, collection: str, key: str, document: dict[str, Any], if_version: int | None = None
+    ) -> Operation:
+        return cls(op="put", collection=collection, key=key, document=document, if_version=if_version)
+
+    @classmethod
+    def delete(cls, collection: str, key: str, if_version: int | None = None) -> Operation:
+        return cls(op="delete", collection=collection, key=key, if_version=if_version)
+
+
+class TransactionItem(_Model):
+    op: Literal["put", "delete"]
+    urn: str
+    version: int
+
+
+class TransactionResult(_Model):
+    committed: bool
+    results: list[TransactionItem]
+
+
+class Collection(_Model):
+    name: str
+    dimension: int | None = None
+    index: str | None = None
+    embed_field: str | None = None
+    documents: int = 0
+    vectors: int = 0
+
+
+class SearchHit(_Model):
+    urn: str
+    score: float
+    document: dict[str, Any]
+
+
+class SearchResult(_Model):
+    results: list[SearchHit]
+    shards_failed: list[str] = Field(default_factory=list)
+
+
+class AqlResult(_Model):
+    result: list[Any]
+    stats: dict[str, Any] = Field(default_factory=dict)
+
+
+class Timings(_Model):
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+
+
+class InferResult(_Model):
+    text: str | None = None
+    tokens: int | None = None
+    shard_id: str | None = None
+    timings: Timings = Field(default_factory=Timings)
+
+
+class StreamToken(_Model):
+    """One ``data: {"token", "id"}`` event of a streamed generation."""
+
+    token: str
+    id: int | None = None
+
+
+class Embeddings(_Model):
+    embeddings: list[list[float]]
+    dimension: int | None = None
+    model: str | None = None
+    urns: list[str] | None = None
+
+
+class RagSource(_Model):
+    urn: str
+    score: float | None = None
+
+
+class RagResult(_Model):
+    answer: str
+    sources: list[RagSource] = Field(default_factory=list)
+
+
+class Member(_Model):
+    shard_id: str
+    url: str | None = None
+    state: str | None = None
+
+
+class ClusterStatus(_Model):
+    """``GET /v1/cluster/status``; the migration block is what ``themis scale`` follows."""
+
+    shard_id: str = ""
+    cluster: str = ""
+    ring_version: int | None = None
+    raid_mode: str = ""
+    members: list[Member] = Field(default_factory=list)
+    draining: list[str] = Field(default_factory=list)
+    migration: dict[str, Any] = Field(default_factory=dict)
+
+
+class Health(_Model):
+    status: str
+    shard_id: str | None = None
+    ring_version: int | None = None

@@ -1,0 +1,69 @@
+"""Access log and trace context: one line per request with method, route template, status,
+latency and the trace id; the request runs inside its ``TraceContext`` (``tracing``), so
+its other log lines and its calls to peers carry the same trace id.
+
+Pure ASGI (streaming-safe). A streamed response is logged when its last byte is sent, so the
+latency is the whole stream's. Probes and scrapes log at DEBUG: they would drown the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..tracing import current_trace, server_span
+
+log = logging.getLogger("themis.access")
+QUIET_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+
+class AccessLogMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"), None)
+        span = server_span(incoming)
+        token = current_trace.set(span)
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                # W3C Trace Context level 2: tells the caller which trace and span served it.
+                headers = [*message.get("headers", ()), (b"traceresponse", span.header().encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            path = scope.get("path", "")
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            log.log(
+                logging.DEBUG if path in QUIET_PATHS else logging.INFO,
+                "%s %s %d %.1fms",
+                scope.get("method", "GET"),
+                route,
+                status,
+                elapsed_ms,
+                extra={
+                    "method": scope.get("method", "GET"),
+                    "route": route,
+                    "path": path,
+                    "status": status,
+                    "latency_ms": round(elapsed_ms, 3),
+                    "trace_id": span.trace_id,
+                    "span_id": span.span_id,
+                    "parent_span_id": span.parent_id,
+                },
+            )
+            current_trace.reset(token)
