@@ -134,7 +134,8 @@ def test_a_paused_owner_never_leaves_two_versions_of_one_write(local_cluster) ->
     # Every shard now serves the one document the owners hold.
     for key in keys:
         served = {
-            httpx.get(f"{cluster.url(s)}/v1/collections/reg/documents/{key}", timeout=10).json()["document"]
+            httpx.get(f"{cluster.url(s)}/v1/collections/reg/documents/{key}", timeout=10)
+            .json()["document"]
             .get("by")
             for s in cluster.ids
         }

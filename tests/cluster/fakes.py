@@ -85,13 +85,18 @@ class FakePeer:
             return httpx.Response(200, json={})
         if method == "GET" and parts[:2] == ["internal", "documents"]:
             collection, key = parts[2], parts[3]
-            doc = self.store.get(collection, key)
-            if doc is None:
-                version = self.store.version(collection, key) if "tombstones" in request.url.params else 0
-                if version:
-                    return httpx.Response(200, json={"version": version, "document": None})
+            found = self.store.get_entry(collection, key)
+            if found is None or (found.document is None and "tombstones" not in request.url.params):
                 return error(404, "document_not_found")
-            return httpx.Response(200, json={"version": doc.version, "document": doc.document})
+            return httpx.Response(
+                200,
+                json={
+                    "version": found.version,
+                    "document": found.document,
+                    "hlc": found.hlc,
+                    "origin": found.origin,
+                },
+            )
         if method == "PUT" and parts[:2] == ["internal", "collections"]:
             self.collections[parts[2]] = body
             return httpx.Response(200, json=body)

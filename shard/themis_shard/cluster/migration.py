@@ -32,11 +32,13 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 
+from ..errors import Unavailable
 from ..ring import HashRing, RingSpec
 from ..storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
+from ..storage.hints import decode_items
 from ..storage.names import storage_key, urn
 from .placement import Topology
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from .tasks import Tasks
 from .views import TopologySource
 
@@ -108,11 +110,18 @@ def keys_to_purge(
 
 # -- wire format ---------------------------------------------------------------------------------
 def encode_entry(e: StoredDocument | Tombstone) -> dict[str, Any]:
-    return {"collection": e.collection, "key": e.key, "version": e.version, "document": e.document}
+    return {
+        "collection": e.collection,
+        "key": e.key,
+        "version": e.version,
+        "document": e.document,
+        "hlc": e.hlc,
+        "origin": e.origin,
+    }
 
 
 def decode_entries(items: list[dict[str, Any]]) -> list[Replicated]:
-    return [Replicated(i["collection"], i["key"], int(i["version"]), i.get("document")) for i in items]
+    return decode_items(items)
 
 
 def serve_page(store: DocumentStore, self_id: str, request: dict[str, Any], page_size: int) -> dict[str, Any]:
@@ -208,7 +217,7 @@ def hand_over_batches(
     per_owner: dict[str, list[Replicated]] = {}
     for e in page:
         if (e.collection, e.key) in gone:
-            item = Replicated(e.collection, e.key, e.version, getattr(e, "document", None))
+            item = Replicated(e.collection, e.key, e.version, e.document, e.hlc, e.origin)
             for owner in ring.owners(urn(e.collection, e.key), copies):
                 per_owner.setdefault(owner, []).append(item)
     return [
@@ -469,10 +478,13 @@ class Handoff:
     # -- read-through ------------------------------------------------------------------------------
     async def fetch_previous(self, collection: str, key: str) -> None:
         """Read-through before coordinating a write during a handoff: install the key's newest
-        version from its previous owners so the new version continues from it."""
+        version from its previous owners so the new version continues from it. A previous
+        owner still on the old epoch could yet accept a write of it, so it answers only once it
+        runs this epoch (``epoch_behind`` until then: the write fails, 503, and is retried)."""
         previous = self.previous_ring()
         if previous is None:
             return
+        epoch = self._plan.topology.version
         for owner in previous.owners(urn(collection, key), self._plan.topology.plan.copies):
             if owner == self.self_id:
                 continue
@@ -480,15 +492,30 @@ class Handoff:
                 reply = await self.executor.request(
                     owner,
                     "GET",
-                    f"/internal/documents/{collection}/{key}",
-                    params={"tombstones": "true"},
+                    internal_path("documents", collection, key),
+                    params={"tombstones": "true", "epoch": str(epoch)},
                     retries=0,
                     timeout_s=5,
                 )
-            except (PeerError, PeerUnavailable):
-                continue  # a 404 or an unreachable owner: ask the next one
+            except PeerError as exc:
+                if getattr(exc, "code", None) == "epoch_behind":
+                    raise Unavailable(
+                        f"{owner} has not adopted ring version {epoch} yet; retry", code="epoch_changed"
+                    ) from None
+                continue  # a 404: ask the next one
+            except PeerUnavailable:
+                continue  # unreachable: ask the next one
             await run_in_threadpool(
                 self.store.apply_replicated,
-                [Replicated(collection, key, int(reply["version"]), reply["document"])],
+                [
+                    Replicated(
+                        collection,
+                        key,
+                        int(reply["version"]),
+                        reply["document"],
+                        int(reply.get("hlc", 0)),
+                        str(reply.get("origin", "")),
+                    )
+                ],
             )
             return

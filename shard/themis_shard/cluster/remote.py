@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -386,6 +387,14 @@ class RemoteExecutor:
         return await self.request(
             peer, "POST", path, content=data, headers=headers, expect=expect, idempotent=idempotent, **kw
         )
+
+
+def internal_path(*segments: str) -> str:
+    """``/internal/a/b/...`` with every segment percent-encoded (``.`` and ``..`` included), so
+    no key is ever dot-segment-normalised or re-split by a client or proxy on the way."""
+    return "/internal/" + "/".join(
+        quote(s, safe="").replace(".", "%2E") if s in (".", "..") else quote(s, safe="") for s in segments
+    )
 
 
 def _peer_error(peer: str, resp: httpx.Response) -> PeerError:

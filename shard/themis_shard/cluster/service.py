@@ -68,7 +68,13 @@ class ClusterService:
         self._runtime = RuntimeSlot()
         self.hints = HintLog(store)
         self.executor = RemoteExecutor(self.live.settings, self.live.url, registry=registry)
-        self.replication = Replication(self.executor, self.hints, self.live, registry)
+        self.replication = Replication(
+            self.executor,
+            self.hints,
+            self.live,
+            registry,
+            hint_budget_bytes=self.live.settings.hint_budget_bytes,
+        )
         self.handoff = Handoff(
             self_id,
             store,

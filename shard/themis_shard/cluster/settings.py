@@ -63,6 +63,11 @@ class ClusterSettings(BaseSettings):
     #: Shard certificates carry the shard's DNS names; turn off only for IP-addressed labs.
     tls_check_hostname: bool = True
 
+    # ---- replication ---------------------------------------------------------------------------
+    #: Most bytes of hints kept per unreachable peer; past it hints are dropped (counted in
+    #: themis_hints_dropped_total) and anti-entropy repairs the peer. 0 = unbounded.
+    hint_budget_bytes: int = Field(256 << 20, ge=0)
+
     # ---- resharding / catch-up ----------------------------------------------------------------
     #: Entries scanned per handoff page, and the pause between pages (the rate limit).
     migration_page_size: int = Field(500, ge=1)
