@@ -87,9 +87,17 @@ def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Wr
     return groups
 
 
+#: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
+NOTHING_WRITTEN_CODES = frozenset(
+    {"replicas_unavailable", "coordinator_unavailable", "epoch_changed", "starting"}
+)
+
+
 def forward_failure(target: str, what: str, exc: PeerUnavailable) -> Unavailable:
     """The 503 for a forwarded write the coordinator did not answer: "nothing was written"
     only when the request provably never reached it."""
+    if exc.status == 503 and exc.code in NOTHING_WRITTEN_CODES:  # the coordinator refused it
+        return Unavailable(exc.message, code=exc.code)
     if exc.reason in NOT_SENT_REASONS:
         return Unavailable(
             f"the coordinator of {what} ({target}) is unavailable ({exc.reason}); nothing was written",

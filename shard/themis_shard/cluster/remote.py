@@ -60,7 +60,10 @@ class RemoteCallError(Exception):
 
 class PeerUnavailable(RemoteCallError):
     """The peer gave no usable answer; reason ∈ circuit_open, connect_error, timeout,
-    transport_error, server_error, bad_response."""
+    transport_error, server_error, bad_response. A 5xx with our error body keeps its ``code``
+    (a coordinator's deliberate 503 says what it did)."""
+
+    code: str | None = None
 
 
 class PeerError(RemoteCallError):
@@ -247,9 +250,18 @@ class RemoteExecutor:
             else:
                 self.metrics.latency.labels(peer=peer).observe(self._clock() - started)
                 if resp.status_code >= 500:
-                    last = self._fail(
-                        peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
-                    )
+                    answer = _peer_error(peer, resp)
+                    if resp.status_code == 503 and answer.code != "http_error":
+                        # A deliberate refusal (our error body): the peer is healthy, the breaker
+                        # must not count it, and the caller gets its code.
+                        breaker.record_success()
+                        self.metrics.requests.labels(peer=peer, outcome="refused").inc()
+                        last = PeerUnavailable(peer, "server_error", answer.message, status=503)
+                        last.code = answer.code
+                    else:
+                        last = self._fail(
+                            peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
+                        )
                     retry_ok = idem
                 elif resp.status_code >= 400:
                     breaker.record_success()  # the peer is healthy; the request was refused
