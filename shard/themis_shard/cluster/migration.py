@@ -206,6 +206,24 @@ def all_complete(states: Iterable[dict | None], ring_version: int) -> bool:
     )
 
 
+def waiting_for(
+    states: dict[str, dict | None],
+    ring_version: int,
+    unreachable_since: dict[str, float],
+    now: float,
+    timeout_s: float,
+) -> set[str]:
+    """The members the purge still waits for: those not complete for ``ring_version``, except
+    the ones unreachable for longer than ``timeout_s`` — a dead member never blocks a handoff
+    (it catches up from the replicas when it returns, and the hand-over hints what it lacks)."""
+    return {
+        peer
+        for peer, s in states.items()
+        if not all_complete([s], ring_version)
+        and not (s is None and now - unreachable_since.get(peer, now) >= timeout_s)
+    }
+
+
 def hand_over_batches(
     page: Iterable[StoredDocument | Tombstone],
     gone: Collection[tuple[str, str]],
@@ -273,7 +291,9 @@ class Handoff:
         attempts: int = 3,
         retry_pause_s: float = 1.0,
         poll_s: float = 0.5,
+        finish_timeout_s: float = 120.0,
     ) -> None:
+        """``finish_timeout_s``: how long an unreachable member may hold up the purge."""
         self.self_id = self_id
         self.store = store
         self.executor = executor
@@ -285,6 +305,7 @@ class Handoff:
         self.attempts = attempts
         self.retry_pause_s = retry_pause_s
         self.poll_s = poll_s
+        self.finish_timeout_s = finish_timeout_s
         self.caught_up = not topology.topology.clustered
         self.migration = MigrationProgress(ring_version=topology.topology.version)
         self._complete = False
@@ -409,10 +430,24 @@ class Handoff:
     # -- purging ---------------------------------------------------------------------------------
     async def _finish_handoff(self, topo: Topology) -> None:
         """Once every member reports this ring version complete, drop the copies we lost."""
-        peers = set(topo.members) - {self.self_id}
+        peers = sorted(set(topo.members) - {self.self_id})
+        unreachable_since: dict[str, float] = {}
         while True:
-            states = await asyncio.gather(*(self._peer_migration(p) for p in sorted(peers)))
-            if all_complete(states, topo.version):
+            states = dict(
+                zip(peers, await asyncio.gather(*(self._peer_migration(p) for p in peers)), strict=True)
+            )
+            now = time.monotonic()
+            for peer, state in states.items():
+                if state is None:
+                    unreachable_since.setdefault(peer, now)
+                else:
+                    unreachable_since.pop(peer, None)
+            pending = waiting_for(states, topo.version, unreachable_since, now, self.finish_timeout_s)
+            if not pending:
+                given_up = sorted(p for p in peers if states[p] is None)
+                if given_up:
+                    log.warning("handoff v%d: finishing without %s (unreachable)", topo.version, given_up)
+                    self.migration.unreachable |= set(given_up)
                 break
             await asyncio.sleep(self.poll_s)
         if self._plan.topology.version != topo.version:

@@ -84,6 +84,7 @@ class ClusterService:
             registry,
             page_size=self.live.settings.migration_page_size,
             page_pause_s=self.live.settings.migration_page_pause_s,
+            finish_timeout_s=self.live.settings.migration_finish_timeout_s,
         )
         self.documents = DistributedDocuments(
             store, self.executor, self.replication, self.live, handoff=self.handoff

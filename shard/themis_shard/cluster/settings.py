@@ -72,6 +72,9 @@ class ClusterSettings(BaseSettings):
     #: Entries scanned per handoff page, and the pause between pages (the rate limit).
     migration_page_size: int = Field(500, ge=1)
     migration_page_pause_s: float = Field(0.02, ge=0)
+    #: A member unreachable this long no longer holds up the end of a handoff (the purge, and
+    #: so the operator's scale-in); it catches up from the replicas when it is back.
+    migration_finish_timeout_s: float = Field(120.0, gt=0)
 
     # ---- gossip (Demers et al. epidemic dissemination) ----------------------------------------
     gossip_interval_s: float = Field(1.0, gt=0)
