@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(openai_compat.router)
         from .api import kv_prefix
 
+        app.state.kv_imports = kv_prefix.ImportGate(settings.llm.prefix_max_concurrent_imports)
         app.include_router(kv_prefix.router)  # KV-prefix export/import between shards
         from .api import draft as draft_api
 
