@@ -63,6 +63,8 @@ class FakePeer:
         #: answers ``POST /internal/gossip`` (e.g. another shard's ``Gossiper.handle``)
         self.gossip_handler: Callable[[dict], Awaitable[dict]] | None = None
         self.page_size = 500
+        #: answers ``/internal/anti-entropy/...`` (an ``AntiEntropy`` over this peer's store)
+        self.anti_entropy = None
 
     def handle(self, method: str, path: str, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -72,6 +74,13 @@ class FakePeer:
         if (method, path) == ("POST", "/internal/replicate"):
             applied = self.store.apply_replicated(decode_items(body["items"]))
             return httpx.Response(200, json={"applied": len(applied)})
+        if method == "POST" and path.startswith("/internal/anti-entropy/") and self.anti_entropy is not None:
+            serve = (
+                self.anti_entropy.serve_digests
+                if path.endswith("digests")
+                else self.anti_entropy.serve_records
+            )
+            return httpx.Response(200, json=serve(body))
         if (method, path) == ("POST", "/internal/sync"):
             return httpx.Response(200, json=serve_page(self.store, self.shard_id, body, self.page_size))
         if (method, path) == ("POST", "/internal/versions"):

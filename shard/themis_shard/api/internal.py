@@ -146,6 +146,25 @@ async def sync(body: SyncRequest, shard: Node) -> dict:
         raise BadRequest(f"bad sync request: {exc}", code="invalid_request") from exc
 
 
+class AntiEntropyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    peer: str
+    ring_version: int
+    buckets: list[int] = Field(default_factory=list, max_length=100_000)
+
+
+@router.post("/anti-entropy/digests")
+async def anti_entropy_digests(body: AntiEntropyRequest, shard: Node) -> dict:
+    """Merkle bucket digests of the records this shard shares with ``body.peer``."""
+    return await run_in_threadpool(shard.cluster.anti_entropy.serve_digests, body.model_dump())
+
+
+@router.post("/anti-entropy/records")
+async def anti_entropy_records(body: AntiEntropyRequest, shard: Node) -> dict:
+    """The shared records in the buckets that differed."""
+    return await run_in_threadpool(shard.cluster.anti_entropy.serve_records, body.model_dump())
+
+
 @router.get("/migration")
 async def migration(shard: Node) -> dict:
     return shard.cluster.migration.as_dict()

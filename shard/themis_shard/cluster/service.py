@@ -29,6 +29,7 @@ from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
 from ..vector.catalog import VectorCatalog
+from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections
 from .documents import DistributedDocuments
 from .gossip_state import ShardLoad
@@ -85,6 +86,15 @@ class ClusterService:
             page_size=self.live.settings.migration_page_size,
             page_pause_s=self.live.settings.migration_page_pause_s,
             finish_timeout_s=self.live.settings.migration_finish_timeout_s,
+        )
+        self.anti_entropy = AntiEntropy(
+            self_id,
+            store,
+            self.executor,
+            self.live,
+            self.replication,
+            registry,
+            interval_s=self.live.settings.anti_entropy_interval_s,
         )
         self.documents = DistributedDocuments(
             store, self.executor, self.replication, self.live, handoff=self.handoff
@@ -206,6 +216,8 @@ class ClusterService:
         self.replication.start()
         self.plan_watcher.start()
         self.handoff.start()
+        if self.topology.clustered:
+            self.anti_entropy.start(lambda: self.handoff.caught_up)
         if self.topology.clustered:  # KV-prefix directory
             self._tasks.every(self.settings.gossip_interval_s, self._prefix_refresh, "prefix-directory")
 
@@ -214,6 +226,7 @@ class ClusterService:
         await self.plan_watcher.stop()
         await self.replication.stop()
         await self.handoff.stop()
+        await self.anti_entropy.stop()
         await self._tasks.cancel()
         await self.executor.aclose()
 

@@ -67,6 +67,8 @@ class ClusterSettings(BaseSettings):
     #: Most bytes of hints kept per unreachable peer; past it hints are dropped (counted in
     #: themis_hints_dropped_total) and anti-entropy repairs the peer. 0 = unbounded.
     hint_budget_bytes: int = Field(256 << 20, ge=0)
+    #: Merkle-digest anti-entropy with every peer this often (and once after start-up catch-up).
+    anti_entropy_interval_s: float = Field(60.0, gt=0)
 
     # ---- resharding / catch-up ----------------------------------------------------------------
     #: Entries scanned per handoff page, and the pause between pages (the rate limit).
