@@ -8,6 +8,8 @@ import time
 import httpx
 import pytest
 
+from .conftest import peer_auth
+
 pytestmark = pytest.mark.e2e
 
 
@@ -95,7 +97,7 @@ def test_raid1_survives_a_killed_shard_and_the_restarted_shard_catches_up(local_
         # Every key shard-1 owns is now on shard-1 itself, at the acknowledged version.
         owned = [k for k in acked if topo.owns("shard-1", "log", k)]
         for key in owned:
-            r = client.get(f"{urls['shard-1']}/internal/documents/log/{key}")
+            r = client.get(f"{urls['shard-1']}/internal/documents/log/{key}", auth=peer_auth())
             assert r.status_code == 200 and r.json()["version"] == acked[key], (key, r.text)
         key = dead_primary[0]  # and its keys are writable again
         r = client.put(f"{urls['shard-2']}/v1/collections/log/documents/{key}", json={"back": True})

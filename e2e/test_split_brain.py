@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from .conftest import peer_auth
+
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 3.0
@@ -56,7 +58,7 @@ def _put(url: str, key: str, body: dict, if_match: int) -> tuple[str, int, dict,
 
 
 def _replica(url: str, key: str) -> tuple[int, dict | None]:
-    r = httpx.get(f"{url}/internal/documents/reg/{key}", timeout=10)
+    r = httpx.get(f"{url}/internal/documents/reg/{key}", timeout=10, auth=peer_auth())
     if r.status_code == 404:
         return 0, None
     assert r.status_code == 200, r.text

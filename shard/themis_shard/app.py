@@ -17,7 +17,7 @@ from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
 from .api.errors import install_error_handlers
-from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
+from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .settings import Settings
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from .api import draft as draft_api
 
         app.include_router(draft_api.router)  # /internal/draft: this shard as a speculative draft source
+    app.add_middleware(InternalAuth)  # /internal/... signed with the cluster secret (without mTLS)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_request_bytes,

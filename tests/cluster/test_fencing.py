@@ -74,7 +74,8 @@ def test_the_coordinator_commits_with_enough_holders_and_burns_what_it_cannot_ru
 
 def test_only_an_unsent_request_or_a_refusal_counts_as_not_applied() -> None:
     assert delivery_of(None) is Delivery.HELD
-    assert delivery_of(PeerError("p", 409, "stale_epoch", "")) is Delivery.NOT_APPLIED
+    assert delivery_of(PeerError("p", 409, "stale_epoch", "")) is Delivery.FENCED
+    assert delivery_of(PeerError("p", 400, "invalid_request", "")) is Delivery.NOT_APPLIED
     for reason in ("circuit_open", "connect_error", "unknown_peer"):
         assert delivery_of(PeerUnavailable("p", reason)) is Delivery.NOT_APPLIED
     for reason in ("timeout", "transport_error", "server_error", "bad_response"):

@@ -87,6 +87,10 @@ def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Wr
     return groups
 
 
+#: How long a write keeps being retried while owners disagree on the epoch (plans are re-read
+#: every second, so this spans a few reloads).
+EPOCH_RETRY_S = 5.0
+
 #: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
 NOTHING_WRITTEN_CODES = frozenset(
     {"replicas_unavailable", "coordinator_unavailable", "epoch_changed", "starting"}
@@ -155,7 +159,20 @@ class DistributedDocuments:
 
     # -- writes ------------------------------------------------------------------------------
     async def commit(self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN) -> list[Change]:
-        """Route a set of writes that share one coordinator (else 400) to it."""
+        """Route a set of writes that share one coordinator (else 400) to it. While a plan
+        change spreads, owners on different epochs refuse each other's writes — provably
+        unapplied — so those are retried here, from routing on, for a few seconds."""
+        delay, deadline = 0.05, asyncio.get_running_loop().time() + EPOCH_RETRY_S
+        while True:
+            try:
+                return await self._commit_once(writes, concern)
+            except Unavailable as exc:
+                if exc.code != "epoch_changed" or asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _commit_once(self, writes: list[Write], concern: WriteConcern) -> list[Change]:
         topo = self.topology
         if not topo.clustered:
             return await self.commit_here(writes, concern)
@@ -262,6 +279,13 @@ class DistributedDocuments:
                     await self.replication.hint(peer, per_peer[peer])
             return changes
         await self._burn(topo, records, delivered)
+        if any(d is Delivery.FENCED for d in delivered.values()) and not any(
+            d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values()
+        ):
+            raise Unavailable(
+                "owners are on different ring versions while a plan change spreads; nothing was written",
+                code="epoch_changed",
+            )
         held = min(
             1
             + sum(

@@ -118,6 +118,7 @@ class Delivery(StrEnum):
 
     HELD = "held"  # applied durably (or already held)
     NOT_APPLIED = "not_applied"  # provably not applied: refused, or never sent
+    FENCED = "fenced"  # refused by the fence (epochs differ while a plan change spreads)
     UNKNOWN = "unknown"  # may have been applied (timeout, 5xx, torn connection)
 
 
@@ -136,7 +137,11 @@ class Tally:
 
 def tally(deliveries: Iterable[Delivery]) -> Tally:
     found = list(deliveries)
-    return Tally(found.count(Delivery.HELD), found.count(Delivery.NOT_APPLIED), found.count(Delivery.UNKNOWN))
+    return Tally(
+        found.count(Delivery.HELD),
+        found.count(Delivery.NOT_APPLIED) + found.count(Delivery.FENCED),
+        found.count(Delivery.UNKNOWN),
+    )
 
 
 def decide(deliveries: Iterable[Delivery], required: int) -> Outcome:

@@ -134,6 +134,7 @@ class RemoteExecutor:
         ssl_context: ssl.SSLContext | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -156,7 +157,10 @@ class RemoteExecutor:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
+        #: signs every call with the cluster secret (``peer_auth.PeerAuth``); None: unsigned
+        self.auth = auth
         self.client = httpx.AsyncClient(
+            auth=auth,
             timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
             limits=httpx.Limits(
                 max_connections=settings.pool_max_connections,

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..storage.documents import Replicated
 from ..storage.hints import HintLog, encode_items
-from .fencing import Delivery
+from .fencing import FENCE_CODES, Delivery
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
 from .tasks import Tasks
 from .views import TopologySource
@@ -37,6 +37,8 @@ def delivery_of(exc: PeerUnavailable | PeerError | None) -> Delivery:
     """How one fenced push ended: no exception = held; a 4xx or an unsent request = not applied."""
     if exc is None:
         return Delivery.HELD
+    if isinstance(exc, PeerError) and getattr(exc, "code", None) in FENCE_CODES:
+        return Delivery.FENCED
     if isinstance(exc, PeerError) or exc.reason in NOT_SENT_REASONS:
         return Delivery.NOT_APPLIED
     return Delivery.UNKNOWN

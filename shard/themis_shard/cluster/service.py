@@ -36,6 +36,7 @@ from .gossip_state import ShardLoad
 from .inference import InferenceRouting
 from .membership import Membership
 from .migration import Handoff, MigrationProgress
+from .peer_auth import InternalAuthPolicy, PeerAuth
 from .placement import Topology
 from .plan_watcher import PlanWatcher
 from .prefix_directory import PrefixSync
@@ -68,7 +69,15 @@ class ClusterService:
         self.live = LivePlan(Topology.of(plan, self_id), settings.with_router(plan.router))
         self._runtime = RuntimeSlot()
         self.hints = HintLog(store)
-        self.executor = RemoteExecutor(self.live.settings, self.live.url, registry=registry)
+        secret = settings.gossip_secret.get_secret_value() if settings.gossip_secret else None
+        self.executor = RemoteExecutor(
+            self.live.settings,
+            self.live.url,
+            registry=registry,
+            auth=PeerAuth(secret, self_id) if secret else None,
+        )
+        #: what ``/internal/...`` demands of a caller (``api.middleware.InternalAuth`` checks it)
+        self.internal_auth = InternalAuthPolicy.of(settings)
         self.replication = Replication(
             self.executor,
             self.hints,

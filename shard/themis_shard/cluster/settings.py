@@ -87,6 +87,9 @@ class ClusterSettings(BaseSettings):
     #: HMAC-SHA256 key for gossip messages; required to gossip (the wiring may derive it from
     #: the cluster's mTLS Secret).
     gossip_secret: SecretStr | None = None
+    #: Without mTLS, ``/internal/...`` answers only requests signed with ``gossip_secret``
+    #: (``peer_auth.py``); off leaves them open to anyone who can reach the port.
+    internal_auth: bool = True
     #: Messages whose sent_at is further than this from our clock are dropped (replay/skew).
     gossip_max_message_age_s: float = Field(30.0, gt=0)
     #: Announcements stamped further than this in the future are dropped (clock skew guard).
