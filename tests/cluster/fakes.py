@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from themis_shard.cluster.migration import serve_page
+from themis_shard.cluster.migration import encode_entry, serve_page
 from themis_shard.cluster.placement import Topology
 from themis_shard.cluster.remote import RemoteExecutor
 from themis_shard.cluster.settings import ClusterSettings
@@ -72,6 +72,11 @@ class FakePeer:
         if path == "/ready":
             return httpx.Response(200, json={"ready": True})
         if (method, path) == ("POST", "/internal/replicate"):
+            if body.get("fence"):  # a coordinated write: all of it, or the newer records it lost to
+                applied, newer = self.store.apply_coordinated(decode_items(body["items"]))
+                return httpx.Response(
+                    200, json={"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
+                )
             applied = self.store.apply_replicated(decode_items(body["items"]))
             return httpx.Response(200, json={"applied": len(applied)})
         if method == "POST" and path.startswith("/internal/anti-entropy/") and self.anti_entropy is not None:

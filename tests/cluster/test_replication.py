@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from themis_shard.cluster.documents import DistributedDocuments
 from themis_shard.cluster.fencing import WriteConcern
 from themis_shard.cluster.replication import Replication, hint_admitted, worth_replaying
-from themis_shard.errors import Unavailable
+from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
 from themis_shard.storage.hints import HintLog
 
@@ -126,6 +126,26 @@ def test_a_write_no_owner_took_leaves_nothing_anywhere(tmp_path, store) -> None:
         assert store.version("c", key) == 0 and replication.hints.pending() == {}
         [change] = asyncio.run(documents.commit_here([Write("c", key, {"x": 1})], WriteConcern.ONE))
         assert change.version == 1 and replication.hints.pending() == {"s-1": 1}
+
+
+def test_a_coordinator_behind_an_owner_catches_up_and_writes_on_top_instead_of_under(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        # the owner holds version 3 that never reached this coordinator (say, a pull not done yet)
+        peers["s-1"].store.apply_replicated([Replicated("c", key, 3, {"newer": True}, 5, "s-0")])
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        with pytest.raises(Unavailable) as refused:
+            asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
+        assert refused.value.code == "epoch_changed"  # nothing applied anywhere; retryable
+        assert store.get("c", key).document == {"newer": True}  # caught up
+        with pytest.raises(Conflict):  # a condition on the stale version fails honestly
+            asyncio.run(documents.commit([Write("c", key, {"x": 1}, if_version=1)]))
+        [change] = asyncio.run(documents.commit([Write("c", key, {"x": 2})]))
+        assert change.version == 4 and peers["s-1"].store.get("c", key).document == {"x": 2}
 
 
 def test_hints_past_the_byte_budget_are_dropped_and_counted(tmp_path, store) -> None:

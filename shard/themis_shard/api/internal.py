@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from ..cluster.documents import change_to_json, write_from_json
 from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern, fence_refusal
 from ..cluster.gossip_wire import InvalidGossipMessage
+from ..cluster.migration import encode_entry
 from ..errors import BadRequest, NotFound
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig
@@ -84,6 +85,8 @@ async def replicate(body: ItemsBody, shard: Node) -> dict:
         )
         if refusal is not None:
             raise refusal
+        applied, newer = await run_in_threadpool(shard.store.apply_coordinated, items)
+        return {"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
     applied = await run_in_threadpool(shard.store.apply_replicated, items)
     return {"applied": len(applied)}
 

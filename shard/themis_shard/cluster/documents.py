@@ -88,8 +88,8 @@ def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Wr
 
 
 #: How long a write keeps being retried while owners disagree on the epoch (plans are re-read
-#: every second, so this spans a few reloads).
-EPOCH_RETRY_S = 5.0
+#: every second) or a new owner of a handoff is still starting (seconds, on a busy machine).
+EPOCH_RETRY_S = 15.0
 
 #: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
 NOTHING_WRITTEN_CODES = frozenset(
@@ -154,6 +154,10 @@ class DistributedDocuments:
     def topology(self) -> Topology:
         return self._plan.topology
 
+    def _moving(self) -> bool:
+        """Is a handoff in progress (new owners may still be starting)?"""
+        return self.handoff is not None and self.handoff.handoff_active
+
     def _down(self) -> frozenset[str]:
         return self.executor.open_peers() if self.executor else frozenset()
 
@@ -203,6 +207,11 @@ class DistributedDocuments:
             )
         except PeerUnavailable as exc:
             log.info("coordinator %s of %s unavailable (%s)", target, what, exc.reason)
+            if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
+                raise Unavailable(
+                    f"the new coordinator of {what} ({target}) is not serving yet; nothing was written",
+                    code="epoch_changed",
+                ) from None
             raise forward_failure(target, what, exc) from None
         except PeerError as exc:
             if getattr(exc, "code", None) in FENCE_CODES:
@@ -260,7 +269,10 @@ class DistributedDocuments:
         answers = await asyncio.gather(
             *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
         )
-        delivered = dict(zip(peers, answers, strict=True))
+        delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
+        newer = [r for _, found in answers for r in found]
+        if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
+            await run_in_threadpool(self.store.apply_replicated, newer)
         need = required_acks(concern, topo.plan.copies)
         outcomes = {
             (r.collection, r.key): decide(
@@ -268,7 +280,7 @@ class DistributedDocuments:
             )
             for r in records
         }
-        if all(o is Outcome.COMMIT for o in outcomes.values()):
+        if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
             changes = await run_in_threadpool(self.store.apply_replicated, records)
             if len(changes) != len(records):  # a repair installed a higher stamp meanwhile
                 raise Conflict(
@@ -279,11 +291,11 @@ class DistributedDocuments:
                     await self.replication.hint(peer, per_peer[peer])
             return changes
         await self._burn(topo, records, delivered)
-        if any(d is Delivery.FENCED for d in delivered.values()) and not any(
-            d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values()
-        ):
+        clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
+        if newer or (clean and (any(d is Delivery.FENCED for d in delivered.values()) or self._moving())):
             raise Unavailable(
-                "owners are on different ring versions while a plan change spreads; nothing was written",
+                "the key's owners are changing (a plan change is spreading or a new owner is still "
+                "starting); nothing was written",
                 code="epoch_changed",
             )
         held = min(
@@ -305,7 +317,7 @@ class DistributedDocuments:
         newest: dict[tuple[str, str], Replicated] = {}
         for r in records:
             owners = [o for o in topo.owners(r.collection, r.key) if o != topo.self_id]
-            if any(delivered[o] is not Delivery.NOT_APPLIED for o in owners):
+            if any(delivered[o] in (Delivery.HELD, Delivery.UNKNOWN) for o in owners):
                 newest[(r.collection, r.key)] = r
         if not newest:
             return

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 
 from ..storage.documents import Replicated
-from ..storage.hints import HintLog, encode_items
+from ..storage.hints import HintLog, decode_items, encode_items
 from .fencing import FENCE_CODES, Delivery
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
 from .tasks import Tasks
@@ -39,7 +39,7 @@ def delivery_of(exc: PeerUnavailable | PeerError | None) -> Delivery:
         return Delivery.HELD
     if isinstance(exc, PeerError) and getattr(exc, "code", None) in FENCE_CODES:
         return Delivery.FENCED
-    if isinstance(exc, PeerError) or exc.reason in NOT_SENT_REASONS:
+    if isinstance(exc, PeerError) or exc.reason in NOT_SENT_REASONS or exc.code == "starting":
         return Delivery.NOT_APPLIED
     return Delivery.UNKNOWN
 
@@ -123,11 +123,15 @@ class Replication:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
             await self.hint(peer, items)
 
-    async def deliver(self, peer: str, items: list[Replicated], epoch: int, coordinator: str) -> Delivery:
-        """One fenced push of a coordinated write (never retried: the answer must be exact)."""
+    async def deliver(
+        self, peer: str, items: list[Replicated], epoch: int, coordinator: str
+    ) -> tuple[Delivery, list[Replicated]]:
+        """One fenced push of a coordinated write (never retried: the answer must be exact).
+        Also returns the newer records the owner holds when it refused the write for them
+        (``FENCED``: the coordinator was behind and must catch up before writing)."""
         failure: PeerUnavailable | PeerError | None = None
         try:
-            await self.executor.request(
+            reply = await self.executor.request(
                 peer,
                 "POST",
                 "/internal/replicate",
@@ -141,9 +145,15 @@ class Replication:
         except (PeerUnavailable, PeerError) as exc:
             failure = exc
             log.warning("owner %s did not take %d version(s): %s", peer, len(items), exc)
+        else:
+            newer = decode_items(reply.get("newer") or []) if isinstance(reply, dict) else []
+            if newer:  # the owner is ahead of us: it applied nothing
+                log.warning("owner %s holds newer versions of %d key(s)", peer, len(newer))
+                self.metrics.replication.labels(outcome="superseded").inc(len(items))
+                return Delivery.FENCED, newer
         outcome = delivery_of(failure)
         self.metrics.replication.labels(outcome=outcome.value).inc(len(items))
-        return outcome
+        return outcome, []
 
     async def hint(self, peer: str, items: list[Replicated]) -> None:
         """Keep ``items`` for ``peer`` durably, within its byte budget (else drop and count)."""

@@ -467,6 +467,23 @@ class DocumentStore:
                 installs.append((w, stamp, codec.live_version(raw)))
             return self._install(installs) if installs else []
 
+    def apply_coordinated(
+        self, items: list[Replicated]
+    ) -> tuple[list[Change], list[StoredDocument | Tombstone]]:
+        """A coordinator's write arriving at an owner: all of it, or — when this owner already
+        holds a higher stamp for one of its keys (the coordinator was behind) — none of it, and
+        those newer records for the coordinator to catch up from."""
+        with self._lock:
+            newer = []
+            for item in items:
+                raw = self._docs.get(storage_key(item.collection, item.key))
+                stored = codec.decode_stamp(raw)
+                if stored is not None and stored > item.stamp:
+                    newer.append(entry(item.collection, item.key, raw))
+            if newer:
+                return [], newer
+            return self.apply_replicated(items), []
+
     def _install(self, installs: list[tuple[Write, Stamp, int]]) -> list[Change]:
         """Write (write, stamp, previous live version) triples in one synced batch."""
         started = time.perf_counter()
