@@ -193,6 +193,8 @@ class DistributedDocuments:
         first = writes[0]
         what = f"{first.collection}/{first.key}"
         try:
+            if not await self.executor.revive(target):
+                raise PeerUnavailable(target, "circuit_open", "breaker open and /ready does not answer")
             reply = await self.executor.request(
                 target,
                 "POST",

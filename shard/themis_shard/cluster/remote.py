@@ -182,6 +182,21 @@ class RemoteExecutor:
     async def aclose(self) -> None:
         await self.client.aclose()
 
+    async def revive(self, peer: str, timeout_s: float = 1.0) -> bool:
+        """Probe an open-breaker peer's ``/ready`` now and close its breaker when it answers:
+        for a caller that may not fail over to another peer (a fenced write), a breaker opened
+        by failures that are over (a peer still starting) must not refuse it for a minute."""
+        if self.breakers.get(peer).allow():
+            return True
+        try:
+            r = await self.client.get(self._url(peer, "/ready"), timeout=timeout_s)
+        except (httpx.HTTPError, PeerUnavailable):
+            return False
+        if r.status_code != 200:
+            return False
+        self.breakers.get(peer).record_success()
+        return True
+
     def open_peers(self) -> frozenset[str]:
         """Peers whose breaker is open: the router skips them."""
         return self.breakers.open_peers()

@@ -130,6 +130,7 @@ class Replication:
         Also returns the newer records the owner holds when it refused the write for them
         (``FENCED``: the coordinator was behind and must catch up before writing)."""
         failure: PeerUnavailable | PeerError | None = None
+        await self.executor.revive(peer)
         try:
             reply = await self.executor.request(
                 peer,
