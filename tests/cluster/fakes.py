@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from themis_shard.cluster import tombstone_gc
 from themis_shard.cluster.migration import encode_entry, serve_page
 from themis_shard.cluster.placement import Topology
 from themis_shard.cluster.remote import RemoteExecutor
@@ -65,6 +66,8 @@ class FakePeer:
         self.page_size = 500
         #: answers ``/internal/anti-entropy/...`` (an ``AntiEntropy`` over this peer's store)
         self.anti_entropy = None
+        #: answers ``/internal/gc/...`` (a ``TombstoneGC`` over this peer's store)
+        self.gc = None
 
     def handle(self, method: str, path: str, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -86,6 +89,11 @@ class FakePeer:
                 else self.anti_entropy.serve_records
             )
             return httpx.Response(200, json=serve(body))
+        if path.startswith("/internal/gc/") and self.gc is not None:
+            if path.endswith("watermark"):
+                return httpx.Response(200, json={"watermark": self.gc.watermark()})
+            dropped = self.gc.drop([tombstone_gc.decode(i) for i in body["items"]])
+            return httpx.Response(200, json={"dropped": [tombstone_gc.encode(t) for t in dropped]})
         if (method, path) == ("POST", "/internal/sync"):
             return httpx.Response(200, json=serve_page(self.store, self.shard_id, body, self.page_size))
         if (method, path) == ("POST", "/internal/versions"):

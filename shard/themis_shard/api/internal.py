@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from ..cluster import tombstone_gc
 from ..cluster.documents import change_to_json, write_from_json
 from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern, fence_refusal
 from ..cluster.gossip_wire import InvalidGossipMessage
@@ -166,6 +167,23 @@ async def anti_entropy_digests(body: AntiEntropyRequest, shard: Node) -> dict:
 async def anti_entropy_records(body: AntiEntropyRequest, shard: Node) -> dict:
     """The shared records in the buckets that differed."""
     return await run_in_threadpool(shard.cluster.anti_entropy.serve_records, body.model_dump())
+
+
+@router.get("/gc/watermark")
+async def gc_watermark(shard: Node) -> dict:
+    """The oldest stamp this shard could still send (tombstones below every member's are collected)."""
+    return {"watermark": await run_in_threadpool(shard.cluster.tombstone_gc.watermark)}
+
+
+@router.post("/gc/drop")
+async def gc_drop(body: ItemsBody, shard: Node) -> dict:
+    """Drop these tombstones where this shard holds exactly them; answer which were dropped."""
+    try:
+        items = [tombstone_gc.decode(i) for i in body.items]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed tombstones: {exc}", code="invalid_request") from exc
+    dropped = await run_in_threadpool(shard.cluster.tombstone_gc.drop, items)
+    return {"dropped": [tombstone_gc.encode(t) for t in dropped]}
 
 
 @router.get("/migration")

@@ -45,6 +45,7 @@ from .remote import RemoteExecutor
 from .replication import Replication
 from .settings import ClusterSettings
 from .tasks import Tasks
+from .tombstone_gc import TombstoneGC
 from .views import LivePlan, RuntimeSlot
 
 
@@ -103,6 +104,15 @@ class ClusterService:
             self.live,
             self.replication,
             registry,
+            interval_s=self.live.settings.anti_entropy_interval_s,
+        )
+        self.tombstone_gc = TombstoneGC(
+            store,
+            self.hints,
+            self.executor,
+            self.live,
+            registry,
+            grace_s=self.live.settings.tombstone_grace_s,
             interval_s=self.live.settings.anti_entropy_interval_s,
         )
         self.documents = DistributedDocuments(
@@ -227,6 +237,7 @@ class ClusterService:
         self.handoff.start()
         if self.topology.clustered:
             self.anti_entropy.start(lambda: self.handoff.caught_up)
+        self.tombstone_gc.start()
         if self.topology.clustered:  # KV-prefix directory
             self._tasks.every(self.settings.gossip_interval_s, self._prefix_refresh, "prefix-directory")
 
@@ -236,6 +247,7 @@ class ClusterService:
         await self.replication.stop()
         await self.handoff.stop()
         await self.anti_entropy.stop()
+        await self.tombstone_gc.stop()
         await self._tasks.cancel()
         await self.executor.aclose()
 

@@ -69,6 +69,9 @@ class ClusterSettings(BaseSettings):
     hint_budget_bytes: int = Field(256 << 20, ge=0)
     #: Merkle-digest anti-entropy with every peer this often (and once after start-up catch-up).
     anti_entropy_interval_s: float = Field(60.0, gt=0)
+    #: Tombstones are collected once below every member's watermark; a shard's watermark trails
+    #: its clock by this much (longer than any request can be in flight) or its oldest hint.
+    tombstone_grace_s: float = Field(3600.0, gt=0)
 
     # ---- resharding / catch-up ----------------------------------------------------------------
     #: Entries scanned per handoff page, and the pause between pages (the rate limit).

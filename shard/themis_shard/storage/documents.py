@@ -467,6 +467,29 @@ class DocumentStore:
                 installs.append((w, stamp, codec.live_version(raw)))
             return self._install(installs) if installs else []
 
+    def tombstones(self, older_than_hlc: int) -> list[Tombstone]:
+        """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection)."""
+        return [e for e in self.scan_all() if isinstance(e, Tombstone) and e.hlc < older_than_hlc]
+
+    def drop_tombstones(self, items: list[Tombstone]) -> int:
+        """Physically remove tombstones that are still exactly these records (a newer write to
+        the key since keeps it). Not a write: no version, no hint."""
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            dropped = 0
+            for t in items:
+                raw = self._docs.get(storage_key(t.collection, t.key))
+                if (
+                    raw is not None
+                    and codec.is_tombstone(raw)
+                    and codec.decode_stamp(raw) == Stamp(t.version, t.hlc, t.origin)
+                ):
+                    batch.delete(storage_key(t.collection, t.key), self._handles["docs"])
+                    dropped += 1
+            if dropped:
+                self._db.write(batch, self._sync)
+            return dropped
+
     def apply_coordinated(
         self, items: list[Replicated]
     ) -> tuple[list[Change], list[StoredDocument | Tombstone]]:

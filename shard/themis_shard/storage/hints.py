@@ -82,6 +82,15 @@ class HintLog:
     def pending_bytes(self) -> dict[str, int]:
         return dict(self._bytes)
 
+    def oldest_hlc(self) -> int | None:
+        """The lowest hybrid-clock stamp of any pending hint (None: no hints): no record older
+        than it can still arrive from this shard's hints (the tombstone-GC watermark)."""
+        oldest = None
+        for _, raw in self._cf.items():
+            for item in decode_items(json.loads(raw)):
+                oldest = item.hlc if oldest is None else min(oldest, item.hlc)
+        return oldest
+
     def peers(self) -> list[str]:
         return [p for p, n in self._pending.items() if n > 0]
 
