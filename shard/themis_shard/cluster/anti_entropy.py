@@ -156,7 +156,7 @@ class AntiEntropy:
         if not topo.clustered or topo.plan.previous_ring is not None:
             return
         for peer in topo.peers:
-            if peer in self.executor.open_peers():
+            if peer in self.executor.open_peers() or not await self.executor.answers(peer):
                 continue
             try:
                 await self.exchange(peer)
@@ -167,13 +167,17 @@ class AntiEntropy:
     def start(self, ready: Any) -> None:
         """``ready()``: true once start-up catch-up finished (the first round follows it)."""
 
-        async def first() -> None:
+        async def loop() -> None:
             while not ready():
                 await asyncio.sleep(0.2)
-            await self.round()
+            while True:
+                try:
+                    await self.round()
+                except Exception:
+                    log.exception("anti-entropy round failed")
+                await asyncio.sleep(self.interval_s)
 
-        self._tasks.spawn(first(), "anti-entropy-start")
-        self._tasks.every(self.interval_s, self.round, "anti-entropy")
+        self._tasks.spawn(loop(), "anti-entropy")
 
     async def stop(self) -> None:
         await self._tasks.cancel()

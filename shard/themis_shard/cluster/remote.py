@@ -182,6 +182,16 @@ class RemoteExecutor:
     async def aclose(self) -> None:
         await self.client.aclose()
 
+    async def answers(self, peer: str, timeout_s: float = 1.0) -> bool:
+        """Does ``peer`` answer ``/ready`` now? Outside the breaker's accounting: background
+        work (anti-entropy, tombstone GC) asks first, so a peer still starting costs it a skipped
+        round instead of tripping the breaker for the requests that matter."""
+        try:
+            r = await self.client.get(self._url(peer, "/ready"), timeout=timeout_s)
+        except (httpx.HTTPError, PeerUnavailable):
+            return False
+        return r.status_code == 200
+
     async def revive(self, peer: str, timeout_s: float = 1.0) -> bool:
         """Probe an open-breaker peer's ``/ready`` now and close its breaker when it answers:
         for a caller that may not fail over to another peer (a fenced write), a breaker opened

@@ -14,6 +14,7 @@ is in progress (previous owners may still hold copies).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from prometheus_client import CollectorRegistry, Counter
@@ -92,6 +93,8 @@ class TombstoneGC:
             return 0
         marks = [await run_in_threadpool(self.watermark)]
         for peer in topo.peers:
+            if not await self.executor.answers(peer):
+                return 0  # a member we cannot ask might still send an older record
             try:
                 reply = await self.executor.request(
                     peer, "GET", "/internal/gc/watermark", retries=0, timeout_s=5
@@ -126,7 +129,15 @@ class TombstoneGC:
         return n
 
     def start(self) -> None:
-        self._tasks.every(self.interval_s, self.collect, "tombstone-gc")
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(self.interval_s)  # not at start-up: peers may still be starting
+                try:
+                    await self.collect()
+                except Exception:
+                    log.exception("tombstone collection failed")
+
+        self._tasks.spawn(loop(), "tombstone-gc")
 
     async def stop(self) -> None:
         await self._tasks.cancel()
