@@ -1,17 +1,22 @@
-"""Storage benchmark: document puts (single, batch, sync), gets, transaction commits, and vector
-search qps + recall@10 per index type at 100k × 384 (compared with exact flat search).
+"""Storage benchmark: document puts (single, batch, sync), gets, transaction commits, vector
+search qps + recall@10 per index type at 100k × 384 (compared with exact flat search), and the
+cost of fenced, replicated writes on a real 2-shard RAID1 cluster: one client's PUT rate on the
+key's primary at each write concern, and through the other shard (forwarded to the primary).
 
-Run: `make bench` or `.venv/bin/python bench/storage.py [--vectors 100000] [--dim 384]`.
+Run: `make bench` or `.venv/bin/python bench/storage.py [--vectors 100000] [--dim 384]
+[--cluster-writes 300]` (``--cluster-writes 0`` skips the cluster).
 Prints a table; numbers are from this machine in this run (shared, noisy: compare rows, not runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 from themis_shard.storage.collections import CollectionConfig
 from themis_shard.storage.documents import DocumentStore, Write
@@ -79,6 +84,41 @@ def bench_vectors(n: int, dim: int, n_queries: int) -> list[tuple[str, str, str,
     return rows
 
 
+def bench_cluster_writes(n: int) -> list[tuple[str, str, str]]:
+    """Sequential PUTs of a 200-byte document on a real 2-shard RAID1 cluster (no model)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _local import themis
+    from themis_shard.cluster.placement import Topology
+    from themis_shard.plan import ClusterPlan
+
+    rows = []
+    doc = {"title": "A document", "body": "x" * 200, "n": 1}
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        themis(cwd, "up", "--shards", "2", "--raid-mode", "raid1", "--no-llm", "--base-port", "0")
+        try:
+            plan = ClusterPlan.load(cwd / ".themis" / "plan.json")
+            topo = Topology.of(plan, "shard-0")
+            url = {m.shard_id: m.url for m in plan.members}
+            keys = [k for k in (f"k{i}" for i in range(4 * n)) if topo.owners("w", k)[0] == "shard-0"][:n]
+            cases = [
+                ("replicated put on the primary, w=all (default)", "shard-0", "all"),
+                ("replicated put on the primary, w=1", "shard-0", "1"),
+                ("replicated put via the other shard (forwarded), w=all", "shard-1", "all"),
+            ]
+            with httpx.Client(timeout=60) as c:
+                for k in keys[:20]:  # warm connections and the collection
+                    c.put(f"{url['shard-0']}/v1/collections/w/documents/{k}", json=doc).raise_for_status()
+                for label, via, w in cases:
+                    t = time.perf_counter()
+                    for k in keys:
+                        c.put(f"{url[via]}/v1/collections/w/documents/{k}?w={w}", json=doc).raise_for_status()
+                    rows.append((label, f"{len(keys):,}", rate(len(keys), time.perf_counter() - t)))
+        finally:
+            themis(cwd, "down")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--single", type=int, default=2000)
@@ -86,12 +126,17 @@ def main() -> None:
     parser.add_argument("--vectors", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--cluster-writes", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         doc_rows = bench_documents(Path(tmp) / "db", args.single, args.batch)
+    if args.cluster_writes:
+        doc_rows += bench_cluster_writes(args.cluster_writes)
     print("\n| operation | n | rate |\n|---|---:|---:|")
     for row in doc_rows:
         print("| " + " | ".join(row) + " |")
+    if not args.vectors:
+        return
     print(f"\n| index ({args.vectors:,} × {args.dim}) | build | qps (1 query/call) | recall@10 vs flat |")
     print("|---|---:|---:|---:|")
     for row in bench_vectors(args.vectors, args.dim, args.queries):

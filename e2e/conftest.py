@@ -14,6 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+#: The gossip secret of the e2e clusters: it also signs their /internal/... calls.
+E2E_SECRET = "e2e-secret"
+
+
+def peer_auth(secret: str = E2E_SECRET):
+    """An httpx ``auth=`` that signs a test's direct /internal/... calls as a cluster peer."""
+    from themis_shard.cluster.peer_auth import PeerAuth
+
+    return PeerAuth(secret, "e2e-test")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -134,7 +144,7 @@ class LocalCluster:
             "THEMIS_DATA_DIR": str(self.root / shard_id),
             "THEMIS_PLAN_PATH": str(self.plan_path),
             "THEMIS_LLM_ENABLED": "true" if self.llm else "false",
-            "THEMIS_CLUSTER_GOSSIP_SECRET": "e2e-secret",
+            "THEMIS_CLUSTER_GOSSIP_SECRET": E2E_SECRET,
             "THEMIS_CLUSTER_GOSSIP_INTERVAL_S": "0.3",
             "THEMIS_CLUSTER_GOSSIP_EXCHANGE_TIMEOUT_S": "2",
             "THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "3",

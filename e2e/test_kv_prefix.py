@@ -10,6 +10,8 @@ import time
 import httpx
 import pytest
 
+from .conftest import peer_auth
+
 pytestmark = [pytest.mark.e2e, pytest.mark.llm]
 
 ENV = {
@@ -47,7 +49,7 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     cluster = local_cluster(3, llm=True, env=ENV)
     urls = [cluster.url(s) for s in cluster.ids]
     first = infer(urls[0])
-    listing = httpx.get(f"{urls[0]}/internal/kv_prefix").json()["entries"]
+    listing = httpx.get(f"{urls[0]}/internal/kv_prefix", auth=peer_auth()).json()["entries"]
     assert len(listing) == 1
     time.sleep(2.0)  # > a few directory refreshes (gossip interval 0.3 s)
     # Prefix-aware routing: a routed (domain) request arriving at shard-1 goes to the holder.
@@ -96,10 +98,12 @@ def test_hot_prefixes_are_replicated_to_every_shard(local_cluster):
     a, b = (cluster.url(s) for s in cluster.ids)
     infer(a)  # prefill + save
     infer(a)  # a hit: the prefix is now hot
-    key = httpx.get(f"{a}/internal/kv_prefix").json()["entries"][0]["hash"]
+    key = httpx.get(f"{a}/internal/kv_prefix", auth=peer_auth()).json()["entries"][0]["hash"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if any(e["hash"] == key for e in httpx.get(f"{b}/internal/kv_prefix").json()["entries"]):
+        if any(
+            e["hash"] == key for e in httpx.get(f"{b}/internal/kv_prefix", auth=peer_auth()).json()["entries"]
+        ):
             break
         time.sleep(0.2)
     else:

@@ -38,6 +38,21 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
             assert themis_db.health().shard_id == "shard-0"
         again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # idempotent: same cluster
         assert again.stdout == up.stdout
+        # One shard dies: `up` restarts that one only, and the other keeps its process.
+        import os
+        import signal
+
+        pids = {s["shard_id"]: s["pid"] for s in state["shards"]}
+        os.kill(pids["shard-1"], signal.SIGKILL)
+        healed = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)
+        assert healed.returncode == 0 and "restarting shard-1" in healed.stderr, healed.stderr
+        assert healed.stdout == up.stdout
+        after = {
+            s["shard_id"]: s["pid"]
+            for s in json.loads((tmp_path / ".themis" / "cluster.json").read_text())["shards"]
+        }
+        assert after["shard-0"] == pids["shard-0"] and after["shard-1"] != pids["shard-1"]
+        assert httpx.get(f"{lines[1][1]}/v1/collections/c/documents/k").json()["version"] == 1
     finally:
         down = themis("down", cwd=tmp_path)
     assert down.returncode == 0 and "stopped 2" in down.stdout

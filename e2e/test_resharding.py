@@ -16,6 +16,8 @@ import pytest
 from themis_shard.plan import ClusterPlan
 from themis_shard.ring import HashRing, RingSpec
 
+from .conftest import peer_auth
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -198,7 +200,10 @@ def test_a_newer_version_only_the_leaving_shard_holds_survives_its_drain(tmp_pat
             {"collection": "docs", "key": k, "version": v, "document": {"late": True}}
             for k, v in late.items()
         ]
-        r = httpx.post(f"{leaving.url}/internal/replicate", json={"items": items}, timeout=30)
+        auth = peer_auth(
+            json.loads((tmp_path / ".themis" / "cluster.json").read_text())["launch"]["gossip_secret"]
+        )
+        r = httpx.post(f"{leaving.url}/internal/replicate", json={"items": items}, timeout=30, auth=auth)
         assert r.status_code == 200 and r.json()["applied"] == len(late), r.text
 
         out = themis("scale", "--shards", "2", cwd=tmp_path)
@@ -208,7 +213,7 @@ def test_a_newer_version_only_the_leaving_shard_holds_survives_its_drain(tmp_pat
         with httpx.Client(timeout=10) as client:
             for key, version in {**work.acked, **late}.items():
                 for m in final.members:  # both copies, not just the one a read would find
-                    r = client.get(f"{m.url}/internal/documents/docs/{key}")
+                    r = client.get(f"{m.url}/internal/documents/docs/{key}", auth=auth)
                     assert r.status_code == 200 and r.json()["version"] == version, (m.shard_id, key, r.text)
     finally:
         themis("down", cwd=tmp_path)

@@ -31,3 +31,11 @@ def test_a_shard_that_exits_during_start_up_is_named_with_its_last_log_lines(tmp
     message = str(failed.value)
     assert "exited during start-up (http://127.0.0.1:9)" in message
     assert str(log) in message and "AVX512 (avx512f)" in message
+
+
+def test_up_restarts_only_the_shards_whose_process_is_gone() -> None:
+    from themis_shard.local_cluster import missing_shards
+
+    shards = [{"shard_id": "shard-0", "pid": 10}, {"shard_id": "shard-1", "pid": 11}]
+    assert missing_shards(shards, lambda pid: pid != 11) == ["shard-1"]
+    assert missing_shards(shards, lambda pid: True) == []

@@ -19,7 +19,7 @@ from .api import raid as raid_api
 from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
-from .api.middleware import BodyLimitMiddleware, ListenerGuard, MetricsMiddleware
+from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .settings import Settings
@@ -74,10 +74,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(openai_compat.router)
         from .api import kv_prefix
 
+        app.state.kv_imports = kv_prefix.ImportGate(settings.llm.prefix_max_concurrent_imports)
         app.include_router(kv_prefix.router)  # KV-prefix export/import between shards
         from .api import draft as draft_api
 
         app.include_router(draft_api.router)  # /internal/draft: this shard as a speculative draft source
+    app.add_middleware(InternalAuth)  # /internal/... signed with the cluster secret (without mTLS)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_request_bytes,

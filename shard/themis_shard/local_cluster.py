@@ -358,18 +358,64 @@ def write_certificates(directory: Path, shard_ids: list[str], host: str) -> dict
     return env
 
 
+def missing_shards(shards: list[dict], alive) -> list[str]:
+    """The shards of a recorded cluster whose process is gone (``alive(pid)`` says)."""
+    return [s["shard_id"] for s in shards if not alive(s["pid"])]
+
+
+def tls_env_of(state_dir: Path, shard_id: str) -> dict[str, str]:
+    """A shard's TLS environment from the certificates ``up --tls`` wrote."""
+    tls = (state_dir / "tls").resolve()
+    return {
+        "THEMIS_TLS_CA_PATH": str(tls / "ca.crt"),
+        "THEMIS_TLS_CERT_PATH": str(tls / f"{shard_id}.crt"),
+        "THEMIS_TLS_KEY_PATH": str(tls / f"{shard_id}.key"),
+    }
+
+
+def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -> int:
+    """Start only the shards whose process died, with the recorded plan, launch settings and
+    certificates (data directories are kept: they catch up from their peers)."""
+    state_dir: Path = args.state_dir
+    plan_path = Path(state["plan"])
+    plan = ClusterPlan.load(plan_path)
+    restarted = []
+    for i, record in enumerate(state["shards"]):
+        if record["shard_id"] not in missing:
+            continue
+        member = plan.member(record["shard_id"])
+        tls = tls_env_of(state_dir, member.shard_id) if state.get("ca") else {}
+        state["shards"][i] = start_shard(state_dir, plan_path, state["launch"], member, tls)
+        restarted.append(state["shards"][i])
+    (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+    print(f"restarting {', '.join(missing)} (the other shards kept running)", file=sys.stderr)
+    wait_ready(
+        [s["url"] for s in restarted],
+        args.timeout,
+        [s["pid"] for s in restarted],
+        verify=state.get("ca") or True,
+        logs=[s["log"] for s in restarted],
+    )
+    for s in state["shards"]:
+        print(f"{s['shard_id']} {s['url']}")
+    return 0
+
+
 def up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     state = _read_state(state_dir)
-    if state and all(_alive(s["pid"]) for s in state["shards"]):
-        if bool(state["launch"].get("auth")) != args.auth:
-            running = "with" if state["launch"].get("auth") else "without"
-            raise SystemExit(f"the running cluster was started {running} --auth: themis down first")
-        for s in state["shards"]:
-            print(f"{s['shard_id']} {s['url']}")
-        return 0
+    if state and bool(state["launch"].get("auth")) != args.auth and any(_alive(s["pid"]) for s in state["shards"]):
+        running = "with" if state["launch"].get("auth") else "without"
+        raise SystemExit(f"the running cluster was started {running} --auth: themis down first")
     if state:
-        down(args)
+        missing = missing_shards(state["shards"], _alive)
+        if not missing:
+            for s in state["shards"]:
+                print(f"{s['shard_id']} {s['url']}")
+            return 0
+        if len(missing) < len(state["shards"]):
+            return restart_missing(args, state, missing)
+        down(args)  # nothing left running: start afresh
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "logs").mkdir(exist_ok=True)
     ports = pick_ports(args.host, args.base_port, args.shards * (2 if args.tls else 1))

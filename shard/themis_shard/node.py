@@ -117,7 +117,12 @@ class ShardNode:
     ) -> tuple[DocumentStore, VectorCatalog, ClusterPlan, ClusterService]:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
-        store = DocumentStore(data / "documents", max_document_bytes=settings.max_document_bytes)
+        store = DocumentStore(
+            data / "documents",
+            max_document_bytes=settings.max_document_bytes,
+            origin=settings.shard_id,
+            max_document_depth=settings.max_document_depth,
+        )
         use_gpu = settings.use_gpu if settings.use_gpu is not None else gpu_count() > 0
         vectors = VectorCatalog(
             store, data / "vectors", use_gpu=use_gpu, persist_every=settings.vector_persist_every

@@ -111,6 +111,15 @@ class HashRing:
     def primary(self, key: str | bytes) -> str:
         return self.owners(key, 1)[0]
 
+    @property
+    def ranges(self) -> int:
+        """How many vnode ranges (arcs between consecutive points) the ring has."""
+        return len(self._points)
+
+    def range_of(self, key: str | bytes) -> int:
+        """The vnode range ``key`` falls in (the index of the point that ends its arc)."""
+        return bisect.bisect_right(self._points, self.key_position(key)) % len(self._points)
+
     def owners(self, key: str | bytes, copies: int) -> list[str]:
         """The ``copies`` distinct shards for ``key``: the primary first, then its successors."""
         want = min(copies, len(self.spec.shards))

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     tls_reload_interval_s: float = Field(30.0, gt=0)
     #: Largest accepted document (encoded JSON) and request body, in bytes.
     max_document_bytes: int = Field(1 << 20, ge=64)
+    #: Deepest accepted document nesting: below what the API can serialise back (pydantic ~250).
+    max_document_depth: int = Field(128, ge=1, le=200)
     max_request_bytes: int = Field(64 << 20, ge=1024)
     max_batch_documents: int = Field(10_000, ge=1)
     max_transaction_operations: int = Field(1_000, ge=1)

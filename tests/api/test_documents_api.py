@@ -206,3 +206,54 @@ def test_internal_versions_answer_for_many_keys_deletes_included(client: TestCli
     assert r.status_code == 200 and r.json() == {"versions": [2, 2, 0]}
     assert client.post("/internal/versions", json={"keys": [["Bad Name!", "a"]]}).status_code == 400
     assert client.post("/internal/versions", json={"keys": "books"}).status_code == 400
+
+
+def _nested(depth: int) -> dict:
+    doc: dict = {"leaf": 1}
+    for _ in range(depth - 1):
+        doc = {"a": doc}
+    return doc
+
+
+def test_the_deepest_document_accepted_is_one_that_reads_back(client: TestClient) -> None:
+    from themis_shard.storage.codec import DEFAULT_MAX_DEPTH
+
+    assert client.put(f"{DOC}/deep", json=_nested(DEFAULT_MAX_DEPTH)).status_code == 200
+    r = client.get(f"{DOC}/deep")
+    assert r.status_code == 200 and r.json()["document"] == _nested(DEFAULT_MAX_DEPTH)
+    for depth in (DEFAULT_MAX_DEPTH + 1, 255, 1500):
+        text = '{"a":' * (depth - 1) + '{"leaf":1}' + "}" * (depth - 1)  # deeper than json.dumps goes
+        r = client.put(f"{DOC}/deeper", content=text, headers={"content-type": "application/json"})
+        # (past the JSON parser's own recursion limit the body is refused before it is a document)
+        assert r.status_code == 400 and error_code(r) in ("document_too_deep", "malformed_json"), depth
+    assert client.get(f"{DOC}/deeper").status_code == 404
+
+
+@pytest.mark.parametrize("key", [".", ".."])
+def test_dot_segment_keys_are_refused(client: TestClient, key: str) -> None:
+    r = client.post(f"{DOC}:batch", json={"documents": [{"key": key, "document": {}}]})
+    assert r.status_code == 400 and error_code(r) == "invalid_key"
+    r = client.post(
+        "/v1/transactions",
+        json={"operations": [{"op": "put", "collection": "books", "key": key, "document": {}}]},
+    )
+    assert r.status_code == 400 and error_code(r) == "invalid_key"
+    assert client.put(f"{DOC}/...", json={}).status_code == 200  # not a dot segment
+
+
+def test_a_write_concern_is_named_or_refused(client: TestClient) -> None:
+    for w in ("1", "majority", "all"):
+        assert client.put(f"{DOC}/w?w={w}", json={}).status_code == 200
+    r = client.put(f"{DOC}/w?w=2", json={})
+    assert r.status_code == 400 and error_code(r) == "invalid_request"
+
+
+def test_an_unexpected_error_says_the_connection_closes(client: TestClient, monkeypatch) -> None:
+    from themis_shard.storage.documents import DocumentStore
+
+    def broken(*_a, **_k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(DocumentStore, "collections", broken)
+    r = TestClient(client.app, raise_server_exceptions=False).get("/v1/collections")  # the node is open
+    assert r.status_code == 500 and r.headers["connection"] == "close" and error_code(r) == "internal"

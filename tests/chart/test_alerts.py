@@ -31,6 +31,7 @@ def rules(render) -> dict[str, dict]:
         ),
         ("ThemisLLMQueueSaturated", ["histogram_quantile(0.99", "themis_llm_queue_seconds_bucket", "> 5"]),
         ("ThemisLLMRequestsRejected", ["themis_llm_rejected_requests_total"]),
+        ("ThemisHintsDropped", ["themis_hints_dropped_total"]),
     ],
 )
 def test_alert_watches_what_it_is_named_after(rules, alert, metrics):
@@ -76,7 +77,7 @@ def test_promtool_accepts_the_rules(render, tmp_path):
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout
 
 
 # ---- the alerts fire when they should (promtool test rules on synthetic series) -------------------

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from themis_shard.cluster.migration import serve_page
+from themis_shard.cluster import tombstone_gc
+from themis_shard.cluster.migration import encode_entry, serve_page
 from themis_shard.cluster.placement import Topology
 from themis_shard.cluster.remote import RemoteExecutor
 from themis_shard.cluster.settings import ClusterSettings
@@ -63,6 +64,10 @@ class FakePeer:
         #: answers ``POST /internal/gossip`` (e.g. another shard's ``Gossiper.handle``)
         self.gossip_handler: Callable[[dict], Awaitable[dict]] | None = None
         self.page_size = 500
+        #: answers ``/internal/anti-entropy/...`` (an ``AntiEntropy`` over this peer's store)
+        self.anti_entropy = None
+        #: answers ``/internal/gc/...`` (a ``TombstoneGC`` over this peer's store)
+        self.gc = None
 
     def handle(self, method: str, path: str, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -70,8 +75,25 @@ class FakePeer:
         if path == "/ready":
             return httpx.Response(200, json={"ready": True})
         if (method, path) == ("POST", "/internal/replicate"):
+            if body.get("fence"):  # a coordinated write: all of it, or the newer records it lost to
+                applied, newer = self.store.apply_coordinated(decode_items(body["items"]))
+                return httpx.Response(
+                    200, json={"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
+                )
             applied = self.store.apply_replicated(decode_items(body["items"]))
             return httpx.Response(200, json={"applied": len(applied)})
+        if method == "POST" and path.startswith("/internal/anti-entropy/") and self.anti_entropy is not None:
+            serve = (
+                self.anti_entropy.serve_digests
+                if path.endswith("digests")
+                else self.anti_entropy.serve_records
+            )
+            return httpx.Response(200, json=serve(body))
+        if path.startswith("/internal/gc/") and self.gc is not None:
+            if path.endswith("watermark"):
+                return httpx.Response(200, json={"watermark": self.gc.watermark()})
+            dropped = self.gc.drop([tombstone_gc.decode(i) for i in body["items"]])
+            return httpx.Response(200, json={"dropped": [tombstone_gc.encode(t) for t in dropped]})
         if (method, path) == ("POST", "/internal/sync"):
             return httpx.Response(200, json=serve_page(self.store, self.shard_id, body, self.page_size))
         if (method, path) == ("POST", "/internal/versions"):
@@ -85,13 +107,18 @@ class FakePeer:
             return httpx.Response(200, json={})
         if method == "GET" and parts[:2] == ["internal", "documents"]:
             collection, key = parts[2], parts[3]
-            doc = self.store.get(collection, key)
-            if doc is None:
-                version = self.store.version(collection, key) if "tombstones" in request.url.params else 0
-                if version:
-                    return httpx.Response(200, json={"version": version, "document": None})
+            found = self.store.get_entry(collection, key)
+            if found is None or (found.document is None and "tombstones" not in request.url.params):
                 return error(404, "document_not_found")
-            return httpx.Response(200, json={"version": doc.version, "document": doc.document})
+            return httpx.Response(
+                200,
+                json={
+                    "version": found.version,
+                    "document": found.document,
+                    "hlc": found.hlc,
+                    "origin": found.origin,
+                },
+            )
         if method == "PUT" and parts[:2] == ["internal", "collections"]:
             self.collections[parts[2]] = body
             return httpx.Response(200, json=body)

@@ -14,6 +14,7 @@ from themis_shard.cluster.migration import (
     all_complete,
     hand_over_batches,
     keys_to_purge,
+    waiting_for,
 )
 from themis_shard.cluster.replication import Replication
 from themis_shard.storage.documents import DocumentStore, Replicated, StoredDocument
@@ -177,6 +178,37 @@ def test_completion_needs_every_member_at_this_version_or_later() -> None:
     assert not all_complete([{"ring_version": 2, "state": "purged"}], 3)
     assert not all_complete([{"ring_version": 3, "state": "migrating"}], 3)
     assert not all_complete([None], 3)  # an unreachable member holds everyone's purge back
+
+
+def test_an_unreachable_member_holds_the_purge_back_only_until_the_timeout() -> None:
+    done, behind = {"ring_version": 3, "state": "done"}, {"ring_version": 3, "state": "migrating"}
+    states = {"a": done, "b": None, "c": behind}
+    assert waiting_for(states, 3, {"b": 100.0}, 150.0, 60.0) == {"b", "c"}
+    assert waiting_for(states, 3, {"b": 100.0}, 160.0, 60.0) == {"c"}  # b is given up, c still pulls
+    assert waiting_for({"a": done, "b": None}, 3, {"b": 100.0}, 160.0, 60.0) == set()
+
+
+def test_a_dead_member_does_not_stop_the_handoff_from_finishing(tmp_path, store) -> None:
+    before = plan_of(2)
+    after = plan_of(3, previous=before)
+    current = live(after)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        fill(store, KEYS)
+        fill(peers["s-1"].store, KEYS)
+        peers["s-1"].migration = {"ring_version": 2, "state": "done"}
+        peers["s-2"].up = False  # dead for the whole handoff
+        handoff = handoff_for("s-0", store, current, peers, finish_timeout_s=0.2)
+
+        async def go() -> None:
+            handoff.begin()
+            await until(lambda: handoff.migration.state is MigrationState.PURGED)
+            await handoff.stop()
+
+        asyncio.run(go())
+        assert "s-2" in handoff.migration.unreachable
+        lost = {k for k in KEYS if "s-0" not in current.topology.owners("c", k)}
+        assert lost and held(store) == set(KEYS) - lost
+        assert handoff.replicas.hints.pending()["s-2"] > 0  # what s-2 gained waits for it as hints
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 500])

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.documents import DistributedDocuments
-from themis_shard.cluster.replication import Replication, worth_replaying
+from themis_shard.cluster.fencing import WriteConcern
+from themis_shard.cluster.replication import Replication, hint_admitted, worth_replaying
+from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
 from themis_shard.storage.hints import HintLog
 
@@ -64,20 +67,106 @@ def test_hints_for_a_peer_that_left_the_plan_are_kept_not_replayed() -> None:
     assert not worth_replaying("s-1", ["s-0", "s-1"], frozenset({"s-1"}))  # breaker open
 
 
-def test_a_coordinated_write_reaches_every_other_owner_or_leaves_a_hint_for_it(tmp_path, store) -> None:
+def _raid6_key(topo) -> str:
+    return next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-0")
+
+
+def test_a_majority_write_reaches_every_other_owner_or_leaves_a_hint_for_it(tmp_path, store) -> None:
     current = live(plan_of(4, "raid6"))  # three copies of each key
     topo = current.topology
-    key = next(k for k in (f"k{i}" for i in range(100)) if "s-0" in topo.owners("c", k))
+    key = _raid6_key(topo)
     up, down = [o for o in topo.owners("c", key) if o != "s-0"]
     with fake_peers(tmp_path, "s-1", "s-2", "s-3") as peers:
         peers[down].up = False
         executor = peers.executor(current)
         replication = Replication(executor, HintLog(store), current, CollectorRegistry())
         documents = DistributedDocuments(store, executor, replication, current)
-        [change] = asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"x": 1})], WriteConcern.MAJORITY))
         assert peers[up].store.get("c", key).version == change.version == 1
+        assert store.get("c", key).document == {"x": 1}
         assert replication.hints.pending() == {down: 1}
         assert not [c for p in peers.peers for c in peers.calls_to(p) if p not in (up, down)]
+
+
+def test_a_write_that_cannot_reach_every_owner_fails_by_default_and_is_never_served(tmp_path, store) -> None:
+    current = live(plan_of(4, "raid6"))
+    topo = current.topology
+    key = _raid6_key(topo)
+    up, down = [o for o in topo.owners("c", key) if o != "s-0"]
+    with fake_peers(tmp_path, "s-1", "s-2", "s-3") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
+        peers[down].up = False
+        with pytest.raises(Unavailable) as failed:
+            asyncio.run(documents.commit_here([Write("c", key, {"x": "lost"})]))
+        assert failed.value.status == 503 and failed.value.code == "replicas_unavailable"
+        # The owner that took the failed record holds the burn instead: the old document, outranking it.
+        for holder in (store, peers[up].store):
+            assert holder.get("c", key).document == {"x": 1}
+        assert peers[up].store.get_entry("c", key) == store.get_entry("c", key)
+        peers[down].up = True
+        executor.breakers.get(down).record_success()
+        asyncio.run(replication.replay_hints())  # the down owner gets the burn, never the failed write
+        assert peers[down].store.get_entry("c", key) == store.get_entry("c", key)
+
+
+def test_a_write_no_owner_took_leaves_nothing_anywhere(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        peers["s-1"].up = False
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        with pytest.raises(Unavailable):
+            asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
+        assert store.version("c", key) == 0 and replication.hints.pending() == {}
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"x": 1})], WriteConcern.ONE))
+        assert change.version == 1 and replication.hints.pending() == {"s-1": 1}
+
+
+def test_a_coordinator_behind_an_owner_catches_up_and_writes_on_top_instead_of_under(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        # the owner holds version 3 that never reached this coordinator (say, a pull not done yet)
+        peers["s-1"].store.apply_replicated([Replicated("c", key, 3, {"newer": True}, 5, "s-0")])
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        with pytest.raises(Unavailable) as refused:
+            asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
+        assert refused.value.code == "epoch_changed"  # nothing applied anywhere; retryable
+        assert store.get("c", key).document == {"newer": True}  # caught up
+        with pytest.raises(Conflict):  # a condition on the stale version fails honestly
+            asyncio.run(documents.commit([Write("c", key, {"x": 1}, if_version=1)]))
+        [change] = asyncio.run(documents.commit([Write("c", key, {"x": 2})]))
+        assert change.version == 4 and peers["s-1"].store.get("c", key).document == {"x": 2}
+
+
+def test_hints_past_the_byte_budget_are_dropped_and_counted(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    with fake_peers(tmp_path, "s-1") as peers:
+        peers["s-1"].up = False
+        registry = CollectorRegistry()
+        one = HintLog.size_of([v("a", 1)])
+        replication = Replication(
+            peers.executor(current), HintLog(store), current, registry, hint_budget_bytes=2 * one
+        )
+        for i in range(3):
+            asyncio.run(replication.send("s-1", [v("a", i + 1)]))
+        assert replication.hints.pending() == {"s-1": 2}
+        assert replication.hints.pending_bytes() == {"s-1": 2 * one}
+        assert registry.get_sample_value("themis_hints_dropped_total", {"peer": "s-1"}) == 1
+
+
+def test_the_hint_budget_admits_up_to_its_bytes() -> None:
+    assert hint_admitted(0, 10, 10) and not hint_admitted(1, 10, 10)
+    assert hint_admitted(10**12, 10, 0)  # 0: unbounded
 
 
 class ActiveHandoff:

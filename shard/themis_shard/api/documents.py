@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Header
+from fastapi import APIRouter, Body, Depends, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from ..cluster.fencing import WriteConcern, parse_concern
 from ..errors import BadRequest, PayloadTooLarge
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig, CollectionSettings
@@ -17,6 +18,22 @@ from .deps import document_service, node, parse_if_match
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 Node = Annotated[ShardNode, Depends(node)]
+
+
+def write_concern(
+    w: Annotated[
+        str | None,
+        Query(
+            description="write concern: owners that hold the write durably before the 200 — "
+            "`all` (default: every copy, RAID1/5 2, RAID6 3), `majority` or `1`",
+            pattern="^(1|majority|all)$",
+        ),
+    ] = None,
+) -> WriteConcern:
+    return parse_concern(w)
+
+
+Concern = Annotated[WriteConcern, Depends(write_concern)]
 
 
 class CollectionInfo(CollectionConfig):
@@ -137,12 +154,13 @@ async def put_document(
     key: str,
     shard: Node,
     document: Annotated[dict[str, Any], Body(description="the document, a JSON object")],
+    concern: Concern,
     if_match: Annotated[str | None, Header()] = None,
 ) -> WriteResult:
     check_collection(collection)
     check_key(key)
     changes = await document_service(shard).commit(
-        [Write(collection, key, document, parse_if_match(if_match))]
+        [Write(collection, key, document, parse_if_match(if_match))], concern
     )
     _record(shard, changes, "put")
     return WriteResult(urn=urn(collection, key), version=changes[0].version)
@@ -159,17 +177,21 @@ async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
 
 @router.delete("/collections/{collection}/documents/{key}", response_model=WriteResult)
 async def delete_document(
-    collection: str, key: str, shard: Node, if_match: Annotated[str | None, Header()] = None
+    collection: str, key: str, shard: Node, concern: Concern, if_match: Annotated[str | None, Header()] = None
 ) -> WriteResult:
     check_collection(collection)
     check_key(key)
-    changes = await shard.cluster.documents.commit([Write(collection, key, None, parse_if_match(if_match))])
+    changes = await shard.cluster.documents.commit(
+        [Write(collection, key, None, parse_if_match(if_match))], concern
+    )
     _record(shard, changes, "delete")
     return WriteResult(urn=urn(collection, key), version=changes[0].version)
 
 
 @router.post("/collections/{collection}/documents:batch", response_model=BatchResponse)
-async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> BatchResponse:
+async def batch_documents(
+    collection: str, body: BatchRequest, shard: Node, concern: Concern
+) -> BatchResponse:
     """Insert or replace many documents durably; atomic per owning shard (one shard: all-or-nothing)."""
     check_collection(collection)
     if not body.documents:
@@ -182,7 +204,7 @@ async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> B
     if len(set(keys)) != len(keys):
         raise BadRequest("duplicate keys in batch", code="duplicate_keys")
     writes = [Write(collection, i.key, i.document) for i in body.documents]
-    changes = await document_service(shard).commit_batch(writes)
+    changes = await document_service(shard).commit_batch(writes, concern)
     _record(shard, changes, "put")
     return BatchResponse(
         results=[WriteResult(urn=urn(c.collection, c.key), version=c.version) for c in changes]
@@ -190,7 +212,7 @@ async def batch_documents(collection: str, body: BatchRequest, shard: Node) -> B
 
 
 @router.post("/transactions", response_model=TransactionResponse)
-async def transaction(body: TransactionRequest, shard: Node) -> TransactionResponse:
+async def transaction(body: TransactionRequest, shard: Node, concern: Concern) -> TransactionResponse:
     """All-or-nothing: any failed condition (409) or invalid operation (4xx) applies nothing.
 
     In a cluster, every key must have the same coordinating shard (else 400
@@ -212,7 +234,7 @@ async def transaction(body: TransactionRequest, shard: Node) -> TransactionRespo
     # Embedded before the commit is tried: a write refused here counts as no aborted transaction.
     writes = await document_service(shard).embed_missing(writes)
     try:
-        changes = await shard.cluster.documents.commit(writes)
+        changes = await shard.cluster.documents.commit(writes, concern)
     except Exception:
         shard.metrics.transactions.labels(outcome="aborted").inc()
         raise

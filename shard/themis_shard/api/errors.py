@@ -44,9 +44,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
-            exc.status_code, "http_error"
-        )
+        code = {
+            400: "malformed_json",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "payload_too_large",
+        }.get(exc.status_code, "http_error")
         return JSONResponse(
             error_body(code, str(exc.detail)),
             status_code=exc.status_code,
@@ -56,4 +59,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return JSONResponse(error_body("internal", "internal error"), status_code=500)
+        # Starlette re-raises after this response and uvicorn then drops the connection: say so,
+        # so a keep-alive client opens a new one instead of failing its next request.
+        return JSONResponse(
+            error_body("internal", "internal error"), status_code=500, headers={"Connection": "close"}
+        )

@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from ..cluster import tombstone_gc
 from ..cluster.documents import change_to_json, write_from_json
+from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern, fence_refusal
 from ..cluster.gossip_wire import InvalidGossipMessage
+from ..cluster.migration import encode_entry
 from ..errors import BadRequest, NotFound
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig
 from ..storage.hints import decode_items
-from ..storage.names import check_collection, urn
+from ..storage.names import check_collection, check_key, urn
 from .deps import node
 from .search import SearchRequest
 
@@ -24,11 +27,25 @@ Node = Annotated[ShardNode, Depends(node)]
 
 
 class WritesBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     writes: list[dict[str, Any]]
+    #: the forwarding shard's ring version: coordinated here only if it is ours too
+    epoch: int
+    concern: WriteConcern = DEFAULT_CONCERN
+
+
+class Fence(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    epoch: int
+    coordinator: str
 
 
 class ItemsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     items: list[dict[str, Any]]
+    #: set on a coordinated write (checked: epoch and coordinator); absent on repairs (hints,
+    #: hand-over, anti-entropy), which stamps alone order
+    fence: Fence | None = None
 
 
 @router.post("/commit")
@@ -37,7 +54,7 @@ async def commit(body: WritesBody, shard: Node) -> dict:
         writes = [write_from_json(w) for w in body.writes]
     except (KeyError, TypeError) as exc:
         raise BadRequest(f"malformed writes: {exc}", code="invalid_request") from exc
-    changes = await shard.cluster.documents.commit_here(writes)
+    changes = await shard.cluster.documents.commit_forwarded(writes, body.epoch, body.concern)
     return {"changes": [change_to_json(c) for c in changes]}
 
 
@@ -60,20 +77,33 @@ async def replicate(body: ItemsBody, shard: Node) -> dict:
         items = decode_items(body.items)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadRequest(f"malformed replica items: {exc}", code="invalid_request") from exc
+    if body.fence is not None:
+        refusal = fence_refusal(
+            shard.cluster.topology,
+            body.fence.epoch,
+            body.fence.coordinator,
+            [(i.collection, i.key) for i in items],
+        )
+        if refusal is not None:
+            raise refusal
+        applied, newer = await run_in_threadpool(shard.store.apply_coordinated, items)
+        return {"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
     applied = await run_in_threadpool(shard.store.apply_replicated, items)
     return {"applied": len(applied)}
 
 
 @router.get("/documents/{collection}/{key}")
-async def local_document(collection: str, key: str, shard: Node, tombstones: bool = False) -> dict:
-    """This shard's copy; with ``tombstones`` a deleted key answers its delete version."""
-    doc = shard.store.get(collection, key)
-    if doc is None:
-        version = shard.store.version(collection, key) if tombstones else 0
-        if version:
-            return {"version": version, "document": None}
+async def local_document(
+    collection: str, key: str, shard: Node, tombstones: bool = False, epoch: int | None = None
+) -> dict:
+    """This shard's copy with its stamp; with ``tombstones`` a deleted key answers its delete
+    version. ``epoch`` (a handoff's read-through): answered only once this shard runs it too."""
+    check_collection(collection)
+    check_key(key)
+    found = await shard.cluster.documents.local_entry(collection, key, epoch)
+    if found is None or (found.document is None and not tombstones):
         raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
-    return {"version": doc.version, "document": doc.document}
+    return {"version": found.version, "document": found.document, "hlc": found.hlc, "origin": found.origin}
 
 
 @router.get("/collections")
@@ -118,6 +148,42 @@ async def sync(body: SyncRequest, shard: Node) -> dict:
         return await run_in_threadpool(shard.cluster.serve_sync_page, body.model_dump())
     except (KeyError, ValueError) as exc:
         raise BadRequest(f"bad sync request: {exc}", code="invalid_request") from exc
+
+
+class AntiEntropyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    peer: str
+    ring_version: int
+    buckets: list[int] = Field(default_factory=list, max_length=100_000)
+
+
+@router.post("/anti-entropy/digests")
+async def anti_entropy_digests(body: AntiEntropyRequest, shard: Node) -> dict:
+    """Merkle bucket digests of the records this shard shares with ``body.peer``."""
+    return await run_in_threadpool(shard.cluster.anti_entropy.serve_digests, body.model_dump())
+
+
+@router.post("/anti-entropy/records")
+async def anti_entropy_records(body: AntiEntropyRequest, shard: Node) -> dict:
+    """The shared records in the buckets that differed."""
+    return await run_in_threadpool(shard.cluster.anti_entropy.serve_records, body.model_dump())
+
+
+@router.get("/gc/watermark")
+async def gc_watermark(shard: Node) -> dict:
+    """The oldest stamp this shard could still send (tombstones below every member's are collected)."""
+    return {"watermark": await run_in_threadpool(shard.cluster.tombstone_gc.watermark)}
+
+
+@router.post("/gc/drop")
+async def gc_drop(body: ItemsBody, shard: Node) -> dict:
+    """Drop these tombstones where this shard holds exactly them; answer which were dropped."""
+    try:
+        items = [tombstone_gc.decode(i) for i in body.items]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed tombstones: {exc}", code="invalid_request") from exc
+    dropped = await run_in_threadpool(shard.cluster.tombstone_gc.drop, items)
+    return {"dropped": [tombstone_gc.encode(t) for t in dropped]}
 
 
 @router.get("/migration")

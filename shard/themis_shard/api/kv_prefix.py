@@ -17,6 +17,28 @@ from ..llm.kv_blob import MEDIA_TYPE, BlobError
 router = APIRouter(prefix="/internal/kv_prefix", tags=["internal"], include_in_schema=False)
 
 
+class ImportGate:
+    """At most ``limit`` imports in progress (each buffers a blob of up to max_blob_bytes):
+    one more is refused at once (429) instead of queueing its memory behind the others."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    def enter(self) -> None:
+        if self.active >= self.limit:
+            raise ThemisError(
+                f"{self.active} KV-prefix imports are in progress (the limit); retry later",
+                code="too_many_imports",
+                status=429,
+                headers={"Retry-After": "1"},
+            )
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+
+
 def _hook(request: Request, model: str | None):
     llm = getattr(request.app.state, "llm", None)
     if llm is None:
@@ -58,6 +80,15 @@ async def import_prefix(request: Request, model: str | None = None) -> dict:
     from ..llm.prefix_io import import_blob
 
     hook, m, llm = _hook(request, model)
+    gate: ImportGate = request.app.state.kv_imports
+    gate.enter()
+    try:
+        return await _import(request, hook, m, llm, import_blob)
+    finally:
+        gate.leave()
+
+
+async def _import(request: Request, hook, m, llm, import_blob) -> dict:
     limit = llm.settings.prefix_max_blob_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:

@@ -3,6 +3,7 @@ per-route request metrics."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from starlette.exceptions import HTTPException
@@ -120,3 +121,60 @@ class ListenerGuard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+class InternalAuth:
+    """Refuses ``/internal/...`` requests not signed with the cluster secret (401), when the
+    node's ``InternalAuthPolicy`` requires it (a gossip secret and no mTLS). The body is read
+    here to check its hash and then handed on unchanged."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        node = getattr(getattr(scope.get("app"), "state", None), "node", None) if path else None
+        policy = node.cluster.internal_auth if node is not None else None
+        if not path.startswith("/internal/") or policy is None or not policy.required:
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        raw = scope.get("raw_path") or path.encode()
+        target = raw.decode("latin-1") + (
+            f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
+        )
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        reason = policy.refusal(headers, scope.get("method", "GET"), target, body)
+        if reason is not None:
+            payload = json.dumps(
+                {"error": {"code": "unauthenticated", "message": f"/internal: {reason}"}}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(payload)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

@@ -63,6 +63,7 @@ class ClusterCollections:
 
     async def broadcast(self, config: CollectionConfig) -> None:
         async def send(peer: str) -> None:
+            await self.executor.revive(peer)  # a breaker opened while the peer was starting
             try:
                 await self.executor.request(
                     peer,

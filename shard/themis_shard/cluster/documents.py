@@ -1,16 +1,18 @@
 """Cluster-wide document operations: any shard accepts any request and routes it.
 
-Writes go to the key's coordinator (its first live owner), which commits durably and then
-replicates the new versions synchronously to the other owners before acknowledging; an owner
-that cannot be reached gets a durable hint instead (hinted handoff) and catches up by version
-when it is back. Reads go to the coordinator too and fall back to the next owner when it is
-down. Forwarded calls land on ``/internal/...`` endpoints that never forward again, so a
-request makes at most one hop whatever the shards believe about each other.
+Writes go to the key's one coordinator in this epoch, its primary owner (``fencing.py`` states
+the rule and argues it), which serialises them per key, sends the stamped records to the other
+owners first and installs and acknowledges them only once the write concern's number of owners
+hold them durably (default: all copies). A write that cannot get there is a 503 and is never
+served afterwards. A forwarded write is never retried, on the primary or anywhere else: a
+failure that may have reached the primary is reported as such (503 ``write_outcome_unknown``),
+not guessed at. Reads go to the primary and fall back to the other owners when it is down.
+Forwarded calls land on ``/internal/...`` endpoints that never forward again, so a request
+makes at most one hop whatever the shards believe about each other.
 
 Limits (stated, not hidden): a transaction or batch is atomic per coordinator; a transaction
 whose keys have different coordinators is refused (400 ``cross_shard_transaction``) until a
-two-phase commit exists. Without consensus, two shards that each believe the other down can
-both coordinate the same key; the higher version wins on reconciliation.
+two-phase commit exists. Keys whose primary is down cannot be written until the plan changes.
 """
 
 from __future__ import annotations
@@ -21,13 +23,25 @@ from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import BadRequest, NotFound, ThemisError, Unavailable
+from ..errors import BadRequest, Conflict, NotFound, ThemisError, Unavailable
 from ..ring import HashRing
 from ..storage.documents import Change, DocumentStore, Replicated, StoredDocument, Write
 from ..storage.names import urn
-from .placement import Topology, candidates, coordinator_groups
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .replication import Replication
+from .fencing import (
+    DEFAULT_CONCERN,
+    FENCE_CODES,
+    Delivery,
+    KeyLocks,
+    Outcome,
+    WriteConcern,
+    decide,
+    fence_refusal,
+    primary,
+    required_acks,
+)
+from .placement import Topology, candidates
+from .remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
+from .replication import NOT_SENT_REASONS, Replication
 from .views import TopologySource
 
 log = logging.getLogger(__name__)
@@ -48,11 +62,56 @@ def change_to_json(c: Change) -> dict[str, Any]:
         "version": c.version,
         "document": c.document,
         "previous_version": c.previous_version,
+        "hlc": c.hlc,
+        "origin": c.origin,
     }
 
 
 def change_from_json(d: dict[str, Any]) -> Change:
-    return Change(d["collection"], d["key"], int(d["version"]), d.get("document"), int(d["previous_version"]))
+    return Change(
+        d["collection"],
+        d["key"],
+        int(d["version"]),
+        d.get("document"),
+        int(d["previous_version"]),
+        int(d.get("hlc", 0)),
+        str(d.get("origin", "")),
+    )
+
+
+def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Write]]:
+    """Writes grouped by their keys' coordinator in this epoch, input order kept."""
+    groups: dict[str, list[Write]] = {}
+    for w in writes:
+        groups.setdefault(primary(topology, w.collection, w.key), []).append(w)
+    return groups
+
+
+#: How long a write keeps being retried while owners disagree on the epoch (plans are re-read
+#: every second) or a new owner of a handoff is still starting (seconds, on a busy machine).
+EPOCH_RETRY_S = 15.0
+
+#: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
+NOTHING_WRITTEN_CODES = frozenset(
+    {"replicas_unavailable", "coordinator_unavailable", "epoch_changed", "starting"}
+)
+
+
+def forward_failure(target: str, what: str, exc: PeerUnavailable) -> Unavailable:
+    """The 503 for a forwarded write the coordinator did not answer: "nothing was written"
+    only when the request provably never reached it."""
+    if exc.status == 503 and exc.code in NOTHING_WRITTEN_CODES:  # the coordinator refused it
+        return Unavailable(exc.message, code=exc.code)
+    if exc.reason in NOT_SENT_REASONS:
+        return Unavailable(
+            f"the coordinator of {what} ({target}) is unavailable ({exc.reason}); nothing was written",
+            code="coordinator_unavailable",
+        )
+    return Unavailable(
+        f"the coordinator of {what} ({target}) did not answer ({exc.reason}); the write may or may "
+        "not have been applied: read the document before retrying",
+        code="write_outcome_unknown",
+    )
 
 
 def relay(exc: PeerError) -> ThemisError:
@@ -88,83 +147,219 @@ class DistributedDocuments:
         self._plan = topology
         #: While a ring change is being handed off, reads and writes look back at the previous owners.
         self.handoff = handoff
+        #: Writes this shard coordinates, serialised per key from prepare to install.
+        self.locks = KeyLocks()
 
     @property
     def topology(self) -> Topology:
         return self._plan.topology
 
+    def _moving(self) -> bool:
+        """Is a handoff in progress (new owners may still be starting)?"""
+        return self.handoff is not None and self.handoff.handoff_active
+
     def _down(self) -> frozenset[str]:
         return self.executor.open_peers() if self.executor else frozenset()
 
     # -- writes ------------------------------------------------------------------------------
-    async def commit(self, writes: list[Write]) -> list[Change]:
-        """Route a set of writes that share one coordinator (else 400)."""
+    async def commit(self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN) -> list[Change]:
+        """Route a set of writes that share one coordinator (else 400) to it. While a plan
+        change spreads, owners on different epochs refuse each other's writes — provably
+        unapplied — so those are retried here, from routing on, for a few seconds."""
+        delay, deadline = 0.05, asyncio.get_running_loop().time() + EPOCH_RETRY_S
+        while True:
+            try:
+                return await self._commit_once(writes, concern)
+            except Unavailable as exc:
+                if exc.code != "epoch_changed" or asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _commit_once(self, writes: list[Write], concern: WriteConcern) -> list[Change]:
         topo = self.topology
         if not topo.clustered:
-            return await self.commit_here(writes)
-        groups = coordinator_groups([(w.collection, w.key) for w in writes], topo, self._down())
+            return await self.commit_here(writes, concern)
+        groups = primary_groups(writes, topo)
         if len(groups) > 1:
             raise BadRequest(
                 "the keys of this transaction live on different shards "
                 f"({', '.join(sorted(groups))}); cross-shard transactions are not supported yet",
                 code="cross_shard_transaction",
             )
+        [target] = groups
+        if target == topo.self_id:
+            return await self.commit_here(writes, concern)
         first = writes[0]
-        for target in candidates(topo.owners(first.collection, first.key), self._down()):
-            if target == topo.self_id:
-                return await self.commit_here(writes)
-            try:
-                # No retries on the same peer: the next owner is the better second try.
-                reply = await self.executor.request(
-                    target,
-                    "POST",
-                    "/internal/commit",
-                    json_body={"writes": [write_to_json(w) for w in writes]},
-                    idempotent=False,
-                    retries=0,
-                )
-                return [change_from_json(c) for c in reply["changes"]]
-            except PeerUnavailable as exc:
-                log.info("coordinator %s unavailable (%s); trying the next owner", target, exc.reason)
-            except PeerError as exc:
-                raise relay(exc) from None
-        raise Unavailable(
-            f"no owner of {first.collection}/{first.key} is reachable", code="owners_unavailable"
-        )
+        what = f"{first.collection}/{first.key}"
+        try:
+            if not await self.executor.revive(target):
+                raise PeerUnavailable(target, "circuit_open", "breaker open and /ready does not answer")
+            reply = await self.executor.request(
+                target,
+                "POST",
+                "/internal/commit",
+                json_body={
+                    "writes": [write_to_json(w) for w in writes],
+                    "epoch": topo.version,
+                    "concern": concern.value,
+                },
+                idempotent=False,
+                retries=0,
+            )
+        except PeerUnavailable as exc:
+            log.info("coordinator %s of %s unavailable (%s)", target, what, exc.reason)
+            if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
+                raise Unavailable(
+                    f"the new coordinator of {what} ({target}) is not serving yet; nothing was written",
+                    code="epoch_changed",
+                ) from None
+            raise forward_failure(target, what, exc) from None
+        except PeerError as exc:
+            if getattr(exc, "code", None) in FENCE_CODES:
+                raise Unavailable(
+                    f"the cluster plan is changing ({exc.message}); nothing was written, retry",
+                    code="epoch_changed",
+                ) from None
+            raise relay(exc) from None
+        return [change_from_json(c) for c in reply["changes"]]
 
-    async def commit_batch(self, writes: list[Write]) -> list[Change]:
+    async def commit_batch(
+        self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN
+    ) -> list[Change]:
         """A batch: atomic per coordinator, coordinators in parallel, results in input order."""
         topo = self.topology
         if not topo.clustered:
-            return await self.commit_here(writes)
-        groups = coordinator_groups([(w.collection, w.key) for w in writes], topo, self._down())
-        by_key = {(w.collection, w.key): w for w in writes}
-        results = await asyncio.gather(*(self.commit([by_key[k] for k in keys]) for keys in groups.values()))
+            return await self.commit_here(writes, concern)
+        groups = primary_groups(writes, topo)
+        results = await asyncio.gather(*(self.commit(group, concern) for group in groups.values()))
         changes = {(c.collection, c.key): c for group in results for c in group}
         return [changes[(w.collection, w.key)] for w in writes]
 
-    async def commit_here(self, writes: list[Write]) -> list[Change]:
-        """Coordinate locally: durable commit, then synchronous replication (or hints)."""
+    async def commit_forwarded(self, writes: list[Write], epoch: int, concern: WriteConcern) -> list[Change]:
+        """A write forwarded by another shard: coordinate it only as the keys' primary in ``epoch``."""
+        refusal = fence_refusal(
+            self.topology, epoch, self.topology.self_id, [(w.collection, w.key) for w in writes]
+        )
+        if refusal is not None:
+            raise refusal
+        return await self.commit_here(writes, concern)
+
+    async def commit_here(self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN) -> list[Change]:
+        """Coordinate locally: replicate the stamped records, then install and acknowledge."""
+        topo = self.topology
         if self.handoff is not None and self.handoff.handoff_active:
             for w in writes:  # keys not handed off yet: continue from their newest version
                 if self.store.version(w.collection, w.key) == 0:
                     await self.handoff.fetch_previous(w.collection, w.key)
-        changes = await run_in_threadpool(self.store.commit, writes)
-        await self.replicate(changes)
-        return changes
+        if not topo.clustered:
+            return await run_in_threadpool(self.store.commit, writes)
+        keys = [(w.collection, w.key) for w in writes]
+        async with self.locks.hold(keys):
+            records = await run_in_threadpool(self.store.prepare, writes)
+            return await self._replicate_and_install(topo, records, concern)
 
-    async def replicate(self, changes: list[Change]) -> None:
-        topo = self.topology
-        if not topo.clustered or not changes:
-            return
+    async def _replicate_and_install(
+        self, topo: Topology, records: list[Replicated], concern: WriteConcern
+    ) -> list[Change]:
         per_peer: dict[str, list[Replicated]] = {}
-        for c in changes:
-            for owner in topo.owners(c.collection, c.key):
+        for r in records:
+            for owner in topo.owners(r.collection, r.key):
                 if owner != topo.self_id:
-                    per_peer.setdefault(owner, []).append(
-                        Replicated(c.collection, c.key, c.version, c.document)
-                    )
-        await asyncio.gather(*(self.replication.send(peer, items) for peer, items in per_peer.items()))
+                    per_peer.setdefault(owner, []).append(r)
+        peers = sorted(per_peer)
+        answers = await asyncio.gather(
+            *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
+        )
+        delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
+        newer = [r for _, found in answers for r in found]
+        if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
+            await run_in_threadpool(self.store.apply_replicated, newer)
+        need = required_acks(concern, topo.plan.copies)
+        outcomes = {
+            (r.collection, r.key): decide(
+                [delivered[o] for o in topo.owners(r.collection, r.key) if o != topo.self_id], need
+            )
+            for r in records
+        }
+        if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
+            changes = await run_in_threadpool(self.store.apply_replicated, records)
+            if len(changes) != len(records):  # a repair installed a higher stamp meanwhile
+                raise Conflict(
+                    "the document changed while this write was replicated", code="version_conflict"
+                )
+            for peer in peers:  # owners that missed a write acknowledged at a lower concern
+                if delivered[peer] is not Delivery.HELD:
+                    await self.replication.hint(peer, per_peer[peer])
+            return changes
+        await self._burn(topo, records, delivered)
+        clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
+        if newer or (clean and (any(d is Delivery.FENCED for d in delivered.values()) or self._moving())):
+            raise Unavailable(
+                "the key's owners are changing (a plan change is spreading or a new owner is still "
+                "starting); nothing was written",
+                code="epoch_changed",
+            )
+        held = min(
+            1
+            + sum(
+                delivered[o] is Delivery.HELD for o in topo.owners(r.collection, r.key) if o != topo.self_id
+            )
+            for r in records
+        )
+        raise Unavailable(
+            f"only {held} of the {topo.plan.copies} owners could take this write and w={concern.value} needs "
+            f"{need}; nothing was written",
+            code="replicas_unavailable",
+        )
+
+    async def _burn(self, topo: Topology, records: list[Replicated], delivered: dict[str, Delivery]) -> None:
+        """After a failed write that some owner may hold: install the previous document again at
+        the new version with a later stamp, everywhere, so the failed record never wins."""
+        newest: dict[tuple[str, str], Replicated] = {}
+        for r in records:
+            owners = [o for o in topo.owners(r.collection, r.key) if o != topo.self_id]
+            if any(delivered[o] in (Delivery.HELD, Delivery.UNKNOWN) for o in owners):
+                newest[(r.collection, r.key)] = r
+        if not newest:
+            return
+        burns = []
+        for (collection, key), r in newest.items():
+            before = self.store.get(collection, key)
+            burns.append(
+                Replicated(
+                    collection,
+                    key,
+                    r.version,
+                    before.document if before is not None else None,
+                    self.store.clock.now(),
+                    topo.self_id,
+                )
+            )
+        await run_in_threadpool(self.store.apply_replicated, burns)
+        log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
+        await self.replicate_repairs(burns)
+
+    async def replicate_repairs(self, items: list[Replicated]) -> None:
+        """Send records to their other owners now, or as hints (stamps decide on arrival)."""
+        topo = self.topology
+        per_peer: dict[str, list[Replicated]] = {}
+        for r in items:
+            for owner in topo.owners(r.collection, r.key):
+                if owner != topo.self_id:
+                    per_peer.setdefault(owner, []).append(r)
+        await asyncio.gather(*(self.replication.send(peer, batch) for peer, batch in per_peer.items()))
+
+    async def local_entry(self, collection: str, key: str, epoch: int | None) -> Any:
+        """This shard's record of a key for a read-through during a handoff: refused (409
+        ``epoch_behind``) until this shard runs ``epoch`` too, and taken after any write to the
+        key it is coordinating, so no write of the old epoch can land after the answer."""
+        if epoch is not None and self.topology.version < epoch:
+            raise Conflict(
+                f"this shard is at epoch {self.topology.version}, not yet {epoch}", code="epoch_behind"
+            )
+        async with self.locks.hold([(collection, key)]):
+            return self.store.get_entry(collection, key)
 
     # -- reads -------------------------------------------------------------------------------
     async def get(self, collection: str, key: str) -> StoredDocument:
@@ -184,7 +379,7 @@ class DistributedDocuments:
                 continue
             try:
                 reply = await self.executor.request(
-                    owner, "GET", f"/internal/documents/{collection}/{key}", retries=0, timeout_s=5
+                    owner, "GET", internal_path("documents", collection, key), retries=0, timeout_s=5
                 )
                 return StoredDocument(collection, key, int(reply["version"]), reply["document"])
             except (PeerUnavailable, PeerError):
@@ -208,7 +403,7 @@ class DistributedDocuments:
                 continue
             try:
                 reply = await self.executor.request(
-                    target, "GET", f"/internal/documents/{collection}/{key}", retries=0
+                    target, "GET", internal_path("documents", collection, key), retries=0
                 )
                 return StoredDocument(collection, key, int(reply["version"]), reply["document"])
             except PeerUnavailable as exc:

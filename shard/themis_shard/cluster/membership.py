@@ -187,5 +187,9 @@ class Membership:
         if not url:
             return None
         return DraftTarget(
-            url, peer=want, breaker=self.executor.breakers.get(want), ssl_context=self.executor.ssl_context
+            url,
+            peer=want,
+            breaker=self.executor.breakers.get(want),
+            ssl_context=self.executor.ssl_context,
+            auth=self.executor.auth,
         )

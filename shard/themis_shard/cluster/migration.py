@@ -32,11 +32,13 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 
+from ..errors import Unavailable
 from ..ring import HashRing, RingSpec
 from ..storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
+from ..storage.hints import decode_items
 from ..storage.names import storage_key, urn
 from .placement import Topology
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from .tasks import Tasks
 from .views import TopologySource
 
@@ -108,11 +110,18 @@ def keys_to_purge(
 
 # -- wire format ---------------------------------------------------------------------------------
 def encode_entry(e: StoredDocument | Tombstone) -> dict[str, Any]:
-    return {"collection": e.collection, "key": e.key, "version": e.version, "document": e.document}
+    return {
+        "collection": e.collection,
+        "key": e.key,
+        "version": e.version,
+        "document": e.document,
+        "hlc": e.hlc,
+        "origin": e.origin,
+    }
 
 
 def decode_entries(items: list[dict[str, Any]]) -> list[Replicated]:
-    return [Replicated(i["collection"], i["key"], int(i["version"]), i.get("document")) for i in items]
+    return decode_items(items)
 
 
 def serve_page(store: DocumentStore, self_id: str, request: dict[str, Any], page_size: int) -> dict[str, Any]:
@@ -197,6 +206,24 @@ def all_complete(states: Iterable[dict | None], ring_version: int) -> bool:
     )
 
 
+def waiting_for(
+    states: dict[str, dict | None],
+    ring_version: int,
+    unreachable_since: dict[str, float],
+    now: float,
+    timeout_s: float,
+) -> set[str]:
+    """The members the purge still waits for: those not complete for ``ring_version``, except
+    the ones unreachable for longer than ``timeout_s`` — a dead member never blocks a handoff
+    (it catches up from the replicas when it returns, and the hand-over hints what it lacks)."""
+    return {
+        peer
+        for peer, s in states.items()
+        if not all_complete([s], ring_version)
+        and not (s is None and now - unreachable_since.get(peer, now) >= timeout_s)
+    }
+
+
 def hand_over_batches(
     page: Iterable[StoredDocument | Tombstone],
     gone: Collection[tuple[str, str]],
@@ -208,7 +235,7 @@ def hand_over_batches(
     per_owner: dict[str, list[Replicated]] = {}
     for e in page:
         if (e.collection, e.key) in gone:
-            item = Replicated(e.collection, e.key, e.version, getattr(e, "document", None))
+            item = Replicated(e.collection, e.key, e.version, e.document, e.hlc, e.origin)
             for owner in ring.owners(urn(e.collection, e.key), copies):
                 per_owner.setdefault(owner, []).append(item)
     return [
@@ -264,7 +291,9 @@ class Handoff:
         attempts: int = 3,
         retry_pause_s: float = 1.0,
         poll_s: float = 0.5,
+        finish_timeout_s: float = 120.0,
     ) -> None:
+        """``finish_timeout_s``: how long an unreachable member may hold up the purge."""
         self.self_id = self_id
         self.store = store
         self.executor = executor
@@ -276,6 +305,7 @@ class Handoff:
         self.attempts = attempts
         self.retry_pause_s = retry_pause_s
         self.poll_s = poll_s
+        self.finish_timeout_s = finish_timeout_s
         self.caught_up = not topology.topology.clustered
         self.migration = MigrationProgress(ring_version=topology.topology.version)
         self._complete = False
@@ -400,10 +430,24 @@ class Handoff:
     # -- purging ---------------------------------------------------------------------------------
     async def _finish_handoff(self, topo: Topology) -> None:
         """Once every member reports this ring version complete, drop the copies we lost."""
-        peers = set(topo.members) - {self.self_id}
+        peers = sorted(set(topo.members) - {self.self_id})
+        unreachable_since: dict[str, float] = {}
         while True:
-            states = await asyncio.gather(*(self._peer_migration(p) for p in sorted(peers)))
-            if all_complete(states, topo.version):
+            states = dict(
+                zip(peers, await asyncio.gather(*(self._peer_migration(p) for p in peers)), strict=True)
+            )
+            now = time.monotonic()
+            for peer, state in states.items():
+                if state is None:
+                    unreachable_since.setdefault(peer, now)
+                else:
+                    unreachable_since.pop(peer, None)
+            pending = waiting_for(states, topo.version, unreachable_since, now, self.finish_timeout_s)
+            if not pending:
+                given_up = sorted(p for p in peers if states[p] is None)
+                if given_up:
+                    log.warning("handoff v%d: finishing without %s (unreachable)", topo.version, given_up)
+                    self.migration.unreachable |= set(given_up)
                 break
             await asyncio.sleep(self.poll_s)
         if self._plan.topology.version != topo.version:
@@ -469,10 +513,13 @@ class Handoff:
     # -- read-through ------------------------------------------------------------------------------
     async def fetch_previous(self, collection: str, key: str) -> None:
         """Read-through before coordinating a write during a handoff: install the key's newest
-        version from its previous owners so the new version continues from it."""
+        version from its previous owners so the new version continues from it. A previous
+        owner still on the old epoch could yet accept a write of it, so it answers only once it
+        runs this epoch (``epoch_behind`` until then: the write fails, 503, and is retried)."""
         previous = self.previous_ring()
         if previous is None:
             return
+        epoch = self._plan.topology.version
         for owner in previous.owners(urn(collection, key), self._plan.topology.plan.copies):
             if owner == self.self_id:
                 continue
@@ -480,15 +527,30 @@ class Handoff:
                 reply = await self.executor.request(
                     owner,
                     "GET",
-                    f"/internal/documents/{collection}/{key}",
-                    params={"tombstones": "true"},
+                    internal_path("documents", collection, key),
+                    params={"tombstones": "true", "epoch": str(epoch)},
                     retries=0,
                     timeout_s=5,
                 )
-            except (PeerError, PeerUnavailable):
-                continue  # a 404 or an unreachable owner: ask the next one
+            except PeerError as exc:
+                if getattr(exc, "code", None) == "epoch_behind":
+                    raise Unavailable(
+                        f"{owner} has not adopted ring version {epoch} yet; retry", code="epoch_changed"
+                    ) from None
+                continue  # a 404: ask the next one
+            except PeerUnavailable:
+                continue  # unreachable: ask the next one
             await run_in_threadpool(
                 self.store.apply_replicated,
-                [Replicated(collection, key, int(reply["version"]), reply["document"])],
+                [
+                    Replicated(
+                        collection,
+                        key,
+                        int(reply["version"]),
+                        reply["document"],
+                        int(reply.get("hlc", 0)),
+                        str(reply.get("origin", "")),
+                    )
+                ],
             )
             return

@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -60,7 +61,10 @@ class RemoteCallError(Exception):
 
 class PeerUnavailable(RemoteCallError):
     """The peer gave no usable answer; reason ∈ circuit_open, connect_error, timeout,
-    transport_error, server_error, bad_response."""
+    transport_error, server_error, bad_response. A 5xx with our error body keeps its ``code``
+    (a coordinator's deliberate 503 says what it did)."""
+
+    code: str | None = None
 
 
 class PeerError(RemoteCallError):
@@ -131,6 +135,7 @@ class RemoteExecutor:
         ssl_context: ssl.SSLContext | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -153,7 +158,10 @@ class RemoteExecutor:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
+        #: signs every call with the cluster secret (``peer_auth.PeerAuth``); None: unsigned
+        self.auth = auth
         self.client = httpx.AsyncClient(
+            auth=auth,
             timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
             limits=httpx.Limits(
                 max_connections=settings.pool_max_connections,
@@ -175,6 +183,31 @@ class RemoteExecutor:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    async def answers(self, peer: str, timeout_s: float = 1.0) -> bool:
+        """Does ``peer`` answer ``/ready`` now? Outside the breaker's accounting: background
+        work (anti-entropy, tombstone GC) asks first, so a peer still starting costs it a skipped
+        round instead of tripping the breaker for the requests that matter."""
+        try:
+            r = await self.client.get(self._url(peer, "/ready"), timeout=timeout_s)
+        except (httpx.HTTPError, PeerUnavailable):
+            return False
+        return r.status_code == 200
+
+    async def revive(self, peer: str, timeout_s: float = 1.0) -> bool:
+        """Probe an open-breaker peer's ``/ready`` now and close its breaker when it answers:
+        for a caller that may not fail over to another peer (a fenced write), a breaker opened
+        by failures that are over (a peer still starting) must not refuse it for a minute."""
+        if self.breakers.get(peer).allow():
+            return True
+        try:
+            r = await self.client.get(self._url(peer, "/ready"), timeout=timeout_s)
+        except (httpx.HTTPError, PeerUnavailable):
+            return False
+        if r.status_code != 200:
+            return False
+        self.breakers.get(peer).record_success()
+        return True
 
     def open_peers(self) -> frozenset[str]:
         """Peers whose breaker is open: the router skips them."""
@@ -248,9 +281,18 @@ class RemoteExecutor:
             else:
                 self.metrics.latency.labels(peer=peer).observe(self._clock() - started)
                 if resp.status_code >= 500:
-                    last = self._fail(
-                        peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
-                    )
+                    answer = _peer_error(peer, resp)
+                    if resp.status_code == 503 and answer.code != "http_error":
+                        # A deliberate refusal (our error body): the peer is healthy, the breaker
+                        # must not count it, and the caller gets its code.
+                        breaker.record_success()
+                        self.metrics.requests.labels(peer=peer, outcome="refused").inc()
+                        last = PeerUnavailable(peer, "server_error", answer.message, status=503)
+                        last.code = answer.code
+                    else:
+                        last = self._fail(
+                            peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
+                        )
                     retry_ok = idem
                 elif resp.status_code >= 400:
                     breaker.record_success()  # the peer is healthy; the request was refused
@@ -388,6 +430,14 @@ class RemoteExecutor:
         return await self.request(
             peer, "POST", path, content=data, headers=headers, expect=expect, idempotent=idempotent, **kw
         )
+
+
+def internal_path(*segments: str) -> str:
+    """``/internal/a/b/...`` with every segment percent-encoded (``.`` and ``..`` included), so
+    no key is ever dot-segment-normalised or re-split by a client or proxy on the way."""
+    return "/internal/" + "/".join(
+        quote(s, safe="").replace(".", "%2E") if s in (".", "..") else quote(s, safe="") for s in segments
+    )
 
 
 def _peer_error(peer: str, resp: httpx.Response) -> PeerError:

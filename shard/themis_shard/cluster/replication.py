@@ -4,7 +4,11 @@ Synchronous replication, hint replay and the pre-purge hand-over of a resharding
 the same push to ``POST /internal/replicate``; the receiver keeps only newer versions, so a
 push delivered twice is harmless. When a peer cannot be reached the versions go to the
 ``HintLog`` (same RocksDB, synced) and the replay loop delivers them once the peer's breaker
-lets calls through again.
+lets calls through again. Hints are bounded by bytes per peer (``hint_admitted``): past the
+budget a hint is dropped, counted (``themis_hints_dropped_total``) and left to anti-entropy.
+
+A coordinated write uses ``deliver`` instead: one fenced attempt whose answer is classified as
+held, provably not applied, or unknown (``fencing.Delivery``) for the coordinator to decide on.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 
 from ..storage.documents import Replicated
-from ..storage.hints import HintLog, encode_items
+from ..storage.hints import HintLog, decode_items, encode_items
+from .fencing import FENCE_CODES, Delivery
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
 from .tasks import Tasks
 from .views import TopologySource
@@ -24,6 +29,24 @@ log = logging.getLogger(__name__)
 
 #: Hint records taken per read while replaying to one peer.
 REPLAY_BATCH = 100
+#: PeerUnavailable reasons that prove the request never reached the peer.
+NOT_SENT_REASONS = frozenset({"circuit_open", "connect_error", "unknown_peer"})
+
+
+def delivery_of(exc: PeerUnavailable | PeerError | None) -> Delivery:
+    """How one fenced push ended: no exception = held; a 4xx or an unsent request = not applied."""
+    if exc is None:
+        return Delivery.HELD
+    if isinstance(exc, PeerError) and getattr(exc, "code", None) in FENCE_CODES:
+        return Delivery.FENCED
+    if isinstance(exc, PeerError) or exc.reason in NOT_SENT_REASONS or exc.code == "starting":
+        return Delivery.NOT_APPLIED
+    return Delivery.UNKNOWN
+
+
+def hint_admitted(pending_bytes: int, new_bytes: int, budget_bytes: int) -> bool:
+    """Is there room for ``new_bytes`` more hints to a peer? (0 = no budget: unbounded.)"""
+    return budget_bytes <= 0 or pending_bytes + new_bytes <= budget_bytes
 
 
 class ReplicationMetrics:
@@ -37,11 +60,22 @@ class ReplicationMetrics:
         self._hinted = Gauge(
             "themis_hints_pending", "Hint records waiting for a peer", ["peer"], registry=registry
         )
+        self._hinted_bytes = Gauge(
+            "themis_hints_bytes", "Bytes of hints waiting for a peer", ["peer"], registry=registry
+        )
+        self.dropped = Counter(
+            "themis_hints_dropped_total",
+            "Replica versions not hinted because the peer's hint budget was full (anti-entropy repairs them)",
+            ["peer"],
+            registry=registry,
+        )
         self._hints = hints
 
     def refresh(self) -> None:
         for peer, n in self._hints.pending().items():
             self._hinted.labels(peer=peer).set(n)
+        for peer, n in self._hints.pending_bytes().items():
+            self._hinted_bytes.labels(peer=peer).set(n)
 
 
 def worth_replaying(peer: str, members: list[str], open_peers: frozenset[str]) -> bool:
@@ -57,10 +91,14 @@ class Replication:
         hints: HintLog,
         topology: TopologySource,
         registry: CollectorRegistry,
+        *,
+        hint_budget_bytes: int = 0,
     ) -> None:
+        """``hint_budget_bytes``: most hint bytes kept per peer (0: unbounded)."""
         self.executor = executor
         self.hints = hints
         self._plan = topology
+        self.hint_budget_bytes = hint_budget_bytes
         self.metrics = ReplicationMetrics(registry, hints)
         self._tasks = Tasks()
 
@@ -83,8 +121,50 @@ class Replication:
             self.metrics.replication.labels(outcome="replicated").inc(len(items))
         except (PeerUnavailable, PeerError) as exc:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
-            await run_in_threadpool(self.hints.add, peer, items)
-            self.metrics.replication.labels(outcome="hinted").inc(len(items))
+            await self.hint(peer, items)
+
+    async def deliver(
+        self, peer: str, items: list[Replicated], epoch: int, coordinator: str
+    ) -> tuple[Delivery, list[Replicated]]:
+        """One fenced push of a coordinated write (never retried: the answer must be exact).
+        Also returns the newer records the owner holds when it refused the write for them
+        (``FENCED``: the coordinator was behind and must catch up before writing)."""
+        failure: PeerUnavailable | PeerError | None = None
+        await self.executor.revive(peer)
+        try:
+            reply = await self.executor.request(
+                peer,
+                "POST",
+                "/internal/replicate",
+                json_body={
+                    "items": encode_items(items),
+                    "fence": {"epoch": epoch, "coordinator": coordinator},
+                },
+                idempotent=False,
+                retries=0,
+            )
+        except (PeerUnavailable, PeerError) as exc:
+            failure = exc
+            log.warning("owner %s did not take %d version(s): %s", peer, len(items), exc)
+        else:
+            newer = decode_items(reply.get("newer") or []) if isinstance(reply, dict) else []
+            if newer:  # the owner is ahead of us: it applied nothing
+                log.warning("owner %s holds newer versions of %d key(s)", peer, len(newer))
+                self.metrics.replication.labels(outcome="superseded").inc(len(items))
+                return Delivery.FENCED, newer
+        outcome = delivery_of(failure)
+        self.metrics.replication.labels(outcome=outcome.value).inc(len(items))
+        return outcome, []
+
+    async def hint(self, peer: str, items: list[Replicated]) -> None:
+        """Keep ``items`` for ``peer`` durably, within its byte budget (else drop and count)."""
+        size = HintLog.size_of(items)
+        if not hint_admitted(self.hints.pending_bytes().get(peer, 0), size, self.hint_budget_bytes):
+            log.warning("hint budget for %s full; %d version(s) left to anti-entropy", peer, len(items))
+            self.metrics.dropped.labels(peer=peer).inc(len(items))
+            return
+        await run_in_threadpool(self.hints.add, peer, items)
+        self.metrics.replication.labels(outcome="hinted").inc(len(items))
 
     async def replay_hints(self) -> None:
         """Deliver the hints of every reachable peer, oldest first; stop at a peer's first failure."""

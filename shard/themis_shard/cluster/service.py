@@ -30,12 +30,14 @@ from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
 from ..vector.catalog import VectorCatalog
+from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections
 from .documents import DistributedDocuments
 from .gossip_state import ShardLoad
 from .inference import InferenceRouting
 from .membership import Membership
 from .migration import Handoff, MigrationProgress
+from .peer_auth import InternalAuthPolicy, PeerAuth
 from .placement import Topology
 from .plan_watcher import PlanWatcher
 from .prefix_directory import PrefixSync
@@ -44,6 +46,7 @@ from .remote import RemoteExecutor
 from .replication import Replication
 from .settings import ClusterSettings
 from .tasks import Tasks
+from .tombstone_gc import TombstoneGC
 from .views import LivePlan, RuntimeSlot
 
 
@@ -70,8 +73,22 @@ class ClusterService:
         self.live = LivePlan(Topology.of(plan, self_id), settings.with_router(plan.router))
         self._runtime = RuntimeSlot()
         self.hints = HintLog(store)
-        self.executor = RemoteExecutor(self.live.settings, self.live.url, registry=registry)
-        self.replication = Replication(self.executor, self.hints, self.live, registry)
+        secret = settings.gossip_secret.get_secret_value() if settings.gossip_secret else None
+        self.executor = RemoteExecutor(
+            self.live.settings,
+            self.live.url,
+            registry=registry,
+            auth=PeerAuth(secret, self_id) if secret else None,
+        )
+        #: what ``/internal/...`` demands of a caller (``api.middleware.InternalAuth`` checks it)
+        self.internal_auth = InternalAuthPolicy.of(settings)
+        self.replication = Replication(
+            self.executor,
+            self.hints,
+            self.live,
+            registry,
+            hint_budget_bytes=self.live.settings.hint_budget_bytes,
+        )
         self.handoff = Handoff(
             self_id,
             store,
@@ -81,6 +98,25 @@ class ClusterService:
             registry,
             page_size=self.live.settings.migration_page_size,
             page_pause_s=self.live.settings.migration_page_pause_s,
+            finish_timeout_s=self.live.settings.migration_finish_timeout_s,
+        )
+        self.anti_entropy = AntiEntropy(
+            self_id,
+            store,
+            self.executor,
+            self.live,
+            self.replication,
+            registry,
+            interval_s=self.live.settings.anti_entropy_interval_s,
+        )
+        self.tombstone_gc = TombstoneGC(
+            store,
+            self.hints,
+            self.executor,
+            self.live,
+            registry,
+            grace_s=self.live.settings.tombstone_grace_s,
+            interval_s=self.live.settings.anti_entropy_interval_s,
         )
         self.documents = DistributedDocuments(
             store, self.executor, self.replication, self.live, handoff=self.handoff
@@ -215,6 +251,9 @@ class ClusterService:
         self.replication.start()
         self.plan_watcher.start()
         self.handoff.start()
+        if self.topology.clustered:
+            self.anti_entropy.start(lambda: self.handoff.caught_up)
+        self.tombstone_gc.start()
         if self.topology.clustered:  # KV-prefix directory
             self._tasks.every(self.settings.gossip_interval_s, self._prefix_refresh, "prefix-directory")
 
@@ -223,6 +262,8 @@ class ClusterService:
         await self.plan_watcher.stop()
         await self.replication.stop()
         await self.handoff.stop()
+        await self.anti_entropy.stop()
+        await self.tombstone_gc.stop()
         await self._tasks.cancel()
         await self.executor.aclose()
 

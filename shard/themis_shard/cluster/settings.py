@@ -63,10 +63,23 @@ class ClusterSettings(BaseSettings):
     #: Shard certificates carry the shard's DNS names; turn off only for IP-addressed labs.
     tls_check_hostname: bool = True
 
+    # ---- replication ---------------------------------------------------------------------------
+    #: Most bytes of hints kept per unreachable peer; past it hints are dropped (counted in
+    #: themis_hints_dropped_total) and anti-entropy repairs the peer. 0 = unbounded.
+    hint_budget_bytes: int = Field(256 << 20, ge=0)
+    #: Merkle-digest anti-entropy with every peer this often (and once after start-up catch-up).
+    anti_entropy_interval_s: float = Field(60.0, gt=0)
+    #: Tombstones are collected once below every member's watermark; a shard's watermark trails
+    #: its clock by this much (longer than any request can be in flight) or its oldest hint.
+    tombstone_grace_s: float = Field(3600.0, gt=0)
+
     # ---- resharding / catch-up ----------------------------------------------------------------
     #: Entries scanned per handoff page, and the pause between pages (the rate limit).
     migration_page_size: int = Field(500, ge=1)
     migration_page_pause_s: float = Field(0.02, ge=0)
+    #: A member unreachable this long no longer holds up the end of a handoff (the purge, and
+    #: so the operator's scale-in); it catches up from the replicas when it is back.
+    migration_finish_timeout_s: float = Field(120.0, gt=0)
 
     # ---- gossip (Demers et al. epidemic dissemination) ----------------------------------------
     gossip_interval_s: float = Field(1.0, gt=0)
@@ -77,6 +90,9 @@ class ClusterSettings(BaseSettings):
     #: HMAC-SHA256 key for gossip messages; required to gossip (the wiring may derive it from
     #: the cluster's mTLS Secret).
     gossip_secret: SecretStr | None = None
+    #: Without mTLS, ``/internal/...`` answers only requests signed with ``gossip_secret``
+    #: (``peer_auth.py``); off leaves them open to anyone who can reach the port.
+    internal_auth: bool = True
     #: Messages whose sent_at is further than this from our clock are dropped (replay/skew).
     gossip_max_message_age_s: float = Field(30.0, gt=0)
     #: Announcements stamped further than this in the future are dropped (clock skew guard).

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..cluster.documents import DistributedDocuments
+from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern
 from ..errors import BadRequest, ThemisError
 from ..storage.documents import Change, DocumentStore, StoredDocument, Write
 from ..storage.names import urn
@@ -96,11 +97,13 @@ class DocumentService:
         vectors = await self._require_embedder().embed([text for _, text in todo])
         return with_embeddings(writes, todo, vectors)
 
-    async def commit(self, writes: list[Write]) -> list[Change]:
-        return await self.documents.commit(await self.embed_missing(writes))
+    async def commit(self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN) -> list[Change]:
+        return await self.documents.commit(await self.embed_missing(writes), concern)
 
-    async def commit_batch(self, writes: list[Write]) -> list[Change]:
-        return await self.documents.commit_batch(await self.embed_missing(writes))
+    async def commit_batch(
+        self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN
+    ) -> list[Change]:
+        return await self.documents.commit_batch(await self.embed_missing(writes), concern)
 
     async def embed_stored(self, keys: list[tuple[str, str]]) -> list[list[float]]:
         """Embed documents held by this shard, from their collection's ``embed_field`` (or "text")."""

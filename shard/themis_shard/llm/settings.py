@@ -75,6 +75,9 @@ class LLMSettings(BaseSettings):
     prefix_cache_dir: str = Field("", description="also keep states on disk here; '' = RAM only")
     prefix_disk_bytes: int = Field(2 << 30, ge=0)
     prefix_max_blob_bytes: int = Field(512 << 20, ge=1, description="largest import accepted")
+    prefix_max_concurrent_imports: int = Field(
+        2, ge=1, description="imports buffered at once (each up to max_blob_bytes); more are 429"
+    )
     #: Pull a missing prefix from a peer when transfer + load is estimated faster than prefill.
     prefix_pull: bool = True
     prefix_net_bytes_per_s: float = Field(100e6, gt=0, description="assumed peer bandwidth")

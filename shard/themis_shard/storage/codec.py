@@ -1,11 +1,17 @@
-"""Stored document values: an 8-byte big-endian version followed by strict JSON.
+"""Stored document values: a header (version and stamp) followed by strict JSON.
 
-A value with no JSON after the version is a tombstone: the key was deleted at that version.
+Layout: ``version (8 bytes, big-endian) · 0x01 · hlc (8 bytes) · len(origin) (1 byte) · origin
+· JSON``. The stamp (``stamps.Stamp``: version, hybrid clock, minting shard) is what replicas
+compare, so it is stored with the value and travels with every copy. Values written before
+stamps existed (``version · JSON``) still decode, with the zero stamp (``hlc`` 0, origin "").
+
+A value with no JSON after the header is a tombstone: the key was deleted at that version.
 Tombstones keep versions monotonic across delete and re-create, which is what lets replicas
-and catch-up compare versions alone ("the higher version wins") and still see deletes.
+and catch-up compare stamps alone ("the higher stamp wins") and still see deletes.
 
-Strict means no NaN/Infinity (they are not JSON and would poison vector indexes) — checked
-when encoding, so no write path can store them.
+Strict means no NaN/Infinity (they are not JSON and would poison vector indexes) and no nesting
+deeper than ``max_depth`` (deeper documents could be stored but not serialised back by the
+API) — both checked when encoding, so no write path can store them.
 """
 
 from __future__ import annotations
@@ -15,11 +21,59 @@ import math
 from typing import Any
 
 from ..errors import BadRequest, PayloadTooLarge
+from .stamps import Stamp
 
 _VERSION_BYTES = 8
+_STAMPED = 0x01
+#: The API serialises documents through pydantic, which refuses nesting deeper than ~250.
+DEFAULT_MAX_DEPTH = 128
 
 
-def encode(version: int, document: dict[str, Any], max_bytes: int) -> bytes:
+def depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0, ``{}`` is 1), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, level + 1)
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def check_depth(document: Any, max_depth: int) -> None:
+    found = depth(document)
+    if found > max_depth:
+        raise BadRequest(
+            f"document nesting depth is {found}; the limit is {max_depth}", code="document_too_deep"
+        )
+
+
+def _header(stamp: Stamp) -> bytes:
+    origin = stamp.origin.encode()
+    if len(origin) > 255:
+        raise ValueError("origin id longer than 255 bytes")
+    return (
+        stamp.version.to_bytes(_VERSION_BYTES, "big")
+        + bytes((_STAMPED,))
+        + stamp.hlc.to_bytes(8, "big")
+        + bytes((len(origin),))
+        + origin
+    )
+
+
+def _body_offset(raw: bytes) -> int:
+    if len(raw) > _VERSION_BYTES and raw[_VERSION_BYTES] == _STAMPED:
+        return _VERSION_BYTES + 10 + raw[_VERSION_BYTES + 9]
+    return _VERSION_BYTES
+
+
+def encode_body(document: dict[str, Any], max_bytes: int, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
+    """The JSON of a document, checked (NaN/Infinity, size, depth)."""
+    check_depth(document, max_depth)
     try:
         body = json.dumps(document, allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode()
     except ValueError as exc:
@@ -30,21 +84,41 @@ def encode(version: int, document: dict[str, Any], max_bytes: int) -> bytes:
         raise PayloadTooLarge(
             f"document is {len(body)} bytes; the limit is {max_bytes}", code="document_too_large"
         )
-    return version.to_bytes(_VERSION_BYTES, "big") + body
+    return body
 
 
-def encode_tombstone(version: int) -> bytes:
-    return version.to_bytes(_VERSION_BYTES, "big")
+def encode(
+    version: int | Stamp, document: dict[str, Any], max_bytes: int, max_depth: int = DEFAULT_MAX_DEPTH
+) -> bytes:
+    stamp = version if isinstance(version, Stamp) else Stamp(version)
+    return _header(stamp) + encode_body(document, max_bytes, max_depth)
+
+
+def encode_tombstone(version: int | Stamp) -> bytes:
+    return _header(version if isinstance(version, Stamp) else Stamp(version))
 
 
 def is_tombstone(raw: bytes) -> bool:
-    return len(raw) == _VERSION_BYTES
+    return len(raw) == _body_offset(raw)
 
 
 def decode(raw: bytes) -> tuple[int, dict[str, Any] | None]:
     """(version, document); the document is None for a tombstone."""
     version = int.from_bytes(raw[:_VERSION_BYTES], "big")
-    return version, (None if len(raw) == _VERSION_BYTES else json.loads(raw[_VERSION_BYTES:]))
+    offset = _body_offset(raw)
+    return version, (None if len(raw) == offset else json.loads(raw[offset:]))
+
+
+def decode_stamp(raw: bytes | None) -> Stamp | None:
+    """The stored stamp (tombstones included); None means "never written"."""
+    if raw is None:
+        return None
+    version = int.from_bytes(raw[:_VERSION_BYTES], "big")
+    if len(raw) > _VERSION_BYTES and raw[_VERSION_BYTES] == _STAMPED:
+        n = raw[_VERSION_BYTES + 9]
+        hlc = int.from_bytes(raw[_VERSION_BYTES + 1 : _VERSION_BYTES + 9], "big")
+        return Stamp(version, hlc, raw[_VERSION_BYTES + 10 : _VERSION_BYTES + 10 + n].decode())
+    return Stamp(version)
 
 
 def decode_version(raw: bytes | None) -> int:
@@ -54,7 +128,7 @@ def decode_version(raw: bytes | None) -> int:
 
 def live_version(raw: bytes | None) -> int:
     """The version of a live document; 0 when absent or deleted (what If-Match compares)."""
-    return 0 if raw is None or len(raw) == _VERSION_BYTES else int.from_bytes(raw[:_VERSION_BYTES], "big")
+    return 0 if raw is None or is_tombstone(raw) else int.from_bytes(raw[:_VERSION_BYTES], "big")
 
 
 def check_finite(values: list[Any]) -> None:

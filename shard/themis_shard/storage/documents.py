@@ -11,7 +11,9 @@ under it the current versions are checked, so conditional writes (``If-Match``) 
 transactions are first-committer-wins.
 
 Deletes leave a tombstone (a version with no body), so versions only ever grow per key and
-another shard's copy can be reconciled by comparing versions (:meth:`apply_replicated`).
+another shard's copy can be reconciled by comparing stamps (:meth:`apply_replicated`): each
+record carries ``(version, hybrid clock, minting shard)`` (``stamps.py``), a total order, so
+replicas that exchanged records keep the same winner whatever order they arrived in.
 
 Transactions (rocksdict has none): :class:`Transaction` reads from a RocksDB snapshot taken at
 ``begin`` (snapshot isolation), buffers writes, and at commit validates — under the commit lock —
@@ -36,6 +38,7 @@ from ..errors import BadRequest, Conflict, NotFound
 from . import codec
 from .collections import CollectionConfig
 from .names import check_collection, check_key, split_storage_key, storage_key
+from .stamps import HybridClock, Stamp, wins
 
 _CFS = ("docs", "collections", "meta", "hints")
 
@@ -59,6 +62,12 @@ class Change:
     version: int
     document: dict[str, Any] | None
     previous_version: int
+    hlc: int = 0
+    origin: str = ""
+
+    @property
+    def stamp(self) -> Stamp:
+        return Stamp(self.version, self.hlc, self.origin)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,12 @@ class Replicated:
     key: str
     version: int
     document: dict[str, Any] | None
+    hlc: int = 0
+    origin: str = ""
+
+    @property
+    def stamp(self) -> Stamp:
+        return Stamp(self.version, self.hlc, self.origin)
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,8 @@ class Tombstone:
     key: str
     version: int
     document: None = None
+    hlc: int = 0
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,8 @@ class StoredDocument:
     key: str
     version: int
     document: dict[str, Any]
+    hlc: int = 0
+    origin: str = ""
 
 
 class StoreObserver:
@@ -107,10 +126,31 @@ def _counter_bytes(value: int) -> bytes:
     return value.to_bytes(8, "big", signed=True)
 
 
+def entry(collection: str, key: str, raw: bytes) -> StoredDocument | Tombstone:
+    """A stored value as a document or a tombstone, with its stamp."""
+    stamp = codec.decode_stamp(raw)
+    _, document = codec.decode(raw)
+    if document is None:
+        return Tombstone(collection, key, stamp.version, None, stamp.hlc, stamp.origin)
+    return StoredDocument(collection, key, stamp.version, document, stamp.hlc, stamp.origin)
+
+
 class DocumentStore:
-    def __init__(self, path: Path, max_document_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_document_bytes: int = 1 << 20,
+        *,
+        origin: str = "",
+        max_document_depth: int = codec.DEFAULT_MAX_DEPTH,
+        clock: HybridClock | None = None,
+    ) -> None:
+        """``origin``: this shard's id, stamped on the versions it mints (with ``clock``)."""
         self.path = Path(path)
         self.max_document_bytes = max_document_bytes
+        self.max_document_depth = max_document_depth
+        self.origin = origin
+        self.clock = clock or HybridClock()
         self.path.mkdir(parents=True, exist_ok=True)
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
@@ -201,8 +241,18 @@ class DocumentStore:
         raw = self._docs.get(storage_key(collection, key))
         if raw is None or codec.is_tombstone(raw):
             return None
-        version, document = codec.decode(raw)
-        return StoredDocument(collection, key, version, document)
+        found = entry(collection, key, raw)
+        return found if isinstance(found, StoredDocument) else None
+
+    def get_entry(self, collection: str, key: str) -> StoredDocument | Tombstone | None:
+        """The stored record, tombstones included (None: never written)."""
+        raw = self._docs.get(storage_key(collection, key))
+        return None if raw is None else entry(collection, key, raw)
+
+    def stamps(self, keys: list[tuple[str, str]]) -> list[Stamp | None]:
+        """The stored stamp of many keys in one read (None: never written)."""
+        raws = self._docs[[storage_key(c, k) for c, k in keys]] if keys else []
+        return [codec.decode_stamp(r) for r in raws]
 
     def version(self, collection: str, key: str) -> int:
         """The key's stored version, deletes (tombstones) included; 0 if never written."""
@@ -226,22 +276,15 @@ class DocumentStore:
             _, key = split_storage_key(raw_key)
             if keep is not None and not keep(key):
                 continue
-            version, document = codec.decode(raw)
-            if document is not None:
-                yield StoredDocument(collection, key, version, document)
-            elif tombstones:
-                yield Tombstone(collection, key, version)
+            found = entry(collection, key, raw)
+            if tombstones or isinstance(found, StoredDocument):
+                yield found
 
     def scan_all(self) -> Iterator[StoredDocument | Tombstone]:
         """Every document and tombstone of every collection (catch-up, resharding)."""
         for raw_key, raw in self._scan_prefix(b""):
             collection, key = split_storage_key(raw_key)
-            version, document = codec.decode(raw)
-            yield (
-                StoredDocument(collection, key, version, document)
-                if document is not None
-                else Tombstone(collection, key, version)
-            )
+            yield entry(collection, key, raw)
 
     def scan_page(
         self, after: bytes | None, limit: int, keep: Callable[[str, str], bool] | None = None
@@ -265,12 +308,7 @@ class DocumentStore:
                 collection, key = split_storage_key(raw_key)
                 if keep is not None and not keep(collection, key):
                     continue
-                version, document = codec.decode(raw)
-                out.append(
-                    StoredDocument(collection, key, version, document)
-                    if document is not None
-                    else Tombstone(collection, key, version)
-                )
+                out.append(entry(collection, key, raw))
         finally:
             del snap
         return out, None
@@ -343,89 +381,155 @@ class DocumentStore:
         """
         if not writes:
             return []
+        with self._lock:
+            return self._install(self._plan(writes, expected))
+
+    def prepare(self, writes: list[Write]) -> list[Replicated]:
+        """The records ``commit`` would install — validated, versioned and stamped — without
+        installing them: a coordinator sends them to the other owners first and installs them
+        here (``apply_replicated``) only once enough owners hold them. The caller serialises
+        writes to these keys (``KeyLocks``) so nothing commits in between."""
+        if not writes:
+            return []
+        with self._lock:
+            installs = self._plan(writes, None)
+        for w, _, _ in installs:
+            if w.document is not None:
+                codec.encode_body(w.document, self.max_document_bytes, self.max_document_depth)
+        return [
+            Replicated(w.collection, w.key, stamp.version, w.document, stamp.hlc, stamp.origin)
+            for w, stamp, _ in installs
+        ]
+
+    def _plan(
+        self, writes: list[Write], expected: dict[tuple[str, str], int] | None
+    ) -> list[tuple[Write, Stamp, int]]:
+        """Validate ``writes`` against the stored versions (under the lock) and stamp them."""
         for w in writes:
             check_collection(w.collection)
             check_key(w.key)
             if w.document is not None and not isinstance(w.document, dict):
                 raise BadRequest("a document must be a JSON object", code="invalid_document")
-        with self._lock:
-            for (collection, key), seen in (expected or {}).items():
-                if self.version(collection, key) != seen:
-                    raise Conflict(
-                        f"{collection}/{key} changed since the transaction began", code="transaction_conflict"
-                    )
-            pending: dict[tuple[str, str], tuple[int, bool]] = {}
-            installs: list[tuple[Write, int, int]] = []
-            for w in writes:
-                config = self._configs.get(w.collection) or CollectionConfig(name=w.collection)
-                state = pending.get((w.collection, w.key))
-                if state is None:
-                    raw = self._docs.get(storage_key(w.collection, w.key))
-                    state = (codec.decode_version(raw), codec.live_version(raw) != 0)
-                stored, exists = state
-                live = stored if exists else 0
-                if w.if_version is not None and w.if_version != live:
-                    raise Conflict(
-                        f"{w.collection}/{w.key} is at version {live}, not {w.if_version}",
-                        code="version_conflict",
-                    )
-                if w.document is None and not exists:
-                    raise NotFound(
-                        f"document {w.collection}/{w.key} does not exist", code="document_not_found"
-                    )
-                for observer in self._observers:
-                    observer.validate(config, w)
-                pending[(w.collection, w.key)] = (stored + 1, w.document is not None)
-                installs.append((w, stored + 1, live))
-            return self._install(installs)
+        for (collection, key), seen in (expected or {}).items():
+            if self.version(collection, key) != seen:
+                raise Conflict(
+                    f"{collection}/{key} changed since the transaction began", code="transaction_conflict"
+                )
+        pending: dict[tuple[str, str], tuple[int, bool]] = {}
+        installs: list[tuple[Write, Stamp, int]] = []
+        for w in writes:
+            config = self._configs.get(w.collection) or CollectionConfig(name=w.collection)
+            state = pending.get((w.collection, w.key))
+            if state is None:
+                raw = self._docs.get(storage_key(w.collection, w.key))
+                state = (codec.decode_version(raw), codec.live_version(raw) != 0)
+            stored, exists = state
+            live = stored if exists else 0
+            if w.if_version is not None and w.if_version != live:
+                raise Conflict(
+                    f"{w.collection}/{w.key} is at version {live}, not {w.if_version}",
+                    code="version_conflict",
+                )
+            if w.document is None and not exists:
+                raise NotFound(f"document {w.collection}/{w.key} does not exist", code="document_not_found")
+            for observer in self._observers:
+                observer.validate(config, w)
+            pending[(w.collection, w.key)] = (stored + 1, w.document is not None)
+            installs.append((w, Stamp(stored + 1, self.clock.now(), self.origin), live))
+        return installs
 
     def apply_replicated(self, items: list[Replicated]) -> list[Change]:
         """Install versions decided by another shard (replication, hints, catch-up).
 
-        Idempotent and order-insensitive: an item applies only when its version is higher
-        than the stored one (tombstones included), so replays and stale copies are no-ops.
+        Idempotent and order-insensitive: an item applies only when its stamp is higher than
+        the stored one (tombstones included), so replays and stale copies are no-ops and two
+        records of one version resolve the same way everywhere (``stamps.wins``).
         """
         for item in items:
             check_collection(item.collection)
             check_key(item.key)
         with self._lock:
-            installs: list[tuple[Write, int, int]] = []
-            newest: dict[tuple[str, str], int] = {}
+            installs: list[tuple[Write, Stamp, int]] = []
+            newest: dict[tuple[str, str], Stamp] = {}
             for item in items:
                 ident = (item.collection, item.key)
-                stored = max(self.version(*ident), newest.get(ident, 0))
-                if item.version <= stored:
+                stamp = item.stamp
+                self.clock.observe(stamp.hlc)
+                raw = self._docs.get(storage_key(*ident))
+                stored = newest.get(ident) or codec.decode_stamp(raw)
+                if not wins(stamp, stored):
                     continue
                 w = Write(item.collection, item.key, item.document)
                 config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
                 for observer in self._observers:
                     observer.validate(config, w)
-                newest[ident] = item.version
-                installs.append((w, item.version, self.live_version(*ident)))
+                newest[ident] = stamp
+                installs.append((w, stamp, codec.live_version(raw)))
             return self._install(installs) if installs else []
 
-    def _install(self, installs: list[tuple[Write, int, int]]) -> list[Change]:
-        """Write (write, new version, previous live version) triples in one synced batch."""
+    def tombstones(self, older_than_hlc: int) -> list[Tombstone]:
+        """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection)."""
+        return [e for e in self.scan_all() if isinstance(e, Tombstone) and e.hlc < older_than_hlc]
+
+    def drop_tombstones(self, items: list[Tombstone]) -> int:
+        """Physically remove tombstones that are still exactly these records (a newer write to
+        the key since keeps it). Not a write: no version, no hint."""
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            dropped = 0
+            for t in items:
+                raw = self._docs.get(storage_key(t.collection, t.key))
+                if (
+                    raw is not None
+                    and codec.is_tombstone(raw)
+                    and codec.decode_stamp(raw) == Stamp(t.version, t.hlc, t.origin)
+                ):
+                    batch.delete(storage_key(t.collection, t.key), self._handles["docs"])
+                    dropped += 1
+            if dropped:
+                self._db.write(batch, self._sync)
+            return dropped
+
+    def apply_coordinated(
+        self, items: list[Replicated]
+    ) -> tuple[list[Change], list[StoredDocument | Tombstone]]:
+        """A coordinator's write arriving at an owner: all of it, or — when this owner already
+        holds a higher stamp for one of its keys (the coordinator was behind) — none of it, and
+        those newer records for the coordinator to catch up from."""
+        with self._lock:
+            newer = []
+            for item in items:
+                raw = self._docs.get(storage_key(item.collection, item.key))
+                stored = codec.decode_stamp(raw)
+                if stored is not None and stored > item.stamp:
+                    newer.append(entry(item.collection, item.key, raw))
+            if newer:
+                return [], newer
+            return self.apply_replicated(items), []
+
+    def _install(self, installs: list[tuple[Write, Stamp, int]]) -> list[Change]:
+        """Write (write, stamp, previous live version) triples in one synced batch."""
         started = time.perf_counter()
         batch = WriteBatch(raw_mode=True)
         live: dict[tuple[str, str], bool] = {}
         count_delta: dict[str, int] = {}
         changes: list[Change] = []
-        for w, version, previous in installs:
+        for w, stamp, previous in installs:
             self._ensure_collection(w.collection, batch)
             ident = (w.collection, w.key)
             was_live = live.get(ident, previous != 0)
             skey = storage_key(w.collection, w.key)
             if w.document is None:
-                batch.put(skey, codec.encode_tombstone(version), self._handles["docs"])
+                batch.put(skey, codec.encode_tombstone(stamp), self._handles["docs"])
             else:
-                batch.put(
-                    skey, codec.encode(version, w.document, self.max_document_bytes), self._handles["docs"]
-                )
+                value = codec.encode(stamp, w.document, self.max_document_bytes, self.max_document_depth)
+                batch.put(skey, value, self._handles["docs"])
             now_live = w.document is not None
             count_delta[w.collection] = count_delta.get(w.collection, 0) + (now_live - was_live)
             live[ident] = now_live
-            changes.append(Change(w.collection, w.key, version, w.document, previous))
+            changes.append(
+                Change(w.collection, w.key, stamp.version, w.document, previous, stamp.hlc, stamp.origin)
+            )
         touched = {w.collection for w, _, _ in installs}
         generations = {c: self._generations.get(c, 0) + 1 for c in touched}
         counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}

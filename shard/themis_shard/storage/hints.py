@@ -20,14 +20,32 @@ from .documents import DocumentStore, Replicated
 
 
 def encode_items(items: list[Replicated]) -> list[dict[str, Any]]:
+    """The wire (and hint) form of records: stamps included, so every copy is identical."""
     return [
-        {"collection": i.collection, "key": i.key, "version": i.version, "document": i.document}
+        {
+            "collection": i.collection,
+            "key": i.key,
+            "version": i.version,
+            "document": i.document,
+            "hlc": i.hlc,
+            "origin": i.origin,
+        }
         for i in items
     ]
 
 
 def decode_items(raw: list[dict[str, Any]]) -> list[Replicated]:
-    return [Replicated(i["collection"], i["key"], int(i["version"]), i.get("document")) for i in raw]
+    return [
+        Replicated(
+            i["collection"],
+            i["key"],
+            int(i["version"]),
+            i.get("document"),
+            int(i.get("hlc", 0)),
+            str(i.get("origin", "")),
+        )
+        for i in raw
+    ]
 
 
 class HintLog:
@@ -36,17 +54,42 @@ class HintLog:
         self._lock = threading.Lock()
         self._seq = itertools.count(time.time_ns())
         self._pending: dict[str, int] = {}
-        for raw_key in self._cf.keys():  # noqa: SIM118 - rocksdict: keys() skips the values
+        self._bytes: dict[str, int] = {}
+        for raw_key, raw in self._cf.items():
             peer = raw_key.partition(b"\x00")[0].decode()
             self._pending[peer] = self._pending.get(peer, 0) + 1
+            self._bytes[peer] = self._bytes.get(peer, 0) + len(raw)
+
+    @staticmethod
+    def encode(items: list[Replicated]) -> bytes:
+        return json.dumps(encode_items(items)).encode()
+
+    @classmethod
+    def size_of(cls, items: list[Replicated]) -> int:
+        """Bytes a hint of ``items`` takes (what the budget counts)."""
+        return len(cls.encode(items))
 
     def add(self, peer: str, items: list[Replicated]) -> None:
         key = peer.encode() + b"\x00" + next(self._seq).to_bytes(8, "big")
+        value = self.encode(items)
         batch = WriteBatch(raw_mode=True)
-        batch.put(key, json.dumps(encode_items(items)).encode(), self._handle)
+        batch.put(key, value, self._handle)
         with self._lock:
             self._db.write(batch, self._sync)
             self._pending[peer] = self._pending.get(peer, 0) + 1
+            self._bytes[peer] = self._bytes.get(peer, 0) + len(value)
+
+    def pending_bytes(self) -> dict[str, int]:
+        return dict(self._bytes)
+
+    def oldest_hlc(self) -> int | None:
+        """The lowest hybrid-clock stamp of any pending hint (None: no hints): no record older
+        than it can still arrive from this shard's hints (the tombstone-GC watermark)."""
+        oldest = None
+        for _, raw in self._cf.items():
+            for item in decode_items(json.loads(raw)):
+                oldest = item.hlc if oldest is None else min(oldest, item.hlc)
+        return oldest
 
     def peers(self) -> list[str]:
         return [p for p, n in self._pending.items() if n > 0]
@@ -68,8 +111,12 @@ class HintLog:
 
     def done(self, peer: str, keys: list[bytes]) -> None:
         batch = WriteBatch(raw_mode=True)
+        freed = 0
         for key in keys:
+            raw = self._cf.get(key)
+            freed += len(raw) if raw is not None else 0
             batch.delete(key, self._handle)
         with self._lock:
             self._db.write(batch, self._sync)
             self._pending[peer] = max(0, self._pending.get(peer, 0) - len(keys))
+            self._bytes[peer] = max(0, self._bytes.get(peer, 0) - freed)

@@ -14,6 +14,8 @@ from ..errors import BadRequest
 COLLECTION_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 KEY_RE = re.compile(r"^[A-Za-z0-9._~-]{1,256}$")
 URN_PREFIX = "urn:themis:"
+#: Path segments every URL library removes or resolves: no key may be one.
+DOT_SEGMENTS = frozenset({".", ".."})
 
 
 def check_collection(name: str) -> str:
@@ -25,9 +27,11 @@ def check_collection(name: str) -> str:
 
 
 def check_key(key: str) -> str:
-    if not isinstance(key, str) or not KEY_RE.match(key):
+    if not isinstance(key, str) or not KEY_RE.match(key) or key in DOT_SEGMENTS:
         raise BadRequest(
-            f"invalid document key {key!r}: use 1-256 URL-safe characters [A-Za-z0-9._~-]", code="invalid_key"
+            f"invalid document key {key!r}: use 1-256 URL-safe characters [A-Za-z0-9._~-], "
+            "not '.' or '..' (URLs normalise them away)",
+            code="invalid_key",
         )
     return key
 

@@ -110,6 +110,7 @@ class DraftTarget:
     peer: str = ""
     breaker: Any = None  # cluster.breaker.CircuitBreaker
     ssl_context: ssl.SSLContext | None = None
+    auth: Any = None  # an httpx.Auth signing the cluster's /internal calls (cluster.peer_auth)
 
 
 #: Where a remote draft source should ask now (the cluster's choice of draft shard).
@@ -155,7 +156,7 @@ class RemoteDraft:
         return t.url if t else ""
 
     def _client(self, target: DraftTarget):
-        key = id(target.ssl_context)
+        key = (id(target.ssl_context), id(target.auth))
         with self._lock:
             c = self._clients.get(key)
             if c is None:
@@ -163,6 +164,7 @@ class RemoteDraft:
                     timeout=self.timeout_s,
                     headers=self._headers,
                     verify=target.ssl_context if target.ssl_context is not None else True,
+                    auth=target.auth,
                     trust_env=False,
                 )
         return c

@@ -1,0 +1,187 @@
+"""Anti-entropy: owners compare Merkle digests of the keys they share and exchange only the
+records in the vnode ranges that differ (``merkle.py``); stamps decide every difference.
+
+Runs once after start-up catch-up and then every ``anti_entropy_interval_s``, with each peer in
+turn, while no handoff is in progress (a ring change has its own protocol) and only between
+shards on the same ring version. It repairs what hints could not: a hint dropped at its budget,
+a replica restored from an old disk, a burn that was never delivered. Each round scans this
+shard's store once per peer (cost O(records)): the interval is the knob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import Conflict
+from ..storage.documents import DocumentStore, Replicated
+from ..storage.hints import decode_items, encode_items
+from ..storage.stamps import Stamp
+from .merkle import Pair, bucket_digests, differing, leaf_digests, newer_than
+from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .replication import Replication
+from .tasks import Tasks
+from .views import TopologySource
+
+log = logging.getLogger(__name__)
+
+
+class AntiEntropyMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.rounds = Counter(
+            "themis_anti_entropy_rounds_total",
+            "Digest comparisons with a peer",
+            ["outcome"],
+            registry=registry,
+        )
+        self.buckets = Counter(
+            "themis_anti_entropy_buckets_differing_total",
+            "Merkle buckets that differed and were exchanged",
+            registry=registry,
+        )
+        self.repaired = Counter(
+            "themis_anti_entropy_records_total",
+            "Records repaired by anti-entropy",
+            ["direction"],
+            registry=registry,
+        )
+
+
+class AntiEntropy:
+    def __init__(
+        self,
+        self_id: str,
+        store: DocumentStore,
+        executor: RemoteExecutor,
+        topology: TopologySource,
+        replication: Replication,
+        registry: CollectorRegistry,
+        *,
+        interval_s: float,
+    ) -> None:
+        self.self_id = self_id
+        self.store = store
+        self.executor = executor
+        self._plan = topology
+        self.replication = replication
+        self.metrics = AntiEntropyMetrics(registry)
+        self.interval_s = interval_s
+        self._tasks = Tasks()
+
+    # -- pure-ish helpers over the local store --------------------------------------------------
+    def _pair(self, peer: str) -> Pair:
+        topo = self._plan.topology
+        return Pair(topo.ring, topo.plan.copies, self.self_id, peer)
+
+    def _records(self, pair: Pair, buckets: set[int] | None = None) -> list:
+        return [
+            e
+            for e in self.store.scan_all()
+            if pair.shares(e.collection, e.key)
+            and (buckets is None or pair.bucket(e.collection, e.key) in buckets)
+        ]
+
+    def _digests(self, pair: Pair) -> dict[int, str]:
+        records = ((e.collection, e.key, Stamp(e.version, e.hlc, e.origin)) for e in self.store.scan_all())
+        return bucket_digests(leaf_digests(records, pair))
+
+    def _check(self, request: dict[str, Any]) -> Pair:
+        topo = self._plan.topology
+        if int(request["ring_version"]) != topo.version or topo.plan.previous_ring is not None:
+            raise Conflict(
+                f"anti-entropy needs both shards settled on ring version {topo.version}",
+                code="epoch_mismatch",
+            )
+        peer = str(request["peer"])
+        if peer not in topo.members:
+            raise Conflict(f"{peer} is not a member", code="not_a_member")
+        return self._pair(peer)
+
+    # -- the serving side --------------------------------------------------------------------
+    def serve_digests(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"buckets": {str(b): d for b, d in self._digests(self._check(request)).items()}}
+
+    def serve_records(self, request: dict[str, Any]) -> dict[str, Any]:
+        pair = self._check(request)
+        wanted = {int(b) for b in request["buckets"]}
+        return {"items": encode_items([_replicated(e) for e in self._records(pair, wanted)])}
+
+    # -- the asking side ---------------------------------------------------------------------
+    async def exchange(self, peer: str) -> int:
+        """One comparison with ``peer``; returns how many records moved (either way)."""
+        topo = self._plan.topology
+        request = {"peer": self.self_id, "ring_version": topo.version}
+        pair = self._pair(peer)
+        reply = await self.executor.request(
+            peer, "POST", "/internal/anti-entropy/digests", json_body=request, idempotent=True, retries=0
+        )
+        mine = await run_in_threadpool(self._digests, pair)
+        buckets = differing(mine, {int(b): d for b, d in reply["buckets"].items()})
+        if not buckets:
+            self.metrics.rounds.labels(outcome="equal").inc()
+            return 0
+        self.metrics.buckets.inc(len(buckets))
+        reply = await self.executor.request(
+            peer,
+            "POST",
+            "/internal/anti-entropy/records",
+            json_body={**request, "buckets": sorted(buckets)},
+            idempotent=True,
+            retries=0,
+            timeout_s=60,
+        )
+        theirs = decode_items(reply["items"])
+        pulled = await run_in_threadpool(self.store.apply_replicated, theirs)
+        local = await run_in_threadpool(self._records, pair, buckets)
+        their_stamps = {(i.collection, i.key): i.stamp for i in theirs}
+        my_stamps = {(e.collection, e.key): Stamp(e.version, e.hlc, e.origin) for e in local}
+        push_keys = set(newer_than(my_stamps, their_stamps))
+        push = [_replicated(e) for e in local if (e.collection, e.key) in push_keys]
+        if push:
+            await self.replication.push(peer, push, retries=1)
+        self.metrics.repaired.labels(direction="pulled").inc(len(pulled))
+        self.metrics.repaired.labels(direction="pushed").inc(len(push))
+        self.metrics.rounds.labels(outcome="repaired").inc()
+        if pulled or push:
+            log.info("anti-entropy with %s: %d record(s) pulled, %d pushed", peer, len(pulled), len(push))
+        return len(pulled) + len(push)
+
+    async def round(self) -> None:
+        """Compare with every peer, one at a time (skipped while a handoff is in progress)."""
+        topo = self._plan.topology
+        if not topo.clustered or topo.plan.previous_ring is not None:
+            return
+        for peer in topo.peers:
+            if peer in self.executor.open_peers() or not await self.executor.answers(peer):
+                continue
+            try:
+                await self.exchange(peer)
+            except (PeerUnavailable, PeerError, KeyError, ValueError) as exc:
+                self.metrics.rounds.labels(outcome="failed").inc()
+                log.info("anti-entropy with %s skipped: %s", peer, exc)
+
+    def start(self, ready: Any) -> None:
+        """``ready()``: true once start-up catch-up finished (the first round follows it)."""
+
+        async def loop() -> None:
+            while not ready():
+                await asyncio.sleep(0.2)
+            while True:
+                try:
+                    await self.round()
+                except Exception:
+                    log.exception("anti-entropy round failed")
+                await asyncio.sleep(self.interval_s)
+
+        self._tasks.spawn(loop(), "anti-entropy")
+
+    async def stop(self) -> None:
+        await self._tasks.cancel()
+
+
+def _replicated(e) -> Replicated:
+    return Replicated(e.collection, e.key, e.version, e.document, e.hlc, e.origin)

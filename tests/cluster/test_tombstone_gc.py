@@ -1,0 +1,70 @@
+"""Spec: tombstones are collected once below every member's watermark and held by every owner;
+a pending hint, a newer write, an owner without the tombstone or an unreachable member keeps it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+from themis_shard.cluster.tombstone_gc import TombstoneGC, hlc_span, shard_watermark, to_collect
+from themis_shard.storage.documents import Replicated, Tombstone
+from themis_shard.storage.hints import HintLog
+from themis_shard.storage.stamps import HybridClock
+
+from .fakes import fake_peers, live, plan_of
+
+NOW_MS = 10_000_000
+OLD = hlc_span(1000)  # stamped at 1000 s, long before NOW - grace
+
+
+def test_a_shard_watermark_is_its_oldest_hint_or_now_minus_the_grace() -> None:
+    assert shard_watermark(None, 1000, 100) == 900
+    assert shard_watermark(500, 1000, 100) == 500
+    assert shard_watermark(950, 1000, 100) == 900
+
+
+def test_only_the_primary_collects_and_only_below_the_watermark() -> None:
+    topo = live(plan_of(2)).topology
+    mine = next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-0")
+    theirs = next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-1")
+    ts = [Tombstone("c", mine, 2, None, 5, "s-0"), Tombstone("c", theirs, 2, None, 5, "s-1")]
+    assert to_collect(ts, 6, topo) == [ts[0]]
+    assert to_collect(ts, 5, topo) == []
+
+
+def _gc(store, hints, executor, current) -> TombstoneGC:
+    return TombstoneGC(store, hints, executor, current, CollectorRegistry(), grace_s=60, interval_s=60)
+
+
+def test_a_tombstone_every_owner_holds_is_collected_everywhere_and_nothing_else(tmp_path, store) -> None:
+    store.clock = HybridClock(lambda: NOW_MS)
+    current = live(plan_of(2))
+    topo = current.topology
+    keys = [k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0"][:4]
+    with fake_peers(tmp_path, "s-1") as peers:
+        other = peers["s-1"].store
+        other.clock = HybridClock(lambda: NOW_MS)
+        peers["s-1"].gc = _gc(other, HintLog(other), None, live(plan_of(2), "s-1"))
+        gone, live_doc, replica_lacks, rewritten = keys
+        for holder in (store, other):
+            holder.apply_replicated([Replicated("c", gone, 2, None, OLD, "s-0")])
+            holder.apply_replicated([Replicated("c", live_doc, 1, {"a": 1}, OLD, "s-0")])
+            holder.apply_replicated([Replicated("c", rewritten, 2, None, OLD, "s-0")])
+        store.apply_replicated([Replicated("c", replica_lacks, 2, None, OLD, "s-0")])
+        other.apply_replicated([Replicated("c", replica_lacks, 1, {"old": True}, OLD - 1, "s-0")])
+        store.apply_replicated([Replicated("c", rewritten, 3, {"new": True}, OLD + 1, "s-0")])  # here only
+        executor = peers.executor(current)
+        gc = _gc(store, HintLog(store), executor, current)
+        assert asyncio.run(gc.collect()) == 1
+        assert store.get_entry("c", gone) is None and other.get_entry("c", gone) is None
+        assert store.get_entry("c", replica_lacks).document is None  # kept: s-1 still has the old doc
+        assert store.get("c", live_doc) is not None and store.get("c", rewritten).document == {"new": True}
+
+        # A pending hint older than the tombstone holds collection back; so does a member that is down.
+        store.apply_replicated([Replicated("c", gone, 4, None, OLD + 10, "s-0")])
+        other.apply_replicated([Replicated("c", gone, 4, None, OLD + 10, "s-0")])
+        gc.hints.add("s-1", [Replicated("c", "x", 1, {}, OLD + 5, "s-0")])
+        assert asyncio.run(gc.collect()) == 0
+        gc.hints.done("s-1", gc.hints.take("s-1")[0])
+        peers["s-1"].up = False
+        assert asyncio.run(gc.collect()) == 0
