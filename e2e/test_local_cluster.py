@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -39,9 +41,6 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
         again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # idempotent: same cluster
         assert again.stdout == up.stdout
         # One shard dies: `up` restarts that one only, and the other keeps its process.
-        import os
-        import signal
-
         pids = {s["shard_id"]: s["pid"] for s in state["shards"]}
         os.kill(pids["shard-1"], signal.SIGKILL)
         healed = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)
@@ -52,7 +51,8 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
             for s in json.loads((tmp_path / ".themis" / "cluster.json").read_text())["shards"]
         }
         assert after["shard-0"] == pids["shard-0"] and after["shard-1"] != pids["shard-1"]
-        assert httpx.get(f"{lines[1][1]}/v1/collections/c/documents/k").json()["version"] == 1
+        with ThemisClient(lines[1][1]) as themis_db:
+            assert themis_db.get("c", "k").version == 1
     finally:
         down = themis("down", cwd=tmp_path)
     assert down.returncode == 0 and "stopped 2" in down.stdout

@@ -404,7 +404,8 @@ def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -
 def up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     state = _read_state(state_dir)
-    if state and bool(state["launch"].get("auth")) != args.auth and any(_alive(s["pid"]) for s in state["shards"]):
+    alive = state and any(_alive(s["pid"]) for s in state["shards"])
+    if alive and bool(state["launch"].get("auth")) != args.auth:
         running = "with" if state["launch"].get("auth") else "without"
         raise SystemExit(f"the running cluster was started {running} --auth: themis down first")
     if state:
