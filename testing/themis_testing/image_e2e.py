@@ -111,7 +111,7 @@ def shard_pod_spec(kubectl: Kubectl, work: Path, hosts: Path) -> ContainerSpec:
     sts = kubectl.get("statefulset", names.statefulset(CLUSTER))
     template = sts["spec"]["template"]
     (container,) = template["spec"]["containers"]
-    pod = f"{names.statefulset(CLUSTER)}-0"
+    pod = names.shard_id(CLUSTER, 0)  # the StatefulSet's pod 0
     secrets = {s["metadata"]["name"]: s for s in kubectl.get("secrets")["items"]}
     configmaps = {c["metadata"]["name"]: c for c in kubectl.get("configmaps")["items"]}
     env = pod_env(container, pod_name=pod, namespace=NAMESPACE, secrets=secrets, configmaps=configmaps)
@@ -246,18 +246,14 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("FAILED: no completion from the bundled model")
 
         def probed() -> bool:
-            status = kubectl.get("tc", CLUSTER).get("status") or {}
-            return bool(status.get("shards")) or bool(status.get("readyShards"))
+            return (kubectl.get("tc", CLUSTER).get("status") or {}).get("readyShards", 0) >= 1
 
         with contextlib.suppress(SystemExit):
             until("the operator's probe of the shard", probed, 60, 2)
         kubectl("get", "tc", CLUSTER, "-o", "wide")
         status = kubectl.get("tc", CLUSTER).get("status") or {}
-        say(
-            json.dumps(
-                {k: status.get(k) for k in ("phase", "readyShards", "conditions") if k in status}, indent=1
-            )
-        )
+        shown = ("phase", "ready", "readyShards", "ringVersion", "conditions")
+        say(json.dumps({k: status[k] for k in shown if k in status}, indent=1))
         say(f"\nPASSED in {time.monotonic() - started:.0f} s")
         return 0
     finally:
@@ -274,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         for log in logs.values():
             log.close()
         if not args.keep:
-            for spec_name in ("themis-e2e-operator", f"themis-e2e-{names.statefulset(CLUSTER)}-0"):
+            for spec_name in ("themis-e2e-operator", f"themis-e2e-{names.shard_id(CLUSTER, 0)}"):
                 with contextlib.suppress(Exception):
                     runtime.remove(spec_name)
             for name in ("operator", "shard"):
