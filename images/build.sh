@@ -47,7 +47,7 @@ ubuntu_keyring() {
     local out=$WORK/ubuntu-archive-keyring.gpg deb
     [ -s "$out" ] && return
     deb=$(curl -fsS "$MIRROR/dists/$SUITE/main/binary-amd64/Packages.gz" | zcat \
-          | awk '/^Package: ubuntu-keyring$/{p=1} p&&/^Filename:/{print $2; exit}')
+          | awk '/^Package: ubuntu-keyring$/{p=1} p&&/^Filename:/&&!done{print $2; done=1}')
     curl -fsS -o "$WORK/ubuntu-keyring.deb" "$MIRROR/$deb"
     rm -rf "$WORK/keyring" && dpkg-deb -x "$WORK/ubuntu-keyring.deb" "$WORK/keyring"
     if ! gpg --show-keys --with-colons "$WORK/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg" \
