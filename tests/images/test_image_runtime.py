@@ -61,7 +61,7 @@ def test_run_argv_is_a_chroot_run_on_the_host_network_as_the_images_user():
     mounts = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--mount"]
     assert mounts == [
         "type=bind,source=/etc/hosts,destination=/etc/hosts,ro",
-        "type=bind,source=/tmp/d,destination=/data",
+        "type=bind,source=/tmp/d,destination=/data,rw",
         "type=bind,source=/tmp/p,destination=/etc/themis/plan,ro",
     ]
     assert cmd[cmd.index("--user") + 1] == "1000:1000"
