@@ -66,9 +66,9 @@ class Mount:
     read_only: bool = False
 
     def option(self) -> str:
-        return f"type=bind,source={self.host},destination={self.container}" + (
-            ",ro" if self.read_only else ""
-        )
+        # buildah's bind mounts are read-only unless told otherwise: say rw for writable ones.
+        mode = "ro" if self.read_only else "rw"
+        return f"type=bind,source={self.host},destination={self.container},{mode}"
 
 
 @dataclass(frozen=True, slots=True)
