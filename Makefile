@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean kube-up kube-down
+.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean kube-up kube-down images image-e2e
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -19,6 +19,8 @@ help:
 	@echo "make lint    - ruff"
 	@echo "make kube-up - a local Kubernetes (API emulator, process node, operator); kubeconfig in .themis/kube/"
 	@echo "make kube-down - stop it (and its shard pods)"
+	@echo "make images  - build the CPU shard image and the operator image with buildah (images/)"
+	@echo "make image-e2e - run the operator and a shard pod from those images (not in make test)"
 
 $(VENV)/.installed: pyproject.toml tools/llama_wheel.py
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 is required (python3.12 not found)"; exit 1; }
@@ -83,10 +85,20 @@ bench: install
 	$(PY) bench/reshard.py --docs 20000
 
 lint: install
-	$(VENV)/bin/ruff check shard operator testing client tests e2e bench tools
+	$(VENV)/bin/ruff check shard operator testing client tests e2e bench tools images
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile.shard Dockerfile.operator
 	$(PY) tools/build_dashboards.py --check
 	$(VENV)/bin/lint-imports  # layer, operator and no-cycle contracts (pyproject.toml [tool.importlinter])
+
+# Container images without Docker or a registry: an Ubuntu 24.04 rootfs from mmdebstrap, built
+# with buildah (vfs storage, chroot isolation, cached layers). The shard image compiles llama.cpp
+# (~20 min on 2 cores the first time), so neither target is part of `make test`.
+images:
+	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >/dev/null; }
+	images/build.sh all
+
+image-e2e: install images
+	$(PY) -m themis_testing.image_e2e
 
 dashboards: install
 	$(PY) tools/build_dashboards.py

