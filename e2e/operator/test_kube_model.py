@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import NODE_ENV, OPERATOR_ENV, ROOT, Kubectl, eventually
+from .conftest import NODE_ENV, OPERATOR_ENV, ROOT, Kubectl, api_key, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.llm]
 
@@ -76,10 +76,10 @@ def test_make_kube_up_then_the_example_cluster_answers_a_completion_through_its_
 
         ca = base64.b64decode(kubectl.json("secret", "demo-tls")["data"]["ca.crt"]).decode()
         with httpx.Client(verify=ssl.create_default_context(cadata=ca), timeout=120) as http:
-            r = http.post(
-                f"https://demo.{namespace}.svc:8080/v1/infer",
-                json={"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
-            )
+            prompt = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+            url = f"https://demo.{namespace}.svc:8080/v1/infer"
+            assert http.post(url, json=prompt).status_code == 401  # keys are on in Kubernetes
+            r = http.post(url, json=prompt, headers=api_key(kubectl, "demo", "client"))
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["text"].strip() and body["shard_id"] in {"demo-0", "demo-1", "demo-2"}

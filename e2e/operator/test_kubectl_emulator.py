@@ -18,7 +18,7 @@ import yaml
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import validate_manifest
 
-from .conftest import ROOT, Kubectl, eventually, kube_stack, light
+from .conftest import ROOT, Kubectl, api_key, eventually, kube_stack, light
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -83,7 +83,7 @@ def https(kubectl: Kubectl, check_hostname: bool = True) -> httpx.Client:
     ca = base64.b64decode(kubectl.json("secret", "demo-tls")["data"]["ca.crt"]).decode()
     context = ssl.create_default_context(cadata=ca)
     context.check_hostname = check_hostname
-    return httpx.Client(verify=context, timeout=10)
+    return httpx.Client(verify=context, timeout=10, headers=api_key(kubectl, "demo"))
 
 
 def service(kubectl: Kubectl) -> str:
