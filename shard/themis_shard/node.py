@@ -21,6 +21,7 @@ from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .documents.service import DocumentService
+from .domains.detector import DomainDetector
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
@@ -53,6 +54,13 @@ class ShardNode:
     def documents(self) -> DocumentService:
         """Documents with embed-on-write (through this shard's embedding model, when it has one)."""
         return DocumentService(self.store, self.cluster.documents, self.llm)
+
+    @cached_property
+    def domains(self) -> DomainDetector:
+        """Domain detection for requests that name none (over this shard's embedding model)."""
+        return DomainDetector(
+            self.settings.domains, lambda: self.llm.embedder if self.llm else None, self.metrics.registry
+        )
 
     @cached_property
     def aql(self) -> AqlService:
