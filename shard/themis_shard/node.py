@@ -22,6 +22,7 @@ from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .documents.service import DocumentService
 from .domains.detector import DomainDetector
+from .domains.sets import adapter_validation_set
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
@@ -97,6 +98,7 @@ class ShardNode:
                     metrics.registry,
                     prefix_puller=cluster.prefix_puller,  # KV prefixes from peers
                     draft_resolver=cluster.draft_target,  # the draft shard
+                    validation_sets=adapter_validation_set,  # each adapter's held-out set
                 )
                 await llm.start()
             await cluster.start(llm)  # adapters to announce through gossip

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from themis_shard.domains.detect import GENERAL, build_centroids, classify, mean_token_vector
-from themis_shard.domains.sets import shipped_domains, training_texts, validation_set
+from themis_shard.domains.sets import (
+    VALIDATION_KEY,
+    adapter_validation_set,
+    shipped_domains,
+    training_texts,
+    validation_set,
+)
 
 
 def axis(i: int, d: int = 4, noise: float = 0.0, seed: int = 0) -> np.ndarray:
@@ -66,3 +72,11 @@ def test_shipped_sets_cover_legal_medical_code_and_keep_training_apart_from_vali
         assert len(training_texts(d)) >= 10 and not held_out & set(training_texts(d))
     with pytest.raises(KeyError):
         validation_set("astrology")
+
+
+def test_an_adapter_is_evaluated_on_the_set_it_carries_else_its_domains():
+    carried = '{"prompt": "Q", "completion": " A"}\n'
+    assert adapter_validation_set("legal", {VALIDATION_KEY: carried}) == ((("Q", " A"),), "adapter")
+    assert adapter_validation_set("Legal", {}) == (validation_set("legal"), "legal")
+    assert adapter_validation_set("astrology", {}) is None  # the shard's generic set
+    assert adapter_validation_set(None, {}) is None

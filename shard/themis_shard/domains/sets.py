@@ -52,3 +52,21 @@ def training_texts(domain: str) -> tuple[str, ...]:
     if not path.is_file():
         raise KeyError(domain)
     return tuple(json.loads(line)["text"] for line in path.read_text().splitlines() if line.strip())
+
+
+#: GGUF metadata key under which an adapter file carries its own held-out set (JSON lines).
+VALIDATION_KEY = "themis.validation"
+
+
+def adapter_validation_set(domain: str | None, meta: dict) -> tuple[tuple[tuple[str, str], ...], str] | None:
+    """The held-out set an adapter is evaluated on, and its name: the one its file carries, else
+    the shipped set of its domain; None (the shard's generic set) for an adapter without either."""
+    carried = meta.get(VALIDATION_KEY)
+    if isinstance(carried, str) and carried.strip():
+        return tuple(parse_pairs(carried)), "adapter"
+    if domain:
+        try:
+            return validation_set(domain.strip().lower()), domain.strip().lower()
+        except KeyError:
+            return None
+    return None
