@@ -20,12 +20,16 @@ from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .documents.service import DocumentService
+from .domains.detector import DomainDetector
+from .domains.sets import adapter_validation_set
+from .errors import Unavailable
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
 from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
+from .training.service import TrainingService, train_cache_dir
 from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
 
@@ -52,6 +56,29 @@ class ShardNode:
     def documents(self) -> DocumentService:
         """Documents with embed-on-write (through this shard's embedding model, when it has one)."""
         return DocumentService(self.store, self.cluster.documents, self.llm)
+
+    @cached_property
+    def domains(self) -> DomainDetector:
+        """Domain detection for requests that name none (over this shard's embedding model)."""
+        return DomainDetector(
+            self.settings.domains, lambda: self.llm.embedder if self.llm else None, self.metrics.registry
+        )
+
+    @cached_property
+    def training(self) -> TrainingService:
+        """LoRA training on this shard's documents (``POST /v1/adapters:train``)."""
+
+        def ready_runtime() -> LLMRuntime:
+            if self.llm is None or not self.llm.ready:
+                raise Unavailable("inference is not running on this shard", code="llm_not_ready")
+            return self.llm
+
+        return TrainingService(
+            self.store,
+            ready_runtime,
+            self.settings.weights_path / "trained",
+            train_cache_dir(self.settings.llm),
+        )
 
     @cached_property
     def aql(self) -> AqlService:
@@ -88,6 +115,7 @@ class ShardNode:
                     metrics.registry,
                     prefix_puller=cluster.prefix_puller,  # KV prefixes from peers
                     draft_resolver=cluster.draft_target,  # the draft shard
+                    validation_sets=adapter_validation_set,  # each adapter's held-out set
                 )
                 await llm.start()
             await cluster.start(llm)  # adapters to announce through gossip

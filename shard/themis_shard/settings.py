@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .auth.settings import AuthSettings
+from .domains.settings import DomainSettings
 from .llm.settings import LLMSettings
 
 
@@ -50,6 +51,7 @@ class Settings(BaseSettings):
     use_gpu: bool | None = Field(None, description="None = auto-detect (faiss GPUs / CUDA)")
     llm: LLMSettings = Field(default_factory=LLMSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    domains: DomainSettings = Field(default_factory=DomainSettings)
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:

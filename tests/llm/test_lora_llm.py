@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from themis_shard.domains.sets import validation_set
 
 from .conftest import NOISE_LOGITS, wait_until
 from .lora_fixture import make_test_lora, write_lora
@@ -185,10 +186,13 @@ def test_evaluation_hook_measures_accuracy_and_latency_deltas(http, adapter_file
         json={"name": "legal", "domain": "legal", "path": str(adapter_files["legal"]), "evaluate": True},
     )
     assert r.status_code == 201
-    assert wait_until(lambda: http.get("/v1/adapters/legal").json()["evaluation"] is not None, timeout=60)
+    # 12 held-out pairs scored with and without the adapter: minutes on a loaded 2-core machine
+    assert wait_until(lambda: http.get("/v1/adapters/legal").json()["evaluation"] is not None, timeout=400)
     ev = http.get("/v1/adapters/legal").json()["evaluation"]
     assert -1.0 <= ev["accuracy_delta"] <= 1.0
     # a random adapter makes the reference completions less likely, not more
     assert ev["accuracy_delta"] < 0 and ev["adapter_token_probability"] < ev["base_token_probability"]
     assert ev["base_p99_ms"] > 0 and isinstance(ev["performance_delta_p99_ms"], float)
+    # measured on its domain's held-out set, not a generic one
+    assert ev["validation_set"] == "legal" and ev["validation_items"] == len(validation_set("legal"))
     assert http.delete("/v1/adapters/legal").status_code == 200

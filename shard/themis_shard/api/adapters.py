@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from ..errors import BadRequest
 from ..llm.fetch import is_url
+from ..training.service import TrainBody
 from .deps import node, runtime
 from .types import AdapterBody
 
@@ -58,3 +59,26 @@ async def get_adapter(name: str, request: Request, model: str | None = None):
 async def unload_adapter(name: str, request: Request, model: str | None = None):
     await runtime(request).model(model).adapters.unload(name)
     return {"unloaded": name}
+
+
+@router.post("/v1/adapters:train", status_code=201)
+async def train_adapter(body: TrainBody, request: Request):
+    """Fine-tune a LoRA for ``domain`` on the ``text_field`` of this shard's documents of
+    ``collection`` (numpy, CPU; minutes for the default steps), write it and load it here."""
+    trained = await node(request).training.train(body)
+    out = {
+        "name": body.name,
+        "domain": body.domain,
+        "path": str(trained.path),
+        "training_samples": trained.samples,
+        "steps": len(trained.losses),
+        "losses": trained.losses,
+        "federation_round": body.federation_round,
+    }
+    if body.load:
+        m = runtime(request).model(None)
+        if body.name in {a.name for a in m.adapters.list()}:
+            await m.adapters.unload(body.name)  # a new round replaces the previous one
+        info = await m.adapters.load(body.name, str(trained.path), domain=body.domain, evaluate=body.evaluate)
+        out["adapter"] = info.as_dict()
+    return out

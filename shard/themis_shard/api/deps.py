@@ -52,6 +52,7 @@ def inference(request: Request) -> InferenceService:
         routing=lambda: node(request).cluster.inference,
         documents=lambda: document_service(node(request)),
         shard_id=shard_id(request),
+        domains=lambda: node(request).domains,
     )
 
 

@@ -25,6 +25,7 @@ class ResidentAdapter:
     p99_delta_ms: float | None
     evaluated_at: float | None
     training_samples: int = 0
+    federation_round: int = 0
 
 
 def announcements_to_publish(
@@ -45,6 +46,7 @@ def announcements_to_publish(
             old is None
             or not old.active
             or old.domain != a.domain
+            or old.federation_round != a.federation_round
             or abs(old.accuracy_delta - a.accuracy_delta) > 1e-9
             or now_wall - old.announced_at > ttl_s / 2
         )
@@ -57,7 +59,7 @@ def announcements_to_publish(
                     accuracy_delta=max(-1.0, min(1.0, a.accuracy_delta)),
                     performance_delta_p99_ms=float(a.p99_delta_ms or 0.0),
                     training_samples=a.training_samples,
-                    federation_round=(old.federation_round if old else 0),
+                    federation_round=a.federation_round,
                     announced_at=max(now_wall, (old.announced_at + 1e-3) if old else 0.0),
                 )
             )
@@ -80,6 +82,7 @@ def resident_adapters(runtime) -> list[ResidentAdapter]:
             continue
         for info in manager.list():
             ev = info.evaluation or {}
+            meta = info.extra.get("meta", {}) if isinstance(getattr(info, "extra", None), dict) else {}
             found.append(
                 ResidentAdapter(
                     name=info.name,
@@ -87,7 +90,9 @@ def resident_adapters(runtime) -> list[ResidentAdapter]:
                     accuracy_delta=ev.get("accuracy_delta"),
                     p99_delta_ms=ev.get("performance_delta_p99_ms"),
                     evaluated_at=ev.get("evaluated_at"),
-                    training_samples=int(ev.get("validation_items", 0)),
+                    # what a trained adapter's file says it was trained on (0: not trained here)
+                    training_samples=int(meta.get("themis.training_samples", 0)),
+                    federation_round=int(meta.get("themis.federation_round", 0)),
                 )
             )
     return found

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 
 from ..cluster.inference import InferenceRouting
 from ..documents.service import DocumentService
+from ..domains.detector import DomainDetector
 from ..errors import BadRequest, ThemisError
 from ..llm.generation import Generation
 from ..storage.names import parse_urn
 from . import openai_local
+from .domain_hint import hint_domain
 from .local import Disconnected, InferRequest, infer_result, infer_stream, submit, wait_done
 from .openai_types import ChatBody, CompletionBody, EmbeddingsBody, _Common
 
@@ -58,8 +60,10 @@ class InferenceService:
         routing: Callable[[], InferenceRouting],
         documents: Callable[[], DocumentService],
         shard_id: str,
+        domains: Callable[[], DomainDetector] | None = None,
     ) -> None:
         self.runtime = runtime
+        self._domains = domains
         self._routing = routing
         self._documents = documents
         self.shard_id = shard_id
@@ -76,11 +80,13 @@ class InferenceService:
         return infer_result(await wait_done(gen, disconnected), gen, self.shard_id)
 
     async def infer(self, req: InferRequest, disconnected: Disconnected) -> Answer:
-        """Here unless the request has a domain and this shard is in a cluster."""
+        """Here unless the request has a domain (given or detected) and this shard is in a cluster."""
         routing = self._routing()
+        hint = await hint_domain(self._domains() if self._domains else None, routing, req)
+        req = hint.request
         if not routing.routes(req.domain):
-            return await self.infer_here(req, disconnected)
-        return await routing.infer(req.to_json(), lambda: self.infer_here(req, disconnected))
+            return hint.annotate(await self.infer_here(req, disconnected))
+        return hint.annotate(await routing.infer(req.to_json(), lambda: self.infer_here(req, disconnected)))
 
     # -- OpenAI-compatible ---------------------------------------------------------------------
     def _openai_domain(self, body: _Common) -> str | None:

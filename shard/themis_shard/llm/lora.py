@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from .native import NativeModel
 from .settings import LLMSettings
 
 log = logging.getLogger(__name__)
+
+#: The held-out set an adapter is evaluated on: (domain, the adapter file's metadata) → pairs
+#: and the set's name, or None for the shard's generic set.
+ValidationSets = Callable[[str | None, dict], tuple[Sequence[tuple[str, str]], str] | None]
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
@@ -76,8 +81,10 @@ class AdapterManager:
         architecture: str,
         settings: LLMSettings,
         metrics: LLMMetrics | None = None,
+        validation_sets: ValidationSets | None = None,
     ) -> None:
         self.engine = engine
+        self._validation_sets = validation_sets
         self.native = native
         self.architecture = architecture
         self.settings = settings
@@ -139,6 +146,7 @@ class AdapterManager:
                 alpha=float(alpha) if alpha is not None else None,
                 rank=None,
                 loaded_at=time.time(),
+                extra={"meta": meta},
             )
             self._infos[name] = info
             self._ptrs[name] = ptr
@@ -177,8 +185,20 @@ class AdapterManager:
         async def run() -> None:
             info.evaluating = True
             try:
+                chosen = (
+                    self._validation_sets(info.domain, info.extra.get("meta", {}))
+                    if self._validation_sets
+                    else None
+                )
+                pairs, set_name = chosen if chosen else (None, "")
                 info.evaluation = await asyncio.to_thread(
-                    evaluate_adapter, self.native, self._ptrs[info.name], info.scale, self.settings
+                    evaluate_adapter,
+                    self.native,
+                    self._ptrs[info.name],
+                    info.scale,
+                    self.settings,
+                    pairs=pairs,
+                    set_name=set_name,
                 )
             except Exception:
                 log.exception("evaluating adapter %s failed", info.name)

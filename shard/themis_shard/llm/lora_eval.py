@@ -4,7 +4,9 @@ These two numbers are what the gossip ``AdapterCapabilityAnnouncement`` carries 
 ``accuracy_delta`` — how much more likely the adapter makes the reference completions of a
 validation set (mean per-token probability, adapter minus base, in [-1, 1]) — and
 ``performance_delta_p99_ms`` — the p99 single-token decode latency it adds. It runs on its own
-small context in a worker thread, so serving continues meanwhile.
+small context in a worker thread, so serving continues meanwhile. Both are measured on the
+adapter's held-out set for its domain (what the shard's composition root resolves for it: the set
+the adapter file carries, else the shipped set of its domain), so α means what the paper says.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +75,23 @@ def decode_latencies(ctx: NativeContext, batch: Batch, prompt: list[int], steps:
 
 
 def evaluate_adapter(
-    model: NativeModel, adapter: object, scale: float, settings: LLMSettings, *, latency_steps: int = 16
+    model: NativeModel,
+    adapter: object,
+    scale: float,
+    settings: LLMSettings,
+    *,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    set_name: str = "",
+    latency_steps: int = 16,
 ) -> dict:
-    pairs = load_validation_set(settings.adapter_validation_set)
+    """``pairs``: the adapter's own held-out set (its domain's); None: the shard's configured set
+    (``adapter_validation_set``) or the built-in generic one."""
+    if not pairs:
+        pairs, set_name = (
+            load_validation_set(settings.adapter_validation_set),
+            settings.adapter_validation_set or "builtin",
+        )
+    pairs = list(pairs)
     encoded = [(model.tokenize(p), model.tokenize(c, add_special=False)) for p, c in pairs]
     longest = max(len(p) + len(c) for p, c in encoded)
     n_ctx = max(256, longest + latency_steps + 8)
@@ -103,6 +120,7 @@ def evaluate_adapter(
             "base_p99_ms": lat_base,
             "adapter_p99_ms": lat_ad,
             "validation_items": len(pairs),
+            "validation_set": set_name,
             "evaluated_at": time.time(),
         }
     finally:

@@ -30,7 +30,7 @@ from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation, GenerationFailed, generation_result
 from .grammar import GrammarConstraint, GrammarError
 from .loaded import LoadedModel
-from .lora import AdapterManager
+from .lora import AdapterManager, ValidationSets
 from .metrics import LLMMetrics
 from .model import fingerprint, resolve_model_path
 from .native import NativeModel
@@ -71,11 +71,14 @@ class LLMRuntime:
         *,
         prefix_puller: PrefixPuller | None = None,
         draft_resolver: DraftResolver | None = None,
+        validation_sets: ValidationSets | None = None,
     ) -> None:
         """``prefix_puller``: pull-on-miss of KV prefixes peers hold (None: local cache only).
         ``draft_resolver``: the draft shard for ``speculative_source=remote`` with
         ``draft_shard`` (a shard id or "auto"); a fixed ``draft_url`` needs none."""
         self.settings = settings
+        #: each adapter's held-out set (its domain's), for its evaluation
+        self.validation_sets = validation_sets
         self.metrics = LLMMetrics(registry or CollectorRegistry())
         self.models: dict[str, LoadedModel] = {}
         self.embedder: Embedder | None = None
@@ -149,7 +152,7 @@ class LLMRuntime:
                 native,
                 engine,
                 fp,
-                AdapterManager(engine, native, fp.architecture, s, self.metrics),
+                AdapterManager(engine, native, fp.architecture, s, self.metrics, self.validation_sets),
                 prefix=prefix,
                 speculator=speculator,
                 created=int(time.time()),
