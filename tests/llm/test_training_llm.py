@@ -52,7 +52,7 @@ def test_train_writes_loads_and_announces_what_it_was_trained_on(http):
     [
         ({"collection": "nope"}, 404, "collection_not_found"),
         ({"text_field": "missing"}, 400, "no_training_data"),
-        ({"epochs": 3}, 400, "invalid_request"),  # an unknown field is refused by name
+        ({"epochs": 3}, 400, "unsupported_parameter"),  # an unknown field is refused by name
         ({"steps": 0}, 400, "invalid_request"),
     ],
 )
