@@ -11,12 +11,13 @@ serves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -292,6 +293,23 @@ class LLMRuntime:
         except SamplingError as exc:
             raise BadRequest(str(exc), code="invalid_sampling") from exc
 
+    @contextlib.contextmanager
+    def _engine_errors(self) -> Iterator[None]:
+        """The engine's refusals as API errors: one mapping for single and grouped submits."""
+        try:
+            yield
+        except QueueFull as exc:
+            raise ThemisError(
+                f"inference queue is full ({exc})",
+                code="queue_full",
+                status=429,
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            ) from exc
+        except EngineClosed as exc:
+            raise Unavailable(str(exc), code="llm_not_ready") from exc
+        except GrammarError as exc:
+            raise BadRequest(str(exc), code="invalid_grammar") from exc
+
     def submit(
         self,
         *,
@@ -336,7 +354,7 @@ class LLMRuntime:
                 ),
                 m.engine.cancel,
             )
-        try:
+        with self._engine_errors():
             seq = m.engine.submit(
                 tokens,
                 params or self.sampling(),
@@ -345,17 +363,6 @@ class LLMRuntime:
                 priority=priority,
                 speculative=speculative,
             )
-        except QueueFull as exc:
-            raise ThemisError(
-                f"inference queue is full ({exc})",
-                code="queue_full",
-                status=429,
-                headers={"Retry-After": str(self.settings.retry_after_s)},
-            ) from exc
-        except EngineClosed as exc:
-            raise Unavailable(str(exc), code="llm_not_ready") from exc
-        except GrammarError as exc:
-            raise BadRequest(str(exc), code="invalid_grammar") from exc
         gen.bind(seq, lambda: m.engine.cancel(seq))
         return gen
 
@@ -405,21 +412,10 @@ class LLMRuntime:
             params if params.seed is None else replace(params, seed=(params.seed + i) % 2**64)
             for i in range(n)
         ]
-        try:
+        with self._engine_errors():
             seqs = m.engine.submit_group(
                 tokens, each, [g.sink for g in gens], adapter=adapter_name, priority=priority
             )
-        except QueueFull as exc:
-            raise ThemisError(
-                f"inference queue is full ({exc})",
-                code="queue_full",
-                status=429,
-                headers={"Retry-After": str(self.settings.retry_after_s)},
-            ) from exc
-        except EngineClosed as exc:
-            raise Unavailable(str(exc), code="llm_not_ready") from exc
-        except GrammarError as exc:
-            raise BadRequest(str(exc), code="invalid_grammar") from exc
         for g, seq in zip(gens, seqs, strict=True):
             g.model, g.adapter = m.alias, adapter_name
             g.bind(seq, functools.partial(m.engine.cancel, seq))
