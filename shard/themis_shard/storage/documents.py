@@ -40,7 +40,7 @@ from .collections import CollectionConfig
 from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
 
-_CFS = ("docs", "collections", "meta", "hints")
+_CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,16 @@ class Write:
     key: str
     document: dict[str, Any] | None
     if_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A read validation in a transaction: the key's live version must be ``version`` (0 = must
+    not exist). It writes nothing; a cross-shard transaction locks the key through prepare."""
+
+    collection: str
+    key: str
+    version: int
 
 
 @dataclass(frozen=True)
@@ -372,27 +382,35 @@ class DocumentStore:
     def begin(self) -> Transaction:
         return Transaction(self)
 
-    def commit(self, writes: list[Write], expected: dict[tuple[str, str], int] | None = None) -> list[Change]:
+    def commit(
+        self,
+        writes: list[Write],
+        expected: dict[tuple[str, str], int] | None = None,
+        checks: tuple[Check, ...] | list[Check] = (),
+    ) -> list[Change]:
         """Apply ``writes`` atomically and durably, or nothing (409 / 4xx).
 
         Each write gets the key's next version (deletes too: they leave a tombstone).
         ``expected`` maps (collection, key) to the stored version a transaction saw at its
-        snapshot; every such key must still have it (first committer wins).
+        snapshot; every such key must still have it (first committer wins). ``checks`` must
+        hold as well (409 ``version_conflict``), under the same lock.
         """
-        if not writes:
+        if not writes and not checks:
             return []
         with self._lock:
-            return self._install(self._plan(writes, expected))
+            installs = self._plan(writes, expected, checks)
+            return self._install(installs) if installs else []
 
-    def prepare(self, writes: list[Write]) -> list[Replicated]:
+    def prepare(self, writes: list[Write], checks: tuple[Check, ...] | list[Check] = ()) -> list[Replicated]:
         """The records ``commit`` would install — validated, versioned and stamped — without
         installing them: a coordinator sends them to the other owners first and installs them
         here (``apply_replicated``) only once enough owners hold them. The caller serialises
-        writes to these keys (``KeyLocks``) so nothing commits in between."""
-        if not writes:
+        writes to these keys (``KeyLocks``) so nothing commits in between. ``checks`` are
+        validated with them (409 when one fails)."""
+        if not writes and not checks:
             return []
         with self._lock:
-            installs = self._plan(writes, None)
+            installs = self._plan(writes, None, checks)
         for w, _, _ in installs:
             if w.document is not None:
                 codec.encode_body(w.document, self.max_document_bytes, self.max_document_depth)
@@ -402,14 +420,27 @@ class DocumentStore:
         ]
 
     def _plan(
-        self, writes: list[Write], expected: dict[tuple[str, str], int] | None
+        self,
+        writes: list[Write],
+        expected: dict[tuple[str, str], int] | None,
+        checks: tuple[Check, ...] | list[Check] = (),
     ) -> list[tuple[Write, Stamp, int]]:
-        """Validate ``writes`` against the stored versions (under the lock) and stamp them."""
+        """Validate ``writes`` and ``checks`` against the stored versions (under the lock) and
+        stamp the writes."""
         for w in writes:
             check_collection(w.collection)
             check_key(w.key)
             if w.document is not None and not isinstance(w.document, dict):
                 raise BadRequest("a document must be a JSON object", code="invalid_document")
+        for c in checks:
+            check_collection(c.collection)
+            check_key(c.key)
+            live = self.live_version(c.collection, c.key)
+            if live != c.version:
+                raise Conflict(
+                    f"{c.collection}/{c.key} is at version {live}, not {c.version} (check)",
+                    code="version_conflict",
+                )
         for (collection, key), seen in (expected or {}).items():
             if self.version(collection, key) != seen:
                 raise Conflict(

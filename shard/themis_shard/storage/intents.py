@@ -1,0 +1,231 @@
+"""Durable two-phase-commit state: prepare intents (participants) and the coordinator log.
+
+Both live in the document store's RocksDB, in their own column families, written with the same
+synced ``WriteBatch`` as documents, so they survive ``kill -9`` exactly as acknowledged writes do.
+
+* ``intents``: txn id → an :class:`Intent`: the stamped records a participant will install on
+  commit, the read checks it validated, the coordinator to ask for the decision, the epoch it was
+  prepared in and when. A *primary* intent locks its keys (no other write or prepare may touch
+  them until it is resolved); a *replica* intent is the copy an owner keeps so that a commit
+  acknowledged at the write concern has that many durable copies even if the primary dies.
+* ``txn_log``: txn id → a :class:`LogEntry` (the coordinator's decision and its participants).
+  ``decide`` is first-writer-wins: a COMMIT that loses to a presumed ABORT (a participant asked
+  after the coordinator's timeout) stays an abort, so a transaction has one outcome.
+
+The classes do I/O only; the decisions are in ``cluster.transactions.decisions``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from rocksdict import WriteBatch
+
+from .documents import Check, DocumentStore, Replicated
+from .hints import decode_items, encode_items
+
+
+class Role(StrEnum):
+    PRIMARY = "primary"  # validated the conditions and holds the key locks
+    REPLICA = "replica"  # keeps a copy of the primary's records for durability
+
+
+class Decision(StrEnum):
+    COMMIT = "commit"
+    ABORT = "abort"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Intent:
+    txn: str
+    coordinator: str
+    epoch: int
+    role: Role
+    records: tuple[Replicated, ...]
+    checks: tuple[Check, ...] = ()
+    #: the primary participant that sent a replica intent ("" for a primary intent)
+    primary: str = ""
+    created_ms: int = field(default_factory=now_ms)
+
+    @property
+    def keys(self) -> list[tuple[str, str]]:
+        """Every key the intent covers, written or checked."""
+        return sorted(
+            {(r.collection, r.key) for r in self.records} | {(c.collection, c.key) for c in self.checks}
+        )
+
+
+def encode_checks(checks: Iterable[Check]) -> list[dict[str, Any]]:
+    return [{"collection": c.collection, "key": c.key, "version": c.version} for c in checks]
+
+
+def decode_checks(raw: Iterable[dict[str, Any]]) -> list[Check]:
+    return [Check(str(c["collection"]), str(c["key"]), int(c["version"])) for c in raw]
+
+
+def encode_intent(i: Intent) -> bytes:
+    return json.dumps(
+        {
+            "txn": i.txn,
+            "coordinator": i.coordinator,
+            "epoch": i.epoch,
+            "role": i.role.value,
+            "records": encode_items(list(i.records)),
+            "checks": encode_checks(i.checks),
+            "primary": i.primary,
+            "created_ms": i.created_ms,
+        }
+    ).encode()
+
+
+def decode_intent(raw: bytes) -> Intent:
+    d = json.loads(raw)
+    return Intent(
+        d["txn"],
+        d["coordinator"],
+        int(d["epoch"]),
+        Role(d["role"]),
+        tuple(decode_items(d["records"])),
+        tuple(decode_checks(d["checks"])),
+        d.get("primary", ""),
+        int(d["created_ms"]),
+    )
+
+
+class IntentStore:
+    """Prepared intents on this shard, and which keys the primary ones lock (kept in memory,
+    rebuilt from RocksDB on open)."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self._cf, self._handle, self._db, self._sync = store.column_family("intents")
+        self._lock = threading.Lock()
+        self._intents: dict[str, Intent] = {}
+        self._holders: dict[tuple[str, str], str] = {}
+        for _, raw in self._cf.items():
+            intent = decode_intent(raw)
+            self._remember(intent)
+
+    def _remember(self, intent: Intent) -> None:
+        self._intents[intent.txn] = intent
+        if intent.role is Role.PRIMARY:
+            for k in intent.keys:
+                self._holders[k] = intent.txn
+
+    def put(self, intent: Intent) -> None:
+        """Write the intent durably (synced) and take its keys' locks."""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(intent.txn.encode(), encode_intent(intent), self._handle)
+        with self._lock:
+            self._db.write(batch, self._sync)
+            self._remember(intent)
+
+    def get(self, txn: str) -> Intent | None:
+        return self._intents.get(txn)
+
+    def delete(self, txn: str) -> None:
+        """Drop the intent (its records installed or aborted) and release its locks."""
+        batch = WriteBatch(raw_mode=True)
+        batch.delete(txn.encode(), self._handle)
+        with self._lock:
+            self._db.write(batch, self._sync)
+            intent = self._intents.pop(txn, None)
+            if intent is not None:
+                for k in intent.keys:
+                    if self._holders.get(k) == txn:
+                        del self._holders[k]
+
+    def holders(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The keys among ``keys`` locked by a prepared transaction, and by which."""
+        return {k: self._holders[k] for k in keys if k in self._holders}
+
+    def all(self) -> list[Intent]:
+        return list(self._intents.values())
+
+    def __len__(self) -> int:
+        return len(self._intents)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    txn: str
+    decision: Decision
+    participants: tuple[str, ...] = ()
+    #: every participant acknowledged phase 2 (nothing left to re-drive)
+    done: bool = False
+    at_ms: int = field(default_factory=now_ms)
+
+
+def encode_entry(e: LogEntry) -> bytes:
+    return json.dumps(
+        {
+            "txn": e.txn,
+            "decision": e.decision.value,
+            "participants": list(e.participants),
+            "done": e.done,
+            "at_ms": e.at_ms,
+        }
+    ).encode()
+
+
+def decode_entry(raw: bytes) -> LogEntry:
+    d = json.loads(raw)
+    return LogEntry(
+        d["txn"], Decision(d["decision"]), tuple(d["participants"]), bool(d["done"]), int(d["at_ms"])
+    )
+
+
+class TxnLog:
+    """The coordinator log: one durable decision per transaction, first writer wins."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self._cf, self._handle, self._db, self._sync = store.column_family("txn_log")
+        self._lock = threading.Lock()
+        #: COMMIT decisions not yet acknowledged by every participant (rebuilt on open)
+        self._pending: set[str] = {
+            e.txn
+            for e in (decode_entry(raw) for _, raw in self._cf.items())
+            if e.decision is Decision.COMMIT and not e.done
+        }
+
+    def _write(self, entry: LogEntry) -> None:
+        batch = WriteBatch(raw_mode=True)
+        batch.put(entry.txn.encode(), encode_entry(entry), self._handle)
+        self._db.write(batch, self._sync)
+
+    def get(self, txn: str) -> LogEntry | None:
+        raw = self._cf.get(txn.encode())
+        return None if raw is None else decode_entry(raw)
+
+    def decide(self, txn: str, decision: Decision, participants: Iterable[str] = ()) -> LogEntry:
+        """Log ``decision`` durably unless one is logged already; return the one that stands."""
+        with self._lock:
+            found = self.get(txn)
+            if found is not None:
+                return found
+            entry = LogEntry(txn, decision, tuple(sorted(participants)))
+            self._write(entry)
+            if decision is Decision.COMMIT:
+                self._pending.add(txn)
+            return entry
+
+    def mark_done(self, txn: str) -> None:
+        with self._lock:
+            found = self.get(txn)
+            if found is not None and not found.done:
+                self._write(LogEntry(found.txn, found.decision, found.participants, True, found.at_ms))
+            self._pending.discard(txn)
+
+    def pending_commits(self) -> list[LogEntry]:
+        """COMMIT decisions whose phase 2 has not been acknowledged by every participant."""
+        found = (self.get(txn) for txn in sorted(self._pending))
+        return [e for e in found if e is not None]

@@ -1,0 +1,92 @@
+"""Spec: two-phase-commit state is durable — prepare intents and coordinator decisions survive a
+reopen of the store (as after ``kill -9``), locks come back with them, and a decision, once
+logged, is the only one. Read checks validate versions without writing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from themis_shard.errors import Conflict
+from themis_shard.storage.documents import Check, DocumentStore, Write
+from themis_shard.storage.intents import Decision, Intent, IntentStore, Role, TxnLog
+
+
+def reopen(store: DocumentStore) -> DocumentStore:
+    store.close()
+    return DocumentStore(store.path)
+
+
+def test_a_prepared_intent_survives_a_reopen_with_its_records_and_locks(tmp_path: Path) -> None:
+    store = DocumentStore(tmp_path / "db", origin="s-1")
+    records = store.prepare([Write("acc", "a", {"n": 1}), Write("acc", "b", {"n": 2})])
+    IntentStore(store).put(Intent("t1", "s-0", 7, Role.PRIMARY, tuple(records), (Check("acc", "c", 0),)))
+    store = reopen(store)
+    intents = IntentStore(store)
+    [intent] = intents.all()
+    assert (intent.txn, intent.coordinator, intent.epoch, intent.role) == ("t1", "s-0", 7, Role.PRIMARY)
+    assert intent.records == tuple(records) and intent.checks == (Check("acc", "c", 0),)
+    assert intents.holders([("acc", "a"), ("acc", "c"), ("acc", "z")]) == {
+        ("acc", "a"): "t1",
+        ("acc", "c"): "t1",
+    }
+    assert store.get("acc", "a") is None  # prepared is not installed
+    store.close()
+
+
+def test_dropping_an_intent_releases_its_keys_durably(tmp_path: Path) -> None:
+    store = DocumentStore(tmp_path / "db")
+    intents = IntentStore(store)
+    intents.put(Intent("t1", "s-0", 1, Role.PRIMARY, tuple(store.prepare([Write("acc", "a", {})]))))
+    intents.delete("t1")
+    assert intents.holders([("acc", "a")]) == {} and len(intents) == 0
+    del intents  # column-family handles hold the DB lock
+    store = reopen(store)
+    assert IntentStore(store).all() == []
+    store.close()
+
+
+def test_a_replica_intent_is_kept_but_locks_nothing(store: DocumentStore) -> None:
+    intents = IntentStore(store)
+    intents.put(
+        Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "a", {})])), (), "s-1")
+    )
+    assert intents.get("t1").primary == "s-1" and intents.holders([("acc", "a")]) == {}
+
+
+def test_the_first_logged_decision_stands_and_survives_a_reopen(tmp_path: Path) -> None:
+    store = DocumentStore(tmp_path / "db")
+    log = TxnLog(store)
+    assert log.decide("t1", Decision.ABORT).decision is Decision.ABORT  # e.g. presumed abort
+    assert log.decide("t1", Decision.COMMIT, ["s-1", "s-2"]).decision is Decision.ABORT
+    log.decide("t2", Decision.COMMIT, ["s-2", "s-1"])
+    del log  # column-family handles hold the DB lock
+    store = reopen(store)
+    log = TxnLog(store)
+    assert log.get("t1").decision is Decision.ABORT
+    assert [(e.txn, e.participants) for e in log.pending_commits()] == [("t2", ("s-1", "s-2"))]
+    log.mark_done("t2")
+    assert log.pending_commits() == [] and log.get("t2").done
+    del log
+    store = reopen(store)
+    assert TxnLog(store).pending_commits() == [] and TxnLog(store).get("t3") is None
+    store.close()
+
+
+def test_a_check_passes_on_the_version_it_names_and_writes_nothing(store: DocumentStore) -> None:
+    store.put("acc", "x", {"n": 1})
+    assert store.commit([], checks=[Check("acc", "x", 1), Check("acc", "absent", 0)]) == []
+    assert store.version("acc", "x") == 1
+
+
+def test_a_failed_check_aborts_the_whole_commit(store: DocumentStore) -> None:
+    store.put("acc", "x", {"n": 1})
+    store.put("acc", "x", {"n": 2})
+    with pytest.raises(Conflict) as refused:
+        store.commit([Write("acc", "y", {"n": 1})], checks=[Check("acc", "x", 1)])
+    assert refused.value.code == "version_conflict"
+    assert store.get("acc", "y") is None
+    with pytest.raises(Conflict):
+        store.prepare([], checks=[Check("acc", "x", 0)])  # 0 = must not exist
+    store.delete("acc", "x")
+    assert store.prepare([], checks=[Check("acc", "x", 0)]) == []  # deleted counts as absent
