@@ -32,11 +32,13 @@ class BatchResult(_Model):
 
 
 class Operation(BaseModel):
-    """One operation of a transaction (``POST /v1/transactions``)."""
+    """One operation of a transaction (``POST /v1/transactions``). ``check`` writes nothing: it
+    asserts a key's version (0 = absent), so a transaction that lists every key it read with
+    ``check`` (or ``if_version`` on a write) is serializable."""
 
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["put", "delete"]
+    op: Literal["put", "delete", "check"]
     collection: str
     key: str
     document: dict[str, Any] | None = None
@@ -52,9 +54,14 @@ class Operation(BaseModel):
     def delete(cls, collection: str, key: str, if_version: int | None = None) -> Operation:
         return cls(op="delete", collection=collection, key=key, if_version=if_version)
 
+    @classmethod
+    def check(cls, collection: str, key: str, version: int) -> Operation:
+        """Abort the transaction (409) unless ``collection/key`` is still at ``version``."""
+        return cls(op="check", collection=collection, key=key, if_version=version)
+
 
 class TransactionItem(_Model):
-    op: Literal["put", "delete"]
+    op: Literal["put", "delete", "check"]
     urn: str
     version: int
 

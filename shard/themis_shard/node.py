@@ -19,6 +19,7 @@ from .aql.service import AqlService
 from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
+from .cluster.transactions.settings import TxnSettings
 from .documents.service import DocumentService
 from .domains.detector import DomainDetector
 from .domains.sets import adapter_validation_set
@@ -180,6 +181,7 @@ class ShardNode:
             plan_path=settings.plan_path,
             prefix=settings.llm if settings.llm.enabled else None,
             fetcher=fetcher,
+            txn=TxnSettings(),
         )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))

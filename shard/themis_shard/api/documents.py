@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ..cluster.fencing import WriteConcern, parse_concern
+from ..cluster.transactions.decisions import kind as transaction_kind
 from ..errors import BadRequest, PayloadTooLarge
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig, CollectionSettings
-from ..storage.documents import Change, Write
+from ..storage.documents import Change, Check, Write
 from ..storage.names import check_collection, check_key, urn
 from .deps import document_service, node, parse_if_match
 
@@ -68,8 +69,12 @@ class BatchResponse(BaseModel):
 
 
 class Operation(BaseModel):
+    """``put``/``delete`` write (``if_version``: a condition); ``check`` writes nothing and
+    asserts the key's version (``if_version`` required, 0 = absent) — the read set of a
+    serializable transaction."""
+
     model_config = ConfigDict(extra="forbid")
-    op: Literal["put", "delete"]
+    op: Literal["put", "delete", "check"]
     collection: str
     key: str
     document: dict[str, Any] | None = None
@@ -82,7 +87,7 @@ class TransactionRequest(BaseModel):
 
 
 class TransactionResult(BaseModel):
-    op: Literal["put", "delete"]
+    op: Literal["put", "delete", "check"]
     urn: str
     version: int
 
@@ -215,8 +220,9 @@ async def batch_documents(
 async def transaction(body: TransactionRequest, shard: Node, concern: Concern) -> TransactionResponse:
     """All-or-nothing: any failed condition (409) or invalid operation (4xx) applies nothing.
 
-    In a cluster, every key must have the same coordinating shard (else 400
-    ``cross_shard_transaction``)."""
+    Keys with one coordinating shard commit there; keys on several shards commit by two-phase
+    commit coordinated by this shard. ``check`` operations validate versions without writing:
+    with them a read-write transaction is serializable (``cluster/transactions``)."""
     if not body.operations:
         raise BadRequest("operations must not be empty", code="empty_transaction")
     if len(body.operations) > shard.settings.max_transaction_operations:
@@ -225,29 +231,52 @@ async def transaction(body: TransactionRequest, shard: Node, concern: Concern) -
             code="transaction_too_large",
         )
     writes: list[Write] = []
+    checks: list[Check] = []
     for i, op in enumerate(body.operations):
         if op.op == "put" and op.document is None:
             raise BadRequest(f"operations[{i}]: put needs a document", code="invalid_operation")
-        if op.op == "delete" and op.document is not None:
-            raise BadRequest(f"operations[{i}]: delete takes no document", code="invalid_operation")
-        writes.append(Write(op.collection, op.key, op.document, op.if_version))
+        if op.op in ("delete", "check") and op.document is not None:
+            raise BadRequest(f"operations[{i}]: {op.op} takes no document", code="invalid_operation")
+        if op.op == "check":
+            if op.if_version is None:
+                raise BadRequest(f"operations[{i}]: check needs if_version", code="invalid_operation")
+            check_collection(op.collection)
+            check_key(op.key)
+            checks.append(Check(op.collection, op.key, op.if_version))
+        else:
+            writes.append(Write(op.collection, op.key, op.document, op.if_version))
+    kind = transaction_kind(
+        [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks],
+        shard.cluster.topology,
+    )
+    outcomes = shard.cluster.transactions.metrics.outcomes
     # Embedded before the commit is tried: a write refused here counts as no aborted transaction.
     writes = await document_service(shard).embed_missing(writes)
     try:
-        changes = await shard.cluster.documents.commit(writes, concern)
+        changes = await shard.cluster.documents.commit(writes, concern, checks)
     except Exception:
         shard.metrics.transactions.labels(outcome="aborted").inc()
+        if kind == "single":  # cross-shard outcomes are counted by their coordinator
+            outcomes.labels(kind=kind, outcome="aborted").inc()
         raise
     shard.metrics.transactions.labels(outcome="committed").inc()
+    if kind == "single":
+        outcomes.labels(kind=kind, outcome="committed").inc()
     _record(shard, changes, "transaction")
-    return TransactionResponse(
-        committed=True,
-        results=[
+    written = iter(changes)
+    results = []
+    for op in body.operations:
+        if op.op == "check":
+            results.append(
+                TransactionResult(op="check", urn=urn(op.collection, op.key), version=op.if_version)
+            )
+            continue
+        c = next(written)
+        results.append(
             TransactionResult(
                 op="put" if c.document is not None else "delete",
                 urn=urn(c.collection, c.key),
                 version=c.version,
             )
-            for c in changes
-        ],
-    )
+        )
+    return TransactionResponse(committed=True, results=results)

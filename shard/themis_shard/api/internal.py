@@ -10,14 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ..cluster import tombstone_gc
-from ..cluster.documents import change_to_json, write_from_json
+from ..cluster.documents import change_to_json, check_from_json, write_from_json
 from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern, fence_refusal
 from ..cluster.gossip_wire import InvalidGossipMessage
 from ..cluster.migration import encode_entry
 from ..errors import BadRequest, NotFound
 from ..node import ShardNode
 from ..storage.collections import CollectionConfig
-from ..storage.hints import decode_items
+from ..storage.hints import decode_items, encode_items
 from ..storage.names import check_collection, check_key, urn
 from .deps import node
 from .search import SearchRequest
@@ -29,6 +29,8 @@ Node = Annotated[ShardNode, Depends(node)]
 class WritesBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     writes: list[dict[str, Any]]
+    #: read validations (``storage.documents.Check``) checked with the writes
+    checks: list[dict[str, Any]] = Field(default_factory=list)
     #: the forwarding shard's ring version: coordinated here only if it is ours too
     epoch: int
     concern: WriteConcern = DEFAULT_CONCERN
@@ -50,12 +52,85 @@ class ItemsBody(BaseModel):
 
 @router.post("/commit")
 async def commit(body: WritesBody, shard: Node) -> dict:
-    try:
-        writes = [write_from_json(w) for w in body.writes]
-    except (KeyError, TypeError) as exc:
-        raise BadRequest(f"malformed writes: {exc}", code="invalid_request") from exc
-    changes = await shard.cluster.documents.commit_forwarded(writes, body.epoch, body.concern)
+    writes, checks = _writes_and_checks(body.writes, body.checks)
+    changes = await shard.cluster.documents.commit_forwarded(writes, body.epoch, body.concern, checks)
     return {"changes": [change_to_json(c) for c in changes]}
+
+
+def _writes_and_checks(writes: list[dict[str, Any]], checks: list[dict[str, Any]]):
+    try:
+        return [write_from_json(w) for w in writes], [check_from_json(c) for c in checks]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed writes: {exc}", code="invalid_request") from exc
+
+
+# -- two-phase commit (cluster/transactions/): participant and coordinator endpoints -------------
+class PrepareBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    txn: str = Field(..., min_length=1, max_length=64)
+    coordinator: str
+    epoch: int
+    writes: list[dict[str, Any]]
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+    concern: WriteConcern = DEFAULT_CONCERN
+
+
+class ReplicaIntentBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    txn: str = Field(..., min_length=1, max_length=64)
+    coordinator: str
+    primary: str
+    epoch: int
+    records: list[dict[str, Any]]
+
+
+class TxnBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    txn: str = Field(..., min_length=1, max_length=64)
+
+
+@router.post("/txn/prepare")
+async def txn_prepare(body: PrepareBody, shard: Node) -> dict:
+    """Phase 1 on a participant (the primary of these keys): vote yes with the stamped records."""
+    writes, checks = _writes_and_checks(body.writes, body.checks)
+    records = await shard.cluster.transactions.participant.prepare(
+        body.txn, body.coordinator, body.epoch, writes, checks, body.concern
+    )
+    return {"records": encode_items(records)}
+
+
+@router.post("/txn/replica")
+async def txn_replica(body: ReplicaIntentBody, shard: Node) -> dict:
+    """Keep a replica copy of a participant's intent (durability at the write concern)."""
+    try:
+        records = decode_items(body.records)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed records: {exc}", code="invalid_request") from exc
+    await shard.cluster.transactions.participant.prepare_replica(
+        body.txn, body.coordinator, body.primary, body.epoch, records
+    )
+    return {"prepared": True}
+
+
+@router.post("/txn/commit")
+async def txn_commit(body: TxnBody, shard: Node) -> dict:
+    """Phase 2: install the intent's records (idempotent)."""
+    await shard.cluster.transactions.participant.commit(body.txn)
+    return {"committed": True}
+
+
+@router.post("/txn/abort")
+async def txn_abort(body: TxnBody, shard: Node) -> dict:
+    """Phase 2: drop the intent (idempotent)."""
+    await shard.cluster.transactions.participant.abort(body.txn)
+    return {"aborted": True}
+
+
+@router.post("/txn/decision")
+async def txn_decision(body: TxnBody, shard: Node) -> dict:
+    """The coordinator's answer about a transaction: commit, abort (logged or presumed) or pending."""
+    answer = await run_in_threadpool(shard.cluster.transactions.coordinator.decision, body.txn)
+    return {"decision": answer.value}
 
 
 class KeysBody(BaseModel):

@@ -10,9 +10,12 @@ not guessed at. Reads go to the primary and fall back to the other owners when i
 Forwarded calls land on ``/internal/...`` endpoints that never forward again, so a request
 makes at most one hop whatever the shards believe about each other.
 
-Limits (stated, not hidden): a transaction or batch is atomic per coordinator; a transaction
-whose keys have different coordinators is refused (400 ``cross_shard_transaction``) until a
-two-phase commit exists. Keys whose primary is down cannot be written until the plan changes.
+A transaction whose keys have different coordinators is a cross-shard transaction: it goes
+through two-phase commit (``transactions/``, ``CrossShardCommit``) with this shard as its
+coordinator; everything else keeps the single-coordinator path. A key locked by a prepared
+cross-shard transaction refuses writes (409 ``transaction_in_progress``) until it is decided.
+A batch is atomic per coordinator. Keys whose primary is down cannot be written until the plan
+changes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import BadRequest, Conflict, NotFound, ThemisError, Unavailable
 from ..ring import HashRing
-from ..storage.documents import Change, DocumentStore, Replicated, StoredDocument, Write
+from ..storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
 from ..storage.names import urn
 from .fencing import (
     DEFAULT_CONCERN,
@@ -53,6 +56,14 @@ def write_to_json(w: Write) -> dict[str, Any]:
 
 def write_from_json(d: dict[str, Any]) -> Write:
     return Write(d["collection"], d["key"], d.get("document"), d.get("if_version"))
+
+
+def check_to_json(c: Check) -> dict[str, Any]:
+    return {"collection": c.collection, "key": c.key, "version": c.version}
+
+
+def check_from_json(d: dict[str, Any]) -> Check:
+    return Check(str(d["collection"]), str(d["key"]), int(d["version"]))
 
 
 def change_to_json(c: Change) -> dict[str, Any]:
@@ -121,6 +132,18 @@ def relay(exc: PeerError) -> ThemisError:
     )
 
 
+class CrossShardCommit(Protocol):
+    """Two-phase commit of a transaction whose keys have several primaries (``transactions``)."""
+
+    async def run(self, writes: list[Write], checks: list[Check], concern: WriteConcern) -> list[Change]: ...
+
+
+class KeyHolders(Protocol):
+    """Which keys prepared cross-shard transactions hold (``storage.intents.IntentStore``)."""
+
+    def holders(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]: ...
+
+
 class HandoffView(Protocol):
     """What reads and writes need of a resharding in progress (``migration.Handoff``)."""
 
@@ -140,15 +163,24 @@ class DistributedDocuments:
         replication: Replication,
         topology: TopologySource,
         handoff: HandoffView | None = None,
+        *,
+        locks: KeyLocks | None = None,
+        cross_shard: CrossShardCommit | None = None,
+        held: KeyHolders | None = None,
     ) -> None:
+        """``cross_shard`` commits transactions over several primaries (None: refused, 400
+        ``cross_shard_transaction``); ``held`` names the keys their prepared intents lock."""
         self.store = store
         self.executor = executor
         self.replication = replication
         self._plan = topology
         #: While a ring change is being handed off, reads and writes look back at the previous owners.
         self.handoff = handoff
-        #: Writes this shard coordinates, serialised per key from prepare to install.
-        self.locks = KeyLocks()
+        #: Writes this shard coordinates, serialised per key from prepare to install (shared
+        #: with the two-phase-commit participant).
+        self.locks = locks or KeyLocks()
+        self.cross_shard = cross_shard
+        self.held = held
 
     @property
     def topology(self) -> Topology:
@@ -162,35 +194,48 @@ class DistributedDocuments:
         return self.executor.open_peers() if self.executor else frozenset()
 
     # -- writes ------------------------------------------------------------------------------
-    async def commit(self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN) -> list[Change]:
-        """Route a set of writes that share one coordinator (else 400) to it. While a plan
-        change spreads, owners on different epochs refuse each other's writes — provably
-        unapplied — so those are retried here, from routing on, for a few seconds."""
+    async def commit(
+        self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN, checks: list[Check] | None = None
+    ) -> list[Change]:
+        """Route a set of writes (and read checks) to their one coordinator, or through
+        two-phase commit when they have several. While a plan change spreads, owners on
+        different epochs refuse each other's writes — provably unapplied — so those are retried
+        here, from routing on, for a few seconds."""
+        checks = checks or []
         delay, deadline = 0.05, asyncio.get_running_loop().time() + EPOCH_RETRY_S
         while True:
             try:
-                return await self._commit_once(writes, concern)
+                return await self._commit_once(writes, concern, checks)
             except Unavailable as exc:
                 if exc.code != "epoch_changed" or asyncio.get_running_loop().time() + delay > deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def _commit_once(self, writes: list[Write], concern: WriteConcern) -> list[Change]:
+    async def _commit_once(
+        self, writes: list[Write], concern: WriteConcern, checks: list[Check]
+    ) -> list[Change]:
         topo = self.topology
         if not topo.clustered:
-            return await self.commit_here(writes, concern)
-        groups = primary_groups(writes, topo)
-        if len(groups) > 1:
-            raise BadRequest(
-                "the keys of this transaction live on different shards "
-                f"({', '.join(sorted(groups))}); cross-shard transactions are not supported yet",
-                code="cross_shard_transaction",
-            )
-        [target] = groups
+            return await self.commit_here(writes, concern, checks)
+        targets = {
+            primary(topo, c, k)
+            for c, k in [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
+        }
+        if not targets:
+            return []
+        if len(targets) > 1:
+            if self.cross_shard is None:
+                raise BadRequest(
+                    "the keys of this transaction live on different shards "
+                    f"({', '.join(sorted(targets))}) and this shard runs no two-phase commit",
+                    code="cross_shard_transaction",
+                )
+            return await self.cross_shard.run(writes, checks, concern)
+        [target] = targets
         if target == topo.self_id:
-            return await self.commit_here(writes, concern)
-        first = writes[0]
+            return await self.commit_here(writes, concern, checks)
+        first = writes[0] if writes else checks[0]
         what = f"{first.collection}/{first.key}"
         try:
             if not await self.executor.revive(target):
@@ -201,6 +246,7 @@ class DistributedDocuments:
                 "/internal/commit",
                 json_body={
                     "writes": [write_to_json(w) for w in writes],
+                    "checks": [check_to_json(c) for c in checks],
                     "epoch": topo.version,
                     "concern": concern.value,
                 },
@@ -236,28 +282,51 @@ class DistributedDocuments:
         changes = {(c.collection, c.key): c for group in results for c in group}
         return [changes[(w.collection, w.key)] for w in writes]
 
-    async def commit_forwarded(self, writes: list[Write], epoch: int, concern: WriteConcern) -> list[Change]:
+    async def commit_forwarded(
+        self, writes: list[Write], epoch: int, concern: WriteConcern, checks: list[Check] | None = None
+    ) -> list[Change]:
         """A write forwarded by another shard: coordinate it only as the keys' primary in ``epoch``."""
+        checks = checks or []
         refusal = fence_refusal(
-            self.topology, epoch, self.topology.self_id, [(w.collection, w.key) for w in writes]
+            self.topology,
+            epoch,
+            self.topology.self_id,
+            [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks],
         )
         if refusal is not None:
             raise refusal
-        return await self.commit_here(writes, concern)
+        return await self.commit_here(writes, concern, checks)
 
-    async def commit_here(self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN) -> list[Change]:
+    async def commit_here(
+        self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN, checks: list[Check] | None = None
+    ) -> list[Change]:
         """Coordinate locally: replicate the stamped records, then install and acknowledge."""
+        checks = checks or []
         topo = self.topology
         if self.handoff is not None and self.handoff.handoff_active:
             for w in writes:  # keys not handed off yet: continue from their newest version
                 if self.store.version(w.collection, w.key) == 0:
                     await self.handoff.fetch_previous(w.collection, w.key)
         if not topo.clustered:
-            return await run_in_threadpool(self.store.commit, writes)
-        keys = [(w.collection, w.key) for w in writes]
+            return await run_in_threadpool(self.store.commit, writes, None, checks)
+        keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
         async with self.locks.hold(keys):
-            records = await run_in_threadpool(self.store.prepare, writes)
+            self._refuse_held(keys)
+            records = await run_in_threadpool(self.store.prepare, writes, checks)
+            if not records:  # checks only: validated under the locks, nothing to write
+                return []
             return await self._replicate_and_install(topo, records, concern)
+
+    def _refuse_held(self, keys: list[tuple[str, str]]) -> None:
+        """409 when a prepared cross-shard transaction holds one of ``keys`` (no waiting: the
+        lock lasts one commit round trip, and a wait could not be bounded by this shard)."""
+        held = self.held.holders(keys) if self.held is not None else {}
+        if held:
+            (collection, key), txn = next(iter(held.items()))
+            raise Conflict(
+                f"{collection}/{key} is locked by transaction {txn}, which is being committed; retry",
+                code="transaction_in_progress",
+            )
 
     async def _replicate_and_install(
         self, topo: Topology, records: list[Replicated], concern: WriteConcern

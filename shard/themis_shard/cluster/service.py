@@ -7,7 +7,9 @@ Created by the app's lifespan. The parts, each with its own background tasks:
 * ``Handoff`` (migration.py) — start-up catch-up and the resharding state machine;
 * ``Replication`` (replication.py) + ``DistributedDocuments`` (documents.py) — routed reads and
   writes, synchronous replication with hinted handoff, hint replay;
-* ``ClusterCollections`` (collections.py) — collection declarations and vector search fan-out.
+* ``ClusterCollections`` (collections.py) — collection declarations and vector search fan-out;
+* ``Transactions`` (transactions/) — two-phase commit of cross-shard transactions and its
+  recovery (in-doubt intents, logged commits re-driven).
 
 They share no attributes: each gets what it needs in its constructor; the current topology and
 settings are read from one ``LivePlan`` that only the plan watcher swaps. Request handlers and
@@ -33,6 +35,7 @@ from ..vector.catalog import VectorCatalog
 from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections
 from .documents import DistributedDocuments
+from .fencing import KeyLocks
 from .gossip_state import ShardLoad
 from .inference import InferenceRouting
 from .membership import Membership
@@ -47,6 +50,8 @@ from .replication import Replication
 from .settings import ClusterSettings
 from .tasks import Tasks
 from .tombstone_gc import TombstoneGC
+from .transactions.service import Transactions
+from .transactions.settings import TxnSettings
 from .views import LivePlan, RuntimeSlot
 
 
@@ -63,9 +68,10 @@ class ClusterService:
         plan_path: Path | None = None,
         prefix: LLMSettings | None = None,
         fetcher: SourceFetcher | None = None,
+        txn: TxnSettings | None = None,
     ) -> None:
         """``prefix``: the LLM settings when this shard runs an engine (its KV-prefix cache);
-        ``fetcher``: downloads the plan's http(s) adapter sources."""
+        ``fetcher``: downloads the plan's http(s) adapter sources; ``txn``: two-phase commit."""
         self.self_id = self_id
         self.store = store
         self.vectors = vectors
@@ -118,8 +124,19 @@ class ClusterService:
             grace_s=self.live.settings.tombstone_grace_s,
             interval_s=self.live.settings.anti_entropy_interval_s,
         )
+        locks = KeyLocks()  # one per-key lock table for single-shard writes and 2PC prepares
+        self.transactions = Transactions(
+            store, locks, self.executor, self.live, self.replication, txn or TxnSettings(), registry
+        )
         self.documents = DistributedDocuments(
-            store, self.executor, self.replication, self.live, handoff=self.handoff
+            store,
+            self.executor,
+            self.replication,
+            self.live,
+            handoff=self.handoff,
+            locks=locks,
+            cross_shard=self.transactions,
+            held=self.transactions.intents,
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
@@ -254,6 +271,7 @@ class ClusterService:
         if self.topology.clustered:
             self.anti_entropy.start(lambda: self.handoff.caught_up)
         self.tombstone_gc.start()
+        self.transactions.start()
         if self.topology.clustered:  # KV-prefix directory
             self._tasks.every(self.settings.gossip_interval_s, self._prefix_refresh, "prefix-directory")
 
@@ -264,6 +282,7 @@ class ClusterService:
         await self.handoff.stop()
         await self.anti_entropy.stop()
         await self.tombstone_gc.stop()
+        await self.transactions.stop()
         await self._tasks.cancel()
         await self.executor.aclose()
 

@@ -1,0 +1,44 @@
+"""Cross-shard transactions: two-phase commit over the keys' primaries.
+
+A transaction whose keys all have one primary takes the single-coordinator fast path in
+``cluster.documents`` unchanged. Otherwise the shard that received it is the **coordinator**
+(``coordinator.py``) and each primary of a key group is a **participant** (``participant.py``):
+
+1. Prepare. Each participant checks the fence (it must be the keys' primary in the
+   coordinator's epoch: ``fencing.fence_refusal``), takes the per-key locks single-shard writes
+   take, validates every ``if_version`` and ``check``, stamps the records (``storage.stamps``)
+   and writes a durable *primary intent* (``storage.intents``, column family ``intents``, synced)
+   that locks the keys; then a *replica intent* goes to the keys' other owners, and the vote is
+   yes only once the write concern's number of owners hold it.
+2. Decide. All yes: the coordinator logs COMMIT durably (column family ``txn_log``) *before*
+   phase 2. Any refusal or unreachable participant: abort, not logged (presumed abort).
+3. Commit or abort. Participants install the records (or drop the intent) and release the
+   keys, and pass it on to their replicas (a replica that misses the commit gets a hint).
+
+Locks. A key held by a prepared intent refuses other writes at once — a single-key write with
+409 ``transaction_in_progress``, another transaction's prepare with 409 ``transaction_conflict``
+— rather than waiting: nothing ever waits on a lock held across the network, so there are no
+distributed deadlocks, and the client retries (the lock lasts one commit round trip).
+
+Recovery (``recovery.py``; every ``THEMIS_TXN_RESOLVE_INTERVAL_S``). A participant with an intent
+older than ``THEMIS_TXN_RESOLVE_AFTER_S`` — after a restart, all of them — asks the coordinator:
+a logged decision is final; a transaction the coordinator is still running within
+``THEMIS_TXN_TIMEOUT_S`` is pending; anything else (unknown, or past its timeout) is presumed
+aborted, and the abort is logged first-writer-wins so a late COMMIT cannot overturn it. A
+coordinator re-sends phase 2 for every logged COMMIT not yet acknowledged, after a restart too.
+Intents and decisions are synced RocksDB writes: they survive ``kill -9``.
+
+Isolation: **serializable**, by optimistic validation under two-phase-commit locks. A client
+reads (any shard, any time), then sends its writes with ``if_version`` and a
+``{"op": "check", "collection", "key", "if_version"}`` for every key it read but does not write.
+Every such version is validated at prepare while the key is locked until the decision, so all
+of a committed transaction's reads and writes happen at one point (its commit): write skew and
+G2 anti-dependency cycles abort one of the transactions with 409, and no update is lost. Reads
+outside a transaction are read-committed (a participant's keys show the old version until
+phase 2 reaches it).
+
+Limits: an unreachable coordinator blocks its participants' intents (2PC is blocking); the
+coordinator log is not garbage-collected yet; a resharding in progress is not read through by
+prepare (the single-coordinator path does); ``previous_version`` of a cross-shard result is not
+reported exactly. ``THEMIS_TXN_PAUSE_AFTER_PREPARE_S`` (off) is the one fault-injection hook.
+"""

@@ -1,0 +1,201 @@
+"""A participant: the primary of a group of keys in a cross-shard transaction (and its replicas).
+
+Prepare validates the group's conditions (``if_version`` and checks) under the coordinator's
+per-key locks, stamps the records exactly as a single-shard write would, writes a durable
+primary intent (which locks the keys until the decision) and then sends a replica intent to the
+keys' other owners; it votes yes only once the write concern's number of owners hold the intent.
+Commit installs the records (stamps decide, as for any replicated write) and drops the intent,
+then tells the replicas, or hints the records to a replica it cannot reach. Abort drops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.concurrency import run_in_threadpool
+
+from ...errors import Conflict, Unavailable
+from ...storage.documents import Check, DocumentStore, Replicated, Write
+from ...storage.hints import encode_items
+from ...storage.intents import Intent, IntentStore, Role
+from ..fencing import Delivery, KeyLocks, WriteConcern, fence_refusal, required_acks
+from ..remote import PeerError, PeerUnavailable, RemoteExecutor
+from ..replication import Replication, delivery_of
+from ..views import TopologySource
+from .decisions import enough_copies
+from .metrics import TxnMetrics
+
+log = logging.getLogger(__name__)
+
+
+class Participant:
+    def __init__(
+        self,
+        store: DocumentStore,
+        intents: IntentStore,
+        locks: KeyLocks,
+        executor: RemoteExecutor,
+        topology: TopologySource,
+        replication: Replication,
+        metrics: TxnMetrics,
+        *,
+        call_timeout_s: float = 10.0,
+    ) -> None:
+        """``locks``: the same per-key locks single-shard writes take (``DistributedDocuments``)."""
+        self.store = store
+        self.intents = intents
+        self.locks = locks
+        self.executor = executor
+        self._plan = topology
+        self.replication = replication
+        self.metrics = metrics
+        self.call_timeout_s = call_timeout_s
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.metrics.in_doubt.set(len(self.intents))
+
+    def _others(self, records: tuple[Replicated, ...] | list[Replicated]) -> dict[str, list[Replicated]]:
+        """The records each other owner of their keys keeps."""
+        topo = self._plan.topology
+        per_peer: dict[str, list[Replicated]] = {}
+        for r in records:
+            for owner in topo.owners(r.collection, r.key):
+                if owner != topo.self_id:
+                    per_peer.setdefault(owner, []).append(r)
+        return per_peer
+
+    # -- phase 1 -----------------------------------------------------------------------------
+    async def prepare(
+        self,
+        txn: str,
+        coordinator: str,
+        epoch: int,
+        writes: list[Write],
+        checks: list[Check],
+        concern: WriteConcern,
+    ) -> list[Replicated]:
+        """Vote yes (return the stamped records) or raise: 409 on a failed condition or a key
+        locked by another transaction, 409 fence codes from another epoch, 503 when too few
+        owners could keep the intent. A refusal leaves nothing prepared here."""
+        topo = self._plan.topology
+        keys = sorted({(w.collection, w.key) for w in writes} | {(c.collection, c.key) for c in checks})
+        refusal = fence_refusal(topo, epoch, topo.self_id, keys)
+        if refusal is not None:
+            raise refusal
+        async with self.locks.hold(keys):
+            held = {k: t for k, t in self.intents.holders(keys).items() if t != txn}
+            if held:
+                (collection, key), other = next(iter(held.items()))
+                raise Conflict(
+                    f"{collection}/{key} is locked by transaction {other}, which is being committed",
+                    code="transaction_conflict",
+                )
+            records = await run_in_threadpool(self.store.prepare, writes, checks)
+            intent = Intent(txn, coordinator, epoch, Role.PRIMARY, tuple(records), tuple(checks))
+            await run_in_threadpool(self.intents.put, intent)
+        self.refresh()
+        per_peer = self._others(records)
+        peers = sorted(per_peer)
+        delivered = dict(
+            zip(
+                peers,
+                await asyncio.gather(*(self._prepare_replica(p, intent, per_peer[p]) for p in peers)),
+                strict=True,
+            )
+        )
+        need = required_acks(concern, topo.plan.copies)
+        if not enough_copies({(r.collection, r.key) for r in records}, topo, delivered, need):
+            await self.abort(txn)
+            held_by = 1 + sum(d is Delivery.HELD for d in delivered.values())
+            raise Unavailable(
+                f"{topo.self_id} could keep this transaction's intent on {held_by} owner(s) and "
+                f"w={concern.value} needs {need}; nothing was written",
+                code="replicas_unavailable",
+            )
+        return records
+
+    async def _prepare_replica(self, peer: str, intent: Intent, records: list[Replicated]) -> Delivery:
+        await self.executor.revive(peer)
+        try:
+            await self.executor.request(
+                peer,
+                "POST",
+                "/internal/txn/replica",
+                json_body={
+                    "txn": intent.txn,
+                    "coordinator": intent.coordinator,
+                    "primary": self._plan.topology.self_id,
+                    "epoch": intent.epoch,
+                    "records": encode_items(records),
+                },
+                idempotent=True,  # storing the same intent twice is harmless
+                retries=0,
+                timeout_s=self.call_timeout_s,
+            )
+        except (PeerUnavailable, PeerError) as exc:
+            log.warning("owner %s did not keep the intent of %s: %s", peer, intent.txn, str(exc))
+            return delivery_of(exc)
+        return Delivery.HELD
+
+    async def prepare_replica(
+        self, txn: str, coordinator: str, primary: str, epoch: int, records: list[Replicated]
+    ) -> None:
+        """Keep a copy of a primary's intent (fenced like a replicated write; locks nothing)."""
+        refusal = fence_refusal(self._plan.topology, epoch, primary, [(r.collection, r.key) for r in records])
+        if refusal is not None:
+            raise refusal
+        if self.intents.get(txn) is None:
+            intent = Intent(txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary)
+            await run_in_threadpool(self.intents.put, intent)
+        self.refresh()
+
+    # -- phase 2 -----------------------------------------------------------------------------
+    async def commit(self, txn: str) -> None:
+        """Install the intent's records and drop it (idempotent: an unknown txn is done)."""
+        intent = self.intents.get(txn)
+        if intent is None:
+            return
+        async with self.locks.hold(intent.keys):
+            if self.intents.get(txn) is None:  # resolved meanwhile (phase 2 and the resolver)
+                return
+            await run_in_threadpool(self.store.apply_replicated, list(intent.records))
+            await run_in_threadpool(self.intents.delete, txn)
+        self.refresh()
+        if intent.role is Role.PRIMARY:
+            per_peer = self._others(intent.records)
+            await asyncio.gather(*(self._commit_replica(p, txn, per_peer[p]) for p in sorted(per_peer)))
+
+    async def _commit_replica(self, peer: str, txn: str, records: list[Replicated]) -> None:
+        try:
+            await self._tell(peer, "commit", txn)
+        except (PeerUnavailable, PeerError) as exc:
+            log.warning("owner %s missed the commit of %s (%s); hinting the records", peer, txn, str(exc))
+            await self.replication.hint(peer, records)
+
+    async def abort(self, txn: str) -> None:
+        """Drop the intent and release its keys (idempotent); replicas are told, best effort
+        (one that misses it asks the coordinator and hears abort)."""
+        intent = self.intents.get(txn)
+        if intent is None:
+            return
+        await run_in_threadpool(self.intents.delete, txn)
+        self.refresh()
+        if intent.role is Role.PRIMARY:
+            for peer in sorted(self._others(intent.records)):
+                try:
+                    await self._tell(peer, "abort", txn)
+                except (PeerUnavailable, PeerError) as exc:
+                    log.info("owner %s missed the abort of %s (%s); it will ask", peer, txn, str(exc))
+
+    async def _tell(self, peer: str, what: str, txn: str) -> None:
+        await self.executor.request(
+            peer,
+            "POST",
+            f"/internal/txn/{what}",
+            json_body={"txn": txn},
+            idempotent=True,
+            retries=1,
+            timeout_s=self.call_timeout_s,
+        )

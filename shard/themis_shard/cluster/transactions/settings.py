@@ -1,0 +1,23 @@
+"""Two-phase-commit settings (pydantic-settings, env prefix ``THEMIS_TXN_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class TxnSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="THEMIS_TXN_", extra="ignore")
+
+    #: A coordinator answers "pending" about a transaction it is still running for this long;
+    #: after it (or after the coordinator restarted) an undecided transaction is presumed aborted.
+    timeout_s: float = Field(10.0, gt=0)
+    #: Participants ask the coordinator about prepared intents older than this.
+    resolve_after_s: float = Field(2.0, ge=0)
+    #: How often in-doubt intents are resolved and logged commits re-driven.
+    resolve_interval_s: float = Field(1.0, gt=0)
+    #: Budget of one prepare, commit, abort or decision call to a peer.
+    call_timeout_s: float = Field(10.0, gt=0)
+    #: Fault injection, off by default: the coordinator sleeps this long after every participant
+    #: prepared and before it logs the decision (the e2e kills shards in this window).
+    pause_after_prepare_s: float = Field(0.0, ge=0)

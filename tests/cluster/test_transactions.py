@@ -1,0 +1,232 @@
+"""Spec: two-phase commit — who takes part, what is decided, what an asking participant is told,
+and how a participant that restarts with prepared intents finishes them (presumed abort when the
+coordinator has no decision, commit when it logged one). The multi-process protocol, with kills,
+is in e2e/test_cross_shard_transactions.py."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from themis_shard.cluster.fencing import Delivery, KeyLocks, WriteConcern
+from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.remote import RemoteExecutor
+from themis_shard.cluster.replication import Replication
+from themis_shard.cluster.transactions.decisions import (
+    Answer,
+    answer_for,
+    client_error,
+    coordinator_decision,
+    enough_copies,
+    in_doubt,
+    kind,
+    participant_groups,
+)
+from themis_shard.cluster.transactions.service import Transactions
+from themis_shard.cluster.transactions.settings import TxnSettings
+from themis_shard.errors import Conflict, NotFound, Unavailable
+from themis_shard.storage.documents import Check, DocumentStore, Write
+from themis_shard.storage.hints import HintLog
+from themis_shard.storage.intents import Decision, Intent, Role
+
+from .fakes import live, plan_of
+
+PLAN = plan_of(3)
+ME = Topology.of(PLAN, "s-0")
+
+
+def keys_of(first: str, n: int = 2, collection: str = "acc") -> list[str]:
+    return [k for k in (f"k{i}" for i in range(500)) if ME.owners(collection, k)[0] == first][:n]
+
+
+# -- the pure decisions ----------------------------------------------------------------------------
+def test_participants_are_the_primaries_and_results_keep_the_input_order() -> None:
+    [a] = keys_of("s-1", 1)
+    [b] = keys_of("s-2", 1)
+    [c] = keys_of("s-0", 1)
+    writes = [Write("acc", a, {}), Write("acc", b, {}), Write("acc", a, None)]
+    groups = participant_groups(writes, [Check("acc", c, 3)], ME)
+    assert sorted(groups) == ["s-0", "s-1", "s-2"]
+    assert groups["s-1"].positions == [0, 2] and groups["s-2"].positions == [1]
+    assert groups["s-0"].writes == [] and groups["s-0"].checks == [Check("acc", c, 3)]
+    assert kind([("acc", a), ("acc", b)], ME) == "cross"
+    assert kind([("acc", k) for k in keys_of("s-1")], ME) == "single"
+
+
+def test_the_coordinator_commits_only_when_every_participant_prepared() -> None:
+    assert coordinator_decision([True, True]) is Decision.COMMIT
+    assert coordinator_decision([True, False]) is Decision.ABORT
+
+
+@pytest.mark.parametrize(
+    ("logged", "started", "answer"),
+    [
+        (Decision.COMMIT, None, Answer.COMMIT),  # logged: final, whatever else
+        (Decision.ABORT, 99.0, Answer.ABORT),
+        (None, 95.0, Answer.PENDING),  # still running here within its timeout
+        (None, 80.0, None),  # past its timeout: presume abort
+        (None, None, None),  # unknown (never started, or before a restart): presume abort
+    ],
+)
+def test_what_an_asking_participant_is_told(logged, started, answer) -> None:
+    assert answer_for(logged, started, now_s=100.0, timeout_s=10.0) == answer
+
+
+def test_an_intent_is_in_doubt_once_old_enough() -> None:
+    intent = Intent("t", "s-0", 1, Role.PRIMARY, (), created_ms=10_000)
+    assert not in_doubt(intent, now_ms=11_000, after_s=2)
+    assert in_doubt(intent, now_ms=12_000, after_s=2)
+
+
+def test_a_vote_needs_the_concerns_copies_of_every_written_key() -> None:
+    [key] = keys_of("s-0", 1)
+    [replica] = [o for o in ME.owners("acc", key) if o != "s-0"]
+    assert enough_copies([("acc", key)], ME, {replica: Delivery.HELD}, need=2)
+    assert not enough_copies([("acc", key)], ME, {replica: Delivery.UNKNOWN}, need=2)
+    assert enough_copies([("acc", key)], ME, {}, need=1)
+
+
+def test_the_client_hears_a_failed_condition_before_an_epoch_change_before_a_503() -> None:
+    conflict = Conflict("x", code="version_conflict")
+    fenced = Unavailable("plan changing", code="epoch_changed")
+    down = Unavailable("down", code="coordinator_unavailable")
+    assert client_error([down, fenced, conflict]) is conflict
+    assert client_error([down, fenced]) is fenced
+    assert client_error([down]) is down
+
+
+# -- one shard's participant, coordinator and recovery over a real store -------------------------
+def refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+class Shard:
+    """s-0's transactions part over a real RocksDB; every peer refuses connections."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = DocumentStore(path, origin="s-0")
+        plan = live(PLAN, "s-0", breaker_health_probe_s=0)
+        self.executor = RemoteExecutor(plan.settings, plan.url, transport=httpx.MockTransport(refused))
+        registry = CollectorRegistry()
+        replication = Replication(self.executor, HintLog(self.store), plan, registry)
+        self.txns = Transactions(
+            self.store,
+            KeyLocks(),
+            self.executor,
+            plan,
+            replication,
+            TxnSettings(resolve_after_s=0, timeout_s=5),
+            registry,
+        )
+
+    def close(self) -> None:
+        asyncio.run(self.executor.aclose())
+        self.txns = None  # column-family handles hold the DB lock: drop them first
+        gc.collect()
+        self.store.close()
+
+
+@pytest.fixture
+def shard(tmp_path: Path):
+    s = Shard(tmp_path / "db")
+    yield s
+    s.close()
+
+
+def prepare(shard: Shard, txn: str, writes: list[Write], checks=(), concern=WriteConcern.ONE, epoch=None):
+    return asyncio.run(
+        shard.txns.participant.prepare(
+            txn, "s-0", ME.version if epoch is None else epoch, writes, list(checks), concern
+        )
+    )
+
+
+def test_a_prepare_locks_its_keys_until_the_decision(shard: Shard) -> None:
+    a, b = keys_of("s-0")
+    records = prepare(shard, "t1", [Write("acc", a, {"n": 1})], [Check("acc", b, 0)])
+    assert [r.version for r in records] == [1] and shard.store.get("acc", a) is None
+    with pytest.raises(Conflict) as locked:
+        prepare(shard, "t2", [Write("acc", b, {"n": 2})])
+    assert locked.value.code == "transaction_conflict"
+    assert shard.txns.intents.holders([("acc", a), ("acc", b)]) == {("acc", a): "t1", ("acc", b): "t1"}
+    asyncio.run(shard.txns.participant.commit("t1"))
+    assert shard.store.get("acc", a).document == {"n": 1} and shard.txns.intents.holders([("acc", b)]) == {}
+    prepare(shard, "t2", [Write("acc", b, {"n": 2})])  # released
+
+
+def test_a_refused_prepare_leaves_nothing_prepared(shard: Shard) -> None:
+    a, b = keys_of("s-0")
+    shard.store.put("acc", a, {"n": 0})
+    with pytest.raises(Conflict) as failed:
+        prepare(shard, "t1", [Write("acc", a, {"n": 1}, if_version=5)])
+    assert failed.value.code == "version_conflict"
+    with pytest.raises(NotFound):
+        prepare(shard, "t2", [Write("acc", b, None)])
+    with pytest.raises(Conflict) as fenced:
+        prepare(shard, "t3", [Write("acc", a, {"n": 1})], epoch=ME.version - 1)
+    assert fenced.value.code == "stale_epoch"
+    elsewhere = next(k for k in keys_of("s-1", 50) if "s-0" in ME.owners("acc", k))  # s-0 a replica
+    with pytest.raises(Conflict) as not_mine:
+        prepare(shard, "t4", [Write("acc", elsewhere, {})])
+    assert not_mine.value.code == "not_coordinator"
+    assert shard.txns.intents.all() == []
+
+
+def test_a_prepare_without_the_concerns_copies_votes_no_and_keeps_nothing(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)
+    with pytest.raises(Unavailable) as short:
+        prepare(shard, "t1", [Write("acc", a, {"n": 1})], concern=WriteConcern.ALL)  # replica is down
+    assert short.value.code == "replicas_unavailable"
+    assert shard.txns.intents.all() == [] and shard.txns.intents.holders([("acc", a)]) == {}
+
+
+def test_the_coordinator_presumes_abort_for_a_transaction_it_does_not_know(shard: Shard) -> None:
+    coordinator = shard.txns.coordinator
+    assert coordinator.decision("never-seen") is Answer.ABORT
+    assert shard.txns.log.get("never-seen").decision is Decision.ABORT  # logged: a late commit loses
+    assert shard.txns.log.decide("never-seen", Decision.COMMIT).decision is Decision.ABORT
+    shard.txns.log.decide("t-commit", Decision.COMMIT, ["s-1"])
+    assert coordinator.decision("t-commit") is Answer.COMMIT
+
+
+def test_a_restarted_participant_commits_what_its_coordinator_logged(tmp_path: Path) -> None:
+    shard = Shard(tmp_path / "db")
+    a, b = keys_of("s-0")
+    prepare(shard, "t1", [Write("acc", a, {"n": 1}), Write("acc", b, {"n": 2})])
+    shard.txns.log.decide("t1", Decision.COMMIT, ["s-0"])
+    shard.close()  # "kill -9" after the decision, before phase 2
+    shard = Shard(tmp_path / "db")
+    try:
+        assert shard.store.get("acc", a) is None and shard.txns.intents.holders([("acc", a)])
+        asyncio.run(shard.txns.recover())
+        assert shard.store.get("acc", a).document == {"n": 1} and shard.store.get("acc", b).version == 1
+        assert shard.txns.intents.all() == [] and shard.txns.log.pending_commits() == []
+    finally:
+        shard.close()
+
+
+def test_a_restarted_participant_aborts_what_no_coordinator_decided(tmp_path: Path) -> None:
+    shard = Shard(tmp_path / "db")
+    [a] = keys_of("s-0", 1)
+    prepare(shard, "t1", [Write("acc", a, {"n": 1})])
+    shard.close()  # the coordinator (this shard) died before deciding
+    shard = Shard(tmp_path / "db")
+    try:
+        asyncio.run(shard.txns.recover())
+        assert shard.store.get("acc", a) is None and shard.txns.intents.all() == []
+        assert shard.txns.log.get("t1").decision is Decision.ABORT
+        assert shard.txns.metrics.in_doubt._value.get() == 0
+    finally:
+        shard.close()
+
+
+def test_an_intent_whose_coordinator_is_unreachable_stays_in_doubt(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)
+    records = shard.store.prepare([Write("acc", a, {"n": 1})])
+    shard.txns.intents.put(Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records)))
+    assert asyncio.run(shard.txns.resolver.resolve()) == 0
+    assert shard.txns.intents.holders([("acc", a)]) == {("acc", a): "t1"}
