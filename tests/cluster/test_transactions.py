@@ -227,6 +227,6 @@ def test_a_restarted_participant_aborts_what_no_coordinator_decided(tmp_path: Pa
 def test_an_intent_whose_coordinator_is_unreachable_stays_in_doubt(shard: Shard) -> None:
     [a] = keys_of("s-0", 1)
     records = shard.store.prepare([Write("acc", a, {"n": 1})])
-    shard.txns.intents.put(Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records)))
+    shard.txns.intents.put(Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0"))
     assert asyncio.run(shard.txns.resolver.resolve()) == 0
     assert shard.txns.intents.holders([("acc", a)]) == {("acc", a): "t1"}

@@ -37,8 +37,9 @@ def test_a_prepared_intent_survives_a_reopen_with_its_records_and_locks(tmp_path
 def test_dropping_an_intent_releases_its_keys_durably(tmp_path: Path) -> None:
     store = DocumentStore(tmp_path / "db")
     intents = IntentStore(store)
-    intents.put(Intent("t1", "s-0", 1, Role.PRIMARY, tuple(store.prepare([Write("acc", "a", {})]))))
-    intents.delete("t1")
+    intent = Intent("t1", "s-0", 1, Role.PRIMARY, tuple(store.prepare([Write("acc", "a", {})])), (), "s-0")
+    intents.put(intent)
+    intents.delete(intent)
     assert intents.holders([("acc", "a")]) == {} and len(intents) == 0
     del intents  # column-family handles hold the DB lock
     store = reopen(store)
@@ -51,7 +52,18 @@ def test_a_replica_intent_is_kept_but_locks_nothing(store: DocumentStore) -> Non
     intents.put(
         Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "a", {})])), (), "s-1")
     )
-    assert intents.get("t1").primary == "s-1" and intents.holders([("acc", "a")]) == {}
+    assert intents.of("t1")[0].primary == "s-1" and intents.holders([("acc", "a")]) == {}
+
+
+def test_one_shard_keeps_its_own_intent_and_replica_intents_of_one_transaction(store: DocumentStore) -> None:
+    intents = IntentStore(store)
+    own = Intent("t1", "s-0", 1, Role.PRIMARY, tuple(store.prepare([Write("acc", "a", {})])), (), "s-2")
+    copy = Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "b", {})])), (), "s-1")
+    intents.put(own)
+    intents.put(copy)
+    assert sorted(i.primary for i in intents.of("t1")) == ["s-1", "s-2"]
+    intents.delete(copy)
+    assert intents.of("t1") == [own] and intents.holders([("acc", "a")]) == {("acc", "a"): "t1"}
 
 
 def test_the_first_logged_decision_stands_and_survives_a_reopen(tmp_path: Path) -> None:

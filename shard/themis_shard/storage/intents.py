@@ -3,7 +3,7 @@
 Both live in the document store's RocksDB, in their own column families, written with the same
 synced ``WriteBatch`` as documents, so they survive ``kill -9`` exactly as acknowledged writes do.
 
-* ``intents``: txn id → an :class:`Intent`: the stamped records a participant will install on
+* ``intents``: (txn id, primary) → an :class:`Intent`: the stamped records a participant will install on
   commit, the read checks it validated, the coordinator to ask for the decision, the epoch it was
   prepared in and when. A *primary* intent locks its keys (no other write or prepare may touch
   them until it is resolved); a *replica* intent is the copy an owner keeps so that a commit
@@ -53,9 +53,14 @@ class Intent:
     role: Role
     records: tuple[Replicated, ...]
     checks: tuple[Check, ...] = ()
-    #: the primary participant that sent a replica intent ("" for a primary intent)
+    #: the primary participant of the records (this shard itself for a primary intent): one
+    #: shard may hold a primary intent and replica intents of several primaries in one txn
     primary: str = ""
     created_ms: int = field(default_factory=now_ms)
+
+    @property
+    def ident(self) -> bytes:
+        return self.txn.encode() + b"\x00" + self.primary.encode()
 
     @property
     def keys(self) -> list[tuple[str, str]]:
@@ -109,14 +114,14 @@ class IntentStore:
     def __init__(self, store: DocumentStore) -> None:
         self._cf, self._handle, self._db, self._sync = store.column_family("intents")
         self._lock = threading.Lock()
-        self._intents: dict[str, Intent] = {}
+        self._intents: dict[bytes, Intent] = {}
         self._holders: dict[tuple[str, str], str] = {}
         for _, raw in self._cf.items():
             intent = decode_intent(raw)
             self._remember(intent)
 
     def _remember(self, intent: Intent) -> None:
-        self._intents[intent.txn] = intent
+        self._intents[intent.ident] = intent
         if intent.role is Role.PRIMARY:
             for k in intent.keys:
                 self._holders[k] = intent.txn
@@ -124,24 +129,24 @@ class IntentStore:
     def put(self, intent: Intent) -> None:
         """Write the intent durably (synced) and take its keys' locks."""
         batch = WriteBatch(raw_mode=True)
-        batch.put(intent.txn.encode(), encode_intent(intent), self._handle)
+        batch.put(intent.ident, encode_intent(intent), self._handle)
         with self._lock:
             self._db.write(batch, self._sync)
             self._remember(intent)
 
-    def get(self, txn: str) -> Intent | None:
-        return self._intents.get(txn)
+    def of(self, txn: str) -> list[Intent]:
+        """Every intent of ``txn`` held here (its own primary one, replica ones of others)."""
+        return [i for i in list(self._intents.values()) if i.txn == txn]
 
-    def delete(self, txn: str) -> None:
+    def delete(self, intent: Intent) -> None:
         """Drop the intent (its records installed or aborted) and release its locks."""
         batch = WriteBatch(raw_mode=True)
-        batch.delete(txn.encode(), self._handle)
+        batch.delete(intent.ident, self._handle)
         with self._lock:
             self._db.write(batch, self._sync)
-            intent = self._intents.pop(txn, None)
-            if intent is not None:
+            if self._intents.pop(intent.ident, None) is not None and intent.role is Role.PRIMARY:
                 for k in intent.keys:
-                    if self._holders.get(k) == txn:
+                    if self._holders.get(k) == intent.txn:
                         del self._holders[k]
 
     def holders(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:

@@ -93,7 +93,9 @@ class Participant:
                     code="transaction_conflict",
                 )
             records = await run_in_threadpool(self.store.prepare, writes, checks)
-            intent = Intent(txn, coordinator, epoch, Role.PRIMARY, tuple(records), tuple(checks))
+            intent = Intent(
+                txn, coordinator, epoch, Role.PRIMARY, tuple(records), tuple(checks), topo.self_id
+            )
             await run_in_threadpool(self.intents.put, intent)
         self.refresh()
         per_peer = self._others(records)
@@ -146,26 +148,25 @@ class Participant:
         refusal = fence_refusal(self._plan.topology, epoch, primary, [(r.collection, r.key) for r in records])
         if refusal is not None:
             raise refusal
-        if self.intents.get(txn) is None:
-            intent = Intent(txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary)
-            await run_in_threadpool(self.intents.put, intent)
+        intent = Intent(txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary)
+        await run_in_threadpool(self.intents.put, intent)  # the same again is harmless
         self.refresh()
 
     # -- phase 2 -----------------------------------------------------------------------------
+    # A decision is per transaction, so either one applies to every intent of it held here: the
+    # shard's own primary intent and the replica intents it keeps for other participants.
     async def commit(self, txn: str) -> None:
-        """Install the intent's records and drop it (idempotent: an unknown txn is done)."""
-        intent = self.intents.get(txn)
-        if intent is None:
-            return
-        async with self.locks.hold(intent.keys):
-            if self.intents.get(txn) is None:  # resolved meanwhile (phase 2 and the resolver)
-                return
-            await run_in_threadpool(self.store.apply_replicated, list(intent.records))
-            await run_in_threadpool(self.intents.delete, txn)
-        self.refresh()
-        if intent.role is Role.PRIMARY:
-            per_peer = self._others(intent.records)
-            await asyncio.gather(*(self._commit_replica(p, txn, per_peer[p]) for p in sorted(per_peer)))
+        """Install the records of every intent of ``txn`` here and drop them (idempotent)."""
+        for intent in self.intents.of(txn):
+            async with self.locks.hold(intent.keys):
+                if intent not in self.intents.of(txn):  # resolved meanwhile (phase 2 and the resolver)
+                    continue
+                await run_in_threadpool(self.store.apply_replicated, list(intent.records))
+                await run_in_threadpool(self.intents.delete, intent)
+            self.refresh()
+            if intent.role is Role.PRIMARY:
+                per_peer = self._others(intent.records)
+                await asyncio.gather(*(self._commit_replica(p, txn, per_peer[p]) for p in sorted(per_peer)))
 
     async def _commit_replica(self, peer: str, txn: str, records: list[Replicated]) -> None:
         try:
@@ -175,19 +176,17 @@ class Participant:
             await self.replication.hint(peer, records)
 
     async def abort(self, txn: str) -> None:
-        """Drop the intent and release its keys (idempotent); replicas are told, best effort
-        (one that misses it asks the coordinator and hears abort)."""
-        intent = self.intents.get(txn)
-        if intent is None:
-            return
-        await run_in_threadpool(self.intents.delete, txn)
-        self.refresh()
-        if intent.role is Role.PRIMARY:
-            for peer in sorted(self._others(intent.records)):
-                try:
-                    await self._tell(peer, "abort", txn)
-                except (PeerUnavailable, PeerError) as exc:
-                    log.info("owner %s missed the abort of %s (%s); it will ask", peer, txn, str(exc))
+        """Drop every intent of ``txn`` here and release its keys (idempotent); replicas are
+        told, best effort (one that misses it asks the coordinator and hears abort)."""
+        for intent in self.intents.of(txn):
+            await run_in_threadpool(self.intents.delete, intent)
+            self.refresh()
+            if intent.role is Role.PRIMARY:
+                for peer in sorted(self._others(intent.records)):
+                    try:
+                        await self._tell(peer, "abort", txn)
+                    except (PeerUnavailable, PeerError) as exc:
+                        log.info("owner %s missed the abort of %s (%s); it will ask", peer, txn, str(exc))
 
     async def _tell(self, peer: str, what: str, txn: str) -> None:
         await self.executor.request(
