@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from themis_client import BadRequest, ThemisClient
+from themis_client import ThemisClient, VersionConflict
 
 pytestmark = pytest.mark.e2e
 
@@ -114,15 +114,19 @@ def test_explain_names_the_shards_a_query_touches(seeded):
     assert [plan["terminal"]["coordinator"]] == owner
 
 
-def test_writes_route_to_the_owner_and_cross_shard_writes_are_refused(seeded):
+def test_writes_route_to_the_owner_and_cross_shard_writes_commit_atomically(seeded):
     cluster, _ = seeded
     aql(cluster.url("shard-1"), "INSERT {_key: 'fresh', n: -1} INTO items")
     assert aql(cluster.url("shard-2"), "FOR d IN items FILTER d._key == 'fresh' RETURN d.n")["result"] == [-1]
     aql(cluster.url("shard-0"), "UPDATE 'fresh' WITH {n: -2} IN items")
     assert aql(cluster.url("shard-1"), "FOR d IN items FILTER d.n < 0 RETURN d.n")["result"] == [-2]
-    with ThemisClient(cluster.url("shard-0")) as themis, pytest.raises(BadRequest) as refused:
-        themis.aql("FOR i IN 1..40 INSERT {_key: CONCAT('k', i)} INTO items")
-    assert refused.value.code == "cross_shard_transaction"
+    # 40 keys on every shard: one statement, one two-phase commit
+    aql(cluster.url("shard-0"), "FOR i IN 1..40 INSERT {_key: CONCAT('k', i), i: i} INTO bulk")
+    got = aql(cluster.url("shard-2"), "FOR d IN bulk SORT d.i RETURN d.i")["result"]
+    assert got == list(range(1, 41))
+    with ThemisClient(cluster.url("shard-1")) as themis, pytest.raises(VersionConflict):
+        themis.aql("FOR i IN 1..40 INSERT {_key: CONCAT('k', i), i: i} INTO bulk")  # k1..k40 exist: none
+    assert aql(cluster.url("shard-1"), "FOR d IN bulk FILTER d._version > 1 RETURN d")["result"] == []
     assert aql(cluster.url("shard-2"), "REMOVE 'fresh' IN items")["result"][0]["op"] == "remove"
     assert aql(cluster.url("shard-0"), "FOR d IN items FILTER d.n < 0 RETURN d")["result"] == []
 

@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from themis_client import BadRequest, Operation, ThemisClient
+from themis_client import Operation, ThemisClient
 
 from .conftest import peer_auth
 
@@ -101,7 +101,9 @@ def test_raid1_survives_a_killed_shard_and_the_restarted_shard_catches_up(local_
         assert r.status_code == 200 and r.json()["version"] == acked[key] + 1, r.text
 
 
-def test_cross_shard_transactions_are_refused_clearly(local_cluster) -> None:
+def test_a_transaction_over_keys_on_different_shards_commits_on_all_of_them(local_cluster) -> None:
+    """One primary: the single-coordinator fast path; several: two-phase commit (the protocol
+    under faults is e2e/test_cross_shard_transactions.py)."""
     cluster = local_cluster(3)
     from themis_shard.cluster.placement import Topology
 
@@ -112,6 +114,8 @@ def test_cross_shard_transactions_are_refused_clearly(local_cluster) -> None:
     other = next(k for k in keys if primary[k] != primary[keys[0]])
     themis = ThemisClient(cluster.url("shard-2"))
     assert themis.transaction([Operation.put("acc", k, {"n": 1}) for k in same]).committed
-    with pytest.raises(BadRequest) as refused:
-        themis.transaction([Operation.put("acc", k, {"n": 1}) for k in (same[0], other)])
-    assert refused.value.code == "cross_shard_transaction"
+    done = themis.transaction([Operation.put("acc", k, {"n": 2}) for k in (same[0], other)])
+    assert [r.version for r in done.results] == [2, 1]
+    for shard in cluster.ids:
+        reader = ThemisClient(cluster.url(shard))
+        assert reader.get("acc", same[0]).document == {"n": 2} == reader.get("acc", other).document

@@ -257,3 +257,43 @@ def test_an_unexpected_error_says_the_connection_closes(client: TestClient, monk
     monkeypatch.setattr(DocumentStore, "collections", broken)
     r = TestClient(client.app, raise_server_exceptions=False).get("/v1/collections")  # the node is open
     assert r.status_code == 500 and r.headers["connection"] == "close" and error_code(r) == "internal"
+
+
+def test_a_check_operation_validates_a_version_and_writes_nothing(client: TestClient) -> None:
+    client.put(f"{DOC}/x", json={"n": 1})
+    ops = [
+        {"op": "check", "collection": "books", "key": "x", "if_version": 1},
+        {"op": "check", "collection": "books", "key": "nobody", "if_version": 0},
+        {"op": "put", "collection": "books", "key": "y", "document": {"n": 2}},
+    ]
+    ok = client.post("/v1/transactions", json={"operations": ops})
+    assert ok.status_code == 200, ok.text
+    assert [(r["op"], r["version"]) for r in ok.json()["results"]] == [("check", 1), ("check", 0), ("put", 1)]
+    assert client.get(f"{DOC}/x").json()["version"] == 1
+    stale = [
+        {"op": "check", "collection": "books", "key": "x", "if_version": 0},
+        {"op": "put", "collection": "books", "key": "z", "document": {}},
+    ]
+    conflict = client.post("/v1/transactions", json={"operations": stale})
+    assert conflict.status_code == 409 and error_code(conflict) == "version_conflict"
+    assert client.get(f"{DOC}/z").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("operation", "code"),
+    [
+        ({"op": "check", "collection": "books", "key": "x"}, "invalid_operation"),  # no if_version
+        (
+            {"op": "check", "collection": "books", "key": "x", "if_version": 1, "document": {}},
+            "invalid_operation",
+        ),
+        ({"op": "increment", "collection": "books", "key": "x"}, "invalid_request"),
+        (
+            {"op": "check", "collection": "books", "key": "x", "if_version": 1, "lock": True},
+            "unsupported_parameter",
+        ),
+    ],
+)
+def test_bad_transaction_operations_are_refused_by_name(client: TestClient, operation, code) -> None:
+    r = client.post("/v1/transactions", json={"operations": [operation]})
+    assert r.status_code == 400 and error_code(r) == code, r.text

@@ -20,8 +20,9 @@ Expressions: literals (numbers, 'strings', "strings", true/false/null, [arrays],
 (``SIMILARITY(a, b)`` is cosine similarity; in ``SORT … DESC LIMIT k`` it runs on the vector
 index). Documents carry the system attributes ``_key``, ``_urn`` and ``_version``.
 
-Writes of one statement (a FOR that writes many rows too) commit as one transaction; in a
-cluster that needs one coordinator for all keys, else 400 ``cross_shard_transaction``.
+Writes of one statement (a FOR that writes many rows too) commit as one transaction: on the
+keys' one coordinator, or by two-phase commit when they live on several shards
+(``cluster/transactions``).
 ``FOR r IN @requests INFER …`` sends one ``/v1/infer:batch``.
 
 Modules: ``grammar``/``parser`` (text → ``ast``), ``planner`` (pure: AST → ``nodes.Plan``, with

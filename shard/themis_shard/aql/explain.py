@@ -146,7 +146,8 @@ def describe(
         terminal["collection"] = plan.collection
     if plan.kind == "write":
         terminal["transaction"] = (
-            "all writes commit atomically on one coordinator (else cross_shard_transaction)"
+            "all writes commit atomically: on their one coordinator, or by two-phase commit "
+            "across the shards that coordinate them"
         )
         coordinator = _write_coordinator(t, plan, binds, owners)
         terminal["coordinator"] = coordinator
