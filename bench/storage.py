@@ -1,10 +1,12 @@
 """Storage benchmark: document puts (single, batch, sync), gets, transaction commits, vector
 search qps + recall@10 per index type at 100k × 384 (compared with exact flat search), and the
 cost of fenced, replicated writes on a real 2-shard RAID1 cluster: one client's PUT rate on the
-key's primary at each write concern, and through the other shard (forwarded to the primary).
+key's primary at each write concern, and through the other shard (forwarded to the primary);
+and single-shard vs cross-shard (two-phase commit) transaction rates and latencies on a real
+3-shard RAID1 cluster: 2-key transactions whose keys share a primary, and whose keys have two.
 
 Run: `make bench` or `.venv/bin/python bench/storage.py [--vectors 100000] [--dim 384]
-[--cluster-writes 300]` (``--cluster-writes 0`` skips the cluster).
+[--cluster-writes 300] [--cluster-txns 300]` (``0`` skips that cluster).
 Prints a table; numbers are from this machine in this run (shared, noisy: compare rows, not runs).
 """
 
@@ -119,6 +121,61 @@ def bench_cluster_writes(n: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+def bench_cluster_transactions(n: int) -> list[tuple[str, str, str, str, str]]:
+    """One client's sequential 2-key transactions on a real 3-shard RAID1 cluster (no model),
+    w=all: the single-coordinator fast path next to two-phase commit, side by side."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _local import api_headers, themis
+    from themis_shard.cluster.placement import Topology
+    from themis_shard.plan import ClusterPlan
+
+    rows = []
+    doc = {"title": "A document", "body": "x" * 200, "n": 1}
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        themis(cwd, "up", "--shards", "3", "--raid-mode", "raid1", "--no-llm", "--base-port", "0")
+        try:
+            plan = ClusterPlan.load(cwd / ".themis" / "plan.json")
+            topo = Topology.of(plan, "shard-0")
+            url = {m.shard_id: m.url for m in plan.members}
+            keys = [f"k{i}" for i in range(20_000)]
+
+            def on(primary: str, count: int) -> list[str]:
+                return [k for k in keys if topo.owners("t", k)[0] == primary][:count]
+
+            pairs = 50
+            same = list(zip(on("shard-0", 2 * pairs)[::2], on("shard-0", 2 * pairs)[1::2], strict=True))
+            cross = list(zip(on("shard-0", pairs), on("shard-1", pairs), strict=True))
+            cross_far = list(zip(on("shard-1", 2 * pairs)[pairs:], on("shard-2", pairs), strict=True))
+            cases = [
+                ("single-shard: both keys on one primary, sent to it", "shard-0", same),
+                ("single-shard: both keys on one primary, via another shard", "shard-1", same),
+                ("cross-shard (2PC): two primaries, coordinator is one of them", "shard-0", cross),
+                ("cross-shard (2PC): two primaries, coordinator is the third shard", "shard-0", cross_far),
+            ]
+            with httpx.Client(timeout=60, headers=api_headers(cwd)) as c:
+
+                def txn(via: str, pair: tuple[str, str]) -> None:
+                    ops = [{"op": "put", "collection": "t", "key": k, "document": doc} for k in pair]
+                    c.post(f"{url[via]}/v1/transactions", json={"operations": ops}).raise_for_status()
+
+                for label, via, chosen in cases:
+                    for pair in chosen[:10]:  # warm connections and the collection
+                        txn(via, pair)
+                    latencies = []
+                    t = time.perf_counter()
+                    for i in range(n):
+                        started = time.perf_counter()
+                        txn(via, chosen[i % len(chosen)])
+                        latencies.append(time.perf_counter() - started)
+                    elapsed = time.perf_counter() - t
+                    p50, p99 = np.percentile(np.array(latencies) * 1000, [50, 99])
+                    rows.append((label, f"{n:,}", rate(n, elapsed), f"{p50:.1f}", f"{p99:.1f}"))
+        finally:
+            themis(cwd, "down")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--single", type=int, default=2000)
@@ -127,6 +184,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--cluster-writes", type=int, default=300)
+    parser.add_argument("--cluster-txns", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         doc_rows = bench_documents(Path(tmp) / "db", args.single, args.batch)
@@ -135,6 +193,14 @@ def main() -> None:
     print("\n| operation | n | rate |\n|---|---:|---:|")
     for row in doc_rows:
         print("| " + " | ".join(row) + " |")
+    if args.cluster_txns:
+        print(
+            "\n| single-shard vs cross-shard transaction rate (2-key, 3 shards, RAID1, w=all) "
+            "| n | txns/s | p50 ms | p99 ms |"
+        )
+        print("|---|---:|---:|---:|---:|")
+        for row in bench_cluster_transactions(args.cluster_txns):
+            print("| " + " | ".join(row) + " |")
     if not args.vectors:
         return
     print(f"\n| index ({args.vectors:,} × {args.dim}) | build | qps (1 query/call) | recall@10 vs flat |")
