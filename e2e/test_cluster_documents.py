@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from themis_client import Operation, ThemisClient
+from themis_client import Operation, ThemisClient, VersionConflict
 
 from .conftest import peer_auth
 
@@ -119,3 +119,10 @@ def test_a_transaction_over_keys_on_different_shards_commits_on_all_of_them(loca
     for shard in cluster.ids:
         reader = ThemisClient(cluster.url(shard))
         assert reader.get("acc", same[0]).document == {"n": 2} == reader.get("acc", other).document
+    # a read check on the fast path (forwarded to the keys' primary with the writes)
+    themis = ThemisClient(cluster.url(next(s for s in cluster.ids if s != primary[same[0]])))
+    done = themis.transaction([Operation.check("acc", same[0], 2), Operation.put("acc", same[1], {"n": 3})])
+    assert [(r.op, r.version) for r in done.results] == [("check", 2), ("put", 2)]
+    with pytest.raises(VersionConflict):
+        themis.transaction([Operation.check("acc", same[0], 1), Operation.put("acc", same[1], {"n": 4})])
+    assert themis.get("acc", same[1]).version == 2

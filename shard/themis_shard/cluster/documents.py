@@ -246,9 +246,10 @@ class DistributedDocuments:
                 "/internal/commit",
                 json_body={
                     "writes": [write_to_json(w) for w in writes],
-                    "checks": [check_to_json(c) for c in checks],
                     "epoch": topo.version,
                     "concern": concern.value,
+                    # only when there are any: a primary not yet upgraded still takes plain writes
+                    **({"checks": [check_to_json(c) for c in checks]} if checks else {}),
                 },
                 idempotent=False,
                 retries=0,

@@ -469,12 +469,15 @@ class DocumentStore:
             installs.append((w, Stamp(stored + 1, self.clock.now(), self.origin), live))
         return installs
 
-    def apply_replicated(self, items: list[Replicated]) -> list[Change]:
+    def apply_replicated(
+        self, items: list[Replicated], also: Callable[[WriteBatch], None] | None = None
+    ) -> list[Change]:
         """Install versions decided by another shard (replication, hints, catch-up).
 
         Idempotent and order-insensitive: an item applies only when its stamp is higher than
         the stored one (tombstones included), so replays and stale copies are no-ops and two
-        records of one version resolve the same way everywhere (``stamps.wins``).
+        records of one version resolve the same way everywhere (``stamps.wins``). ``also`` adds
+        to the same synced batch (a committed transaction drops its intent atomically with it).
         """
         for item in items:
             check_collection(item.collection)
@@ -496,7 +499,13 @@ class DocumentStore:
                     observer.validate(config, w)
                 newest[ident] = stamp
                 installs.append((w, stamp, codec.live_version(raw)))
-            return self._install(installs) if installs else []
+            if installs:
+                return self._install(installs, also)
+            if also is not None:
+                batch = WriteBatch(raw_mode=True)
+                also(batch)
+                self._db.write(batch, self._sync)
+            return []
 
     def tombstones(self, older_than_hlc: int) -> list[Tombstone]:
         """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection)."""
@@ -538,8 +547,11 @@ class DocumentStore:
                 return [], newer
             return self.apply_replicated(items), []
 
-    def _install(self, installs: list[tuple[Write, Stamp, int]]) -> list[Change]:
-        """Write (write, stamp, previous live version) triples in one synced batch."""
+    def _install(
+        self, installs: list[tuple[Write, Stamp, int]], also: Callable[[WriteBatch], None] | None = None
+    ) -> list[Change]:
+        """Write (write, stamp, previous live version) triples in one synced batch (with
+        whatever ``also`` adds to it)."""
         started = time.perf_counter()
         batch = WriteBatch(raw_mode=True)
         live: dict[tuple[str, str], bool] = {}
@@ -567,6 +579,8 @@ class DocumentStore:
         for c in touched:
             batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
             batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
+        if also is not None:
+            also(batch)
         self._db.write(batch, self._sync)
         # Durable from here on: publish the new state.
         for c in touched:

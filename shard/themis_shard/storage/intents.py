@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rocksdict import WriteBatch
+from rocksdict import WriteBatch, WriteOptions
 
 from .documents import Check, DocumentStore, Replicated
 from .hints import decode_items, encode_items
@@ -139,11 +139,20 @@ class IntentStore:
         return [i for i in list(self._intents.values()) if i.txn == txn]
 
     def delete(self, intent: Intent) -> None:
-        """Drop the intent (its records installed or aborted) and release its locks."""
+        """Drop the intent (aborted) and release its locks."""
         batch = WriteBatch(raw_mode=True)
+        self.drop_into(intent, batch)
+        self._db.write(batch, self._sync)
+        self.forget(intent)
+
+    def drop_into(self, intent: Intent, batch: WriteBatch) -> None:
+        """Add the intent's removal to ``batch`` (committed with its records, atomically);
+        ``forget`` it once the batch is durable."""
         batch.delete(intent.ident, self._handle)
+
+    def forget(self, intent: Intent) -> None:
+        """Release a removed intent's locks."""
         with self._lock:
-            self._db.write(batch, self._sync)
             if self._intents.pop(intent.ident, None) is not None and intent.role is Role.PRIMARY:
                 for k in intent.keys:
                     if self._holders.get(k) == intent.txn:
@@ -194,6 +203,7 @@ class TxnLog:
 
     def __init__(self, store: DocumentStore) -> None:
         self._cf, self._handle, self._db, self._sync = store.column_family("txn_log")
+        self._unsynced = WriteOptions()  # still through the WAL (never disabled), not fsynced
         self._lock = threading.Lock()
         #: COMMIT decisions not yet acknowledged by every participant (rebuilt on open)
         self._pending: set[str] = {
@@ -202,10 +212,10 @@ class TxnLog:
             if e.decision is Decision.COMMIT and not e.done
         }
 
-    def _write(self, entry: LogEntry) -> None:
+    def _write(self, entry: LogEntry, sync: bool = True) -> None:
         batch = WriteBatch(raw_mode=True)
         batch.put(entry.txn.encode(), encode_entry(entry), self._handle)
-        self._db.write(batch, self._sync)
+        self._db.write(batch, self._sync if sync else self._unsynced)
 
     def get(self, txn: str) -> LogEntry | None:
         raw = self._cf.get(txn.encode())
@@ -226,8 +236,10 @@ class TxnLog:
     def mark_done(self, txn: str) -> None:
         with self._lock:
             found = self.get(txn)
-            if found is not None and not found.done:
-                self._write(LogEntry(found.txn, found.decision, found.participants, True, found.at_ms))
+            if found is not None and not found.done:  # not synced: a lost mark only re-drives
+                self._write(
+                    LogEntry(found.txn, found.decision, found.participants, True, found.at_ms), sync=False
+                )
             self._pending.discard(txn)
 
     def pending_commits(self) -> list[LogEntry]:

@@ -96,17 +96,15 @@ class Participant:
             intent = Intent(
                 txn, coordinator, epoch, Role.PRIMARY, tuple(records), tuple(checks), topo.self_id
             )
-            await run_in_threadpool(self.intents.put, intent)
-        self.refresh()
-        per_peer = self._others(records)
-        peers = sorted(per_peer)
-        delivered = dict(
-            zip(
-                peers,
-                await asyncio.gather(*(self._prepare_replica(p, intent, per_peer[p]) for p in peers)),
-                strict=True,
+            per_peer = self._others(records)
+            peers = sorted(per_peer)
+            # the local intent and the replicas' copies are written at the same time
+            _, *answers = await asyncio.gather(
+                run_in_threadpool(self.intents.put, intent),
+                *(self._prepare_replica(p, intent, per_peer[p]) for p in peers),
             )
-        )
+        self.refresh()
+        delivered = dict(zip(peers, answers, strict=True))
         need = required_acks(concern, topo.plan.copies)
         if not enough_copies({(r.collection, r.key) for r in records}, topo, delivered, need):
             await self.abort(txn)
@@ -161,12 +159,19 @@ class Participant:
             async with self.locks.hold(intent.keys):
                 if intent not in self.intents.of(txn):  # resolved meanwhile (phase 2 and the resolver)
                     continue
-                await run_in_threadpool(self.store.apply_replicated, list(intent.records))
-                await run_in_threadpool(self.intents.delete, intent)
+                await run_in_threadpool(self._install, intent)
             self.refresh()
             if intent.role is Role.PRIMARY:
                 per_peer = self._others(intent.records)
                 await asyncio.gather(*(self._commit_replica(p, txn, per_peer[p]) for p in sorted(per_peer)))
+
+    def _install(self, intent: Intent) -> None:
+        """The records and the intent's removal in one synced batch: installed and unlocked, or
+        (after a crash) still prepared — never half."""
+        self.store.apply_replicated(
+            list(intent.records), also=lambda batch: self.intents.drop_into(intent, batch)
+        )
+        self.intents.forget(intent)
 
     async def _commit_replica(self, peer: str, txn: str, records: list[Replicated]) -> None:
         try:
