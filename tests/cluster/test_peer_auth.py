@@ -74,3 +74,14 @@ def test_the_signer_covers_the_query_string() -> None:
         c.get("http://peer/internal/documents/c/k", params={"tombstones": "true"})
     target = "/internal/documents/c/k?tombstones=true"
     assert verify(b"k", seen, "GET", target, b"", float(seen[TIMESTAMP]), 30, NonceWindow(30)) is None
+
+
+@pytest.mark.parametrize("route", ["prepare", "replica", "commit", "abort", "decision"])
+def test_two_phase_commit_routes_are_the_clusters_own(secured: TestClient, route: str) -> None:
+    r = secured.post(f"/internal/txn/{route}", json={"txn": "t1"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_a_signed_decision_query_about_an_unknown_transaction_hears_abort(secured: TestClient) -> None:
+    r = secured.post("/internal/txn/decision", json={"txn": "t1"}, auth=PeerAuth("cluster-secret", "s-1"))
+    assert r.status_code == 200 and r.json() == {"decision": "abort"}  # presumed abort

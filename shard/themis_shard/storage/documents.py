@@ -20,7 +20,8 @@ Transactions (rocksdict has none): :class:`Transaction` reads from a RocksDB sna
 that every key it read or writes still has the version it saw; any change means another
 transaction committed first and this one fails with 409 and writes nothing. The batch is then
 applied atomically. This is optimistic MVCC: readers never block, conflicts abort the later
-committer.
+committer. A :class:`Check` is a read validation a client sends with its writes (the version it
+read must still be the stored one), checked under the same lock.
 """
 
 from __future__ import annotations
