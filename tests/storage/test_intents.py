@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from themis_shard.errors import Conflict
 from themis_shard.storage.documents import Check, DocumentStore, Write
-from themis_shard.storage.intents import Decision, Intent, IntentStore, Role, TxnLog
+from themis_shard.storage.intents import Decision, Intent, IntentStore, Role, TxnLog, now_ms
 
 
 def reopen(store: DocumentStore) -> DocumentStore:
@@ -102,3 +102,15 @@ def test_a_failed_check_aborts_the_whole_commit(store: DocumentStore) -> None:
         store.prepare([], checks=[Check("acc", "x", 0)])  # 0 = must not exist
     store.delete("acc", "x")
     assert store.prepare([], checks=[Check("acc", "x", 0)]) == []  # deleted counts as absent
+
+
+def test_finished_decisions_are_pruned_after_their_retention(store: DocumentStore) -> None:
+    log = TxnLog(store)
+    log.decide("aborted", Decision.ABORT)
+    log.decide("finished", Decision.COMMIT, ["s-1"])
+    log.mark_done("finished")
+    log.decide("unfinished", Decision.COMMIT, ["s-1"])  # a participant still owes its ack
+    assert log.prune(older_than_ms=0) == 0  # nothing is old enough yet
+    assert log.prune(older_than_ms=now_ms() + 1) == 2
+    assert log.get("aborted") is None and log.get("finished") is None
+    assert [e.txn for e in log.pending_commits()] == ["unfinished"]

@@ -10,7 +10,8 @@ synced ``WriteBatch`` as documents, so they survive ``kill -9`` exactly as ackno
   acknowledged at the write concern has that many durable copies even if the primary dies.
 * ``txn_log``: txn id → a :class:`LogEntry` (the coordinator's decision and its participants).
   ``decide`` is first-writer-wins: a COMMIT that loses to a presumed ABORT (a participant asked
-  after the coordinator's timeout) stays an abort, so a transaction has one outcome.
+  after the coordinator's timeout) stays an abort, so a transaction has one outcome. Finished
+  entries are pruned after a retention period (``prune``), so the log stays bounded.
 
 The classes do I/O only; the decisions are in ``cluster.transactions.decisions``.
 """
@@ -241,6 +242,22 @@ class TxnLog:
                     LogEntry(found.txn, found.decision, found.participants, True, found.at_ms), sync=False
                 )
             self._pending.discard(txn)
+
+    def prune(self, older_than_ms: int) -> int:
+        """Forget finished decisions logged before ``older_than_ms`` (aborts, and commits every
+        participant acknowledged): no primary intent can still ask about them, and a replica
+        that asks later hears abort and drops only a copy its primary already hinted to it."""
+        with self._lock:
+            batch = WriteBatch(raw_mode=True)
+            dropped = 0
+            for raw_key, raw in self._cf.items():
+                e = decode_entry(raw)
+                if e.at_ms < older_than_ms and (e.done or e.decision is Decision.ABORT):
+                    batch.delete(raw_key, self._handle)
+                    dropped += 1
+            if dropped:
+                self._db.write(batch, self._sync)
+            return dropped
 
     def pending_commits(self) -> list[LogEntry]:
         """COMMIT decisions whose phase 2 has not been acknowledged by every participant."""

@@ -37,8 +37,10 @@ G2 anti-dependency cycles abort one of the transactions with 409, and no update 
 outside a transaction are read-committed (a participant's keys show the old version until
 phase 2 reaches it).
 
-Limits: an unreachable coordinator blocks its participants' intents (2PC is blocking); the
-coordinator log is not garbage-collected yet; a resharding in progress is not read through by
-prepare (the single-coordinator path does); ``previous_version`` of a cross-shard result is not
-reported exactly. ``THEMIS_TXN_PAUSE_AFTER_PREPARE_S`` (off) is the one fault-injection hook.
+The coordinator log keeps finished decisions for ``THEMIS_TXN_LOG_RETENTION_S`` (then pruned).
+
+Limits: an unreachable coordinator blocks its participants' intents (2PC is blocking); a
+resharding in progress is not read through by prepare (the single-coordinator path does);
+``previous_version`` of a cross-shard result is not reported exactly.
+``THEMIS_TXN_PAUSE_AFTER_PREPARE_S`` (off) is the one fault-injection hook.
 """

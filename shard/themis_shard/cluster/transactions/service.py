@@ -4,9 +4,10 @@ their collaborators, and their background task (in-doubt resolution and commit r
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
+from starlette.concurrency import run_in_threadpool
 
 from ...storage.documents import Change, Check, DocumentStore, Write
-from ...storage.intents import IntentStore, TxnLog
+from ...storage.intents import IntentStore, TxnLog, now_ms
 from ..fencing import KeyLocks, WriteConcern
 from ..remote import RemoteExecutor
 from ..replication import Replication
@@ -65,8 +66,13 @@ class Transactions:
         await self.coordinator.redrive()
         await self.resolver.resolve()
 
+    async def prune(self) -> None:
+        cutoff = now_ms() - int(self.settings.log_retention_s * 1000)
+        await run_in_threadpool(self.log.prune, cutoff)
+
     def start(self) -> None:
         self._tasks.every(self.settings.resolve_interval_s, self.recover, "txn-recovery")
+        self._tasks.every(min(self.settings.log_retention_s, 600.0), self.prune, "txn-log-prune")
 
     async def stop(self) -> None:
         await self._tasks.cancel()

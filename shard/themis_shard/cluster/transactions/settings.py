@@ -16,6 +16,8 @@ class TxnSettings(BaseSettings):
     resolve_after_s: float = Field(2.0, ge=0)
     #: How often in-doubt intents are resolved and logged commits re-driven.
     resolve_interval_s: float = Field(1.0, gt=0)
+    #: Finished decisions (aborts, fully acknowledged commits) are kept this long, then pruned.
+    log_retention_s: float = Field(3600.0, gt=0)
     #: Budget of one prepare, commit, abort or decision call to a peer.
     call_timeout_s: float = Field(10.0, gt=0)
     #: Fault injection, off by default: the coordinator sleeps this long after every participant
