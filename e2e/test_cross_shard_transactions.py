@@ -89,7 +89,10 @@ def eventually(check: Callable[[], bool], timeout: float = 40.0, what: str = "")
 def everywhere(cluster: LocalCluster, key: str, version: int, document: dict) -> bool:
     """Both owners hold the version, and every live shard serves it."""
     held = all(local_copy(cluster, s, key) == (version, document) for s in owners(cluster, key))
-    served = all(ThemisClient(cluster.url(s)).get("acc", key).version == version for s in cluster.procs)
+    served = True
+    for s in list(cluster.procs):
+        with ThemisClient(cluster.url(s)) as reader:
+            served = served and reader.get("acc", key).version == version
     return held and served
 
 

@@ -187,3 +187,18 @@ def test_sse_parsing() -> None:
         "",
     ]
     assert list(sse_events(lines)) == [{"token": "a", "id": 1}, {"done": True}, "[DONE]"]
+
+
+def test_a_check_operation_asserts_a_version_without_writing(themis: ThemisClient) -> None:
+    assert Operation.check("books", "c", 0).model_dump(exclude_none=True) == {
+        "op": "check",
+        "collection": "books",
+        "key": "c",
+        "if_version": 0,
+    }
+    done = themis.transaction([Operation.check("books", "c", 0), Operation.put("books", "d", {"n": 1})])
+    assert [(r.op, r.version) for r in done.results] == [("check", 0), ("put", 1)]
+    with pytest.raises(VersionConflict):
+        themis.transaction([Operation.check("books", "d", 0), Operation.put("books", "e", {})])
+    with pytest.raises(NotFound):
+        themis.get("books", "e")
