@@ -1,7 +1,7 @@
 """Request models of the inference routes (``/v1/infer``, ``/v1/embed``, adapters, OpenAI).
 
-Validation lives in these models so a malformed body is refused (422, or 400 where a check is
-ours) before any work starts; field names and defaults are the public API (API.md).
+Validation lives in these models so a malformed body is refused (400, rendered by api/errors.py)
+before any work starts; field names and defaults are the public API (API.md).
 """
 
 from __future__ import annotations
