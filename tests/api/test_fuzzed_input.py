@@ -68,3 +68,15 @@ def test_if_match_takes_ascii_version_numbers_only(client: TestClient, value: by
     r = client.put(f"{DOC}/dune", json={}, headers={"If-Match": value})
     assert r.status_code == 400 and error_code(r) == "invalid_if_match"
     assert client.put(f"{DOC}/dune", json={}, headers={"If-Match": 'W/"1"'}).json()["version"] == 2
+
+
+def test_an_unknown_adapter_field_is_refused_by_name(tmp_path) -> None:
+    """It was ignored (schemathesis loaded ``{"name", "evaluate", "\u00ff\u00a1j": [...]}``)."""
+    from themis_shard.app import create_app
+    from themis_shard.llm.settings import LLMSettings
+    from themis_shard.settings import Settings
+
+    app = create_app(Settings(data_dir=tmp_path / "shard", llm=LLMSettings(enabled=True)))
+    r = TestClient(app).post("/v1/adapters", json={"name": "legal", "path": "/x.gguf", "scaling": 2})
+    assert r.status_code == 400 and error_code(r) == "unsupported_parameter"
+    assert "scaling" in r.json()["error"]["message"]

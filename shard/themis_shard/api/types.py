@@ -99,7 +99,7 @@ class EmbedUrnsBody(BaseModel):
 class AdapterBody(BaseModel):
     model_config = ConfigDict(
         strict=True,
-        extra="ignore",
+        extra="forbid",  # an unknown field is unsupported_parameter, as on every route
         json_schema_extra={
             "anyOf": [
                 {"required": ["path"], "properties": {"path": {"type": "string", "minLength": 1}}},
