@@ -8,6 +8,12 @@ examples are bounded (``MAX_EXAMPLES`` per operation) and generations are short
 (``THEMIS_LLM_MAX_TOKENS_LIMIT``) so the run fits in a few minutes on two cores; the seed is
 fixed so CI explores the same inputs every run (``THEMIS_SCHEMATHESIS_SEED`` picks another).
 Where a check cannot apply to an operation, ``e2e/schemathesis.toml`` says so next to it.
+
+All phases run: examples (none in the schema), coverage, fuzzing and stateful (over the links
+schemathesis infers between operations, so ``use_after_free`` and
+``ensure_resource_availability`` are judged there). ``ignored_auth`` and
+``object_level_authorization`` judge operations that declare security: with keys off none does,
+so they pass vacuously here (with an admin key, ``-H "Authorization: Bearer ..."``, they pass too).
 """
 
 from __future__ import annotations
