@@ -77,7 +77,9 @@ def test_schemathesis_finds_no_failure_over_the_public_api(tmp_path, port, spawn
     ]
     with spawn_shard(data, port, llm=True, extra_env=SHARD_ENV, ready_timeout=300):
         started = time.monotonic()
-        run = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+        run = subprocess.run(  # in tmp_path: its crash cache (.schemathesis/) stays out of the tree
+            command, capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path
+        )
         elapsed = time.monotonic() - started
     print(run.stdout[-20000:], run.stderr[-5000:], f"schemathesis ran {elapsed:.0f} s", sep="\n")
     assert run.returncode == 0, f"schemathesis found failures (seed {SEED}):\n{run.stdout[-12000:]}"
