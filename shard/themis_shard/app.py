@@ -20,6 +20,7 @@ from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
+from .api.openapi import document_errors
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .settings import Settings
@@ -92,17 +93,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "API keys are on but /internal routes share the public port (no TLS): shard-to-shard "
             "routes take no API key, so use TLS (themis up --tls) where the port is exposed"
         )
+    base_openapi = app.openapi
+
+    def openapi() -> dict:
+        """FastAPI's schema with the statuses the shard really answers (and, with keys, security)."""
+        if app.openapi_schema is None:
+            schema = document_errors(base_openapi())
+            if settings.auth.enabled:
+                schema = document_security(schema, metrics_open=settings.auth.metrics_open)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     if settings.auth.enabled:  # outermost: a request without a valid key goes no further
-        base_openapi = app.openapi
-
-        def openapi() -> dict:
-            if app.openapi_schema is None:
-                app.openapi_schema = document_security(
-                    base_openapi(), metrics_open=settings.auth.metrics_open
-                )
-            return app.openapi_schema
-
-        app.openapi = openapi  # type: ignore[method-assign]
         app.add_middleware(
             AuthMiddleware,
             ring=settings.auth.key_ring(),

@@ -15,7 +15,7 @@ Node = Annotated[ShardNode, Depends(node)]
 
 
 class AqlRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     query: str = Field(..., description="one AQL statement, optionally prefixed by EXPLAIN")
     bind_vars: dict[str, Any] = Field(default_factory=dict, description="values for @name / @@name")

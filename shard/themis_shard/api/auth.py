@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..auth.keys import KeyRing, bearer_token
 from ..auth.policy import required_role
 from ..errors import error_body
+from .openapi import error_response
 
 
 class AuthMiddleware:
@@ -76,8 +77,8 @@ class AuthMiddleware:
 
 
 def document_security(schema: dict, *, metrics_open: bool) -> dict:
-    """The OpenAPI schema with the bearer scheme and, per operation, its security and the role it
-    needs (``x-themis-role``), read from the same policy the middleware enforces."""
+    """The OpenAPI schema with the bearer scheme and, per operation, its security, the role it
+    needs (``x-themis-role``) and its 401/403, read from the same policy the middleware enforces."""
     components = schema.setdefault("components", {})
     components.setdefault("securitySchemes", {})["bearer"] = {
         "type": "http",
@@ -92,4 +93,7 @@ def document_security(schema: dict, *, metrics_open: bool) -> dict:
             if role is not None:
                 operation["security"] = [{"bearer": []}]
                 operation["x-themis-role"] = role.name
+                responses = operation.setdefault("responses", {})
+                for status in (401, 403):
+                    responses.setdefault(str(status), error_response(status))
     return schema

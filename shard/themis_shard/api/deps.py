@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -67,13 +68,17 @@ def ndjson_response(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(body, media_type="application/x-ndjson")
 
 
+#: ``3``, ``"3"`` or ``W/"3"`` (ETag forms): ASCII digits only (``str.isdigit`` also takes ``²``).
+IF_MATCH_PATTERN = r'^\s*(W/)?("[0-9]+"|[0-9]+)\s*$'
+_IF_MATCH_RE = re.compile(IF_MATCH_PATTERN)
+
+
 def parse_if_match(value: str | None) -> int | None:
     """``If-Match: 3`` or ``If-Match: "3"`` (ETag form) → 3; absent → None."""
     if value is None:
         return None
-    text = value.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
+    if not _IF_MATCH_RE.fullmatch(value):
         raise BadRequest(
             f"If-Match must be a document version number, got {value!r}", code="invalid_if_match"
         )
-    return int(text)
+    return int(value.strip().removeprefix("W/").strip('"'))

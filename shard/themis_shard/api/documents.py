@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Header, Query
+from fastapi import APIRouter, Body, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -16,6 +16,7 @@ from ..storage.collections import CollectionConfig, CollectionSettings
 from ..storage.documents import Change, Check, Write
 from ..storage.names import check_collection, check_key, urn
 from .deps import document_service, node, parse_if_match
+from .params import CollectionName, DocumentKey, IfMatch, collection_field, key_field
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 Node = Annotated[ShardNode, Depends(node)]
@@ -54,14 +55,14 @@ class DocumentOut(BaseModel):
 
 
 class BatchItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: str
+    model_config = ConfigDict(strict=True, extra="forbid")
+    key: str = key_field()
     document: dict[str, Any]
 
 
 class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    documents: list[BatchItem]
+    model_config = ConfigDict(strict=True, extra="forbid")
+    documents: list[BatchItem] = Field(..., json_schema_extra={"minItems": 1})  # else 400 empty_batch
 
 
 class BatchResponse(BaseModel):
@@ -73,17 +74,37 @@ class Operation(BaseModel):
     asserts the key's version (``if_version`` required, 0 = absent) — the read set of a
     serializable transaction."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={  # else 400 invalid_operation
+            "oneOf": [
+                {
+                    "properties": {"op": {"const": "put"}, "document": {"type": "object"}},
+                    "required": ["document"],
+                },
+                {"properties": {"op": {"const": "delete"}, "document": {"type": "null"}}},
+                {
+                    "properties": {
+                        "op": {"const": "check"},
+                        "document": {"type": "null"},
+                        "if_version": {"type": "integer", "minimum": 0},
+                    },
+                    "required": ["if_version"],
+                },
+            ]
+        },
+    )
     op: Literal["put", "delete", "check"]
-    collection: str
-    key: str
+    collection: str = collection_field()
+    key: str = key_field()
     document: dict[str, Any] | None = None
     if_version: int | None = Field(None, ge=0)
 
 
 class TransactionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    operations: list[Operation]
+    model_config = ConfigDict(strict=True, extra="forbid")
+    operations: list[Operation] = Field(..., json_schema_extra={"minItems": 1})  # else empty_transaction
 
 
 class TransactionResult(BaseModel):
@@ -119,7 +140,7 @@ async def list_collections(shard: Node) -> list[CollectionInfo]:
 
 @router.put("/collections/{collection}", response_model=CollectionInfo)
 async def declare_collection(
-    collection: str, shard: Node, spec: CollectionSettings | None = None
+    collection: CollectionName, shard: Node, spec: CollectionSettings | None = None
 ) -> CollectionInfo:
     check_collection(collection)
     spec = spec or CollectionSettings()
@@ -149,18 +170,18 @@ async def declare_collection(
 
 
 @router.get("/collections/{collection}", response_model=CollectionInfo)
-async def get_collection(collection: str, shard: Node) -> CollectionInfo:
+async def get_collection(collection: CollectionName, shard: Node) -> CollectionInfo:
     return _info(shard, shard.store.collection(collection))
 
 
 @router.put("/collections/{collection}/documents/{key}", response_model=WriteResult)
 async def put_document(
-    collection: str,
-    key: str,
+    collection: CollectionName,
+    key: DocumentKey,
     shard: Node,
     document: Annotated[dict[str, Any], Body(description="the document, a JSON object")],
     concern: Concern,
-    if_match: Annotated[str | None, Header()] = None,
+    if_match: IfMatch = None,
 ) -> WriteResult:
     check_collection(collection)
     check_key(key)
@@ -172,7 +193,7 @@ async def put_document(
 
 
 @router.get("/collections/{collection}/documents/{key}", response_model=DocumentOut)
-async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
+async def get_document(collection: CollectionName, key: DocumentKey, shard: Node) -> DocumentOut:
     check_collection(collection)
     check_key(key)
     doc = await shard.cluster.documents.get(collection, key)
@@ -182,7 +203,7 @@ async def get_document(collection: str, key: str, shard: Node) -> DocumentOut:
 
 @router.delete("/collections/{collection}/documents/{key}", response_model=WriteResult)
 async def delete_document(
-    collection: str, key: str, shard: Node, concern: Concern, if_match: Annotated[str | None, Header()] = None
+    collection: CollectionName, key: DocumentKey, shard: Node, concern: Concern, if_match: IfMatch = None
 ) -> WriteResult:
     check_collection(collection)
     check_key(key)
@@ -195,7 +216,7 @@ async def delete_document(
 
 @router.post("/collections/{collection}/documents:batch", response_model=BatchResponse)
 async def batch_documents(
-    collection: str, body: BatchRequest, shard: Node, concern: Concern
+    collection: CollectionName, body: BatchRequest, shard: Node, concern: Concern
 ) -> BatchResponse:
     """Insert or replace many documents durably; atomic per owning shard (one shard: all-or-nothing)."""
     check_collection(collection)

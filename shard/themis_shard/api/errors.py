@@ -12,6 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Router
+from starlette.types import Scope
 
 from ..errors import ThemisError, error_body
 
@@ -24,6 +26,19 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(router: Router, scope: Scope) -> list[str]:
+    """Every method some route serves at this request's path (a 405's ``Allow``), asked of the
+    routes themselves (FastAPI nests included routers, so their methods are not listed flat)."""
+    return [
+        m
+        for m in METHODS
+        if any(route.matches({**scope, "method": m})[0] == Match.FULL for route in router.routes)
+    ]
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -43,7 +58,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(code, _validation_message(exc)), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the methods of the first route of the path only
+            allow = ", ".join(allowed_methods(request.app.router, request.scope))
+            headers = {**(headers or {}), "Allow": allow}
         code = {
             400: "malformed_json",
             404: "not_found",
@@ -53,7 +72,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             error_body(code, str(exc.detail)),
             status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
+            headers=headers,
         )
 
     @app.exception_handler(Exception)

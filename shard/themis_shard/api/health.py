@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 
 router = APIRouter(tags=["health"])
+
+
+class Readiness(BaseModel):
+    ready: bool
 
 
 @router.get("/health")
@@ -25,13 +30,17 @@ async def health(request: Request) -> dict:
     return out
 
 
-@router.get("/ready")
+@router.get(
+    "/ready",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "Not ready: the node or its model is starting"}},
+)
 async def ready(request: Request) -> JSONResponse:
     shard = getattr(request.app.state, "node", None)
     is_ready = shard is not None and shard.ready
     return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)  # Prometheus text format
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

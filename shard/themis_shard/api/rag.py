@@ -18,6 +18,7 @@ from ..node import ShardNode
 from ..rag.service import RagService, rag_result, rag_stream
 from ..storage.names import check_collection
 from .deps import inference, node, runtime, sse_response
+from .params import collection_field
 
 router = APIRouter(tags=["inference"])
 Node = Annotated[ShardNode, Depends(node)]
@@ -25,10 +26,10 @@ Inference = Annotated[InferenceService, Depends(inference)]
 
 
 class RagBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     query: str = Field(..., min_length=1, description="the question")
-    collection: str = Field(..., description="a collection with a vector index (embed_field or embeddings)")
+    collection: str = collection_field("a collection with a vector index (embed_field or embeddings)")
     k: int = Field(5, ge=1, description="passages retrieved as context")
     filter: dict[str, Any] | None = Field(None, description="the vector search's filter")
     domain: str | None = Field(None, description="generate where the router sends this domain")

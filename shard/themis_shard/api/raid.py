@@ -7,7 +7,7 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BadRequest, Conflict, NotFound, Unavailable
 from ..node import ShardNode
@@ -137,6 +137,7 @@ async def verify(service: Raid) -> dict:
 
 
 class RebuildRequest(BaseModel):
+    model_config = ConfigDict(strict=True)
     #: Also reassemble (and re-verify) the local model file.
     assemble: bool = False
 
@@ -152,6 +153,7 @@ async def rebuild(service: Raid, body: RebuildRequest | None = None) -> dict:
 
 
 class IngestRequest(BaseModel):
+    model_config = ConfigDict(strict=True)
     source: str = Field("bundled", description='"bundled", a GGUF path on this shard, or an http(s) URL')
     #: Make it the model every shard assembles at its next start.
     activate: bool = False

@@ -12,13 +12,19 @@ from ..node import ShardNode
 from ..rag.retrieval import vector_search
 from ..storage.names import check_collection
 from .deps import node
+from .params import CollectionName, exactly_one_of
 
 router = APIRouter(prefix="/v1", tags=["search"])
 Node = Annotated[ShardNode, Depends(node)]
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra=exactly_one_of(vector={"type": "array"}, text={"type": "string"}),
+    )
 
     vector: list[float] | None = None
     text: str | None = Field(None, min_length=1)
@@ -45,7 +51,7 @@ class SearchResponse(BaseModel):
 
 
 @router.post("/collections/{collection}/search", response_model=SearchResponse)
-async def search(collection: str, body: SearchRequest, shard: Node) -> SearchResponse:
+async def search(collection: CollectionName, body: SearchRequest, shard: Node) -> SearchResponse:
     check_collection(collection)
     if body.k > shard.settings.max_search_k:
         raise BadRequest(f"k may be at most {shard.settings.max_search_k}", code="k_too_large")

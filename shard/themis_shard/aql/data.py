@@ -213,7 +213,7 @@ class NodeData:
 
     # -- point reads ------------------------------------------------------------------------
     async def lookup(self, collection: str, key: Any) -> dict[str, Any] | None:
-        if not isinstance(key, str) or not KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             return None
         try:
             return as_row(collection, await self.node.cluster.documents.get(collection, key))
@@ -222,7 +222,7 @@ class NodeData:
 
     def owners(self, collection: str, key: Any) -> list[str]:
         topo = self.topology
-        if not topo.clustered or not isinstance(key, str) or not KEY_RE.match(key):
+        if not topo.clustered or not isinstance(key, str) or not KEY_RE.fullmatch(key):
             return [topo.self_id]
         return topo.owners(collection, key)
 

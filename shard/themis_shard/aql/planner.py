@@ -94,7 +94,7 @@ class _Planner:
             name = self.binds[slot]
             if not isinstance(name, str):
                 raise type_error(f"bind parameter @@{ref.bind} must be a collection name (a string)")
-        if not COLLECTION_RE.match(name):
+        if not COLLECTION_RE.fullmatch(name):
             raise semantic(
                 f"invalid collection name {name!r}: use 1-64 of [a-z0-9_-]", "invalid_collection_name"
             )

@@ -28,22 +28,30 @@ if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run 
 Disconnected = Callable[[], Awaitable[bool]]
 
 
+def _stop_schema(schema: dict[str, Any]) -> None:
+    """``stop``: a non-empty string, or up to 8 (the default ``max_stop_strings``) of them."""
+    text = {"type": "string", "minLength": 1}
+    schema["anyOf"] = [text, {"type": "array", "items": text, "maxItems": 8}, {"type": "null"}]
+
+
 class InferRequest(BaseModel):
     """One generation as the routes and the peers exchange it: ``/v1/infer``'s body, validated once
     here (the API's ``InferBody`` is this model). An unknown field is refused by name (400)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
-    prompt: str
+    prompt: str = Field(..., json_schema_extra={"minLength": 1})  # "" is 400 empty_prompt
     model: str | None = None
     domain: str | None = None
     adapter: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    # The sampling limits are the engine's (``SamplingParams.validate``: 400 invalid_sampling, in
+    # place for a batch item); the schema states them so a client knows what is valid.
+    max_tokens: int | None = Field(None, json_schema_extra={"minimum": 1})
+    temperature: float | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 5})
+    top_p: float | None = Field(None, json_schema_extra={"exclusiveMinimum": 0, "maximum": 1})
+    top_k: int | None = Field(None, json_schema_extra={"minimum": 0})
+    seed: int | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 2**64 - 1})
+    stop: str | list[str] | None = Field(None, json_schema_extra=lambda s: _stop_schema(s))
     stream: bool = False
     speculative: bool | None = Field(
         None,

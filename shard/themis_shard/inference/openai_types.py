@@ -17,7 +17,7 @@ from ..errors import BadRequest
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class StreamOptions(_Strict):
@@ -114,8 +114,20 @@ def _refuse(name: str, why: str) -> None:
     raise BadRequest(f"{name} is not supported: {why}", code="unsupported_parameter")
 
 
+def _prompt_schema(schema: dict[str, Any]) -> None:
+    """Text, texts, token ids or lists of them: none of them empty (else 400 empty_prompt)."""
+    text = {"type": "string", "minLength": 1}
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+    schema["anyOf"] = [
+        text,
+        {"type": "array", "items": text, "minItems": 1},
+        ids,
+        {"type": "array", "items": ids, "minItems": 1},
+    ]
+
+
 class CompletionBody(_Common):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(..., json_schema_extra=_prompt_schema)
     max_tokens: int | None = Field(16, ge=1)
     echo: bool = False
     #: 0..5 alternatives per token (OpenAI's legacy completions limit)

@@ -244,6 +244,23 @@ class LLMRuntime:
             )
         return tokens
 
+    def check_tokens(self, m: LoadedModel, tokens: list[int]) -> list[int]:
+        """A prompt given as token ids, checked as a text prompt is: llama.cpp aborts the whole
+        process (std::out_of_range) on an id outside the vocabulary, so none may reach it."""
+        if not tokens:
+            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        n_vocab = m.native.n_vocab
+        bad = next((t for t in tokens if not isinstance(t, int) or not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise BadRequest(f"token id {bad} is outside the vocabulary [0, {n_vocab})", code="invalid_token")
+        limit = m.engine.capacity_tokens - 1
+        if len(tokens) > limit:
+            raise BadRequest(
+                f"prompt is {len(tokens)} tokens; this model's context holds {limit}",
+                code="context_length_exceeded",
+            )
+        return tokens
+
     def sampling(
         self,
         *,
@@ -266,6 +283,10 @@ class LLMRuntime:
         """Validated parameters; ``model`` (its vocabulary) bounds ``logit_bias`` token ids."""
         if isinstance(stop, str):
             stop = [stop]
+        if max_tokens is None:
+            max_tokens = self.settings.default_max_tokens
+        if self.settings.max_tokens_limit and isinstance(max_tokens, int):
+            max_tokens = min(max_tokens, self.settings.max_tokens_limit)
         n_vocab = self.model(model).native.n_vocab if logit_bias else 2**31
         if grammar is not None:  # compiled once here so a bad grammar is a 400 on every path
             native = self.model(model).native
@@ -275,7 +296,7 @@ class LLMRuntime:
                 raise BadRequest(str(exc), code="invalid_grammar") from exc
         try:
             return SamplingParams(
-                max_tokens=self.settings.default_max_tokens if max_tokens is None else max_tokens,
+                max_tokens=max_tokens,
                 temperature=0.0 if temperature is None else float(temperature),
                 top_p=1.0 if top_p is None else float(top_p),
                 top_k=top_k or 0,
@@ -336,8 +357,8 @@ class LLMRuntime:
             speculative = self.settings.speculative_default
         if tokens is None:
             tokens = self.tokenize_prompt(m, prompt or "", special=special)
-        elif not tokens:
-            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        else:
+            tokens = self.check_tokens(m, tokens)
         adapter_name = m.adapters.resolve(adapter, domain)
         gen = Generation(asyncio.get_running_loop())
         gen.model, gen.adapter = m.alias, adapter_name
@@ -403,8 +424,8 @@ class LLMRuntime:
             raise BadRequest("speculative cannot be combined with n > 1", code="unsupported_parameter")
         if tokens is None:
             tokens = self.tokenize_prompt(m, prompt or "", special=special)
-        elif not tokens:
-            raise BadRequest("prompt must not be empty", code="empty_prompt")
+        else:
+            tokens = self.check_tokens(m, tokens)
         adapter_name = m.adapters.resolve(adapter, domain)
         loop = asyncio.get_running_loop()
         gens = [Generation(loop) for _ in range(n)]

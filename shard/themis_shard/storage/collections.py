@@ -14,7 +14,7 @@ class CollectionSettings(BaseModel):
     """How a collection is embedded and indexed (the body of ``PUT /v1/collections/{c}``).
     ``dimension`` None: no vector index (documents only)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     dimension: int | None = Field(None, ge=1, le=65536)
     index: IndexKind = "flat"

@@ -11,15 +11,17 @@ import re
 
 from ..errors import BadRequest
 
-COLLECTION_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
-KEY_RE = re.compile(r"^[A-Za-z0-9._~-]{1,256}$")
+COLLECTION_PATTERN = r"^[a-z0-9_-]{1,64}$"
+#: Not "." or "..": path segments every URL library removes or resolves.
+KEY_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._~-]{1,256}$"
+URN_PATTERN = "^urn:themis:" + COLLECTION_PATTERN[1:-1] + ":" + KEY_PATTERN[1:]
+COLLECTION_RE = re.compile(COLLECTION_PATTERN)
+KEY_RE = re.compile(KEY_PATTERN)
 URN_PREFIX = "urn:themis:"
-#: Path segments every URL library removes or resolves: no key may be one.
-DOT_SEGMENTS = frozenset({".", ".."})
 
 
 def check_collection(name: str) -> str:
-    if not isinstance(name, str) or not COLLECTION_RE.match(name):
+    if not isinstance(name, str) or not COLLECTION_RE.fullmatch(name):
         raise BadRequest(
             f"invalid collection name {name!r}: use 1-64 of [a-z0-9_-]", code="invalid_collection_name"
         )
@@ -27,7 +29,7 @@ def check_collection(name: str) -> str:
 
 
 def check_key(key: str) -> str:
-    if not isinstance(key, str) or not KEY_RE.match(key) or key in DOT_SEGMENTS:
+    if not isinstance(key, str) or not KEY_RE.fullmatch(key):
         raise BadRequest(
             f"invalid document key {key!r}: use 1-256 URL-safe characters [A-Za-z0-9._~-], "
             "not '.' or '..' (URLs normalise them away)",

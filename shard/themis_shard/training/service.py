@@ -21,6 +21,7 @@ from ..domains.sets import validation_set
 from ..errors import BadRequest, Conflict
 from ..llm.settings import LLMSettings
 from ..storage.documents import DocumentStore, StoredDocument
+from ..storage.names import COLLECTION_PATTERN
 from .forward import GemmaWeights
 from .lora import LoraWeights, encode, read_lora_gguf, train, write_lora_gguf
 
@@ -39,11 +40,11 @@ def train_cache_dir(llm: LLMSettings) -> Path:
 class TrainBody(BaseModel):
     """``POST /v1/adapters:train``: any other field is refused by name."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
     domain: str = Field(min_length=1, max_length=64)
-    collection: str
+    collection: str = Field(..., json_schema_extra={"pattern": COLLECTION_PATTERN})
     text_field: str = "text"
     steps: int = Field(20, ge=1, le=2000)
     rank: int = Field(8, ge=1, le=64)

@@ -1,0 +1,152 @@
+"""The OpenAPI document says what a shard really answers: one table of each public operation's
+error statuses, rendered in the standard error shape.
+
+FastAPI documents a 200 and a 422 per route; this shard never answers 422 (``api/errors.py``
+turns validation errors into 400 ``invalid_request`` / ``unsupported_parameter`` /
+``malformed_json``) and does answer 404/409/413/429/503 that no decorator mentions. So the
+schema is post-processed here, once, from :data:`ERRORS` plus three rules every route obeys:
+an operation with parameters or a body can be a 400, one with a body a 413 (the body limit
+middleware), and one that needs the node a 503 while the shard starts. A test checks that the
+table names exactly the public operations, so a new route cannot go undocumented.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(..., description="snake_case, stable: what a client branches on")
+    message: str = Field(..., description="for people; may change")
+
+
+class ErrorBody(BaseModel):
+    """Every error the shard answers: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
+ERROR_SCHEMA = "Error"
+
+#: What each status means on this API (the codes are examples, the route's docstring has more).
+STATUS_TEXT: dict[int, str] = {
+    400: "Bad input: malformed_json, unsupported_parameter (a field this API does not know, named), "
+    "invalid_request or a more specific code",
+    401: "No API key (unauthorized) or an unknown one (invalid_api_key)",
+    403: "The API key's role may not call this route (forbidden)",
+    404: "Not found: the collection, document, model, adapter or URN named",
+    409: "Conflict: a version condition failed (version_conflict) or the state forbids it",
+    413: "Too large: the body (payload_too_large) or a batch beyond the shard's limits",
+    429: "Overloaded (queue_full): retry after the Retry-After header's seconds",
+    502: "A source the shard fetches (an http(s) URL) could not be fetched",
+    503: "Unavailable: the shard or its model is starting, a part is disabled, or too few owners answered",
+}
+
+DOCUMENTS = (404, 409, 503)
+INFERENCE = (404, 409, 429, 503)
+
+#: (method, path) → the statuses beyond 200 a public operation answers with the error body
+#: (the 400/413/503 of the rules above are added where they apply). Keep in step with the routes.
+ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("GET", "/health"): (),
+    ("GET", "/ready"): (),  # its 503 is {"ready": false}, documented on the route
+    ("GET", "/metrics"): (),
+    # documents
+    ("GET", "/v1/collections"): (),
+    ("PUT", "/v1/collections/{collection}"): (409,),
+    ("GET", "/v1/collections/{collection}"): (404,),
+    ("PUT", "/v1/collections/{collection}/documents/{key}"): DOCUMENTS,
+    ("GET", "/v1/collections/{collection}/documents/{key}"): (404,),
+    ("DELETE", "/v1/collections/{collection}/documents/{key}"): DOCUMENTS,
+    ("POST", "/v1/collections/{collection}/documents:batch"): DOCUMENTS,
+    ("POST", "/v1/transactions"): DOCUMENTS,
+    ("POST", "/v1/collections/{collection}/search"): (404,),
+    ("POST", "/v1/aql"): (404, 409, 429),
+    # cluster and RAID weights (503 raid_disabled on a shard without RAID)
+    ("GET", "/v1/cluster/status"): (),
+    ("GET", "/v1/raid/status"): (),
+    ("POST", "/v1/raid/verify"): (409,),
+    ("POST", "/v1/raid/rebuild"): (409,),
+    ("POST", "/v1/raid/models"): (409, 502),
+    # inference (present when the shard runs an engine)
+    ("POST", "/v1/infer"): INFERENCE,
+    ("POST", "/v1/infer:batch"): INFERENCE,
+    ("POST", "/v1/embed"): (404, 429),
+    ("POST", "/v1/rag"): INFERENCE,
+    ("GET", "/v1/adapters"): (404,),
+    ("POST", "/v1/adapters"): (404, 409, 502),
+    ("GET", "/v1/adapters/{name}"): (404,),
+    ("DELETE", "/v1/adapters/{name}"): (404,),
+    ("POST", "/v1/adapters:train"): (404, 409),
+    ("GET", "/v1/models"): (),
+    ("POST", "/v1/completions"): INFERENCE,
+    ("POST", "/v1/chat/completions"): INFERENCE,
+    ("POST", "/v1/embeddings"): (404, 429),
+}
+
+#: Operations that answer a stream instead of JSON when the body asks for one (``stream: true``).
+STREAMS: dict[tuple[str, str], str] = {
+    ("POST", "/v1/infer"): "text/event-stream",
+    ("POST", "/v1/infer:batch"): "application/x-ndjson",
+    ("POST", "/v1/rag"): "text/event-stream",
+    ("POST", "/v1/completions"): "text/event-stream",
+    ("POST", "/v1/chat/completions"): "text/event-stream",
+}
+
+#: One item of each stream: an SSE event (its ``data`` a JSON object, ``[DONE]`` last), an NDJSON line.
+STREAM_ITEM: dict[str, dict[str, Any]] = {
+    "text/event-stream": {
+        "type": "object",
+        "required": ["data"],
+        "properties": {"data": {"type": "string", "description": "a JSON object; [DONE] last"}},
+    },
+    "application/x-ndjson": {"type": "object", "description": "{index, ...result} per item"},
+}
+
+#: Open even while the node starts: they answer from the app alone.
+NO_NODE = frozenset({("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics")})
+
+
+def error_statuses(method: str, path: str, operation: dict[str, Any]) -> list[int]:
+    """The error statuses of one operation: its table entry plus the rules every route obeys."""
+    key = (method.upper(), path)
+    statuses = set(ERRORS.get(key, ()))
+    has_body = "requestBody" in operation
+    if has_body or operation.get("parameters"):
+        statuses.add(400)
+    if has_body:
+        statuses.add(413)
+    if key not in NO_NODE:
+        statuses.add(503)
+    return sorted(statuses)
+
+
+def error_response(status: int) -> dict[str, Any]:
+    return {
+        "description": STATUS_TEXT[status],
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ERROR_SCHEMA}"}}},
+    }
+
+
+def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every operation's real error statuses (and no 422, which it never answers)."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components[ERROR_SCHEMA] = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(components[ERROR_SCHEMA].pop("$defs", {}))
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            if not isinstance(operation, dict):
+                continue
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            stream = STREAMS.get((method.upper(), path))
+            if stream is not None:
+                ok = responses.setdefault("200", {"description": "Successful Response"})
+                ok.setdefault("content", {})[stream] = {"schema": STREAM_ITEM[stream]}
+            for status in error_statuses(method, path, operation):
+                responses.setdefault(str(status), error_response(status))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    return schema
