@@ -29,6 +29,7 @@ from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
+from ..tracing import Spans
 from ..vector.catalog import VectorCatalog
 from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections
@@ -63,9 +64,11 @@ class ClusterService:
         plan_path: Path | None = None,
         prefix: LLMSettings | None = None,
         fetcher: SourceFetcher | None = None,
+        spans: Spans | None = None,
     ) -> None:
         """``prefix``: the LLM settings when this shard runs an engine (its KV-prefix cache);
-        ``fetcher``: downloads the plan's http(s) adapter sources."""
+        ``fetcher``: downloads the plan's http(s) adapter sources; ``spans``: where the peer
+        calls' spans go (``tracing.Spans``)."""
         self.self_id = self_id
         self.store = store
         self.vectors = vectors
@@ -79,6 +82,7 @@ class ClusterService:
             self.live.url,
             registry=registry,
             auth=PeerAuth(secret, self_id) if secret else None,
+            spans=spans,
         )
         #: what ``/internal/...`` demands of a caller (``api.middleware.InternalAuth`` checks it)
         self.internal_auth = InternalAuthPolicy.of(settings)
