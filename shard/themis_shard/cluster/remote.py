@@ -331,6 +331,20 @@ class RemoteExecutor:
 
     @contextlib.asynccontextmanager
     async def stream(
+        self, peer: str, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kw: Any
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """``_stream`` inside one CLIENT span of the calling request's trace, ended when the
+        stream is closed (a relayed token stream, a KV-prefix or RAID transfer)."""
+        method = method.upper()
+        attributes = {"themis.peer": peer, "http.request.method": method, "url.path": path}
+        with self.spans.client(f"{method} {peer}", current_trace.get(), attributes) as hop:
+            if hop is not None:
+                headers = {**(headers or {}), "traceparent": hop.header()}
+            async with self._stream(peer, method, path, headers=headers, **kw) as chunks:
+                yield chunks
+
+    @contextlib.asynccontextmanager
+    async def _stream(
         self,
         peer: str,
         method: str,
