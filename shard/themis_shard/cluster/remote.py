@@ -232,7 +232,7 @@ class RemoteExecutor:
         attributes = {"themis.peer": peer, "http.request.method": method, "url.path": path}
         with self.spans.client(f"{method} {peer}", current_trace.get(), attributes) as hop:
             if hop is not None:
-                headers = {**(headers or {}), "traceparent": hop.header()}
+                headers = {"traceparent": hop.header(), **(headers or {})}  # a caller's own wins
             return await self._request(peer, method, path, headers=headers, **kw)
 
     async def _request(
@@ -339,7 +339,7 @@ class RemoteExecutor:
         attributes = {"themis.peer": peer, "http.request.method": method, "url.path": path}
         with self.spans.client(f"{method} {peer}", current_trace.get(), attributes) as hop:
             if hop is not None:
-                headers = {**(headers or {}), "traceparent": hop.header()}
+                headers = {"traceparent": hop.header(), **(headers or {})}  # a caller's own wins
             async with self._stream(peer, method, path, headers=headers, **kw) as chunks:
                 yield chunks
 
