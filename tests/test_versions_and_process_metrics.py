@@ -1,14 +1,17 @@
-"""Every command says its version, and /metrics carries the standard process and Python series."""
+"""Every command and distribution says the one version (VERSION), and /metrics carries the
+standard process and Python series."""
 
 import subprocess
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 from themis_shard.metrics import ShardMetrics
 
-VERSION = version("themis")
+ROOT = Path(__file__).resolve().parents[1]
+VERSION = (ROOT / "VERSION").read_text().strip()
 
 
 @pytest.mark.parametrize(
@@ -19,11 +22,43 @@ VERSION = version("themis")
         ("themis_operator.__main__", "themis-operator"),
     ],
 )
-def test_each_command_prints_the_one_version_from_pyproject(main, prog):
+def test_each_command_prints_the_one_version(main, prog):
     code = f"from {main} import main; main(['--version'])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{prog} {VERSION}"
+
+
+@pytest.mark.parametrize("folder", [".", "operator", "client", "testing"])
+def test_every_pyproject_reads_its_version_from_the_one_version_file(folder):
+    """setuptools itself expands the dynamic version, as a build would."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    config = read_configuration(ROOT / folder / "pyproject.toml", expand=True)
+    assert config["project"]["version"].strip() == VERSION  # the build strips the newline
+    assert (ROOT / folder / "VERSION").resolve() == (ROOT / "VERSION").resolve()
+
+
+@pytest.mark.parametrize("dist", ["themisdb", "themisdb-operator", "themisdb-client", "themisdb-testing"])
+def test_installed_distributions_carry_the_one_version(dist):
+    try:
+        installed = version(dist)
+    except PackageNotFoundError:
+        pytest.skip(f"{dist} is not installed here (make install installs it)")
+    assert installed == VERSION
+
+
+def test_the_packages_say_the_one_version():
+    import themis_client
+    import themis_shard
+
+    assert themis_shard.__version__ == themis_client.__version__ == VERSION
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.shard", "Dockerfile.operator"])
+def test_image_labels_default_to_the_one_version(dockerfile):
+    """images/build.sh passes VERSION; a plain `docker build` gets the same by default."""
+    assert f"ARG VERSION={VERSION}\n" in (ROOT / dockerfile).read_text()
 
 
 def _series(metrics: ShardMetrics) -> set[str]:

@@ -1,10 +1,11 @@
 """Requirements for the container images, taken from pyproject.toml (one source of versions).
 
-    python tools/docker_requirements.py --exclude faiss-cpu llama-cpp-python   # shard image
-    python tools/docker_requirements.py --extra gpu --bundle-models false       # + faiss-gpu, cupy; no model
-    python tools/docker_requirements.py --only kopf kubernetes pydantic         # operator image
+    python tools/docker_requirements.py --extra cpu --exclude llama-cpp-python   # CPU shard image
+    python tools/docker_requirements.py --extra gpu --bundle-models false         # faiss-gpu, cupy; no model
+    python tools/docker_requirements.py --only llama-cpp-python --extra shard     # one pin
 
-Prints one requirement per line (pip -r format). Names compare as PEP 503 normalised names.
+Prints one requirement per line (pip -r format). Names compare as PEP 503 normalised names. An
+extra that names the project itself (``themisdb[shard]`` inside ``[cpu]``) is expanded in place.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def requirements(
     project = pyproject["project"]
     chosen = list(project["dependencies"])
     for extra in extras:
-        chosen += project["optional-dependencies"][extra]
+        chosen += [r for r in _extra(project, extra, set()) if r not in chosen]
     known = {requirement_name(r) for r in chosen}
     for name in (*only, *exclude):
         if normalise(name) not in known:
@@ -59,6 +60,23 @@ def requirements(
         and requirement_name(r) not in unwanted
         and (models or not MODEL_PACKAGE.match(requirement_name(r)))
     ]
+
+
+def _extra(project: dict, extra: str, seen: set[str]) -> list[str]:
+    """An optional-dependencies group, with references to the project's own extras expanded."""
+    if extra in seen:
+        return []
+    seen.add(extra)
+    own = normalise(project["name"])
+    out: list[str] = []
+    for requirement in project["optional-dependencies"][extra]:
+        if requirement_name(requirement) == own:
+            inner = re.search(r"\[([^\]]*)\]", requirement)
+            for name in (inner.group(1).split(",") if inner else []):
+                out += [r for r in _extra(project, name.strip(), seen) if r not in out]
+        elif requirement not in out:
+            out.append(requirement)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

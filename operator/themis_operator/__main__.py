@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from themis_shard.version import distribution_version
 
 
 def _version() -> str:
-    try:  # one version for every part: the distribution's, set in pyproject.toml
-        return version("themis")
-    except PackageNotFoundError:  # pragma: no cover - a bare checkout
-        return "0+unknown"
+    """themisdb-operator's version: the repository's one VERSION (operator/VERSION links to it)."""
+    return distribution_version("themisdb-operator", Path(__file__).resolve().parents[1] / "VERSION")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,22 +23,28 @@ from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, Me
 from .api.openapi import document_errors
 from .metrics import ShardMetrics
 from .node import ShardNode
+from .otel import build_spans
 from .settings import Settings
 from .termination import write_termination_message
+from .tracing import Spans
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, spans: Spans | None = None) -> FastAPI:
+    """``spans``: where request and peer-call spans go; default from ``settings.otel`` (ids only
+    unless OpenTelemetry is installed and configured)."""
     settings = settings or Settings()
     metrics = ShardMetrics(settings.shard_id)
+    spans = spans or build_spans(settings.otel, settings.shard_id)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            node = await ShardNode.open(settings, metrics)
+            node = await ShardNode.open(settings, metrics, spans)
         except Exception as exc:
             write_termination_message(settings.termination_message_path, exc)
+            spans.close()
             raise
         app.state.node, app.state.llm = node, node.llm
         try:
@@ -46,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             app.state.node = None
             await node.close()
+            spans.close()
 
     app = FastAPI(
         title="Themis shard",
@@ -112,5 +119,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics_open=settings.auth.metrics_open,
             realm=settings.auth.realm,
         )
-    app.add_middleware(AccessLogMiddleware)  # outermost: times and traces everything below
+    app.add_middleware(AccessLogMiddleware, spans=spans)  # outermost: times and traces everything below
     return app

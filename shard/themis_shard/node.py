@@ -30,6 +30,7 @@ from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
+from .tracing import NoSpans, Spans
 from .training.service import TrainingService, train_cache_dir
 from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
@@ -87,10 +88,13 @@ class ShardNode:
         return AqlService(self)
 
     @classmethod
-    async def open(cls, settings: Settings, metrics: ShardMetrics) -> ShardNode:
-        """Build and start every part; a part that fails to start stops the ones before it."""
+    async def open(cls, settings: Settings, metrics: ShardMetrics, spans: Spans | None = None) -> ShardNode:
+        """Build and start every part; a part that fails to start stops the ones before it.
+        ``spans``: where request and peer-call spans go (the app's, shared with its access log)."""
         fetcher = SourceFetcher(settings.weights_path / "sources", FetchSettings())
-        store, vectors, plan, cluster = await asyncio.to_thread(cls._open_storage, settings, metrics, fetcher)
+        store, vectors, plan, cluster = await asyncio.to_thread(
+            cls._open_storage, settings, metrics, fetcher, spans or NoSpans()
+        )
         raid: RaidService | None = None
         llm: LLMRuntime | None = None
         try:
@@ -142,7 +146,7 @@ class ShardNode:
 
     @staticmethod
     def _open_storage(
-        settings: Settings, metrics: ShardMetrics, fetcher: SourceFetcher
+        settings: Settings, metrics: ShardMetrics, fetcher: SourceFetcher, spans: Spans
     ) -> tuple[DocumentStore, VectorCatalog, ClusterPlan, ClusterService]:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
@@ -182,6 +186,7 @@ class ShardNode:
             prefix=settings.llm if settings.llm.enabled else None,
             fetcher=fetcher,
             txn=TxnSettings(),
+            spans=spans,
         )
         for config in store.collections():
             metrics.documents.labels(collection=config.name).set(store.count(config.name))

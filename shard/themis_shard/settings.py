@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .auth.settings import AuthSettings
 from .domains.settings import DomainSettings
 from .llm.settings import LLMSettings
+from .otel import OtelSettings
 
 
 class Settings(BaseSettings):
@@ -52,6 +53,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     domains: DomainSettings = Field(default_factory=DomainSettings)
+    otel: OtelSettings = Field(default_factory=OtelSettings)
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:

@@ -4,14 +4,21 @@ A request's context lives in a contextvar: the access-log middleware sets it fro
 incoming ``traceparent`` (or starts a trace), every log line reads it (``logs``), and the
 cluster's peer client sends it on each hop with a fresh span id, so one trace id names the
 request on every shard it touches. Parsing and formatting are pure.
+
+Where the ids come from is a ``Spans`` strategy: ``NoSpans`` makes them up (the default, no
+dependency); ``otel_sdk.OtelSpans`` (the [otel] extra) takes them from OpenTelemetry spans it
+records and exports, so log lines, headers and exported spans name the same trace and spans.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
@@ -72,3 +79,52 @@ def outgoing_traceparent() -> str | None:
     """The header for a call made now, from inside a request; None outside any request."""
     ctx = current_trace.get()
     return None if ctx is None else ctx.child().header()
+
+
+Attribute = str | int | float | bool
+
+
+@dataclass
+class ServerSpan:
+    """A request's span as the access log holds it: its context, and what it learns by the end
+    (route template, status), which an exporting ``Spans`` records when the span ends."""
+
+    context: TraceContext
+    attributes: dict[str, Attribute] = field(default_factory=dict)
+    name: str | None = None
+
+
+class Spans(Protocol):
+    """One SERVER span per request, one CLIENT span per shard hop."""
+
+    def server(self, name: str, incoming: TraceContext | None) -> AbstractContextManager[ServerSpan]:
+        """The span serving a request: a child of the caller's, or the root of a new trace."""
+        ...
+
+    def client(
+        self, name: str, parent: TraceContext | None, attributes: Mapping[str, Attribute]
+    ) -> AbstractContextManager[TraceContext | None]:
+        """A call to a peer made inside ``parent``: the context its ``traceparent`` carries
+        (None outside any request: nothing is sent)."""
+        ...
+
+    def close(self) -> None:
+        """Flush what is buffered (the shard is stopping)."""
+        ...
+
+
+class NoSpans:
+    """Ids only, nothing recorded: what the shard does without the [otel] extra."""
+
+    @contextmanager
+    def server(self, name: str, incoming: TraceContext | None) -> Iterator[ServerSpan]:
+        yield ServerSpan(incoming.child() if incoming is not None else new_trace())
+
+    @contextmanager
+    def client(
+        self, name: str, parent: TraceContext | None, attributes: Mapping[str, Attribute]
+    ) -> Iterator[TraceContext | None]:
+        yield None if parent is None else parent.child()
+
+    def close(self) -> None:
+        pass

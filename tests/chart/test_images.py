@@ -118,23 +118,31 @@ def test_shard_image_builds_llama_cpp_portably_never_native():
     assert "--mount=type=cache,target=/root/.cache/ccache" in runs
 
 
-def test_shard_image_takes_the_gpu_extra_only_for_cuda():
+def test_shard_image_takes_the_gpu_extra_for_cuda_and_the_cpu_extra_otherwise():
     runs = "\n".join(args_of(stages("Dockerfile.shard")[0], "RUN"))
-    assert "--extra gpu --exclude faiss-cpu llama-cpp-python --bundle-models false" in runs
-    assert "else python tools/docker_requirements.py --exclude llama-cpp-python --bundle-models false" in runs
+    for branch, extra in (("then", "gpu"), ("else", "cpu")):
+        call = f"{branch} python tools/docker_requirements.py --extra {extra} --exclude llama-cpp-python"
+        assert f"{call} --bundle-models false" in runs
     smoke = "import faiss, rocksdict, fastapi, themis_shard.settings, themis_shard.plan"
     assert f'python -c "{smoke}"' in runs
 
 
-def test_shard_image_requirements_swap_faiss_cpu_for_the_gpu_extra():
+@pytest.mark.parametrize(
+    ("extra", "faiss", "other"), [("gpu", "faiss-gpu", "faiss-cpu"), ("cpu", "faiss-cpu", "faiss-gpu")]
+)
+def test_shard_image_requirements_hold_one_faiss_and_the_engine(extra, faiss, other):
     names = {
         tool().requirement_name(r)
-        for r in tool().requirements(
-            PYPROJECT, extras=("gpu",), exclude=("faiss-cpu", "llama-cpp-python"), models=False
-        )
+        for r in tool().requirements(PYPROJECT, extras=(extra,), exclude=("llama-cpp-python",), models=False)
     }
-    assert {"faiss-gpu", "cupy-cuda12x", "fastapi", "rocksdict"} <= names
-    assert not names & {"faiss-cpu", "llama-cpp-python"}
+    assert {faiss, "fastapi", "rocksdict", "numpy", "pydantic"} <= names
+    assert not names & {other, "llama-cpp-python", "themisdb"}
+    assert ("cupy-cuda12x" in names) is (extra == "gpu")
+
+
+def test_the_shard_image_leaves_the_operator_out():
+    copies = [a.split()[0] for a in args_of(stages("Dockerfile.shard")[0], "COPY")]
+    assert "shard/" in copies and not [c for c in copies if c.startswith(("operator", "testing", "client"))]
 
 
 def test_the_bundled_models_are_baked_in_one_stage():
@@ -187,14 +195,12 @@ def test_operator_image_leaves_the_test_support_package_out():
     assert not list((ROOT / "operator" / "themis_operator").glob("testing/*.py"))
 
 
-OPERATOR_ONLY = ("kopf", "kubernetes", "pydantic", "pydantic-settings", "httpx", "cryptography", "pyyaml")
-
-
-def test_operator_image_installs_kopf_and_only_the_operators_dependencies():
+def test_operator_image_installs_the_operator_distribution_and_the_themisdb_base_only():
+    """No extra of themisdb (the engines live there); the build fails if an engine got in anyway."""
     runs = " ".join(args_of(stages("Dockerfile.operator")[0], "RUN"))
-    assert f"--only {' '.join(OPERATOR_ONLY)}" in runs
-    names = {tool().requirement_name(r) for r in tool().requirements(PYPROJECT, only=OPERATOR_ONLY)}
-    assert names == set(OPERATOR_ONLY)
+    assert "pip install ./ ./operator " in runs and "[" not in runs.split("pip install", 1)[1].split("&&")[0]
+    assert "docker_requirements" not in runs
+    assert "sys.exit(any(u.find_spec(m) for m in ('llama_cpp', 'faiss', 'numpy', 'rocksdict')))" in runs
 
 
 def test_the_operator_imports_with_nothing_but_those_dependencies():

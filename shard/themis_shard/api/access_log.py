@@ -3,7 +3,8 @@ latency and the trace id; the request runs inside its ``TraceContext`` (``tracin
 its other log lines and its calls to peers carry the same trace id.
 
 Pure ASGI (streaming-safe). A streamed response is logged when its last byte is sent, so the
-latency is the whole stream's. Probes and scrapes log at DEBUG: they would drown the rest.
+latency is the whole stream's. Probes and scrapes log at DEBUG: they would drown the rest. The
+request's span comes from ``spans`` (``tracing.Spans``: ids only, or OpenTelemetry with [otel]).
 """
 
 from __future__ import annotations
@@ -13,22 +14,28 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..tracing import current_trace, server_span
+from ..tracing import NoSpans, ServerSpan, Spans, current_trace, parse_traceparent
 
 log = logging.getLogger("themis.access")
 QUIET_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class AccessLogMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, spans: Spans | None = None) -> None:
         self.app = app
+        self.spans = spans or NoSpans()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"), None)
-        span = server_span(incoming)
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"), None)
+        method = scope.get("method", "GET")
+        with self.spans.server(method, parse_traceparent(header)) as server:
+            await self._serve(scope, receive, send, server)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, server: ServerSpan) -> None:
+        span = server.context
         token = current_trace.set(span)
         started = time.perf_counter()
         status = 500
@@ -48,6 +55,15 @@ class AccessLogMiddleware:
             elapsed_ms = (time.perf_counter() - started) * 1000
             path = scope.get("path", "")
             route = getattr(scope.get("route"), "path", None) or "unmatched"
+            server.name = f"{scope.get('method', 'GET')} {route}"
+            server.attributes.update(
+                {
+                    "http.request.method": scope.get("method", "GET"),
+                    "http.route": route,
+                    "url.path": path,
+                    "http.response.status_code": status,
+                }
+            )
             log.log(
                 logging.DEBUG if path in QUIET_PATHS else logging.INFO,
                 "%s %s %d %.1fms",

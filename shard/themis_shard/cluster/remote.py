@@ -36,7 +36,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ValidationError
 
-from ..tracing import outgoing_traceparent
+from ..tracing import NoSpans, Spans, current_trace, outgoing_traceparent
 from .breaker import BreakerRegistry, BreakerState
 from .settings import ClusterSettings
 
@@ -139,9 +139,12 @@ class RemoteExecutor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        spans: Spans | None = None,
     ) -> None:
         self.settings = settings
         self.resolve = resolve
+        #: one CLIENT span per call inside a request (``tracing.Spans``; OpenTelemetry with [otel])
+        self.spans = spans or NoSpans()
         self.breakers = breakers or BreakerRegistry.from_settings(settings, clock)
         registry = registry or CollectorRegistry()
         self.metrics = RemoteMetrics(registry)
@@ -221,6 +224,18 @@ class RemoteExecutor:
     # ---- the one primitive ------------------------------------------------------------------
 
     async def request(
+        self, peer: str, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kw: Any
+    ) -> Any:
+        """``_request`` inside one CLIENT span of the calling request's trace (retries included);
+        the peer's server span is its child, through the ``traceparent`` it sends."""
+        method = method.upper()
+        attributes = {"themis.peer": peer, "http.request.method": method, "url.path": path}
+        with self.spans.client(f"{method} {peer}", current_trace.get(), attributes) as hop:
+            if hop is not None:
+                headers = {"traceparent": hop.header(), **(headers or {})}  # a caller's own wins
+            return await self._request(peer, method, path, headers=headers, **kw)
+
+    async def _request(
         self,
         peer: str,
         method: str,
@@ -316,6 +331,20 @@ class RemoteExecutor:
 
     @contextlib.asynccontextmanager
     async def stream(
+        self, peer: str, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kw: Any
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """``_stream`` inside one CLIENT span of the calling request's trace, ended when the
+        stream is closed (a relayed token stream, a KV-prefix or RAID transfer)."""
+        method = method.upper()
+        attributes = {"themis.peer": peer, "http.request.method": method, "url.path": path}
+        with self.spans.client(f"{method} {peer}", current_trace.get(), attributes) as hop:
+            if hop is not None:
+                headers = {"traceparent": hop.header(), **(headers or {})}  # a caller's own wins
+            async with self._stream(peer, method, path, headers=headers, **kw) as chunks:
+                yield chunks
+
+    @contextlib.asynccontextmanager
+    async def _stream(
         self,
         peer: str,
         method: str,

@@ -31,6 +31,7 @@ from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
+from ..tracing import Spans
 from ..vector.catalog import VectorCatalog
 from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections
@@ -69,9 +70,11 @@ class ClusterService:
         prefix: LLMSettings | None = None,
         fetcher: SourceFetcher | None = None,
         txn: TxnSettings | None = None,
+        spans: Spans | None = None,
     ) -> None:
         """``prefix``: the LLM settings when this shard runs an engine (its KV-prefix cache);
-        ``fetcher``: downloads the plan's http(s) adapter sources; ``txn``: two-phase commit."""
+        ``fetcher``: downloads the plan's http(s) adapter sources; ``txn``: two-phase commit;
+        ``spans``: where the peer calls' spans go (``tracing.Spans``)."""
         self.self_id = self_id
         self.store = store
         self.vectors = vectors
@@ -85,6 +88,7 @@ class ClusterService:
             self.live.url,
             registry=registry,
             auth=PeerAuth(secret, self_id) if secret else None,
+            spans=spans,
         )
         #: what ``/internal/...`` demands of a caller (``api.middleware.InternalAuth`` checks it)
         self.internal_auth = InternalAuthPolicy.of(settings)

@@ -18,10 +18,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import faiss
 import numpy as np
 
+from ..extras import INSTALL_HINT
 from ..storage.collections import CollectionConfig
+
+try:  # faiss-cpu or faiss-gpu, from the [cpu] or [gpu] extra: both install the module faiss
+    import faiss
+except ImportError as e:
+    raise ImportError(f"FAISS is not installed: {INSTALL_HINT}", name="faiss") from e
 
 IVF_TRAIN_MIN = 2048
 TOMBSTONE_REBUILD_FRACTION = 0.25

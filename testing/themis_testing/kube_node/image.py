@@ -189,7 +189,7 @@ def masked_modules(config: ImageConfig, repo: Path) -> dict[str, str]:
             *(x for v in project.get("optional-dependencies", {}).values() for x in v),
         ]
     }
-    in_image = image_distributions(config, repo)
+    in_image = image_distributions(config, repo) | own_distributions(repo)
     installed = {_normalise(d.metadata["Name"]): d for d in importlib.metadata.distributions()}
     required_by_others = set()
     for d in installed.values():
@@ -199,7 +199,7 @@ def masked_modules(config: ImageConfig, repo: Path) -> dict[str, str]:
                 required_by_others.add(_normalise(m.group(1)))
     out: dict[str, str] = {}
     for name, dist in installed.items():
-        if name in in_image or name == _normalise(project["name"]):
+        if name in in_image:
             continue
         if dr.MODEL_PACKAGE.match(name) and name in declared:
             reason = f"{name} is left out of the image by Dockerfile.shard (--bundle-models)"
@@ -214,6 +214,14 @@ def masked_modules(config: ImageConfig, repo: Path) -> dict[str, str]:
         for module in _top_level(dist):
             out[module] = reason
     return out
+
+
+def own_distributions(repo: Path) -> set[str]:
+    """The repository's own distributions (themisdb, and those of operator/, client/, testing/):
+    its code, which the pod gets from the source tree, not dependencies to mask."""
+    paths = [repo / "pyproject.toml", *sorted(repo.glob("*/pyproject.toml"))]
+    names = {_normalise(tomllib.loads(p.read_text())["project"]["name"]) for p in paths if p.is_file()}
+    return names | {"themis"}  # themisdb's former name, still in venvs made before the rename
 
 
 def _top_level(dist: importlib.metadata.Distribution) -> list[str]:
