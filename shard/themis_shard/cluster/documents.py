@@ -140,7 +140,10 @@ class DistributedDocuments:
         replication: Replication,
         topology: TopologySource,
         handoff: HandoffView | None = None,
+        fencing: bool = True,
     ) -> None:
+        """``fencing=False`` is ``THEMIS_UNSAFE_DISABLE_FENCING``: the nemesis suite's
+        deliberate failure, never a production setting."""
         self.store = store
         self.executor = executor
         self.replication = replication
@@ -149,6 +152,13 @@ class DistributedDocuments:
         self.handoff = handoff
         #: Writes this shard coordinates, serialised per key from prepare to install.
         self.locks = KeyLocks()
+        self.fencing = fencing
+
+    def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
+        """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
+        if not self.fencing:
+            return None
+        return fence_refusal(self.topology, epoch, sender, keys)
 
     @property
     def topology(self) -> Topology:
@@ -209,6 +219,8 @@ class DistributedDocuments:
             )
         except PeerUnavailable as exc:
             log.info("coordinator %s of %s unavailable (%s)", target, what, exc.reason)
+            if not self.fencing:
+                return await self._unfenced_fallback(writes, concern, target)
             if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
                 raise Unavailable(
                     f"the new coordinator of {what} ({target}) is not serving yet; nothing was written",
@@ -224,6 +236,41 @@ class DistributedDocuments:
             raise relay(exc) from None
         return [change_from_json(c) for c in reply["changes"]]
 
+    async def _unfenced_fallback(
+        self, writes: list[Write], concern: WriteConcern, primary_id: str
+    ) -> list[Change]:
+        """UNSAFE (fencing off): coordinate on the next owner the primary's breaker view
+        allows — what the cluster did before fencing, and why two shards could mint one version."""
+        topo = self.topology
+        first = writes[0]
+        for owner in topo.owners(first.collection, first.key):
+            if owner == primary_id:
+                continue
+            if owner == topo.self_id:
+                return await self.commit_here(writes, concern)
+            log.warning("UNSAFE: primary %s unreachable; trying owner %s", primary_id, owner)
+            try:
+                reply = await self.executor.request(
+                    owner,
+                    "POST",
+                    "/internal/commit",
+                    json_body={
+                        "writes": [write_to_json(w) for w in writes],
+                        "epoch": topo.version,
+                        "concern": concern.value,
+                    },
+                    idempotent=False,
+                    retries=0,
+                )
+            except PeerUnavailable as exc:
+                raise forward_failure(owner, f"{first.collection}/{first.key}", exc) from None
+            except PeerError as exc:
+                raise relay(exc) from None
+            return [change_from_json(c) for c in reply["changes"]]
+        raise Unavailable(
+            f"no owner of {first.collection}/{first.key} could coordinate", code="owners_unavailable"
+        )
+
     async def commit_batch(
         self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN
     ) -> list[Change]:
@@ -238,9 +285,7 @@ class DistributedDocuments:
 
     async def commit_forwarded(self, writes: list[Write], epoch: int, concern: WriteConcern) -> list[Change]:
         """A write forwarded by another shard: coordinate it only as the keys' primary in ``epoch``."""
-        refusal = fence_refusal(
-            self.topology, epoch, self.topology.self_id, [(w.collection, w.key) for w in writes]
-        )
+        refusal = self.fence_refusal(epoch, self.topology.self_id, [(w.collection, w.key) for w in writes])
         if refusal is not None:
             raise refusal
         return await self.commit_here(writes, concern)

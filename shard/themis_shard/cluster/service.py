@@ -16,6 +16,7 @@ the app reach the parts through the attributes and methods below.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ from .settings import ClusterSettings
 from .tasks import Tasks
 from .tombstone_gc import TombstoneGC
 from .views import LivePlan, RuntimeSlot
+
+log = logging.getLogger(__name__)
 
 
 class ClusterService:
@@ -118,8 +121,18 @@ class ClusterService:
             grace_s=self.live.settings.tombstone_grace_s,
             interval_s=self.live.settings.anti_entropy_interval_s,
         )
+        if self.live.settings.unsafe_disable_fencing:
+            log.error(
+                "UNSAFE: THEMIS_UNSAFE_DISABLE_FENCING is on: writes are not fenced and replicas "
+                "coordinate when a primary looks down; acknowledged writes can be lost"
+            )
         self.documents = DistributedDocuments(
-            store, self.executor, self.replication, self.live, handoff=self.handoff
+            store,
+            self.executor,
+            self.replication,
+            self.live,
+            handoff=self.handoff,
+            fencing=not self.live.settings.unsafe_disable_fencing,
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
