@@ -112,6 +112,34 @@ def test_a_write_that_cannot_reach_every_owner_fails_by_default_and_is_never_ser
         assert peers[down].store.get_entry("c", key) == store.get_entry("c", key)
 
 
+def test_a_burn_takes_a_version_of_its_own_so_no_write_lands_on_top_of_the_failed_one(
+    tmp_path, store
+) -> None:
+    """A reader may have seen the failed record on the owner that took it (before the burn
+    reached it, or reading through a replica): an If-Match on that record's version must be
+    refused, else the new write is built on a document that never committed."""
+    current = live(plan_of(4, "raid6"))
+    topo = current.topology
+    key = _raid6_key(topo)
+    _, down = [o for o in topo.owners("c", key) if o != "s-0"]
+    with fake_peers(tmp_path, "s-1", "s-2", "s-3") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        asyncio.run(documents.commit_here([Write("c", key, {"balance": 100})]))
+        peers[down].up = False
+        with pytest.raises(Unavailable):
+            asyncio.run(documents.commit_here([Write("c", key, {"balance": 90}, if_version=1)]))
+        burned = store.get_entry("c", key)
+        assert (burned.version, burned.document) == (3, {"balance": 100})
+        peers[down].up = True
+        executor.breakers.get(down).record_success()
+        with pytest.raises(Conflict):  # built on the failed {"balance": 90} at version 2
+            asyncio.run(documents.commit_here([Write("c", key, {"balance": 80}, if_version=2)]))
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"balance": 95}, if_version=3)]))
+        assert change.version == 4
+
+
 def test_a_write_no_owner_took_leaves_nothing_anywhere(tmp_path, store) -> None:
     current = live(plan_of(2))
     topo = current.topology

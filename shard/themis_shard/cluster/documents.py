@@ -359,8 +359,11 @@ class DistributedDocuments:
         )
 
     async def _burn(self, topo: Topology, records: list[Replicated], delivered: dict[str, Delivery]) -> None:
-        """After a failed write that some owner may hold: install the previous document again at
-        the new version with a later stamp, everywhere, so the failed record never wins."""
+        """After a failed write that some owner may hold: install the previous document again,
+        everywhere, one version above the failed record, so the failed record never wins. A
+        version of its own, not the failed record's with a later stamp: a client may have read
+        the failed record from an owner that took it, and its ``If-Match`` on that version
+        must be refused, not applied on top of a document that never committed."""
         newest: dict[tuple[str, str], Replicated] = {}
         for r in records:
             owners = [o for o in topo.owners(r.collection, r.key) if o != topo.self_id]
@@ -375,7 +378,7 @@ class DistributedDocuments:
                 Replicated(
                     collection,
                     key,
-                    r.version,
+                    r.version + 1,
                     before.document if before is not None else None,
                     self.store.clock.now(),
                     topo.self_id,
