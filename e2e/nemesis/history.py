@@ -2,8 +2,9 @@
 
 Outcomes follow Jepsen: ``ok`` (it happened, with this result), ``fail`` (it definitely did
 not happen: 409, another 4xx, or a connection that never reached a shard) and ``info``
-(indeterminate: a timeout, a torn connection, any 503 — including ``write_outcome_unknown``
-and a write whose version was burned — or a 5xx). Checkers treat ``info`` operations as
+(indeterminate: a timeout, a torn connection, a 5xx, any 503 but the two that say the
+request never reached a coordinator — ``write_outcome_unknown`` and ``replicas_unavailable``,
+after which the version may have been burned, included). Checkers treat ``info`` operations as
 may-or-may-not-have-happened.
 """
 
@@ -18,6 +19,10 @@ from typing import Any
 import httpx
 from themis_client import ThemisError
 from themis_client.errors import ThemisConnectionError
+
+
+#: 503 codes that say no coordinator saw the write (``cluster/documents.py``: forward_failure).
+UNSENT_503 = frozenset({"coordinator_unavailable", "starting"})
 
 
 class Outcome(StrEnum):
@@ -48,7 +53,7 @@ def classify(exc: BaseException) -> tuple[Outcome, str]:
     if isinstance(exc, ThemisConnectionError):
         return Outcome.FAIL, "unreachable"  # connect refused/timed out on every try: never sent
     if isinstance(exc, ThemisError):
-        if 400 <= exc.status < 500:
+        if 400 <= exc.status < 500 or (exc.status == 503 and exc.code in UNSENT_503):
             return Outcome.FAIL, f"{exc.status} {exc.code}"
         return Outcome.INFO, f"{exc.status} {exc.code}"
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):

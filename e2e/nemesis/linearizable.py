@@ -9,10 +9,11 @@ The model is one document: a state ``(version, value)``, ``(0, None)`` before it
   becomes ``(expected + 1, new)``.
 * ``cas`` that failed with 409 ``version_conflict``: the state was not at ``expected``.
 * ``cas`` with an ``info`` outcome may not have happened at all, or happened at any point after
-  its invocation, with one of two effects: its own, or a *burn* — ``(expected + 1, previous
-  value)``, the record a coordinator installs when a write fails after an owner may have taken
-  it (``cluster/fencing.py``), so the failed write is never served. Other failed operations did
-  not happen and are left out.
+  its invocation. Its coordinator may also have *burned* it (``cluster/fencing.py``): installed
+  the previous document again at ``expected + 2``, after the failed record was visible on an
+  owner that took it, or without it ever being visible. So an indeterminate ``cas(expected,
+  new, previous)`` is two optional steps: its own, and the burn to ``(expected + 2, previous)``.
+  Other failed operations did not happen and are left out.
 
 Registers are independent, so each key is checked on its own (P-compositionality). The search
 explores (linearized set, state) pairs at most once; an ``info`` CAS whose expected version the
@@ -37,12 +38,13 @@ INITIAL: State = (0, None)
 @dataclass(frozen=True)
 class _Step:
     index: int
-    f: str  # "read" | "cas" | "cas_fail"
+    f: str  # "read" | "cas" | "cas_fail" | "burn"
     invoke: float
     complete: float  # math.inf for an indeterminate operation
     required: bool
     expected: int = 0
     value: Any = None
+    previous: Any = None
 
 
 @dataclass(frozen=True)
@@ -66,20 +68,21 @@ def _steps(ops: Iterable[Op]) -> list[_Step]:
             steps.append(_Step(i, "cas_fail", op.invoke, op.complete, True, op.arg[0]))
         elif op.f == "cas" and op.outcome is Outcome.INFO:
             steps.append(_Step(i, "cas", op.invoke, math.inf, False, *op.arg))
+            steps.append(_Step(i + 1, "burn", op.invoke, math.inf, False, *op.arg))
     return steps
 
 
 def _next_states(step: _Step, state: State) -> list[State]:
     """States after ``step`` at this point; empty when it cannot linearize here."""
-    version, value = state
+    version = state[0]
     if step.f == "read":
         return [state] if (step.expected, step.value) == state else []
     if step.f == "cas_fail":
         return [state] if version != step.expected else []
-    if version != step.expected:
-        return []
-    applied = (version + 1, step.value)
-    return [applied] if step.required else [applied, (version + 1, value)]
+    if step.f == "burn":
+        burned = (step.expected + 2, step.previous)
+        return [burned] if state in ((step.expected, step.previous), (step.expected + 1, step.value)) else []
+    return [(version + 1, step.value)] if version == step.expected else []
 
 
 def check_register(key: str, ops: Iterable[Op], initial: State = INITIAL, budget: int = 200_000) -> Verdict:
@@ -122,10 +125,10 @@ def check_register(key: str, ops: Iterable[Op], initial: State = INITIAL, budget
 
 
 def _drop_dead(steps: list[_Step], mask: int, state: State) -> int:
-    """Mark indeterminate CASes that can no longer apply (their version is passed) as done."""
+    """Mark indeterminate steps that can no longer apply (their version is passed) as done."""
     version = state[0]
     for s in steps:
-        if not s.required and not mask >> s.index & 1 and s.expected < version:
+        if not s.required and not mask >> s.index & 1 and s.expected + (s.f == "burn") < version:
             mask |= 1 << s.index
     return mask
 

@@ -4,6 +4,8 @@ back and check. Returns a :class:`Report` (its ``table()`` is what the suite pri
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import random
 import signal
@@ -190,6 +192,7 @@ def _run(cluster, mesh, rng, seed, seconds, fencing, kinds, workers, say) -> Rep
         for k in sets:
             final_sets[k] = db.get(SETS, k).document["elements"]
 
+    _dump(cluster.root / "history.jsonl", ops, nemesis.injected)
     registers_bad, undecided = checkers.register_anomalies(ops, initial)
     anomalies = (
         registers_bad
@@ -198,6 +201,15 @@ def _run(cluster, mesh, rng, seed, seconds, fencing, kinds, workers, say) -> Rep
         + checkers.replica_anomalies(copies)
     )
     return Report(seed, seconds, fencing, ops, nemesis.injected, anomalies, undecided, len(bank.groups))
+
+
+def _dump(path: Path, ops: list[Op], faults: list[Fault]) -> None:
+    """The run's history and faults, one JSON object a line, for reading a failure afterwards."""
+    with path.open("w") as out:
+        for fault in faults:
+            out.write(json.dumps({"fault": dataclasses.asdict(fault)}) + "\n")
+        for op in sorted(ops, key=lambda o: o.invoke):
+            out.write(json.dumps({"op": dataclasses.asdict(op)}, default=str) + "\n")
 
 
 def _heal(cluster, mesh) -> None:

@@ -82,7 +82,7 @@ class RegisterWorker(Worker):
             "register",
             "cas",
             key,
-            (read.result[0], value),
+            (read.result[0], value, read.result[1]),
             lambda: db.put(REGISTERS, key, {"value": value}, if_match=read.result[0]).version,
         )
 
