@@ -221,3 +221,82 @@ def test_during_a_handoff_a_write_to_an_unknown_key_first_asks_the_previous_owne
         store.commit([Write("c", "known", {"x": 0})])
         asyncio.run(documents.commit_here([Write("c", "new", {"x": 1}), Write("c", "known", {"x": 2})]))
     assert handoff.fetched == [("c", "new")]
+
+
+def _split_pair(topo) -> tuple[str, str]:
+    """Two keys s-0 coordinates whose other owners differ (so they travel in two messages)."""
+    mine = [k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0"]
+    a = mine[0]
+    b = next(k for k in mine if topo.owners("c", k)[1] != topo.owners("c", a)[1])
+    return a, b
+
+
+def test_a_transaction_sent_to_several_owners_leaves_no_inflight_entry(tmp_path, store) -> None:
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    a, b = _split_pair(current.topology)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        asyncio.run(documents.commit_here([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})]))
+        assert inflight.entries() == []
+        assert all(
+            peers[o].store.get("c", k).document == {"n": 1}
+            for k in (a, b)
+            for o in ("s-1", "s-2")
+            if o in current.topology.owners("c", k)
+        )
+
+
+def test_a_transaction_half_sent_when_its_coordinator_died_is_burned_everywhere_at_restart(
+    tmp_path, store
+) -> None:
+    """The crash: one owner took its part of a transfer (the debit), the other never got the
+    credit, the coordinator installed nothing. At restart the logged burns win everywhere."""
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    a, b = _split_pair(topo)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
+        records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
+        inflight.add(records, documents._burns_of(topo, records))
+        debit_owner = topo.owners("c", a)[1]
+        peers[debit_owner].store.apply_replicated([records[0]])  # delivered, then the crash
+
+        repairs = asyncio.run(documents.recover_inflight())
+        asyncio.run(documents.replicate_repairs(repairs))
+        assert inflight.entries() == []
+        for k in (a, b):
+            for holder in (store, peers[topo.owners("c", k)[1]].store):
+                entry = holder.get_entry("c", k)
+                assert (entry.version, entry.document) == (3, {"balance": 100})
+
+
+def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_path, store) -> None:
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    a, b = _split_pair(topo)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        records = store.prepare([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})])
+        inflight.add(records, documents._burns_of(topo, records))
+        store.apply_replicated(records)  # installed here, then the crash before the entry went
+
+        asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))
+        assert inflight.entries() == []
+        for k in (a, b):
+            assert peers[topo.owners("c", k)[1]].store.get_entry("c", k) == store.get_entry("c", k)

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import BadRequest, Conflict, NotFound, ThemisError, Unavailable
 from ..ring import HashRing
 from ..storage.documents import Change, DocumentStore, Replicated, StoredDocument, Write
+from ..storage.inflight import InflightLog
 from ..storage.names import urn
 from .fencing import (
     DEFAULT_CONCERN,
@@ -141,9 +142,11 @@ class DistributedDocuments:
         topology: TopologySource,
         handoff: HandoffView | None = None,
         fencing: bool = True,
+        inflight: InflightLog | None = None,
     ) -> None:
         """``fencing=False`` is ``THEMIS_UNSAFE_DISABLE_FENCING``: the nemesis suite's
-        deliberate failure, never a production setting."""
+        deliberate failure, never a production setting. ``inflight``: the log that makes a
+        write to owners reached in separate messages atomic across a crash (None: not kept)."""
         self.store = store
         self.executor = executor
         self.replication = replication
@@ -153,6 +156,7 @@ class DistributedDocuments:
         #: Writes this shard coordinates, serialised per key from prepare to install.
         self.locks = KeyLocks()
         self.fencing = fencing
+        self.inflight = inflight
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
         """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
@@ -313,6 +317,9 @@ class DistributedDocuments:
                 if owner != topo.self_id:
                     per_peer.setdefault(owner, []).append(r)
         peers = sorted(per_peer)
+        logged = None
+        if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
+            logged = await run_in_threadpool(self.inflight.add, records, self._burns_of(topo, records))
         answers = await asyncio.gather(
             *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
         )
@@ -329,6 +336,8 @@ class DistributedDocuments:
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
             changes = await run_in_threadpool(self.store.apply_replicated, records)
+            if logged is not None:
+                await run_in_threadpool(self.inflight.remove, logged)
             if len(changes) != len(records):  # a repair installed a higher stamp meanwhile
                 raise Conflict(
                     "the document changed while this write was replicated", code="version_conflict"
@@ -338,6 +347,8 @@ class DistributedDocuments:
                     await self.replication.hint(peer, per_peer[peer])
             return changes
         await self._burn(topo, records, delivered)
+        if logged is not None:
+            await run_in_threadpool(self.inflight.remove, logged)
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
         if newer or (clean and (any(d is Delivery.FENCED for d in delivered.values()) or self._moving())):
             raise Unavailable(
@@ -371,22 +382,49 @@ class DistributedDocuments:
                 newest[(r.collection, r.key)] = r
         if not newest:
             return
+        burns = self._burns_of(topo, list(newest.values()))
+        await run_in_threadpool(self.store.apply_replicated, burns)
+        log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
+        await self.replicate_repairs(burns)
+
+    def _burns_of(self, topo: Topology, records: list[Replicated]) -> list[Replicated]:
+        """For each record, the previous document again one version above it, stamped now."""
         burns = []
-        for (collection, key), r in newest.items():
-            before = self.store.get(collection, key)
+        for r in records:
+            before = self.store.get(r.collection, r.key)
             burns.append(
                 Replicated(
-                    collection,
-                    key,
+                    r.collection,
+                    r.key,
                     r.version + 1,
                     before.document if before is not None else None,
                     self.store.clock.now(),
                     topo.self_id,
                 )
             )
-        await run_in_threadpool(self.store.apply_replicated, burns)
-        log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
-        await self.replicate_repairs(burns)
+        return burns
+
+    async def recover_inflight(self) -> list[Replicated]:
+        """At start-up, before serving: finish or burn the writes a crash left half-sent
+        (``storage/inflight.py``) here, and answer the records their other owners still need
+        (sent by the caller in the background; anti-entropy would deliver them too)."""
+        if self.inflight is None:
+            return []
+        entries = await run_in_threadpool(self.inflight.entries)
+        send: list[Replicated] = []
+        for logged, records, burns in entries:
+            held = self.store.stamps([(r.collection, r.key) for r in records])
+            installed = all(h == r.stamp for h, r in zip(held, records, strict=True))
+            if not installed:
+                await run_in_threadpool(self.store.apply_replicated, burns)
+            send += records if installed else burns
+            await run_in_threadpool(self.inflight.remove, logged)
+            log.warning(
+                "recovered a write to %d key(s) left in flight by a crash: %s",
+                len(records),
+                "installed here, sent to its owners again" if installed else "never acknowledged, burned",
+            )
+        return send
 
     async def replicate_repairs(self, items: list[Replicated]) -> None:
         """Send records to their other owners now, or as hints (stamps decide on arrival)."""

@@ -30,6 +30,7 @@ from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
+from ..storage.inflight import InflightLog
 from ..vector.catalog import VectorCatalog
 from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections
@@ -133,6 +134,7 @@ class ClusterService:
             self.live,
             handoff=self.handoff,
             fencing=not self.live.settings.unsafe_disable_fencing,
+            inflight=InflightLog(store),
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
@@ -260,6 +262,10 @@ class ClusterService:
         The runtime is built after this service (it needs the draft resolver and prefix puller),
         so it arrives here rather than in the constructor."""
         self._runtime.runtime = runtime
+        if self.topology.clustered:  # before anything is served or repaired
+            repairs = await self.documents.recover_inflight()
+            if repairs:
+                self._tasks.spawn(self.documents.replicate_repairs(repairs), "inflight-recovery")
         self.membership.start()
         self.replication.start()
         self.plan_watcher.start()
