@@ -15,6 +15,7 @@ records of one version, which with fencing one coordinator mints (its clock neve
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -117,9 +118,10 @@ class Nemesis:
             for fault in self.faults:
                 if not self._sleep_until(fault.at):
                     break
-                self.say(f"nemesis: {fault.describe()}")
+                late = time.monotonic() - self._t0 - fault.at  # a restart may have run over
+                self.say(f"nemesis: {fault.describe()}" + (f" ({late:.1f}s late)" if late > 0.5 else ""))
                 self.injected.append(fault)
-                self._inject(fault)
+                self._inject(dataclasses.replace(fault, at=max(fault.at, fault.at + late)))
         except BaseException as exc:  # reported by the runner
             self.error = exc
         finally:
