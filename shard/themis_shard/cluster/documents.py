@@ -143,6 +143,7 @@ class DistributedDocuments:
         handoff: HandoffView | None = None,
         fencing: bool = True,
         inflight: InflightLog | None = None,
+        read_from_replicas: bool = True,
     ) -> None:
         """``fencing=False`` is ``THEMIS_UNSAFE_DISABLE_FENCING``: the nemesis suite's
         deliberate failure, never a production setting. ``inflight``: the log that makes a
@@ -157,6 +158,8 @@ class DistributedDocuments:
         self.locks = KeyLocks()
         self.fencing = fencing
         self.inflight = inflight
+        #: False: reads go to the primary only (``ClusterSettings.read_from_replicas``).
+        self.read_from_replicas = read_from_replicas
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
         """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
@@ -474,11 +477,16 @@ class DistributedDocuments:
 
     async def _get(self, collection: str, key: str) -> StoredDocument:
         """First owner that has it. An owner answering 404 does not end the search: a replica
-        can hold a version whose delivery to that owner is still a pending hint."""
+        can hold a version whose delivery to that owner is still a pending hint. Without
+        ``read_from_replicas`` only the primary is asked: it installs a write only once it is
+        committed, so what it serves is linearizable."""
         topo = self.topology
-        order = (
-            [topo.self_id] if not topo.clustered else candidates(topo.owners(collection, key), self._down())
-        )
+        if not topo.clustered:
+            order = [topo.self_id]
+        elif self.read_from_replicas:
+            order = candidates(topo.owners(collection, key), self._down())
+        else:
+            order = [primary(topo, collection, key)]
         reached = False
         for target in order:
             if target == topo.self_id:

@@ -135,6 +135,7 @@ class ClusterService:
             handoff=self.handoff,
             fencing=not self.live.settings.unsafe_disable_fencing,
             inflight=InflightLog(store),
+            read_from_replicas=self.live.settings.read_from_replicas,
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
