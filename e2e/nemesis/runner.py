@@ -35,9 +35,12 @@ from .workloads import (
     SetWorker,
 )
 
-#: Shard settings of the run: short timeouts so faults of a few seconds are seen as such, and
-#: anti-entropy often enough to converge within the check's wait.
+#: Shard settings of the run: short timeouts so faults of a few seconds are seen as such,
+#: anti-entropy often enough to converge within the check's wait, and linearizable reads (the
+#: default replica fallback serves stale reads under partitions; ``THEMIS_NEMESIS_READ_FALLBACK=1``
+#: keeps it, and the register checker then finds them).
 SHARD_ENV = {
+    "THEMIS_CLUSTER_READ_FROM_REPLICAS": "false",
     "THEMIS_CLUSTER_REQUEST_TIMEOUT_S": "3",
     "THEMIS_CLUSTER_CONNECT_TIMEOUT_S": "2",
     "THEMIS_CLUSTER_MAX_RETRIES": "1",
@@ -112,6 +115,8 @@ def run(
 ) -> Report:
     rng = random.Random(seed)
     env = dict(SHARD_ENV)
+    if os.environ.get("THEMIS_NEMESIS_READ_FALLBACK") == "1":
+        env["THEMIS_CLUSTER_READ_FROM_REPLICAS"] = "true"
     if not fencing:
         env["THEMIS_UNSAFE_DISABLE_FENCING"] = "true"
     cluster = LocalCluster(root, 3, "raid1", env=env)
