@@ -4,7 +4,9 @@ hints are replayed, oldest first, once the owner answers again (versions decide 
 from __future__ import annotations
 
 import asyncio
+import json
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.documents import DistributedDocuments
@@ -12,7 +14,7 @@ from themis_shard.cluster.fencing import WriteConcern
 from themis_shard.cluster.replication import Replication, hint_admitted, worth_replaying
 from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
-from themis_shard.storage.hints import HintLog
+from themis_shard.storage.hints import HintLog, decode_items
 
 from .fakes import fake_peers, live, plan_of
 
@@ -315,3 +317,42 @@ def test_reads_fall_back_to_a_replica_unless_they_must_be_linearizable(tmp_path,
         primary_only = DistributedDocuments(store, executor, replication, current, read_from_replicas=False)
         with pytest.raises(Unavailable):
             asyncio.run(primary_only.get("c", key))
+
+
+def _racing_repair(peers, owner: str, coordinator_store, fail: bool) -> None:
+    """``owner`` takes the coordinated record, and anti-entropy copies it back into the
+    coordinator's store before the answer arrives (then the answer is lost when ``fail``)."""
+    handle = peers[owner].handle
+
+    def racing(method: str, path: str, request):
+        answer = handle(method, path, request)
+        if path == "/internal/replicate" and b'"fence"' in request.content:
+            coordinator_store.apply_replicated(decode_items(json.loads(request.content)["items"]))
+            if fail:
+                return httpx.Response(500, json={"error": {"code": "internal", "message": "lost"}})
+        return answer
+
+    peers[owner].handle = racing
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_repair_racing_a_write_neither_fails_a_committed_one_nor_keeps_a_failed_one(
+    tmp_path, store, fail
+) -> None:
+    current = live(plan_of(2))
+    key = next(k for k in (f"k{i}" for i in range(100)) if current.topology.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        asyncio.run(documents.commit_here([Write("c", key, {"balance": 100})]))
+        _racing_repair(peers, "s-1", store, fail)
+        write = [Write("c", key, {"balance": 90}, if_version=1)]
+        if fail:
+            with pytest.raises(Unavailable):
+                asyncio.run(documents.commit_here(write))
+            assert store.get("c", key) == peers["s-1"].store.get("c", key)
+            assert (store.get("c", key).version, store.get("c", key).document) == (3, {"balance": 100})
+        else:
+            [change] = asyncio.run(documents.commit_here(write))
+            assert change.version == 2 and store.get("c", key).document == {"balance": 90}

@@ -309,10 +309,13 @@ class DistributedDocuments:
         keys = [(w.collection, w.key) for w in writes]
         async with self.locks.hold(keys):
             records = await run_in_threadpool(self.store.prepare, writes)
-            return await self._replicate_and_install(topo, records, concern)
+            # The burns, should this fail, take the documents as they are now: a repair may
+            # install the record itself here while its replication is in flight.
+            burns = self._burns_of(topo, records)
+            return await self._replicate_and_install(topo, records, concern, burns)
 
     async def _replicate_and_install(
-        self, topo: Topology, records: list[Replicated], concern: WriteConcern
+        self, topo: Topology, records: list[Replicated], concern: WriteConcern, burns: list[Replicated]
     ) -> list[Change]:
         per_peer: dict[str, list[Replicated]] = {}
         for r in records:
@@ -322,7 +325,7 @@ class DistributedDocuments:
         peers = sorted(per_peer)
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
-            logged = await run_in_threadpool(self.inflight.add, records, self._burns_of(topo, records))
+            logged = await run_in_threadpool(self.inflight.add, records, burns)
         answers = await asyncio.gather(
             *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
         )
@@ -341,7 +344,9 @@ class DistributedDocuments:
             changes = await run_in_threadpool(self.store.apply_replicated, records)
             if logged is not None:
                 await run_in_threadpool(self.inflight.remove, logged)
-            if len(changes) != len(records):  # a repair installed a higher stamp meanwhile
+            if len(changes) != len(records):  # a repair got here first: with these records, or newer
+                changes = self._installed(records, changes, burns)
+            if changes is None:
                 raise Conflict(
                     "the document changed while this write was replicated", code="version_conflict"
                 )
@@ -349,7 +354,7 @@ class DistributedDocuments:
                 if delivered[peer] is not Delivery.HELD:
                     await self.replication.hint(peer, per_peer[peer])
             return changes
-        await self._burn(topo, records, delivered)
+        await self._burn(topo, records, delivered, burns)
         if logged is not None:
             await run_in_threadpool(self.inflight.remove, logged)
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
@@ -372,7 +377,32 @@ class DistributedDocuments:
             code="replicas_unavailable",
         )
 
-    async def _burn(self, topo: Topology, records: list[Replicated], delivered: dict[str, Delivery]) -> None:
+    def _installed(
+        self, records: list[Replicated], changes: list[Change], burns: list[Replicated]
+    ) -> list[Change] | None:
+        """The changes of ``records`` when every one is installed here, by this write or by a
+        repair (anti-entropy, a read-through) that carried the very record; None when a newer
+        record got in first."""
+        done = {(c.collection, c.key): c for c in changes}
+        held = self.store.stamps([(r.collection, r.key) for r in records])
+        out = []
+        for r, stamp, burn in zip(records, held, burns, strict=True):
+            if (r.collection, r.key) in done:
+                out.append(done[(r.collection, r.key)])
+            elif stamp == r.stamp:
+                previous = burn.version - 2 if burn.document is not None else 0
+                out.append(Change(r.collection, r.key, r.version, r.document, previous, r.hlc, r.origin))
+            else:
+                return None
+        return out
+
+    async def _burn(
+        self,
+        topo: Topology,
+        records: list[Replicated],
+        delivered: dict[str, Delivery],
+        burns: list[Replicated],
+    ) -> None:
         """After a failed write that some owner may hold: install the previous document again,
         everywhere, one version above the failed record, so the failed record never wins. A
         version of its own, not the failed record's with a later stamp: a client may have read
@@ -385,7 +415,7 @@ class DistributedDocuments:
                 newest[(r.collection, r.key)] = r
         if not newest:
             return
-        burns = self._burns_of(topo, list(newest.values()))
+        burns = [b for b in burns if (b.collection, b.key) in newest]
         await run_in_threadpool(self.store.apply_replicated, burns)
         log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
         await self.replicate_repairs(burns)
