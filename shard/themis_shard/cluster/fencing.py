@@ -33,7 +33,8 @@ a durable hint. A write that cannot reach enough owners fails with 503 and insta
   version of its own (not the failed one's with a later stamp) because version numbers are
   what ``If-Match`` compares: a client that read the failed record from an owner that took it
   must get a 409, not a write built on a document that never committed (the nemesis suite's
-  bank workload lost money that way).
+  bank workload lost money that way). Its document is the one the key had when the write was
+  prepared, not when it failed: a repair may copy the failed record back here meanwhile.
 
 Why not Raft per range. A consensus group per vnode range (thousands per shard) with a Python
 library (pysyncobj, raftos) means a log, elections and snapshots per range on the write path and
