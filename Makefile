@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast bench lint dashboards clean kube-up kube-down images image-e2e dist
+.PHONY: help install up down status demo test test-tools test-fast nemesis bench lint dashboards clean kube-up kube-down images image-e2e dist
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -75,6 +75,10 @@ test: install test-tools
 
 test-fast: install
 	$(PY) -m pytest -q -m "not llm and not e2e"
+
+# The nemesis suite alone, its table printed (THEMIS_NEMESIS_SECONDS / _SEED / _UNSAFE: e2e/nemesis/README.md).
+nemesis: install
+	$(PY) -m pytest -q -s -m nemesis e2e/nemesis
 
 bench: install
 	$(PY) bench/storage.py

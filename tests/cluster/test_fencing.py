@@ -109,3 +109,23 @@ def test_internal_urls_keep_every_key_as_one_segment() -> None:
     assert internal_path("documents", "c", "a.b") == "/internal/documents/c/a.b"
     assert internal_path("documents", "c", "..") == "/internal/documents/c/%2E%2E"
     assert internal_path("documents", "c", "a/b") == "/internal/documents/c/a%2Fb"
+
+
+def test_fencing_is_on_unless_the_one_unsafe_setting_turns_it_off(monkeypatch) -> None:
+    from themis_shard.cluster.documents import DistributedDocuments
+    from themis_shard.cluster.settings import ClusterSettings
+
+    from .fakes import live
+
+    assert ClusterSettings().unsafe_disable_fencing is False
+    monkeypatch.setenv("THEMIS_UNSAFE_DISABLE_FENCING", "true")
+    assert ClusterSettings().unsafe_disable_fencing is True
+
+    current = live(plan_of(3), "s-1")
+    key = next(k for k in (f"k{i}" for i in range(500)) if current.topology.owners("c", k) == ["s-0", "s-1"])
+    epoch = current.topology.version
+    fenced = DistributedDocuments(None, None, None, current)  # type: ignore[arg-type]
+    unfenced = DistributedDocuments(None, None, None, current, fencing=False)  # type: ignore[arg-type]
+    assert fenced.fence_refusal(epoch, "s-2", [("c", key)]).code == "not_coordinator"
+    assert unfenced.fence_refusal(epoch, "s-2", [("c", key)]) is None
+    assert unfenced.fence_refusal(epoch - 1, "s-2", [("c", key)]) is None

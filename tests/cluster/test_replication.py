@@ -4,7 +4,9 @@ hints are replayed, oldest first, once the owner answers again (versions decide 
 from __future__ import annotations
 
 import asyncio
+import json
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.documents import DistributedDocuments
@@ -12,7 +14,7 @@ from themis_shard.cluster.fencing import WriteConcern
 from themis_shard.cluster.replication import Replication, hint_admitted, worth_replaying
 from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
-from themis_shard.storage.hints import HintLog
+from themis_shard.storage.hints import HintLog, decode_items
 
 from .fakes import fake_peers, live, plan_of
 
@@ -112,6 +114,34 @@ def test_a_write_that_cannot_reach_every_owner_fails_by_default_and_is_never_ser
         assert peers[down].store.get_entry("c", key) == store.get_entry("c", key)
 
 
+def test_a_burn_takes_a_version_of_its_own_so_no_write_lands_on_top_of_the_failed_one(
+    tmp_path, store
+) -> None:
+    """A reader may have seen the failed record on the owner that took it (before the burn
+    reached it, or reading through a replica): an If-Match on that record's version must be
+    refused, else the new write is built on a document that never committed."""
+    current = live(plan_of(4, "raid6"))
+    topo = current.topology
+    key = _raid6_key(topo)
+    _, down = [o for o in topo.owners("c", key) if o != "s-0"]
+    with fake_peers(tmp_path, "s-1", "s-2", "s-3") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        asyncio.run(documents.commit_here([Write("c", key, {"balance": 100})]))
+        peers[down].up = False
+        with pytest.raises(Unavailable):
+            asyncio.run(documents.commit_here([Write("c", key, {"balance": 90}, if_version=1)]))
+        burned = store.get_entry("c", key)
+        assert (burned.version, burned.document) == (3, {"balance": 100})
+        peers[down].up = True
+        executor.breakers.get(down).record_success()
+        with pytest.raises(Conflict):  # built on the failed {"balance": 90} at version 2
+            asyncio.run(documents.commit_here([Write("c", key, {"balance": 80}, if_version=2)]))
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"balance": 95}, if_version=3)]))
+        assert change.version == 4
+
+
 def test_a_write_no_owner_took_leaves_nothing_anywhere(tmp_path, store) -> None:
     current = live(plan_of(2))
     topo = current.topology
@@ -193,3 +223,136 @@ def test_during_a_handoff_a_write_to_an_unknown_key_first_asks_the_previous_owne
         store.commit([Write("c", "known", {"x": 0})])
         asyncio.run(documents.commit_here([Write("c", "new", {"x": 1}), Write("c", "known", {"x": 2})]))
     assert handoff.fetched == [("c", "new")]
+
+
+def _split_pair(topo) -> tuple[str, str]:
+    """Two keys s-0 coordinates whose other owners differ (so they travel in two messages)."""
+    mine = [k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0"]
+    a = mine[0]
+    b = next(k for k in mine if topo.owners("c", k)[1] != topo.owners("c", a)[1])
+    return a, b
+
+
+def test_a_transaction_sent_to_several_owners_leaves_no_inflight_entry(tmp_path, store) -> None:
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    a, b = _split_pair(current.topology)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        asyncio.run(documents.commit_here([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})]))
+        assert inflight.entries() == []
+        assert all(
+            peers[o].store.get("c", k).document == {"n": 1}
+            for k in (a, b)
+            for o in ("s-1", "s-2")
+            if o in current.topology.owners("c", k)
+        )
+
+
+def test_a_transaction_half_sent_when_its_coordinator_died_is_burned_everywhere_at_restart(
+    tmp_path, store
+) -> None:
+    """The crash: one owner took its part of a transfer (the debit), the other never got the
+    credit, the coordinator installed nothing. At restart the logged burns win everywhere."""
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    a, b = _split_pair(topo)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
+        records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
+        inflight.add(records, documents._burns_of(topo, records))
+        debit_owner = topo.owners("c", a)[1]
+        peers[debit_owner].store.apply_replicated([records[0]])  # delivered, then the crash
+
+        repairs = asyncio.run(documents.recover_inflight())
+        asyncio.run(documents.replicate_repairs(repairs))
+        assert inflight.entries() == []
+        for k in (a, b):
+            for holder in (store, peers[topo.owners("c", k)[1]].store):
+                entry = holder.get_entry("c", k)
+                assert (entry.version, entry.document) == (3, {"balance": 100})
+
+
+def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_path, store) -> None:
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    a, b = _split_pair(topo)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        records = store.prepare([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})])
+        inflight.add(records, documents._burns_of(topo, records))
+        store.apply_replicated(records)  # installed here, then the crash before the entry went
+
+        asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))
+        assert inflight.entries() == []
+        for k in (a, b):
+            assert peers[topo.owners("c", k)[1]].store.get_entry("c", k) == store.get_entry("c", k)
+
+
+def test_reads_fall_back_to_a_replica_unless_they_must_be_linearizable(tmp_path, store) -> None:
+    current = live(plan_of(3))
+    key = next(k for k in (f"k{i}" for i in range(200)) if current.topology.owners("c", k) == ["s-1", "s-2"])
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        peers["s-2"].store.apply_replicated([v(key, 1, n=1)])
+        peers["s-1"].up = False  # the primary
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        available = DistributedDocuments(store, executor, replication, current)
+        assert asyncio.run(available.get("c", key)).document == {"n": 1}
+        primary_only = DistributedDocuments(store, executor, replication, current, read_from_replicas=False)
+        with pytest.raises(Unavailable):
+            asyncio.run(primary_only.get("c", key))
+
+
+def _racing_repair(peers, owner: str, coordinator_store, fail: bool) -> None:
+    """``owner`` takes the coordinated record, and anti-entropy copies it back into the
+    coordinator's store before the answer arrives (then the answer is lost when ``fail``)."""
+    handle = peers[owner].handle
+
+    def racing(method: str, path: str, request):
+        answer = handle(method, path, request)
+        if path == "/internal/replicate" and b'"fence"' in request.content:
+            coordinator_store.apply_replicated(decode_items(json.loads(request.content)["items"]))
+            if fail:
+                return httpx.Response(500, json={"error": {"code": "internal", "message": "lost"}})
+        return answer
+
+    peers[owner].handle = racing
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_repair_racing_a_write_neither_fails_a_committed_one_nor_keeps_a_failed_one(
+    tmp_path, store, fail
+) -> None:
+    current = live(plan_of(2))
+    key = next(k for k in (f"k{i}" for i in range(100)) if current.topology.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        asyncio.run(documents.commit_here([Write("c", key, {"balance": 100})]))
+        _racing_repair(peers, "s-1", store, fail)
+        write = [Write("c", key, {"balance": 90}, if_version=1)]
+        if fail:
+            with pytest.raises(Unavailable):
+                asyncio.run(documents.commit_here(write))
+            assert store.get("c", key) == peers["s-1"].store.get("c", key)
+            assert (store.get("c", key).version, store.get("c", key).document) == (3, {"balance": 100})
+        else:
+            [change] = asyncio.run(documents.commit_here(write))
+            assert change.version == 2 and store.get("c", key).document == {"balance": 90}

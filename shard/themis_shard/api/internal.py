@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..cluster import tombstone_gc
 from ..cluster.documents import change_to_json, check_from_json, write_from_json
-from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern, fence_refusal
+from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern
 from ..cluster.gossip_wire import InvalidGossipMessage
 from ..cluster.migration import encode_entry
 from ..errors import BadRequest, NotFound
@@ -153,8 +153,7 @@ async def replicate(body: ItemsBody, shard: Node) -> dict:
     except (KeyError, TypeError, ValueError) as exc:
         raise BadRequest(f"malformed replica items: {exc}", code="invalid_request") from exc
     if body.fence is not None:
-        refusal = fence_refusal(
-            shard.cluster.topology,
+        refusal = shard.cluster.documents.fence_refusal(
             body.fence.epoch,
             body.fence.coordinator,
             [(i.collection, i.key) for i in items],

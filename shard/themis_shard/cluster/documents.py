@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import BadRequest, Conflict, NotFound, ThemisError, Unavailable
 from ..ring import HashRing
 from ..storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
+from ..storage.inflight import InflightLog
 from ..storage.names import urn
 from .fencing import (
     DEFAULT_CONCERN,
@@ -167,9 +168,15 @@ class DistributedDocuments:
         locks: KeyLocks | None = None,
         cross_shard: CrossShardCommit | None = None,
         held: KeyHolders | None = None,
+        fencing: bool = True,
+        inflight: InflightLog | None = None,
+        read_from_replicas: bool = True,
     ) -> None:
         """``cross_shard`` commits transactions over several primaries (None: refused, 400
-        ``cross_shard_transaction``); ``held`` names the keys their prepared intents lock."""
+        ``cross_shard_transaction``); ``held`` names the keys their prepared intents lock.
+        ``fencing=False`` is ``THEMIS_UNSAFE_DISABLE_FENCING``: the nemesis suite's
+        deliberate failure, never a production setting. ``inflight``: the log that makes a
+        write to owners reached in separate messages atomic across a crash (None: not kept)."""
         self.store = store
         self.executor = executor
         self.replication = replication
@@ -181,6 +188,16 @@ class DistributedDocuments:
         self.locks = locks or KeyLocks()
         self.cross_shard = cross_shard
         self.held = held
+        self.fencing = fencing
+        self.inflight = inflight
+        #: False: reads go to the primary only (``ClusterSettings.read_from_replicas``).
+        self.read_from_replicas = read_from_replicas
+
+    def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
+        """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
+        if not self.fencing:
+            return None
+        return fence_refusal(self.topology, epoch, sender, keys)
 
     @property
     def topology(self) -> Topology:
@@ -256,6 +273,8 @@ class DistributedDocuments:
             )
         except PeerUnavailable as exc:
             log.info("coordinator %s of %s unavailable (%s)", target, what, exc.reason)
+            if not self.fencing:
+                return await self._unfenced_fallback(writes, concern, target)
             if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
                 raise Unavailable(
                     f"the new coordinator of {what} ({target}) is not serving yet; nothing was written",
@@ -270,6 +289,41 @@ class DistributedDocuments:
                 ) from None
             raise relay(exc) from None
         return [change_from_json(c) for c in reply["changes"]]
+
+    async def _unfenced_fallback(
+        self, writes: list[Write], concern: WriteConcern, primary_id: str
+    ) -> list[Change]:
+        """UNSAFE (fencing off): coordinate on the next owner the primary's breaker view
+        allows — what the cluster did before fencing, and why two shards could mint one version."""
+        topo = self.topology
+        first = writes[0]
+        for owner in topo.owners(first.collection, first.key):
+            if owner == primary_id:
+                continue
+            if owner == topo.self_id:
+                return await self.commit_here(writes, concern)
+            log.warning("UNSAFE: primary %s unreachable; trying owner %s", primary_id, owner)
+            try:
+                reply = await self.executor.request(
+                    owner,
+                    "POST",
+                    "/internal/commit",
+                    json_body={
+                        "writes": [write_to_json(w) for w in writes],
+                        "epoch": topo.version,
+                        "concern": concern.value,
+                    },
+                    idempotent=False,
+                    retries=0,
+                )
+            except PeerUnavailable as exc:
+                raise forward_failure(owner, f"{first.collection}/{first.key}", exc) from None
+            except PeerError as exc:
+                raise relay(exc) from None
+            return [change_from_json(c) for c in reply["changes"]]
+        raise Unavailable(
+            f"no owner of {first.collection}/{first.key} could coordinate", code="owners_unavailable"
+        )
 
     async def commit_batch(
         self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN
@@ -288,8 +342,7 @@ class DistributedDocuments:
     ) -> list[Change]:
         """A write forwarded by another shard: coordinate it only as the keys' primary in ``epoch``."""
         checks = checks or []
-        refusal = fence_refusal(
-            self.topology,
+        refusal = self.fence_refusal(
             epoch,
             self.topology.self_id,
             [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks],
@@ -316,7 +369,10 @@ class DistributedDocuments:
             records = await run_in_threadpool(self.store.prepare, writes, checks)
             if not records:  # checks only: validated under the locks, nothing to write
                 return []
-            return await self._replicate_and_install(topo, records, concern)
+            # The burns, should this fail, take the documents as they are now: a repair may
+            # install the record itself here while its replication is in flight.
+            burns = self._burns_of(topo, records)
+            return await self._replicate_and_install(topo, records, concern, burns)
 
     def _refuse_held(self, keys: list[tuple[str, str]]) -> None:
         """409 when a prepared cross-shard transaction holds one of ``keys`` (no waiting: the
@@ -330,7 +386,7 @@ class DistributedDocuments:
             )
 
     async def _replicate_and_install(
-        self, topo: Topology, records: list[Replicated], concern: WriteConcern
+        self, topo: Topology, records: list[Replicated], concern: WriteConcern, burns: list[Replicated]
     ) -> list[Change]:
         per_peer: dict[str, list[Replicated]] = {}
         for r in records:
@@ -338,6 +394,9 @@ class DistributedDocuments:
                 if owner != topo.self_id:
                     per_peer.setdefault(owner, []).append(r)
         peers = sorted(per_peer)
+        logged = None
+        if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
+            logged = await run_in_threadpool(self.inflight.add, records, burns)
         answers = await asyncio.gather(
             *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
         )
@@ -354,7 +413,11 @@ class DistributedDocuments:
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
             changes = await run_in_threadpool(self.store.apply_replicated, records)
-            if len(changes) != len(records):  # a repair installed a higher stamp meanwhile
+            if logged is not None:
+                await run_in_threadpool(self.inflight.remove, logged)
+            if len(changes) != len(records):  # a repair got here first: with these records, or newer
+                changes = self._installed(records, changes, burns)
+            if changes is None:
                 raise Conflict(
                     "the document changed while this write was replicated", code="version_conflict"
                 )
@@ -362,7 +425,9 @@ class DistributedDocuments:
                 if delivered[peer] is not Delivery.HELD:
                     await self.replication.hint(peer, per_peer[peer])
             return changes
-        await self._burn(topo, records, delivered)
+        await self._burn(topo, records, delivered, burns)
+        if logged is not None:
+            await run_in_threadpool(self.inflight.remove, logged)
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
         if newer or (clean and (any(d is Delivery.FENCED for d in delivered.values()) or self._moving())):
             raise Unavailable(
@@ -383,9 +448,37 @@ class DistributedDocuments:
             code="replicas_unavailable",
         )
 
-    async def _burn(self, topo: Topology, records: list[Replicated], delivered: dict[str, Delivery]) -> None:
-        """After a failed write that some owner may hold: install the previous document again at
-        the new version with a later stamp, everywhere, so the failed record never wins."""
+    def _installed(
+        self, records: list[Replicated], changes: list[Change], burns: list[Replicated]
+    ) -> list[Change] | None:
+        """The changes of ``records`` when every one is installed here, by this write or by a
+        repair (anti-entropy, a read-through) that carried the very record; None when a newer
+        record got in first."""
+        done = {(c.collection, c.key): c for c in changes}
+        held = self.store.stamps([(r.collection, r.key) for r in records])
+        out = []
+        for r, stamp, burn in zip(records, held, burns, strict=True):
+            if (r.collection, r.key) in done:
+                out.append(done[(r.collection, r.key)])
+            elif stamp == r.stamp:
+                previous = burn.version - 2 if burn.document is not None else 0
+                out.append(Change(r.collection, r.key, r.version, r.document, previous, r.hlc, r.origin))
+            else:
+                return None
+        return out
+
+    async def _burn(
+        self,
+        topo: Topology,
+        records: list[Replicated],
+        delivered: dict[str, Delivery],
+        burns: list[Replicated],
+    ) -> None:
+        """After a failed write that some owner may hold: install the previous document again,
+        everywhere, one version above the failed record, so the failed record never wins. A
+        version of its own, not the failed record's with a later stamp: a client may have read
+        the failed record from an owner that took it, and its ``If-Match`` on that version
+        must be refused, not applied on top of a document that never committed."""
         newest: dict[tuple[str, str], Replicated] = {}
         for r in records:
             owners = [o for o in topo.owners(r.collection, r.key) if o != topo.self_id]
@@ -393,22 +486,49 @@ class DistributedDocuments:
                 newest[(r.collection, r.key)] = r
         if not newest:
             return
+        burns = [b for b in burns if (b.collection, b.key) in newest]
+        await run_in_threadpool(self.store.apply_replicated, burns)
+        log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
+        await self.replicate_repairs(burns)
+
+    def _burns_of(self, topo: Topology, records: list[Replicated]) -> list[Replicated]:
+        """For each record, the previous document again one version above it, stamped now."""
         burns = []
-        for (collection, key), r in newest.items():
-            before = self.store.get(collection, key)
+        for r in records:
+            before = self.store.get(r.collection, r.key)
             burns.append(
                 Replicated(
-                    collection,
-                    key,
-                    r.version,
+                    r.collection,
+                    r.key,
+                    r.version + 1,
                     before.document if before is not None else None,
                     self.store.clock.now(),
                     topo.self_id,
                 )
             )
-        await run_in_threadpool(self.store.apply_replicated, burns)
-        log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
-        await self.replicate_repairs(burns)
+        return burns
+
+    async def recover_inflight(self) -> list[Replicated]:
+        """At start-up, before serving: finish or burn the writes a crash left half-sent
+        (``storage/inflight.py``) here, and answer the records their other owners still need
+        (sent by the caller in the background; anti-entropy would deliver them too)."""
+        if self.inflight is None:
+            return []
+        entries = await run_in_threadpool(self.inflight.entries)
+        send: list[Replicated] = []
+        for logged, records, burns in entries:
+            held = self.store.stamps([(r.collection, r.key) for r in records])
+            installed = all(h == r.stamp for h, r in zip(held, records, strict=True))
+            if not installed:
+                await run_in_threadpool(self.store.apply_replicated, burns)
+            send += records if installed else burns
+            await run_in_threadpool(self.inflight.remove, logged)
+            log.warning(
+                "recovered a write to %d key(s) left in flight by a crash: %s",
+                len(records),
+                "installed here, sent to its owners again" if installed else "never acknowledged, burned",
+            )
+        return send
 
     async def replicate_repairs(self, items: list[Replicated]) -> None:
         """Send records to their other owners now, or as hints (stamps decide on arrival)."""
@@ -458,11 +578,16 @@ class DistributedDocuments:
 
     async def _get(self, collection: str, key: str) -> StoredDocument:
         """First owner that has it. An owner answering 404 does not end the search: a replica
-        can hold a version whose delivery to that owner is still a pending hint."""
+        can hold a version whose delivery to that owner is still a pending hint. Without
+        ``read_from_replicas`` only the primary is asked: it installs a write only once it is
+        committed, so what it serves is linearizable."""
         topo = self.topology
-        order = (
-            [topo.self_id] if not topo.clustered else candidates(topo.owners(collection, key), self._down())
-        )
+        if not topo.clustered:
+            order = [topo.self_id]
+        elif self.read_from_replicas:
+            order = candidates(topo.owners(collection, key), self._down())
+        else:
+            order = [primary(topo, collection, key)]
         reached = False
         for target in order:
             if target == topo.self_id:

@@ -27,9 +27,14 @@ a durable hint. A write that cannot reach enough owners fails with 503 and insta
 
 * every miss provably not applied (connection refused, breaker open, 409): nothing anywhere;
 * an owner that may have applied it (timeout, 5xx) or did (an ack short of the concern): the
-  coordinator installs a *burn* record — the previous document again, at the new version, with
-  a later stamp — and replicates it; it outranks the unacknowledged record wherever they meet,
-  so the failed write is never served, on any replica, after any repair.
+  coordinator installs a *burn* record — the previous document again, one version above the
+  failed record — and replicates it; it outranks the unacknowledged record wherever they meet,
+  so the failed write is never served, on any replica, after any repair. The burn takes a
+  version of its own (not the failed one's with a later stamp) because version numbers are
+  what ``If-Match`` compares: a client that read the failed record from an owner that took it
+  must get a 409, not a write built on a document that never committed (the nemesis suite's
+  bank workload lost money that way). Its document is the one the key had when the write was
+  prepared, not when it failed: a repair may copy the failed record back here meanwhile.
 
 Why not Raft per range. A consensus group per vnode range (thousands per shard) with a Python
 library (pysyncobj, raftos) means a log, elections and snapshots per range on the write path and

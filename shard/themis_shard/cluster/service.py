@@ -18,6 +18,7 @@ the app reach the parts through the attributes and methods below.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
+from ..storage.inflight import InflightLog
 from ..tracing import Spans
 from ..vector.catalog import VectorCatalog
 from .anti_entropy import AntiEntropy
@@ -54,6 +56,8 @@ from .tombstone_gc import TombstoneGC
 from .transactions.service import Transactions
 from .transactions.settings import TxnSettings
 from .views import LivePlan, RuntimeSlot
+
+log = logging.getLogger(__name__)
 
 
 class ClusterService:
@@ -128,6 +132,11 @@ class ClusterService:
             grace_s=self.live.settings.tombstone_grace_s,
             interval_s=self.live.settings.anti_entropy_interval_s,
         )
+        if self.live.settings.unsafe_disable_fencing:
+            log.error(
+                "UNSAFE: THEMIS_UNSAFE_DISABLE_FENCING is on: writes are not fenced and replicas "
+                "coordinate when a primary looks down; acknowledged writes can be lost"
+            )
         locks = KeyLocks()  # one per-key lock table for single-shard writes and 2PC prepares
         self.transactions = Transactions(
             store, locks, self.executor, self.live, self.replication, txn or TxnSettings(), registry
@@ -141,6 +150,9 @@ class ClusterService:
             locks=locks,
             cross_shard=self.transactions,
             held=self.transactions.intents,
+            fencing=not self.live.settings.unsafe_disable_fencing,
+            inflight=InflightLog(store),
+            read_from_replicas=self.live.settings.read_from_replicas,
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
@@ -268,6 +280,10 @@ class ClusterService:
         The runtime is built after this service (it needs the draft resolver and prefix puller),
         so it arrives here rather than in the constructor."""
         self._runtime.runtime = runtime
+        if self.topology.clustered:  # before anything is served or repaired
+            repairs = await self.documents.recover_inflight()
+            if repairs:
+                self._tasks.spawn(self.documents.replicate_repairs(repairs), "inflight-recovery")
         self.membership.start()
         self.replication.start()
         self.plan_watcher.start()

@@ -72,6 +72,17 @@ class ClusterSettings(BaseSettings):
     #: Tombstones are collected once below every member's watermark; a shard's watermark trails
     #: its clock by this much (longer than any request can be in flight) or its oldest hint.
     tombstone_grace_s: float = Field(3600.0, gt=0)
+    #: Reads of a key whose primary is unreachable fall back to its other owners (available,
+    #: not linearizable: a replica can serve a record older than one already read, or a failed
+    #: write before its burn reaches it). False: reads go to the primary only (linearizable;
+    #: a dead primary's keys are unreadable until the plan drops it, as they are unwritable).
+    read_from_replicas: bool = True
+    #: UNSAFE, for the nemesis suite's deliberate failure only (``e2e/nemesis/README.md``):
+    #: owners stop refusing writes from another epoch or coordinator, and a shard that cannot
+    #: reach a key's primary coordinates the write on the next owner instead (the split brain
+    #: ``fencing.py`` exists to prevent). Read from ``THEMIS_UNSAFE_DISABLE_FENCING``; logged
+    #: at ERROR when on.
+    unsafe_disable_fencing: bool = Field(False, validation_alias="THEMIS_UNSAFE_DISABLE_FENCING")
 
     # ---- resharding / catch-up ----------------------------------------------------------------
     #: Entries scanned per handoff page, and the pause between pages (the rate limit).

@@ -41,7 +41,7 @@ from .collections import CollectionConfig
 from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
 
-_CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log")
+_CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log", "inflight")
 
 
 @dataclass(frozen=True)
