@@ -21,7 +21,8 @@ class ThemisError(Exception):
 
 
 class ThemisConnectionError(ThemisError):
-    """No shard answered (connect failure or timeout) after every retry."""
+    """No shard answered: ``unreachable`` (no connection after every retry) or ``connection_lost``
+    (the connection broke before the answer; the request may or may not have been applied)."""
 
 
 class BadRequest(ThemisError):
