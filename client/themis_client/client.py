@@ -65,18 +65,24 @@ class _Base:
         """Move to the next URL; the wait before the next try, or raise when out of tries."""
         self._current = (self._current + 1) % len(self.urls)
         if attempt >= self.retry.attempts:
-            raise ThemisConnectionError(0, "unreachable", f"{request.method} {request.url}: {exc}") from exc
+            raise _connection_error("unreachable", request, exc) from exc
         return self.retry.delay(attempt)
 
     def _lost(self, request: httpx.Request, exc: Exception) -> ThemisConnectionError:
         """The connection broke after the request was sent (the shard died, a read timed out):
         not retried, since the shard may have applied it."""
-        return ThemisConnectionError(0, "connection_lost", f"{request.method} {request.url}: {exc!r}")
+        return _connection_error("connection_lost", request, exc)
 
     def _retry_after(self, attempt: int, response: httpx.Response, idempotent: bool) -> float | None:
         if should_retry_status(response.status_code, idempotent) and attempt < self.retry.attempts:
             return self.retry.delay(attempt, response.headers.get("retry-after"))
         return None
+
+
+def _connection_error(code: str, request: httpx.Request, exc: Exception) -> ThemisConnectionError:
+    error = ThemisConnectionError(0, code, f"{request.method} {request.url}: {exc!r}")
+    error.request = f"{request.method} {request.url.path}"
+    return error
 
 
 def _signature(build: Callable[..., Any]) -> inspect.Signature:
@@ -399,4 +405,6 @@ def _error(response: httpx.Response) -> ThemisError:
         body = response.json()
     except ValueError:
         body = None
-    return error_from_response(response.status_code, body, response.text)
+    error = error_from_response(response.status_code, body, response.text)
+    error.request = f"{response.request.method} {response.request.url.path}"
+    return error

@@ -18,6 +18,8 @@ class ThemisError(Exception):
         self.status = status
         self.code = code
         self.message = message
+        #: The refused request as ``"METHOD /path"`` (set by the client; "" when not known).
+        self.request = ""
 
 
 class ThemisConnectionError(ThemisError):

@@ -47,6 +47,7 @@ def test_documents_round_trip_with_typed_results(themis: ThemisClient) -> None:
     with pytest.raises(NotFound) as missing:
         themis.get("books", "dune")
     assert missing.value.code == "document_not_found" and missing.value.status == 404
+    assert missing.value.request == "GET /v1/collections/books/documents/dune"
 
 
 def test_if_match_mismatch_is_a_version_conflict(themis: ThemisClient) -> None:
