@@ -211,7 +211,7 @@ def observed(tmp_path_factory):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        api = f"http://127.0.0.1:{port}/api/v1"
+        api = f"http://127.0.0.1:{port}/api/v1"  # raw httpx from here on: Prometheus' API, not Themis
         wait_for(
             lambda: (
                 httpx.get(f"{api}/targets", timeout=2).json()["data"]["activeTargets"]
