@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "shard"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "shard"), str(ROOT / "client"), str(ROOT)]
 
-import httpx  # noqa: E402
+from themis_client import ThemisClient  # noqa: E402
 from themis_shard.aql.parser import parse  # noqa: E402
 from themis_shard.aql.planner import plan  # noqa: E402
 from themis_shard.storage.collections import CollectionConfig  # noqa: E402
@@ -92,13 +92,12 @@ def bench_parse_plan(n: int) -> None:
         )
 
 
-def timed(client: httpx.Client, n: int, call) -> list[float]:
+def timed(client: ThemisClient, n: int, call) -> list[float]:
     out = []
     for i in range(n):
         t0 = time.perf_counter()
-        r = call(client, i)
+        call(client, i)  # a refusal raises its typed error
         out.append(time.perf_counter() - t0)
-        assert r.status_code == 200, r.text
     return out
 
 
@@ -108,90 +107,51 @@ def bench_cluster(docs: int, n: int) -> None:
         cluster = LocalCluster(Path(tmp), 3)
         try:
             cluster.start_all()
-            url = cluster.url("shard-0")
-            with httpx.Client(base_url=url, timeout=120) as c:
-                assert c.put("/v1/collections/items", json={"dimension": DIM}).status_code == 200
+            with ThemisClient(cluster.url("shard-0"), timeout=120) as c:
+                c.declare_collection("items", dimension=DIM)
                 started = time.perf_counter()
                 for start in range(0, docs, 1000):
-                    items = [
-                        {
-                            "key": f"i{j}",
-                            "document": {
-                                "n": j,
-                                "grp": f"g{j % 10}",
-                                "embedding": [rng.uniform(-1, 1) for _ in range(DIM)],
-                            },
+                    items = {
+                        f"i{j}": {
+                            "n": j,
+                            "grp": f"g{j % 10}",
+                            "embedding": [rng.uniform(-1, 1) for _ in range(DIM)],
                         }
                         for j in range(start, min(docs, start + 1000))
-                    ]
-                    r = c.post("/v1/collections/items/documents:batch", json={"documents": items})
-                    assert r.status_code == 200, r.text
+                    }
+                    c.batch("items", items)
                 print(
                     f"\n== 3-shard cluster (RAID1), {docs} documents, dim {DIM}: seeded in "
                     f"{time.perf_counter() - started:.1f}s =="
                 )
 
-                def aql(query, **binds):
-                    return lambda client, i: client.post(
-                        "/v1/aql", json={"query": query, "bind_vars": binds(i) if callable(binds) else binds}
-                    )
-
                 keys = [f"i{rng.randrange(docs)}" for _ in range(n)]
                 vectors = [[rng.uniform(-1, 1) for _ in range(DIM)] for _ in range(n)]
+                scan = "FOR d IN items FILTER d.grp == 'g3' RETURN d.n"
                 cases = [
                     (
                         "point lookup (AQL)",
                         n,
-                        lambda cl, i: cl.post(
-                            "/v1/aql",
-                            json={
-                                "query": "FOR d IN items FILTER d._key == @k RETURN d",
-                                "bind_vars": {"k": keys[i]},
-                            },
-                        ),
+                        lambda cl, i: cl.aql("FOR d IN items FILTER d._key == @k RETURN d", {"k": keys[i]}),
                     ),
-                    (
-                        "point lookup (GET)",
-                        n,
-                        lambda cl, i: cl.get(f"/v1/collections/items/documents/{keys[i]}"),
-                    ),
-                    (
-                        "filtered scan 10% (AQL)",
-                        max(5, n // 10),
-                        lambda cl, i: cl.post(
-                            "/v1/aql", json={"query": "FOR d IN items FILTER d.grp == 'g3' RETURN d.n"}
-                        ),
-                    ),
+                    ("point lookup (GET)", n, lambda cl, i: cl.get("items", keys[i])),
+                    ("filtered scan 10% (AQL)", max(5, n // 10), lambda cl, i: cl.aql(scan)),
                     (
                         "scan+SORT+LIMIT 10 (AQL)",
                         max(5, n // 10),
-                        lambda cl, i: cl.post(
-                            "/v1/aql",
-                            json={
-                                "query": "FOR d IN items FILTER d.n % 7 == 0 SORT d.n DESC LIMIT 10 "
-                                "RETURN d.n"
-                            },
+                        lambda cl, i: cl.aql(
+                            "FOR d IN items FILTER d.n % 7 == 0 SORT d.n DESC LIMIT 10 RETURN d.n"
                         ),
                     ),
                     (
                         "similarity k=10 (AQL)",
                         n,
-                        lambda cl, i: cl.post(
-                            "/v1/aql",
-                            json={
-                                "query": "FOR d IN items SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 "
-                                "RETURN d._key",
-                                "bind_vars": {"v": vectors[i]},
-                            },
+                        lambda cl, i: cl.aql(
+                            "FOR d IN items SORT SIMILARITY(d.embedding, @v) DESC LIMIT 10 RETURN d._key",
+                            {"v": vectors[i]},
                         ),
                     ),
-                    (
-                        "similarity k=10 (REST)",
-                        n,
-                        lambda cl, i: cl.post(
-                            "/v1/collections/items/search", json={"vector": vectors[i], "k": 10}
-                        ),
-                    ),
+                    ("similarity k=10 (REST)", n, lambda cl, i: cl.search("items", vector=vectors[i], k=10)),
                 ]
                 print(row("query", "p50 ms", "p99 ms", "mean ms"))
                 for name, count, call in cases:
@@ -205,11 +165,11 @@ def bench_cluster(docs: int, n: int) -> None:
                             f"{statistics.fmean(xs) * 1e3:.1f}",
                         )
                     )
-                r = c.post("/v1/aql", json={"query": "FOR d IN items FILTER d.grp == 'g3' RETURN d.n"}).json()
+                stats = c.aql(scan).stats
                 print(
-                    f"(filtered scan: {r['stats']['scanned']} rows scanned on "
-                    f"{len(r['stats']['shards'])} shards, "
-                    f"{r['stats']['result_count']} returned)"
+                    f"(filtered scan: {stats['scanned']} rows scanned on "
+                    f"{len(stats['shards'])} shards, "
+                    f"{stats['result_count']} returned)"
                 )
         finally:
             cluster.stop()

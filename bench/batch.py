@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 from _local import api_headers, themis
+from themis_client import InferResult, ThemisClient
 from themis_shard.plan import ClusterPlan
 
 PROMPTS = [
@@ -56,16 +56,14 @@ def run(cluster_shards: int, mode: str, batch: list[dict]) -> tuple[float, int]:
         )
         try:
             url = ClusterPlan.load(cwd / ".themis" / "plan.json").members[0].url
-            with httpx.Client(timeout=1800, headers=api_headers(cwd)) as client:
-                client.post(f"{url}/v1/infer", json={"prompt": "warm up", "max_tokens": 2})
+            with ThemisClient(url, timeout=1800, headers=api_headers(cwd)) as client:
+                client.infer("warm up", max_tokens=2)
                 started = time.perf_counter()
                 if mode == "serial":
-                    tokens = sum(client.post(f"{url}/v1/infer", json=r).json()["tokens"] for r in batch)
+                    tokens = sum(client.infer(**r).tokens or 0 for r in batch)
                 else:
-                    results = client.post(
-                        f"{url}/v1/infer:batch", json={"requests": batch, "timeout_s": 600}
-                    ).json()
-                    tokens = sum(r.get("tokens", 0) for r in results["results"])
+                    results = client.infer_batch(batch, timeout_s=600).results
+                    tokens = sum(r.tokens or 0 for r in results if isinstance(r, InferResult))
                 return time.perf_counter() - started, tokens
         finally:
             themis(cwd, "down")

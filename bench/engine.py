@@ -40,6 +40,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from themis_client import AsyncThemisClient, ThemisClient
 
 PROMPTS = [
     "Write a short story about a robot who learns to paint.",
@@ -65,7 +66,8 @@ def free_port() -> int:
 async def stream_one(
     client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int
 ) -> tuple[float | None, int, list[float]]:
-    """(TTFT, text chunks received, gaps between consecutive chunks)."""
+    """(TTFT, text chunks received, gaps between consecutive chunks). Raw httpx on purpose: the
+    OpenAI route is the one surface Themis and the llama.cpp servers share, asked identically."""
     body = {
         "model": "gemma3-270m",
         "prompt": prompt,
@@ -139,7 +141,7 @@ class Process:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{cmd[:3]} exited with {self.proc.returncode}")
-            try:
+            try:  # a readiness probe of any of the servers (Themis's /health, llama-server's)
                 if httpx.get(self.url + ready_path, timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
@@ -199,7 +201,8 @@ def start_llama_server(binary: Path, model: Path, threads: int, slots: int, repa
 
 def themis_repacks(srv: Process) -> bool:
     """The shard's start-up probe decision (llama-server is given the same one)."""
-    buffers = httpx.get(srv.url + "/health", timeout=5).json().get("llm_buffers", {})
+    with ThemisClient(srv.url, timeout=5) as shard:
+        buffers = getattr(shard.health(), "llm_buffers", None) or {}
     return all(d["use_extra_bufts"] for d in buffers.values())
 
 
@@ -505,21 +508,15 @@ def lora_cost(model: Path, args: argparse.Namespace) -> None:
 
 
 async def drive_adapters(url: str, adapters: list[str | None], max_tokens: int) -> dict:
-    async with httpx.AsyncClient(timeout=600) as client:
+    async with AsyncThemisClient(url, timeout=600) as client:
 
         async def one(i: int, adapter: str | None) -> tuple[float | None, int]:
-            body = {
-                "prompt": PROMPTS[i % len(PROMPTS)],
-                "max_tokens": max_tokens,
-                "stream": True,
-                "adapter": adapter,
-            }
             t0, ttft, n = time.perf_counter(), None, 0
-            async with client.stream("POST", f"{url}/v1/infer", json=body) as r:
-                async for line in r.aiter_lines():
-                    if line.startswith("data: ") and '"token"' in line:
-                        n += 1
-                        ttft = ttft or time.perf_counter() - t0
+            prompt = PROMPTS[i % len(PROMPTS)]
+            async with await client.stream(prompt, max_tokens=max_tokens, adapter=adapter) as stream:
+                async for _ in stream:
+                    n += 1
+                    ttft = ttft or time.perf_counter() - t0
             return ttft, n
 
         t0 = time.perf_counter()

@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import openai
 from _local import themis
+from themis_client import ThemisClient
 from themis_shard.plan import ClusterPlan
 
 PROMPTS = [
@@ -47,7 +47,9 @@ PERSON = {
 
 
 def prefilled(url: str) -> float:
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
+    with ThemisClient(url) as shard:
+        text = shard.metrics()
+    for line in text.splitlines():
         if line.startswith("themis_llm_prompt_tokens_total{"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0

@@ -108,7 +108,7 @@ def main() -> None:
         current["blob"] = export_blob(ha, key)
         t_export = time.perf_counter() - t0
         t0 = time.perf_counter()
-        data = httpx.get(url, timeout=60).content
+        data = httpx.get(url, timeout=60).content  # the bench's own blob server, no Themis API
         t_net = time.perf_counter() - t0
         t0 = time.perf_counter()
         loop.run_until_complete(import_blob(hb, eb, data, 1 << 30))

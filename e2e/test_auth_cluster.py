@@ -9,8 +9,8 @@ import stat
 import subprocess
 import sys
 
-import httpx
 import pytest
+from themis_client import Forbidden, ThemisClient, Unauthorized
 from themis_shard.cluster.placement import Topology
 from themis_shard.plan import ClusterPlan
 
@@ -36,32 +36,35 @@ def test_up_with_auth_mints_keys_and_every_public_route_needs_one(tmp_path) -> N
         assert up.returncode == 0, up.stderr
         keys = tmp_path / ".themis" / "auth"
         assert str(keys / "admin.key") in up.stderr and str(keys / "client.key") in up.stderr
-        admin, client = (keys / "admin.key").read_text().strip(), (keys / "client.key").read_text().strip()
+        admin_key = (keys / "admin.key").read_text().strip()
+        client_key = (keys / "client.key").read_text().strip()
         assert stat.S_IMODE((keys / "admin.key").stat().st_mode) == 0o600
         digests = (keys / "keys").read_text()
-        assert admin not in digests and client not in digests and "sha256:" in digests
+        assert admin_key not in digests and client_key not in digests and "sha256:" in digests
         plan = ClusterPlan.load(tmp_path / ".themis" / "plan.json")
         url = {m.shard_id: m.url for m in plan.members}
-        as_client = {"Authorization": f"Bearer {client}"}
 
-        r = httpx.get(f"{url['shard-0']}/v1/collections")
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-        assert httpx.get(f"{url['shard-0']}/health").status_code == 200
+        with ThemisClient(url["shard-0"]) as anonymous:
+            with pytest.raises(Unauthorized) as no_key:
+                anonymous.collections()
+            assert no_key.value.code == "unauthorized"
+            assert anonymous.health().status == "ok"  # /health is always open
 
         # a key owned by shard-1, written and read through shard-0: forwarding uses /internal routes
         topo = Topology.of(plan, "shard-0")
         key = next(f"k{i}" for i in range(100) if topo.owners("c", f"k{i}")[0] == "shard-1")
-        r = httpx.put(f"{url['shard-0']}/v1/collections/c/documents/{key}", json={"a": 1}, headers=as_client)
-        assert r.status_code == 200, r.text
-        r = httpx.get(f"{url['shard-1']}/v1/collections/c/documents/{key}", headers=as_client)
-        assert r.json()["document"] == {"a": 1}
-        r = httpx.post(f"{url['shard-0']}/v1/aql", json={"query": "FOR d IN c RETURN d.a"}, headers=as_client)
-        assert r.status_code == 200 and r.json()["result"] == [1]
-
-        r = httpx.get(f"{url['shard-0']}/v1/cluster/status", headers=as_client)
-        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
-        r = httpx.get(f"{url['shard-0']}/v1/cluster/status", headers={"Authorization": f"Bearer {admin}"})
-        assert r.status_code == 200
+        with (
+            ThemisClient(url["shard-0"], api_key=client_key) as via_0,
+            ThemisClient(url["shard-1"], api_key=client_key) as via_1,
+        ):
+            assert via_0.put("c", key, {"a": 1}).version == 1
+            assert via_1.get("c", key).document == {"a": 1}
+            assert via_0.aql("FOR d IN c RETURN d.a").result == [1]
+            with pytest.raises(Forbidden) as not_admin:
+                via_0.cluster_status()
+            assert not_admin.value.code == "forbidden"
+        with ThemisClient(url["shard-0"], api_key=admin_key) as as_admin:
+            assert as_admin.cluster_status().shard_id == "shard-0"
 
         again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # not silently without keys
         assert again.returncode != 0 and "started with --auth" in again.stderr
@@ -72,8 +75,10 @@ def test_up_with_auth_mints_keys_and_every_public_route_needs_one(tmp_path) -> N
         assert scale.returncode == 0, scale.stderr
         state = json.loads((tmp_path / ".themis" / "cluster.json").read_text())
         new = state["shards"][-1]["url"]
-        assert httpx.get(f"{new}/v1/collections", headers=as_client).status_code == 200
-        assert httpx.get(f"{new}/v1/collections").status_code == 401
+        with ThemisClient(new, api_key=client_key) as keyed, ThemisClient(new) as anonymous:
+            assert isinstance(keyed.collections(), list)
+            with pytest.raises(Unauthorized):
+                anonymous.collections()
         bad = themis("--api-key", "themis_wrong", "raid", "status", cwd=tmp_path)
         assert bad.returncode != 0 and "the API key is not valid" in bad.stdout
     finally:

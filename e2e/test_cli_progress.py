@@ -7,13 +7,13 @@ import io
 import json
 import os
 import re
-import time
 
-import httpx
 import pytest
 from rich.console import Console
 from themis_client import ThemisClient
 from themis_shard.local_cluster import main
+
+from .test_raid import wait_formed
 
 pytestmark = pytest.mark.e2e
 
@@ -66,12 +66,7 @@ def test_raid_rebuild_shows_stripes_rebuilt_per_shard(local_cluster, tmp_path, m
     }.items():
         monkeypatch.setenv(key, value)
     cluster = local_cluster(3, raid_mode="raid5")
-    deadline = time.monotonic() + 60
-    while not all(
-        httpx.get(f"{cluster.url(s)}/v1/raid/status", timeout=10).json().get("formed") for s in cluster.ids
-    ):
-        assert time.monotonic() < deadline, "cluster never formed"
-        time.sleep(0.3)
+    wait_formed(cluster)
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     shards = [{"shard_id": s, "url": cluster.url(s), "pid": p.pid} for s, p in cluster.procs.items()]

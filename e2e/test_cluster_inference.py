@@ -4,14 +4,13 @@ capability for a domain, by hash when nobody announced it — scatter-gathers ba
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
+from themis_client import InferItemError, InferResult, ThemisClient
 from themis_shard.llm.model import resolve_model_path
 from themis_shard.llm.native import NativeModel
 
@@ -23,6 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.llm, pytest.mark.slow]
 # Every announced adapter qualifies (α > −1), so the test does not depend on how much a random
 # LoRA helps: the spec under test is that the announcement travels by gossip and steers routing.
 ROUTER = {"thresholds": (-1.0, -1.0, -1.0)}
+GREEDY = {"max_tokens": 4, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,8 @@ def lora_file(tmp_path_factory):
 
 
 def metric(url: str, name: str, labels: str = "") -> float:
-    text = httpx.get(f"{url}/metrics").text
+    with ThemisClient(url) as shard:
+        text = shard.metrics()
     total = 0.0
     for line in text.splitlines():
         if line.startswith(name) and (not labels or labels in line) and not line.startswith("#"):
@@ -47,59 +48,39 @@ def metric(url: str, name: str, labels: str = "") -> float:
     return total
 
 
-def infer(url: str, **body) -> dict:
-    r = httpx.post(f"{url}/v1/infer", json={"max_tokens": 4, "temperature": 0, **body}, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
+def client(url: str) -> ThemisClient:
+    return ThemisClient(url, timeout=120)
 
 
 def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -> None:
     cluster = local_cluster(3, llm=True, router=ROUTER)
-    s0, s1, s2 = (cluster.url(s) for s in cluster.ids)
+    s0, s1, s2 = (client(cluster.url(s)) for s in cluster.ids)
 
     # An adapter for "legal" on shard-1, evaluated on load, announced through gossip.
-    r = httpx.post(
-        f"{s1}/v1/adapters",
-        json={"name": "legal-qa", "domain": "legal", "path": str(lora_file), "evaluate": True},
-        timeout=120,
-    )
-    assert r.status_code == 201, r.text
+    s1.load_adapter("legal-qa", domain="legal", path=str(lora_file), evaluate=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        caps = httpx.get(f"{s0}/v1/cluster/status").json()["capabilities"]
-        if any(c["adapter_id"] == "legal-qa" and c["shard_id"] == "shard-1" for c in caps):
+        caps = s0.cluster_status().capabilities
+        if any(c.adapter_id == "legal-qa" and c.shard_id == "shard-1" for c in caps):
             break
         time.sleep(0.5)
     else:
         pytest.fail("the adapter announcement never reached shard-0")
 
     # Routed to the announcing shard, JSON and streamed, from any entry shard.
-    assert infer(s0, prompt="The contract states", domain="legal")["shard_id"] == "shard-1"
-    with httpx.stream(
-        "POST",
-        f"{s2}/v1/infer",
-        json={"prompt": "The court", "domain": "legal", "max_tokens": 3, "temperature": 0, "stream": True},
-        timeout=120,
-    ) as resp:
-        events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]" and json.loads(events[-2])["shard_id"] == "shard-1"
+    assert s0.infer("The contract states", domain="legal", **GREEDY).shard_id == "shard-1"
+    with s2.stream("The court", domain="legal", max_tokens=3, temperature=0) as stream:
+        stream.text()
+    assert stream.result is not None and stream.result.shard_id == "shard-1"
 
     # AQL's INFER … DOMAIN takes the same route (paper §IV-A: the gateway's domain hint).
-    r = httpx.post(
-        f"{s2}/v1/aql",
-        json={
-            "query": "INFER 'gemma3-270m' @p DOMAIN 'legal' OPTIONS {max_tokens: 3}",
-            "bind_vars": {"p": "The statute"},
-        },
-        timeout=120,
-    )
-    assert r.status_code == 200, r.text
-    assert r.json()["result"][0]["shard_id"] == "shard-1"
+    out = s2.aql("INFER 'gemma3-270m' @p DOMAIN 'legal' OPTIONS {max_tokens: 3}", {"p": "The statute"})
+    assert out.result[0]["shard_id"] == "shard-1"
 
     # Nobody announced "medical": consistent-hash fallback, counted.
-    before = metric(s0, "themis_domain_routing_fallback_total")
-    assert infer(s0, prompt="The patient", domain="medical")["text"] is not None
-    assert metric(s0, "themis_domain_routing_fallback_total") == before + 1
+    before = metric(cluster.url("shard-0"), "themis_domain_routing_fallback_total")
+    assert s0.infer("The patient", domain="medical", **GREEDY).text is not None
+    assert metric(cluster.url("shard-0"), "themis_domain_routing_fallback_total") == before + 1
 
     # Scatter-gather: order preserved, each item equal to the same request sent alone.
     # Prompts whose greedy tokens are confident (top-2 margin ≥ 0.98 logits, base model and the
@@ -114,30 +95,28 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
         ("Monday, Tuesday,", None),
     ]
     batch = [{"prompt": p, "domain": d, "max_tokens": 4, "temperature": 0} for p, d in prompts]
-    r = httpx.post(f"{s2}/v1/infer:batch", json={"requests": batch}, timeout=120)
-    assert r.status_code == 200, r.text
-    results = r.json()["results"]
+    results = s2.infer_batch(batch).results
     assert len(results) == len(batch)
     for item, result in zip(batch, results, strict=True):
-        alone = infer(s0, **item)
-        assert result["text"] == alone["text"], (item, result, alone)
+        assert isinstance(result, InferResult), (item, result)
+        alone = s0.infer(**item)
+        assert result.text == alone.text, (item, result, alone)
         if item["domain"] == "legal":
-            assert result["shard_id"] == "shard-1"
-    assert len({r["shard_id"] for r in results}) >= 2  # the batch was really spread
-    assert metric(s2, "themis_batch_fan_out_latency_seconds_count") >= 1
+            assert result.shard_id == "shard-1"
+    assert len({r.shard_id for r in results}) >= 2  # the batch was really spread
+    assert metric(cluster.url("shard-2"), "themis_batch_fan_out_latency_seconds_count") >= 1
 
     # Data-local EMBED: text never leaves its shard; the result equals embedding the text directly.
     docs = {f"n{i}": f"note number {i} about contracts" for i in range(6)}
     for key, text in docs.items():
-        httpx.put(f"{s0}/v1/collections/notes/documents/{key}", json={"text": text}).raise_for_status()
-    urns = [f"urn:themis:notes:{k}" for k in docs]
-    by_urn = httpx.post(f"{s0}/v1/embed", json={"urns": urns}, timeout=60).json()["embeddings"]
-    direct = httpx.post(f"{s0}/v1/embed", json={"texts": list(docs.values())}, timeout=60).json()[
-        "embeddings"
-    ]
+        s0.put("notes", key, {"text": text})
+    by_urn = s0.embed(urns=[f"urn:themis:notes:{k}" for k in docs]).embeddings
+    direct = s0.embed(list(docs.values())).embeddings
     for a, b in zip(by_urn, direct, strict=True):
         assert sum(x * y for x, y in zip(a, b, strict=True)) > 0.999
-    assert metric(s0, "themis_embed_urns_total", 'where="remote"') > 0
+    assert metric(cluster.url("shard-0"), "themis_embed_urns_total", 'where="remote"') > 0
+    for c in (s0, s1, s2):
+        c.close()
 
 
 def test_a_shard_killed_mid_batch_never_loses_an_item(local_cluster) -> None:
@@ -147,9 +126,8 @@ def test_a_shard_killed_mid_batch_never_loses_an_item(local_cluster) -> None:
     out: dict = {}
 
     def send() -> None:
-        out["response"] = httpx.post(
-            f"{entry}/v1/infer:batch", json={"requests": batch, "timeout_s": 90}, timeout=150
-        )
+        with ThemisClient(entry, timeout=150) as themis_db:
+            out["results"] = themis_db.infer_batch(batch, timeout_s=90).results
 
     t = threading.Thread(target=send)
     started = time.monotonic()
@@ -158,11 +136,11 @@ def test_a_shard_killed_mid_batch_never_loses_an_item(local_cluster) -> None:
     cluster.kill("shard-2")
     t.join()
     assert time.monotonic() - started < 120
-    results = out["response"].json()["results"]
+    results = out["results"]
     assert len(results) == 12
-    answered = [r for r in results if "text" in r]
-    assert all("error" in r for r in results if r not in answered)
-    assert all(r["shard_id"] != "shard-2" for r in answered if r.get("shard_id"))
+    answered = [r for r in results if isinstance(r, InferResult)]
+    assert all(isinstance(r, InferItemError) for r in results if r not in answered)
+    assert all(r.shard_id != "shard-2" for r in answered if r.shard_id)
     assert len(answered) >= 8  # retried on the survivors; an error entry only if the retry failed too
 
 
@@ -173,7 +151,8 @@ def test_shards_load_the_adapters_the_plan_places_on_them(local_cluster, lora_fi
     cluster = local_cluster(2, llm=True, adapters=(placement,))
 
     def adapters(shard: str) -> list[str]:
-        return [a["name"] for a in httpx.get(f"{cluster.url(shard)}/v1/adapters").json()["adapters"]]
+        with ThemisClient(cluster.url(shard)) as themis_db:
+            return [a.name for a in themis_db.adapters().adapters]
 
     deadline = time.monotonic() + 60
     while "legal-qa" not in adapters("shard-1") and time.monotonic() < deadline:

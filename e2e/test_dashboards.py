@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from themis_client import Operation, ThemisClient
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus")
@@ -99,61 +100,37 @@ LONG_PREFIX = "You are a careful legal assistant. " * 40
 
 def workload(urls: list[str]) -> None:
     """Small, but through every feature the dashboards show."""
-    a, b = urls[0], urls[-1]
-    with httpx.Client(timeout=120) as client:
-        assert client.put(f"{a}/v1/collections/notes", json={"dimension": 2}).status_code == 200
+    shards = [ThemisClient(u, timeout=120) for u in urls]
+    a, b = shards[0], shards[-1]
+    try:
+        a.declare_collection("notes", dimension=2)
         for i in range(12):
-            url = urls[i % len(urls)]
-            r = client.put(
-                f"{url}/v1/collections/notes/documents/n{i}", json={"embedding": [1.0, i / 10], "i": i}
-            )
-            assert r.status_code == 200, r.text
-        r = client.post(
-            f"{a}/v1/transactions",
-            json={
-                "operations": [
-                    {"op": "put", "collection": "notes", "key": "tx", "document": {"embedding": [0.5, 0.5]}}
-                ]
-            },
-        )
-        assert r.status_code == 200, r.text
-        for url in urls:
-            assert client.get(f"{url}/v1/collections/notes/documents/n1").status_code == 200
-            r = client.post(f"{url}/v1/collections/notes/search", json={"vector": [1.0, 0.0], "k": 3})
-            assert r.status_code == 200, r.text
-        for url, body in (
-            (a, {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}),
-            (b, {"prompt": "Contract law says", "max_tokens": 6, "domain": "legal"}),
+            shards[i % len(shards)].put("notes", f"n{i}", {"embedding": [1.0, i / 10], "i": i})
+        a.transaction([Operation.put("notes", "tx", {"embedding": [0.5, 0.5]})])
+        for shard in shards:
+            shard.get("notes", "n1")
+            shard.search("notes", vector=[1.0, 0.0], k=3)
+        for shard, prompt, params in (
+            (a, "The capital of France is", {"max_tokens": 8, "temperature": 0}),
+            (b, "Contract law says", {"max_tokens": 6, "domain": "legal"}),
             # The same prompt again: a KV-prefix cache has something to hit.
-            (a, {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}),
+            (a, "The capital of France is", {"max_tokens": 4, "temperature": 0}),
             # A long shared prefix (several KV blocks), twice: a miss, then a hit.
-            (a, {"prompt": LONG_PREFIX + " Question one:", "max_tokens": 2, "temperature": 0}),
-            (a, {"prompt": LONG_PREFIX + " Question two:", "max_tokens": 2, "temperature": 0}),
+            (a, LONG_PREFIX + " Question one:", {"max_tokens": 2, "temperature": 0}),
+            (a, LONG_PREFIX + " Question two:", {"max_tokens": 2, "temperature": 0}),
             # Repetitive text with speculation on: prompt-lookup drafts to verify.
             (
                 b,
-                {
-                    "prompt": "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2,",
-                    "max_tokens": 12,
-                    "temperature": 0,
-                    "speculative": True,
-                },
+                "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2,",
+                {"max_tokens": 12, "temperature": 0, "speculative": True},
             ),
         ):
-            r = client.post(f"{url}/v1/infer", json=body)
-            assert r.status_code == 200, r.text
-        r = client.post(
-            f"{a}/v1/infer:batch",
-            json={
-                "requests": [
-                    {"prompt": "One, two,", "max_tokens": 4},
-                    {"prompt": "Red, green,", "max_tokens": 4},
-                ]
-            },
-        )
-        assert r.status_code == 200, r.text
-        r = client.post(f"{b}/v1/embed", json={"texts": ["a short text to embed"]})
-        assert r.status_code == 200, r.text
+            shard.infer(prompt, **params)
+        a.infer_batch([{"prompt": "One, two,", "max_tokens": 4}, {"prompt": "Red, green,", "max_tokens": 4}])
+        b.embed(["a short text to embed"])
+    finally:
+        for shard in shards:
+            shard.close()
 
 
 def prometheus_config(targets: list[str], rule_file: Path) -> dict:
@@ -234,7 +211,7 @@ def observed(tmp_path_factory):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        api = f"http://127.0.0.1:{port}/api/v1"
+        api = f"http://127.0.0.1:{port}/api/v1"  # raw httpx from here on: Prometheus' API, not Themis
         wait_for(
             lambda: (
                 httpx.get(f"{api}/targets", timeout=2).json()["data"]["activeTargets"]

@@ -9,8 +9,8 @@ import json
 import subprocess
 import sys
 
-import httpx
 import pytest
+from themis_client import ThemisClient
 from themis_shard.cluster.placement import Topology
 from themis_shard.demo.corpus import load_corpus
 from themis_shard.plan import ClusterPlan
@@ -76,18 +76,12 @@ def generation_runs_where_the_passage_is(root) -> None:
     url = {m.shard_id: m.url for m in plan.members}
     para = next(p for p in load_corpus() if topo.owners("demo", p.key) == ["shard-1"])
     key = (root / ".themis" / "auth" / "client.key").read_text().strip()
-    body = {"query": para.text, "collection": "demo", "k": 1, "max_tokens": 4, "temperature": 0}
-    auth = {"Authorization": f"Bearer {key}"}
-    r = httpx.post(f"{url['shard-0']}/v1/rag", json=body, headers=auth, timeout=300)
-    assert r.status_code == 200, r.text
-    out = r.json()
-    assert [s["urn"] for s in out["sources"]] == [f"urn:themis:demo:{para.key}"]
-    assert out["shard_id"] == "shard-1"
-    with httpx.stream(
-        "POST", f"{url['shard-0']}/v1/rag", json={**body, "stream": True}, headers=auth, timeout=300
-    ) as r:
-        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]"
-    first, *rest = [json.loads(e) for e in events[:-1]]
-    assert [s["urn"] for s in first["sources"]] == [f"urn:themis:demo:{para.key}"]
-    assert rest[-1]["done"] is True and rest[-1]["shard_id"] == "shard-1"
+    question = {"k": 1, "max_tokens": 4, "temperature": 0}
+    with ThemisClient(url["shard-0"], api_key=key, timeout=300) as themis_db:
+        out = themis_db.rag(para.text, "demo", **question)
+        assert [s.urn for s in out.sources] == [f"urn:themis:demo:{para.key}"]
+        assert out.shard_id == "shard-1"
+        with themis_db.stream_rag(para.text, "demo", **question) as stream:
+            stream.text()
+    assert [s.urn for s in stream.sources or []] == [f"urn:themis:demo:{para.key}"]
+    assert stream.result is not None and stream.result.shard_id == "shard-1"

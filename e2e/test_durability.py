@@ -6,8 +6,8 @@ import signal
 import threading
 import time
 
-import httpx
 import pytest
+from themis_client import NO_RETRY, NotFound, ThemisClient, ThemisConnectionError, ThemisError
 
 pytestmark = pytest.mark.e2e
 
@@ -20,17 +20,19 @@ def test_acknowledged_writes_survive_sigkill_mid_stream(tmp_path, port, spawn_sh
     stop = threading.Event()
 
     def writer(worker: int) -> None:
-        with httpx.Client(base_url=url, timeout=5) as client:
+        with ThemisClient(url, timeout=5, retry=NO_RETRY) as themis_db:
             i = 0
             while not stop.is_set():
                 key = f"w{worker}-{i}"
                 try:
-                    r = client.put(f"/v1/collections/log/documents/{key}", json={"worker": worker, "i": i})
-                except httpx.HTTPError:
+                    written = themis_db.put("log", key, {"worker": worker, "i": i})
+                except ThemisConnectionError:
                     return  # the shard died: this write was never acknowledged
-                if r.status_code == 200:
+                except ThemisError:
+                    pass  # refused: not acknowledged either
+                else:
                     with lock:
-                        acked[key] = r.json()["version"]
+                        acked[key] = written.version
                 i += 1
 
     with spawn_shard(data, port) as proc:
@@ -47,27 +49,33 @@ def test_acknowledged_writes_survive_sigkill_mid_stream(tmp_path, port, spawn_sh
             t.join()
     assert len(acked) >= 300
 
-    with spawn_shard(data, port), httpx.Client(base_url=url, timeout=5) as client:
-        missing = [
-            k for k, v in acked.items() if client.get(f"/v1/collections/log/documents/{k}").status_code != 200
-        ]
+    with spawn_shard(data, port), ThemisClient(url, timeout=5) as themis_db:
+        missing = [k for k in acked if not readable(themis_db, "log", k)]
         assert missing == []
-        count = client.get("/v1/collections/log").json()["documents"]
+        count = themis_db.collection("log").documents
         # Writes in flight at the kill may have landed without an ack; none acked may be lost.
         assert len(acked) <= count <= len(acked) + 4
+
+
+def readable(themis_db: ThemisClient, collection: str, key: str) -> bool:
+    try:
+        themis_db.get(collection, key)
+    except NotFound:
+        return False
+    return True
 
 
 def test_vector_index_matches_the_store_after_sigkill(tmp_path, port, spawn_shard) -> None:
     url = f"http://127.0.0.1:{port}"
     data = tmp_path / "shard"
-    with spawn_shard(data, port) as proc, httpx.Client(base_url=url, timeout=5) as client:
-        client.put("/v1/collections/v", json={"dimension": 2})
+    with spawn_shard(data, port) as proc, ThemisClient(url, timeout=5) as themis_db:
+        themis_db.declare_collection("v", dimension=2)
         for i in range(20):
-            client.put(f"/v1/collections/v/documents/d{i}", json={"embedding": [1.0, float(i)]})
-        client.delete("/v1/collections/v/documents/d19")
+            themis_db.put("v", f"d{i}", {"embedding": [1.0, float(i)]})
+        themis_db.delete("v", "d19")
         proc.kill()
         proc.wait()
-    with spawn_shard(data, port), httpx.Client(base_url=url, timeout=5) as client:
-        assert client.get("/v1/collections/v").json()["vectors"] == 19
-        r = client.post("/v1/collections/v/search", json={"vector": [1.0, 19.0], "k": 1})
-        assert r.json()["results"][0]["urn"] == "urn:themis:v:d18"
+    with spawn_shard(data, port), ThemisClient(url, timeout=5) as themis_db:
+        assert themis_db.collection("v").vectors == 19
+        hits = themis_db.search("v", vector=[1.0, 19.0], k=1)
+        assert hits.results[0].urn == "urn:themis:v:d18"

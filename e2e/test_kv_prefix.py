@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from themis_client import InferResult, ThemisClient
 
 from .conftest import peer_auth
 
@@ -38,28 +39,33 @@ def metric(text: str, name: str, **labels) -> float:
     return total
 
 
-def infer(url: str, **extra) -> dict:
-    body = {"prompt": PROMPT, "max_tokens": 10, "temperature": 0, **extra}
-    r = httpx.post(f"{url}/v1/infer", json=body, timeout=300)
-    assert r.status_code == 200, r.text
-    return r.json()
+def infer(url: str, **extra) -> InferResult:
+    with ThemisClient(url, timeout=300) as shard:
+        return shard.infer(PROMPT, max_tokens=10, temperature=0, **extra)
+
+
+def scrape(url: str) -> str:
+    with ThemisClient(url) as shard:
+        return shard.metrics()
+
+
+def prefixes(url: str) -> list[dict]:
+    """The shard's KV-prefix directory: an /internal route (signed peer call), not the client's API."""
+    return httpx.get(f"{url}/internal/kv_prefix", auth=peer_auth()).json()["entries"]
 
 
 def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     cluster = local_cluster(3, llm=True, env=ENV)
     urls = [cluster.url(s) for s in cluster.ids]
     first = infer(urls[0])
-    listing = httpx.get(f"{urls[0]}/internal/kv_prefix", auth=peer_auth()).json()["entries"]
-    assert len(listing) == 1
+    assert len(prefixes(urls[0])) == 1
     time.sleep(2.0)  # > a few directory refreshes (gossip interval 0.3 s)
     # Prefix-aware routing: a routed (domain) request arriving at shard-1 goes to the holder.
     routed = infer(urls[1], domain="legal")
-    forwarded = metric(
-        httpx.get(f"{urls[1]}/metrics").text, "themis_inference_forwarded_total", where="remote"
-    )
+    forwarded = metric(scrape(urls[1]), "themis_inference_forwarded_total", where="remote")
     assert forwarded == 1.0
     others = [infer(u) for u in urls[1:]]  # plain requests: pulled from the holder (break-even)
-    scraped = [httpx.get(f"{u}/metrics").text for u in urls]
+    scraped = [scrape(u) for u in urls]
     saved = [metric(t, "themis_kv_prefix_states_saved_total") for t in scraped]
     hits = [metric(t, "themis_kv_prefix_hits_total") for t in scraped]
     imports = [
@@ -67,10 +73,10 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     ]
     assert saved == [1.0, 0.0, 0.0], saved  # exactly one prefill of the prefix in the cluster
     assert hits == [1.0, 1.0, 1.0] and imports == [0.0, 1.0, 1.0], (hits, imports)
-    assert routed["text"] == first["text"]
+    assert routed.text == first.text
     assert metric(scraped[0], "themis_kv_prefix_transfers_total", direction="export") == 2.0
-    assert others[0]["text"] == others[1]["text"]
-    assert others[0]["timings"]["ttft_ms"] < first["timings"]["ttft_ms"]
+    assert others[0].text == others[1].text
+    assert others[0].timings.ttft_ms < first.timings.ttft_ms
     # The pulled state decodes like the full prefill (greedy; near ties aside).
     import sys
     from pathlib import Path
@@ -89,8 +95,8 @@ def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
     finally:
         model.close()
     for out in [first, *others]:
-        assert out["text"] == ref_text or min(margins) <= NOISE_LOGITS, (out["text"], ref_text)
-    assert re.sub(r"\s", "", first["text"]) != "" or ref_text.strip() == ""
+        assert out.text == ref_text or min(margins) <= NOISE_LOGITS, (out.text, ref_text)
+    assert re.sub(r"\s", "", first.text) != "" or ref_text.strip() == ""
 
 
 def test_hot_prefixes_are_replicated_to_every_shard(local_cluster):
@@ -98,18 +104,16 @@ def test_hot_prefixes_are_replicated_to_every_shard(local_cluster):
     a, b = (cluster.url(s) for s in cluster.ids)
     infer(a)  # prefill + save
     infer(a)  # a hit: the prefix is now hot
-    key = httpx.get(f"{a}/internal/kv_prefix", auth=peer_auth()).json()["entries"][0]["hash"]
+    key = prefixes(a)[0]["hash"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if any(
-            e["hash"] == key for e in httpx.get(f"{b}/internal/kv_prefix", auth=peer_auth()).json()["entries"]
-        ):
+        if any(e["hash"] == key for e in prefixes(b)):
             break
         time.sleep(0.2)
     else:
         pytest.fail("the hot prefix never reached the other shard")
     out = infer(b)  # served from the replicated state: no prefill of the prefix on b
-    text = httpx.get(f"{b}/metrics").text
+    text = scrape(b)
     assert metric(text, "themis_kv_prefix_hits_total") == 1.0
     assert metric(text, "themis_kv_prefix_states_saved_total") == 0.0
-    assert out["text"]
+    assert out.text

@@ -44,6 +44,7 @@ def test_tls_cluster_routes_over_mtls_and_refuses_strangers(tmp_path) -> None:
                 assert first.put("c", f"k{i}", {"i": i}).version == 1
             for i in range(10):
                 assert second.get("c", f"k{i}").document == {"i": i}
+        # Raw httpx from here: /internal routes and TLS handshakes, not the client's API.
         with httpx.Client(verify=verify, timeout=10) as client:
             # The public listener never serves shard-to-shard endpoints.
             r = client.get(f"{urls[0]}/internal/collections")

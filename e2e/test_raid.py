@@ -15,14 +15,15 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
+from themis_client import ThemisClient
 
 pytestmark = [pytest.mark.e2e]
 
 
 def raid_status(cluster, sid: str) -> dict:
-    return httpx.get(f"{cluster.url(sid)}/v1/raid/status", timeout=10).json()
+    with ThemisClient(cluster.url(sid), timeout=10) as shard:
+        return shard.raid_status()
 
 
 def wait_formed(cluster, timeout: float = 60) -> None:
@@ -94,7 +95,8 @@ def test_raid6_two_wiped_shards_rebuild_and_the_cli_reports_it(local_cluster, sm
     assert victim.read_bytes() == good
     out = themis(state, "status")
     assert out.returncode == 0 and out.stdout.count(" ok raid6 ") == 5, out.stdout
-    metrics = httpx.get(f"{cluster.url('shard-0')}/metrics").text
+    with ThemisClient(cluster.url("shard-0")) as shard:
+        metrics = shard.metrics()
     assert "themis_raid_units_repaired_total 1.0" in metrics and 'themis_raid_units{state="ok"}' in metrics
 
 
@@ -120,9 +122,9 @@ def test_raid5_wiped_shard_rebuilds_and_serves_the_same_greedy_output(local_clus
     monkeypatch.setenv("THEMIS_LLM_N_THREADS", "1")
     cluster = local_cluster(4, raid_mode="raid5", llm=True)
     wait_formed(cluster)
-    body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
-    url = f"{cluster.url('shard-2')}/v1/infer"
-    before = httpx.post(url, json=body, timeout=120).json()
+    prompt = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    with ThemisClient(cluster.url("shard-2"), timeout=120) as shard:
+        before = shard.infer(**prompt)
     status = raid_status(cluster, "shard-2")
     assert status["model_path"].startswith(str(cluster.root / "shard-2" / "weights"))
     expected_units = status["units"]["expected"]
@@ -136,8 +138,9 @@ def test_raid5_wiped_shard_rebuilds_and_serves_the_same_greedy_output(local_clus
     assert status["origin"] == "cluster"
     assert status["operation"]["units_repaired"] == expected_units
     assert status["units"]["ok"] == expected_units and status["model"]["sha256"] == before_sha(status)
-    after = httpx.post(url, json=body, timeout=120).json()
-    assert after["text"] == before["text"] and after["tokens"] == before["tokens"]
+    with ThemisClient(cluster.url("shard-2"), timeout=120) as shard:
+        after = shard.infer(**prompt)
+    assert after.text == before.text and after.tokens == before.tokens
 
 
 def before_sha(status: dict) -> str:

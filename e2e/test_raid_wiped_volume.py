@@ -45,4 +45,5 @@ def test_a_shard_started_on_empty_volumes_rebuilds_its_units_from_the_peers(
     st = raid_status(cluster, "shard-2")
     assert st["origin"] == "cluster" and st["operation"]["op"] == "rebuild"
     assert st["operation"]["units_repaired"] == len(units) and st["degraded"] is False
+    # /ready is a probe (a status code, no body to type): asked as the kubelet would
     assert httpx.get(f"{cluster.url('shard-2')}/ready", timeout=10).status_code == 200

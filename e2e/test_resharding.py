@@ -13,6 +13,7 @@ import time
 
 import httpx
 import pytest
+from themis_client import NO_RETRY, NotFound, ThemisClient, ThemisConnectionError, ThemisError
 from themis_shard.plan import ClusterPlan
 from themis_shard.ring import HashRing, RingSpec
 
@@ -52,61 +53,68 @@ class Workload:
     # the connection; like a Service that only routes to ready pods, the client tries another one.
     refused = 0
 
+    @staticmethod
+    def shard(clients: dict[str, ThemisClient], url: str) -> ThemisClient:
+        """One client per shard URL, not retrying: every refusal and error is counted here."""
+        if url not in clients:
+            clients[url] = ThemisClient(url, timeout=10, retry=NO_RETRY)
+        return clients[url]
+
     def write(self, start: int = 0) -> None:
         i = start
-        with httpx.Client(timeout=10) as client:
-            while not self.stop.is_set():
-                key = f"d{i}"
-                url = random.choice(self.urls())
-                try:
-                    r = client.put(
-                        f"{url}/v1/collections/docs/documents/{key}", json={"i": i, "pad": "x" * 100}
-                    )
-                except httpx.ConnectError:
-                    self.refused += 1
-                    continue
-                except httpx.HTTPError as exc:
+        clients: dict[str, ThemisClient] = {}
+        while not self.stop.is_set():
+            key = f"d{i}"
+            try:
+                written = self.shard(clients, random.choice(self.urls())).put(
+                    "docs", key, {"i": i, "pad": "x" * 100}
+                )
+            except ThemisConnectionError as exc:
+                if exc.code != "unreachable":
                     self.errors.append(f"write {key}: {exc!r}")
-                    continue
-                if r.status_code == 200:
-                    with self.lock:
-                        self.acked[key] = r.json()["version"]
-                    i += 1
                 else:
-                    self.errors.append(f"write {key}: {r.status_code} {r.text}")
+                    self.refused += 1
+                continue
+            except ThemisError as exc:
+                self.errors.append(f"write {key}: {exc}")
                 time.sleep(0.005)
+                continue
+            with self.lock:
+                self.acked[key] = written.version
+            i += 1
+            time.sleep(0.005)
+        for c in clients.values():
+            c.close()
 
     def read(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self.stop.is_set():
-                with self.lock:
-                    keys = list(self.acked)
-                if not keys:
-                    time.sleep(0.01)
-                    continue
-                key = random.choice(keys)
-                try:
-                    r = client.get(f"{random.choice(self.urls())}/v1/collections/docs/documents/{key}")
-                except httpx.ConnectError:
-                    self.refused += 1
-                    continue
-                except httpx.HTTPError as exc:
+        clients: dict[str, ThemisClient] = {}
+        while not self.stop.is_set():
+            with self.lock:
+                keys = list(self.acked)
+            if not keys:
+                time.sleep(0.01)
+                continue
+            key = random.choice(keys)
+            try:
+                self.shard(clients, random.choice(self.urls())).get("docs", key)
+            except NotFound:
+                self.false_404.append(key)
+            except ThemisConnectionError as exc:
+                if exc.code != "unreachable":
                     self.errors.append(f"read {key}: {exc!r}")
-                    continue
-                if r.status_code == 404:
-                    self.false_404.append(key)
+                else:
+                    self.refused += 1
+            except ThemisError as exc:
+                self.errors.append(f"read {key}: {exc}")
+        for c in clients.values():
+            c.close()
 
     def preload(self, url: str, n: int) -> None:
-        with httpx.Client(timeout=30) as client:
+        with ThemisClient(url, timeout=30) as themis_db:
             for start in range(0, n, 200):
-                docs = [
-                    {"key": f"p{i}", "document": {"i": i, "pad": "x" * 100}}
-                    for i in range(start, start + 200)
-                ]
-                r = client.post(f"{url}/v1/collections/docs/documents:batch", json={"documents": docs})
-                assert r.status_code == 200, r.text
-                for item in r.json()["results"]:
-                    self.acked[item["urn"].rsplit(":", 1)[1]] = item["version"]
+                docs = {f"p{i}": {"i": i, "pad": "x" * 100} for i in range(start, start + 200)}
+                for item in themis_db.batch("docs", docs).results:
+                    self.acked[item.urn.rsplit(":", 1)[1]] = item.version
 
     def __enter__(self) -> Workload:
         for t in self.threads:
@@ -130,7 +138,11 @@ def expected_moves(keys, old: dict, new: dict, copies: int) -> int:
 
 
 def received(urls) -> int:
-    return sum(httpx.get(f"{u}/v1/cluster/status").json()["migration"]["keys_received"] for u in urls)
+    total = 0
+    for url in urls:
+        with ThemisClient(url) as shard:
+            total += shard.cluster_status().migration["keys_received"]
+    return total
 
 
 def test_scale_out_and_in_while_serving_loses_nothing(tmp_path) -> None:
@@ -162,13 +174,13 @@ def test_scale_out_and_in_while_serving_loses_nothing(tmp_path) -> None:
         assert work.errors == [], work.errors[:10]
         assert work.false_404 == [], work.false_404[:10]
         assert len(work.acked) > 1200
-        with httpx.Client(timeout=10) as client:
+        with ThemisClient(final.members[0].url, timeout=10) as themis_db:
             for key, version in work.acked.items():
-                r = client.get(f"{final.members[0].url}/v1/collections/docs/documents/{key}")
-                assert r.status_code == 200 and r.json()["version"] == version, (key, r.text)
-            stored = sum(
-                client.get(f"{m.url}/v1/collections/docs").json()["documents"] for m in final.members
-            )
+                assert themis_db.get("docs", key).version == version, key
+        stored = 0
+        for m in final.members:
+            with ThemisClient(m.url, timeout=10) as shard:
+                stored += shard.collection("docs").documents
         assert stored == final.copies * len(work.acked)  # exactly `copies` copies, old ones purged
     finally:
         themis("down", cwd=tmp_path)
@@ -203,6 +215,7 @@ def test_a_newer_version_only_the_leaving_shard_holds_survives_its_drain(tmp_pat
         auth = peer_auth(
             json.loads((tmp_path / ".themis" / "cluster.json").read_text())["launch"]["gossip_secret"]
         )
+        # /internal routes are the cluster's own (signed peer calls), not the client's API
         r = httpx.post(f"{leaving.url}/internal/replicate", json={"items": items}, timeout=30, auth=auth)
         assert r.status_code == 200 and r.json()["applied"] == len(late), r.text
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
+from themis_client import InferResult, ThemisClient
 
 from .test_kv_prefix import metric
 
@@ -35,15 +35,19 @@ DRAFT = {"THEMIS_LLM_SERVE_DRAFTS": "true"}
 PROMPT = "1, 2, 3, 4, 5, 6, 7,"  # confident greedy tokens all the way (no near-ties)
 
 
-def infer(url: str, **extra) -> dict:
-    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, **extra}
-    r = httpx.post(f"{url}/v1/infer", json=body, timeout=300)
-    assert r.status_code == 200, r.text
-    return r.json()
+def infer(url: str, **extra) -> InferResult:
+    with ThemisClient(url, timeout=300) as shard:
+        return shard.infer(PROMPT, max_tokens=24, temperature=0, **extra)
 
 
 def speculation(url: str) -> dict:
-    return httpx.get(f"{url}/v1/cluster/status", timeout=10).json()["speculation"]
+    with ThemisClient(url, timeout=10) as shard:
+        return shard.cluster_status().speculation or {}
+
+
+def scrape(url: str) -> str:
+    with ThemisClient(url) as shard:
+        return shard.metrics()
 
 
 def test_verify_shard_drafts_on_its_gossiped_draft_shard_and_survives_its_death(local_cluster):
@@ -57,21 +61,21 @@ def test_verify_shard_drafts_on_its_gossiped_draft_shard_and_survives_its_death(
 
     plain = infer(verify, speculative=False)
     spec = infer(verify, speculative=True)
-    m = httpx.get(f"{verify}/metrics").text
+    m = scrape(verify)
     drafted = metric(m, "themis_speculation_draft_tokens_total", source="remote")
     accepted = metric(m, "themis_speculation_accepted_tokens_total", source="remote")
     assert drafted > 0 and accepted / drafted > 0.5, (drafted, accepted)
     assert metric(m, "themis_draft_roundtrip_seconds_count", source="remote") > 0
     # same model drafting: the speculative text is the plain one (or departs at a near-tie only,
     # which the engine specs bound; counting has none)
-    assert spec["text"] == plain["text"]
+    assert spec.text == plain.text
 
     cluster.kill("shard-1")
     t0 = time.monotonic()
     after = infer(verify, speculative=True)
-    assert after["text"] == plain["text"] and after["tokens"] == 24
+    assert after.text == plain.text and after.tokens == 24
     assert time.monotonic() - t0 < 60  # a dead draft shard never hangs a request
-    m = httpx.get(f"{verify}/metrics").text
+    m = scrape(verify)
     assert metric(m, "themis_speculation_fallback_total", source="remote", reason="draft_error") >= 1
     # the breaker opens: later rounds skip the dead shard without a connect attempt
-    assert infer(verify, speculative=True)["text"] == plain["text"]
+    assert infer(verify, speculative=True).text == plain.text

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from themis_client import NO_RETRY, ThemisClient, ThemisError
 
 from .conftest import peer_auth
 
@@ -45,19 +46,17 @@ def _owners(plan, key: str) -> list[str]:
 
 
 def _put(url: str, key: str, body: dict, if_match: int) -> tuple[str, int, dict, dict]:
-    try:
-        r = httpx.put(
-            f"{url}/v1/collections/reg/documents/{key}",
-            json=body,
-            headers={"If-Match": str(if_match)},
-            timeout=30,
-        )
-        return key, r.status_code, body, r.json()
-    except httpx.HTTPError as exc:
-        return key, -1, body, {"error": str(exc)}
+    """One conditional write, not retried (a retry would be a second writer); its HTTP status."""
+    with ThemisClient(url, timeout=30, retry=NO_RETRY) as shard:
+        try:
+            written = shard.put("reg", key, body, if_match=if_match)
+        except ThemisError as exc:  # a broken connection is status 0
+            return key, exc.status, body, {"error": {"code": exc.code, "message": exc.message}}
+    return key, 200, body, written.model_dump()
 
 
 def _replica(url: str, key: str) -> tuple[int, dict | None]:
+    # the owner's own copy, from the cluster's /internal route (no read repair, no forwarding)
     r = httpx.get(f"{url}/internal/documents/reg/{key}", timeout=10, auth=peer_auth())
     if r.status_code == 404:
         return 0, None
@@ -76,10 +75,9 @@ def test_a_paused_owner_never_leaves_two_versions_of_one_write(local_cluster) ->
     # than the breaker's failure threshold (5), so the late writes still reach the owner.
     early, late = _keys(cluster.plan, 4, 4)
     keys = early + late
-    base = cluster.url(VIA[0])
-    for key in keys:
-        r = httpx.put(f"{base}/v1/collections/reg/documents/{key}", json={"v": 1}, timeout=10)
-        assert r.status_code == 200 and r.json()["version"] == 1, r.text
+    with ThemisClient(cluster.url(VIA[0]), timeout=10) as base:
+        for key in keys:
+            assert base.put("reg", key, {"v": 1}).version == 1
 
     victim = cluster.procs[VICTIM]
     results = []
@@ -113,12 +111,10 @@ def test_a_paused_owner_never_leaves_two_versions_of_one_write(local_cluster) ->
     assert any(k in acked for k in late), "the writes sent just before the resume were acknowledged"
 
     # Converge: every hint delivered, then the owners' own copies compared byte for byte.
+    shards = [ThemisClient(cluster.url(s), timeout=10) for s in cluster.ids]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        pending = [
-            httpx.get(f"{cluster.url(s)}/v1/cluster/status", timeout=10).json()["hints_pending"]
-            for s in cluster.ids
-        ]
+        pending = [shard.cluster_status().hints_pending for shard in shards]
         if not any(n for p in pending for n in p.values()):
             break
         time.sleep(0.5)
@@ -135,10 +131,7 @@ def test_a_paused_owner_never_leaves_two_versions_of_one_write(local_cluster) ->
     assert not diverged, f"replicas differ: {diverged}"
     # Every shard now serves the one document the owners hold.
     for key in keys:
-        served = {
-            httpx.get(f"{cluster.url(s)}/v1/collections/reg/documents/{key}", timeout=10)
-            .json()["document"]
-            .get("by")
-            for s in cluster.ids
-        }
+        served = {shard.get("reg", key).document.get("by") for shard in shards}
         assert len(served) == 1, (key, served)
+    for shard in shards:
+        shard.close()

@@ -115,6 +115,12 @@ def test_the_themisdb_base_is_the_light_contract_the_operator_imports():
     assert not closure(".") & HEAVY
 
 
+def test_the_shard_depends_on_the_client_at_the_same_version():
+    """``themis demo`` talks to its cluster through themis_client, released in step."""
+    shard = pyproject(".")["project"]["optional-dependencies"]["shard"]
+    assert [r for r in shard if name_of(r) == "themisdb-client"] == [f"themisdb-client=={VERSION}"]
+
+
 def test_the_client_needs_only_httpx_and_pydantic():
     assert closure("client") == {"httpx", "pydantic"}
 

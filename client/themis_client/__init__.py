@@ -1,5 +1,6 @@
 """A typed Python client for Themis's REST API (documents, transactions, collections and search,
-AQL, inference and streaming, embeddings, RAG, cluster status)."""
+AQL, inference, batches and streaming, embeddings, RAG, adapters, cluster and RAID status,
+metrics)."""
 
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -20,12 +21,17 @@ from .errors import (
     VersionConflict,
 )
 from .models import (
+    Adapter,
+    Adapters,
     AqlResult,
     BatchResult,
+    Capability,
     ClusterStatus,
     Collection,
     Document,
     Embeddings,
+    InferBatchResult,
+    InferItemError,
     InferResult,
     Operation,
     RagResult,
@@ -54,17 +60,22 @@ __version__ = _version()
 
 __all__ = [
     "NO_RETRY",
+    "Adapter",
+    "Adapters",
     "AqlResult",
     "AsyncInferStream",
     "AsyncThemisClient",
     "BadRequest",
     "BatchResult",
+    "Capability",
     "ClusterStatus",
     "Collection",
     "Conflict",
     "Document",
     "Embeddings",
     "Forbidden",
+    "InferBatchResult",
+    "InferItemError",
     "InferResult",
     "InferStream",
     "NotFound",

@@ -13,6 +13,8 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from .models import (
+    Adapter,
+    Adapters,
     AqlResult,
     BatchResult,
     ClusterStatus,
@@ -20,6 +22,7 @@ from .models import (
     Document,
     Embeddings,
     Health,
+    InferBatchResult,
     InferResult,
     Operation,
     RagResult,
@@ -38,6 +41,8 @@ class Call[T]:
     headers: Mapping[str, str] | None = None
     #: Safe to send again after a 429/503 (reads, PUT/DELETE, search, embed).
     idempotent: bool = False
+    #: ``parse`` reads the body as text, not JSON (``/metrics``).
+    text: bool = False
 
 
 def _model[M: BaseModel](model: type[M]) -> Callable[[Any], M]:
@@ -73,9 +78,26 @@ def cluster_status() -> Call[ClusterStatus]:
     return Call("GET", "/v1/cluster/status", _model(ClusterStatus), idempotent=True)
 
 
+def metrics() -> Call[str]:
+    """``GET /metrics``: the shard's Prometheus text exposition."""
+    return Call("GET", "/metrics", str, idempotent=True, text=True)
+
+
 def raid_status() -> Call[dict[str, Any]]:
     """``GET /v1/raid/status`` as the shard answers it (layout, chunk health, rebuild)."""
     return Call("GET", "/v1/raid/status", dict, idempotent=True)
+
+
+def raid_verify() -> Call[dict[str, Any]]:
+    """``POST /v1/raid/verify``: crc-check every local unit (repairs are scheduled for bad ones)."""
+    return Call("POST", "/v1/raid/verify", dict, idempotent=True)
+
+
+def raid_rebuild(*, assemble: bool = False) -> Call[dict[str, Any]]:
+    """``POST /v1/raid/rebuild``: repair this shard's units from its peers now (blocks until done);
+    ``assemble`` also reassembles and re-verifies the model file. ``{"operation", "units"}``.
+    Not retried: its 503 means beyond the layout's tolerance, which waiting does not change."""
+    return Call("POST", "/v1/raid/rebuild", dict, {"assemble": assemble})
 
 
 # -- collections and documents -----------------------------------------------------------------------
@@ -184,12 +206,41 @@ def stream_body(prompt: str, **params: Any) -> dict[str, Any]:
     return {"prompt": prompt, **_drop_none(params), "stream": True}
 
 
+def infer_batch(
+    requests: Iterable[Mapping[str, Any]], *, timeout_s: float | None = None
+) -> Call[InferBatchResult]:
+    """``POST /v1/infer:batch``: scatter-gathered; results in request order, a failed item an
+    ``InferItemError`` in its place. Each request is an ``/v1/infer`` body (without ``stream``)."""
+    body = _drop_none({"requests": [dict(r) for r in requests], "timeout_s": timeout_s})
+    return Call("POST", "/v1/infer:batch", _model(InferBatchResult), body)
+
+
 def embed(texts: Sequence[str] | None = None, *, urns: Sequence[str] | None = None) -> Call[Embeddings]:
     """Embeddings of ``texts``, or of stored documents by ``urns`` (computed where they live)."""
     if (texts is None) == (urns is None):
         raise ValueError("give exactly one of texts or urns")
     body = {"texts": list(texts)} if texts is not None else {"urns": list(urns or ())}
     return Call("POST", "/v1/embed", _model(Embeddings), body, idempotent=True)
+
+
+def rag_body(
+    query: str,
+    collection: str,
+    *,
+    k: int | None = None,
+    filter: Mapping[str, Any] | None = None,
+    domain: str | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+) -> dict[str, Any]:
+    body = _drop_none({"query": query, "collection": collection, "k": k, "domain": domain})
+    return body | _drop_none(
+        {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "filter": dict(filter) if filter is not None else None,
+        }
+    )
 
 
 def rag(
@@ -200,8 +251,54 @@ def rag(
     filter: Mapping[str, Any] | None = None,
     domain: str | None = None,
     max_tokens: int | None = None,
+    temperature: float | None = None,
 ) -> Call[RagResult]:
     """``POST /v1/rag``: retrieve ``k`` documents from ``collection`` and answer from them."""
-    body = _drop_none({"query": query, "collection": collection, "k": k, "domain": domain})
-    body |= _drop_none({"max_tokens": max_tokens, "filter": dict(filter) if filter is not None else None})
+    body = rag_body(
+        query,
+        collection,
+        k=k,
+        filter=filter,
+        domain=domain,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
     return Call("POST", "/v1/rag", _model(RagResult), body)
+
+
+# -- adapters ----------------------------------------------------------------------------------------
+
+
+def adapters() -> Call[Adapters]:
+    """``GET /v1/adapters``: the adapters loaded on the answering shard."""
+    return Call("GET", "/v1/adapters", _model(Adapters), idempotent=True)
+
+
+def load_adapter(
+    name: str,
+    *,
+    domain: str | None = None,
+    path: str | None = None,
+    source: str | None = None,
+    sha256: str | None = None,
+    evaluate: bool | None = None,
+) -> Call[Adapter]:
+    """``POST /v1/adapters`` (admin): load a GGUF LoRA from ``path`` on the shard, or ``source``
+    (a path or an http(s) URL the shard fetches); with ``evaluate``, measured on held-out data
+    before it is announced. Not retried: a second load of the same name is a conflict."""
+    body = _drop_none(
+        {
+            "name": name,
+            "domain": domain,
+            "path": path,
+            "source": source,
+            "sha256": sha256,
+            "evaluate": evaluate,
+        }
+    )
+    return Call("POST", "/v1/adapters", _model(Adapter), body)
+
+
+def unload_adapter(name: str) -> Call[dict[str, Any]]:
+    """``DELETE /v1/adapters/{name}`` (admin): ``{"unloaded": name}``."""
+    return Call("DELETE", f"/v1/adapters/{_seg(name)}", dict, idempotent=True)

@@ -5,6 +5,8 @@ Any shard serves the whole API, so a client may be given several shard URLs: one
 reached is skipped for the next. Retries (``retry``):
 
 * a connect failure is retried for every call, on the next URL — nothing reached a server;
+* a connection that breaks after the request was sent is never retried (it may have been
+  applied): ``ThemisConnectionError`` with code ``connection_lost``;
 * 429 / 503 (the shard shed load, or a key's owners are down) only for idempotent calls
   (reads, PUT/DELETE, search, embed), with backoff and the server's ``Retry-After``.
 """
@@ -23,7 +25,7 @@ import httpx
 from . import calls
 from .calls import Call
 from .errors import ThemisConnectionError, ThemisError, error_from_response
-from .models import InferResult, StreamToken
+from .models import InferResult, RagSource, StreamToken
 from .retry import RetryPolicy, should_retry_status
 from .sse import DONE, SseDecoder, sse_events
 
@@ -63,13 +65,24 @@ class _Base:
         """Move to the next URL; the wait before the next try, or raise when out of tries."""
         self._current = (self._current + 1) % len(self.urls)
         if attempt >= self.retry.attempts:
-            raise ThemisConnectionError(0, "unreachable", f"{request.method} {request.url}: {exc}") from exc
+            raise _connection_error("unreachable", request, exc) from exc
         return self.retry.delay(attempt)
+
+    def _lost(self, request: httpx.Request, exc: Exception) -> ThemisConnectionError:
+        """The connection broke after the request was sent (the shard died, a read timed out):
+        not retried, since the shard may have applied it."""
+        return _connection_error("connection_lost", request, exc)
 
     def _retry_after(self, attempt: int, response: httpx.Response, idempotent: bool) -> float | None:
         if should_retry_status(response.status_code, idempotent) and attempt < self.retry.attempts:
             return self.retry.delay(attempt, response.headers.get("retry-after"))
         return None
+
+
+def _connection_error(code: str, request: httpx.Request, exc: Exception) -> ThemisConnectionError:
+    error = ThemisConnectionError(0, code, f"{request.method} {request.url}: {exc!r}")
+    error.request = f"{request.method} {request.url.path}"
+    return error
 
 
 def _signature(build: Callable[..., Any]) -> inspect.Signature:
@@ -148,6 +161,8 @@ class ThemisClient(_Base):
             except _CONNECT_ERRORS as exc:
                 time.sleep(self._unreachable(attempt, request, exc))
                 continue
+            except httpx.TransportError as exc:
+                raise self._lost(request, exc) from exc
             if response.is_success:
                 return response
             wait = self._retry_after(attempt, response, idempotent)
@@ -162,11 +177,14 @@ class ThemisClient(_Base):
         response = self.send(
             call.method, call.path, json=call.json, headers=call.headers, idempotent=call.idempotent
         )
-        return call.parse(response.json())
+        return call.parse(response.text if call.text else response.json())
 
     health = _sync(calls.health)
+    metrics = _sync(calls.metrics)
     cluster_status = _sync(calls.cluster_status)
     raid_status = _sync(calls.raid_status)
+    raid_verify = _sync(calls.raid_verify)
+    raid_rebuild = _sync(calls.raid_rebuild)
     declare_collection = _sync(calls.declare_collection)
     collection = _sync(calls.collection)
     collections = _sync(calls.collections)
@@ -178,14 +196,24 @@ class ThemisClient(_Base):
     search = _sync(calls.search)
     aql = _sync(calls.aql)
     infer = _sync(calls.infer)
+    infer_batch = _sync(calls.infer_batch)
     embed = _sync(calls.embed)
     rag = _sync(calls.rag)
+    adapters = _sync(calls.adapters)
+    load_adapter = _sync(calls.load_adapter)
+    unload_adapter = _sync(calls.unload_adapter)
 
     def stream(self, prompt: str, **params: Any) -> InferStream:
         """A streamed generation: ``with client.stream(p) as s: for t in s: ...``, then ``s.result``.
         Refusals (unknown adapter, full queue) raise before the first token."""
         body = calls.stream_body(prompt, **params)
         return InferStream(self.send("POST", "/v1/infer", json=body, idempotent=False, stream=True))
+
+    def stream_rag(self, query: str, collection: str, **params: Any) -> InferStream:
+        """``POST /v1/rag`` streamed: ``sources`` is set once the first event is read, then the
+        tokens; ``params`` as for ``rag``."""
+        body = {**calls.rag_body(query, collection, **params), "stream": True}
+        return InferStream(self.send("POST", "/v1/rag", json=body, idempotent=False, stream=True))
 
 
 class AsyncThemisClient(_Base):
@@ -229,6 +257,8 @@ class AsyncThemisClient(_Base):
             except _CONNECT_ERRORS as exc:
                 await asyncio.sleep(self._unreachable(attempt, request, exc))
                 continue
+            except httpx.TransportError as exc:
+                raise self._lost(request, exc) from exc
             if response.is_success:
                 return response
             wait = self._retry_after(attempt, response, idempotent)
@@ -243,11 +273,14 @@ class AsyncThemisClient(_Base):
         response = await self.send(
             call.method, call.path, json=call.json, headers=call.headers, idempotent=call.idempotent
         )
-        return call.parse(response.json())
+        return call.parse(response.text if call.text else response.json())
 
     health = _async(calls.health)
+    metrics = _async(calls.metrics)
     cluster_status = _async(calls.cluster_status)
     raid_status = _async(calls.raid_status)
+    raid_verify = _async(calls.raid_verify)
+    raid_rebuild = _async(calls.raid_rebuild)
     declare_collection = _async(calls.declare_collection)
     collection = _async(calls.collection)
     collections = _async(calls.collections)
@@ -259,8 +292,12 @@ class AsyncThemisClient(_Base):
     search = _async(calls.search)
     aql = _async(calls.aql)
     infer = _async(calls.infer)
+    infer_batch = _async(calls.infer_batch)
     embed = _async(calls.embed)
     rag = _async(calls.rag)
+    adapters = _async(calls.adapters)
+    load_adapter = _async(calls.load_adapter)
+    unload_adapter = _async(calls.unload_adapter)
 
     async def stream(self, prompt: str, **params: Any) -> AsyncInferStream:
         """``async with await db.stream(p) as s: async for t in s: ...``, then ``s.result``."""
@@ -269,9 +306,14 @@ class AsyncThemisClient(_Base):
             await self.send("POST", "/v1/infer", json=body, idempotent=False, stream=True)
         )
 
+    async def stream_rag(self, query: str, collection: str, **params: Any) -> AsyncInferStream:
+        body = {**calls.rag_body(query, collection, **params), "stream": True}
+        return AsyncInferStream(await self.send("POST", "/v1/rag", json=body, idempotent=False, stream=True))
 
-def _event(event: Any) -> StreamToken | InferResult | None:
-    """A token, the final result (``done``), None for ``[DONE]``; an error event raises."""
+
+def _event(event: Any) -> StreamToken | InferResult | list[RagSource] | None:
+    """A token, the final result (``done``), a RAG stream's sources (its first event), None for
+    ``[DONE]``; an error event raises."""
     if event == DONE:
         return None
     if "error" in event:
@@ -279,6 +321,8 @@ def _event(event: Any) -> StreamToken | InferResult | None:
         raise error_from_response(503 if err.get("code") in ("unavailable", "engine_error") else 500, event)
     if event.get("done"):
         return InferResult.model_validate(event)
+    if "sources" in event and "token" not in event:
+        return [RagSource.model_validate(s) for s in event["sources"]]
     return StreamToken.model_validate(event)
 
 
@@ -289,6 +333,8 @@ class InferStream:
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.result: InferResult | None = None
+        #: A RAG stream's passages (``stream_rag``), read before its first token.
+        self.sources: list[RagSource] | None = None
 
     def __iter__(self) -> Iterator[StreamToken]:
         try:
@@ -298,6 +344,8 @@ class InferStream:
                     return
                 if isinstance(item, InferResult):
                     self.result = item
+                elif isinstance(item, list):
+                    self.sources = item
                 else:
                     yield item
         finally:
@@ -321,6 +369,7 @@ class AsyncInferStream:
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.result: InferResult | None = None
+        self.sources: list[RagSource] | None = None
 
     async def __aiter__(self) -> AsyncIterator[StreamToken]:
         decoder = SseDecoder()
@@ -334,6 +383,8 @@ class AsyncInferStream:
                     return
                 if isinstance(item, InferResult):
                     self.result = item
+                elif isinstance(item, list):
+                    self.sources = item
                 else:
                     yield item
         finally:
@@ -354,4 +405,6 @@ def _error(response: httpx.Response) -> ThemisError:
         body = response.json()
     except ValueError:
         body = None
-    return error_from_response(response.status_code, body, response.text)
+    error = error_from_response(response.status_code, body, response.text)
+    error.request = f"{response.request.method} {response.request.url.path}"
+    return error

@@ -18,10 +18,13 @@ class ThemisError(Exception):
         self.status = status
         self.code = code
         self.message = message
+        #: The refused request as ``"METHOD /path"`` (set by the client; "" when not known).
+        self.request = ""
 
 
 class ThemisConnectionError(ThemisError):
-    """No shard answered (connect failure or timeout) after every retry."""
+    """No shard answered: ``unreachable`` (no connection after every retry) or ``connection_lost``
+    (the connection broke before the answer; the request may or may not have been applied)."""
 
 
 class BadRequest(ThemisError):

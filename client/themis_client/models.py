@@ -7,9 +7,9 @@ the server's response models rather than import them. They accept fields they do
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class _Model(BaseModel):
@@ -108,6 +108,36 @@ class InferResult(_Model):
     timings: Timings = Field(default_factory=Timings)
 
 
+class ItemError(_Model):
+    code: str
+    message: str = ""
+
+
+class InferItemError(_Model):
+    """A batch item that failed (its shard died, it timed out): ``{"error"}`` in its place."""
+
+    error: ItemError
+
+
+def _batch_item_kind(value: Any) -> str:
+    """An item with an ``error`` is a failure: every field of ``InferResult`` is optional, so
+    without this an error item would also parse as an (empty) result."""
+    if isinstance(value, dict):
+        return "error" if "error" in value else "ok"
+    return "error" if isinstance(value, InferItemError) else "ok"
+
+
+class InferBatchResult(_Model):
+    """``POST /v1/infer:batch``: one entry per request, in request order."""
+
+    results: list[
+        Annotated[
+            Annotated[InferResult, Tag("ok")] | Annotated[InferItemError, Tag("error")],
+            Discriminator(_batch_item_kind),
+        ]
+    ]
+
+
 class StreamToken(_Model):
     """One ``data: {"token", "id"}`` event of a streamed generation."""
 
@@ -128,14 +158,42 @@ class RagSource(_Model):
 
 
 class RagResult(_Model):
-    answer: str
+    answer: str | None = None
     sources: list[RagSource] = Field(default_factory=list)
+    #: The shard that generated the answer (where most passages live, or the domain's shard).
+    shard_id: str | None = None
+    timings: dict[str, Any] = Field(default_factory=dict)
+
+
+class Adapter(_Model):
+    """A LoRA adapter loaded on the answering shard (``evaluating`` until its held-out run ends)."""
+
+    name: str
+    domain: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    evaluating: bool = False
+    evaluation: dict[str, Any] | None = None
+
+
+class Adapters(_Model):
+    model: str | None = None
+    adapters: list[Adapter] = Field(default_factory=list)
 
 
 class Member(_Model):
     shard_id: str
     url: str | None = None
     state: str | None = None
+
+
+class Capability(_Model):
+    """A gossiped adapter announcement: ``shard_id`` serves ``adapter_id`` for ``domain``."""
+
+    shard_id: str = ""
+    adapter_id: str = ""
+    domain: str = ""
+    active: bool = True
 
 
 class ClusterStatus(_Model):
@@ -148,6 +206,12 @@ class ClusterStatus(_Model):
     members: list[Member] = Field(default_factory=list)
     draining: list[str] = Field(default_factory=list)
     migration: dict[str, Any] = Field(default_factory=dict)
+    #: Every live adapter announcement the answering shard knows of, cluster-wide.
+    capabilities: list[Capability] = Field(default_factory=list)
+    #: Peer → hinted writes waiting for it.
+    hints_pending: dict[str, int] = Field(default_factory=dict)
+    #: Where this shard's speculative drafts come from (None on a shard without an LLM).
+    speculation: dict[str, Any] | None = None
 
 
 class Health(_Model):

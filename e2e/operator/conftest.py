@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-for sub in ("shard", "operator", "testing"):
+for sub in ("shard", "operator", "testing", "client"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
 
-from themis_testing.kube_node.stack import Stack  # noqa: E402 (needs the paths above)
+from themis_client import ThemisError  # noqa: E402 (needs the paths above)
+from themis_testing.kube_node.stack import Stack  # noqa: E402
 from themis_testing.real_cluster import find_kubectl  # noqa: E402
 
 #: The node's knobs for tests: restart back-off in seconds, probes at least every second.
@@ -65,7 +66,8 @@ def eventually(check, timeout: float = 20.0, interval: float = 0.3):
         try:
             if result := check():
                 return result
-        except (AssertionError, KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
+        # a shard refusing for now (503 while it joins) is "not yet", as a 503 body was before
+        except (AssertionError, KeyError, IndexError, TypeError, json.JSONDecodeError, ThemisError) as e:
             last = e
         time.sleep(interval)
     raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check} ({last!r})")

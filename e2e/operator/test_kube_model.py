@@ -17,8 +17,8 @@ import sys
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
+from themis_client import ThemisClient, Unauthorized
 
 from .conftest import NODE_ENV, OPERATOR_ENV, ROOT, Kubectl, api_key, eventually
 
@@ -75,15 +75,17 @@ def test_make_kube_up_then_the_example_cluster_answers_a_completion_through_its_
         print(kubectl.run("get", "tc,pods", "-o", "wide").stdout)
 
         ca = base64.b64decode(kubectl.json("secret", "demo-tls")["data"]["ca.crt"]).decode()
-        with httpx.Client(verify=ssl.create_default_context(cadata=ca), timeout=120) as http:
-            prompt = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
-            url = f"https://demo.{namespace}.svc:8080/v1/infer"
-            assert http.post(url, json=prompt).status_code == 401  # keys are on in Kubernetes
-            r = http.post(url, json=prompt, headers=api_key(kubectl, "demo", "client"))
-        assert r.status_code == 200, r.text
-        body = r.json()
-        assert body["text"].strip() and body["shard_id"] in {"demo-0", "demo-1", "demo-2"}
-        print(json.dumps(body)[:500])
+        service = f"https://demo.{namespace}.svc:8080"
+        tls = ssl.create_default_context(cadata=ca)
+        prompt = {"max_tokens": 8, "temperature": 0}
+        with ThemisClient(service, verify=tls, timeout=120) as anonymous, pytest.raises(Unauthorized):
+            anonymous.infer("The capital of France is", **prompt)  # keys are on in Kubernetes
+        with ThemisClient(
+            service, verify=tls, timeout=120, headers=api_key(kubectl, "demo", "client")
+        ) as themis_db:
+            out = themis_db.infer("The capital of France is", **prompt)
+        assert out.text and out.text.strip() and out.shard_id in {"demo-0", "demo-1", "demo-2"}
+        print(out.model_dump_json()[:500])
     finally:
         pids = json.loads((kube_dir / "pids.json").read_text()).values()
         make("kube-down", kube_dir, env)

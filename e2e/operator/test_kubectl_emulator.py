@@ -15,6 +15,7 @@ import uuid
 import httpx
 import pytest
 import yaml
+from themis_client import ThemisClient
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import validate_manifest
 
@@ -78,12 +79,24 @@ def strip_server_fields(obj: dict) -> dict:
     return obj
 
 
-def https(kubectl: Kubectl, check_hostname: bool = True) -> httpx.Client:
-    """A client trusting the cluster CA (from the demo-ca Secret the operator made)."""
+def cluster_ca(kubectl: Kubectl, check_hostname: bool = True) -> ssl.SSLContext:
+    """Trust in the cluster CA (from the demo-tls Secret the operator made)."""
     ca = base64.b64decode(kubectl.json("secret", "demo-tls")["data"]["ca.crt"]).decode()
     context = ssl.create_default_context(cadata=ca)
     context.check_hostname = check_hostname
-    return httpx.Client(verify=context, timeout=10, headers=api_key(kubectl, "demo"))
+    return context
+
+
+def https(kubectl: Kubectl, check_hostname: bool = True) -> httpx.Client:
+    """For the probes (/health, /ready by pod IP): status codes, as the kubelet reads them."""
+    return httpx.Client(verify=cluster_ca(kubectl, check_hostname), timeout=10)
+
+
+def themis(kubectl: Kubectl, url: str | None = None) -> ThemisClient:
+    """The typed client through the cluster's Service (or ``url``), with the minted admin key."""
+    return ThemisClient(
+        url or service(kubectl), verify=cluster_ca(kubectl), timeout=10, headers=api_key(kubectl, "demo")
+    )
 
 
 def service(kubectl: Kubectl) -> str:
@@ -128,15 +141,13 @@ def test_apply_example_yields_real_shards_that_form_a_cluster(cluster):
         for ip in ips:
             assert http.get(f"https://{ip}:8080/health").status_code == 200
     # The shards found each other through the headless Service's names, over mTLS.
-    with https(kubectl) as http:
+    with themis(kubectl) as themis_db:
         status = eventually(
             lambda: (
-                (s := http.get(f"{service(kubectl)}/v1/cluster/status").json())
-                and sum(m["state"] == "alive" for m in s["members"]) == 3
-                and s
+                (s := themis_db.cluster_status()) and sum(m.state == "alive" for m in s.members) == 3 and s
             )
         )
-    assert {m["shard_id"] for m in status["members"]} == {"demo-0", "demo-1", "demo-2"}
+    assert {m.shard_id for m in status.members} == {"demo-0", "demo-1", "demo-2"}
     kubectl.run("wait", "--for=condition=Ready", "tc/demo", "--timeout=60s")
 
 
@@ -152,21 +163,16 @@ def test_kubectl_get_shows_the_printer_columns(cluster):
 
 def test_documents_are_served_through_the_clusters_service(cluster):
     kubectl = cluster
-    with https(kubectl) as http:
-        url = service(kubectl)
-        assert http.put(f"{url}/v1/collections/books", json={"dimension": 3}).status_code in (200, 201)
+    with themis(kubectl) as themis_db:
+        assert themis_db.declare_collection("books", dimension=3).dimension == 3
         for i in range(20):
-            r = http.put(f"{url}/v1/collections/books/documents/b{i}", json={"n": i, "embedding": [i, 1, 0]})
-            assert r.status_code in (200, 201), r.text
-        assert http.get(f"{url}/v1/collections/books/documents/b7").json()["document"]["n"] == 7
+            assert themis_db.put("books", f"b{i}", {"n": i, "embedding": [i, 1, 0]}).version >= 1
+        assert themis_db.get("books", "b7").document["n"] == 7
 
 
 def all_documents_readable(kubectl: Kubectl) -> bool:
-    with https(kubectl) as http:
-        return all(
-            http.get(f"{service(kubectl)}/v1/collections/books/documents/b{i}").status_code == 200
-            for i in range(20)
-        )
+    with themis(kubectl) as themis_db:
+        return all(themis_db.get("books", f"b{i}").document["n"] == i for i in range(20))
 
 
 def test_kubectl_scale_reshards_online(cluster):
@@ -199,9 +205,10 @@ def test_a_pod_deleted_with_its_pvc_comes_back_and_serves(cluster):
     host = f"https://demo-1.demo-headless.{kubectl.namespace}.svc:8080"
     with https(kubectl) as http:
         assert http.get(f"{host}/ready").status_code == 200
+    with themis(kubectl, host) as themis_db:
         # It serves every document (reading through its peers for what its empty volume lacks).
         for i in range(20):
-            assert http.get(f"{host}/v1/collections/books/documents/b{i}").json()["document"]["n"] == i
+            assert themis_db.get("books", f"b{i}").document["n"] == i
     assert all_documents_readable(kubectl)
 
 
@@ -214,17 +221,13 @@ def test_apply_lora_adapter_places_it_and_the_shards_see_the_plan(cluster):
     assert kubectl.json("lora", "legal")["status"]["placedShards"] == list(placement[0].shards)
     assert "legal" in kubectl.run("get", "lora").stdout
     # The shards read the updated plan from their mounted ConfigMap.
-    with https(kubectl) as http:
-        version = plan(kubectl).ring_version
-        eventually(
-            lambda: all(
-                http.get(
-                    f"https://demo-{i}.demo-headless.{kubectl.namespace}.svc:8080/v1/cluster/status"
-                ).json()["ring_version"]
-                == version
-                for i in range(3)
-            )
-        )
+    version = plan(kubectl).ring_version
+    pods = [themis(kubectl, f"https://demo-{i}.demo-headless.{kubectl.namespace}.svc:8080") for i in range(3)]
+    try:
+        eventually(lambda: all(pod.cluster_status().ring_version == version for pod in pods))
+    finally:
+        for pod in pods:
+            pod.close()
 
 
 def test_schema_violations_are_rejected_by_the_api_server(cluster):

@@ -4,15 +4,18 @@ on uvicorn (and a real HTTP server for the retry rules)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 from themis_client import (
+    AsyncInferStream,
     AsyncThemisClient,
     NotFound,
     Operation,
@@ -81,3 +84,20 @@ def test_async_retries_and_failover(file_server) -> None:
 
     asyncio.run(scenario())
     assert file_server.hits[path] == 2
+
+
+def test_async_rag_stream_gives_its_sources_then_the_tokens() -> None:
+    events = [
+        {"sources": [{"urn": "urn:themis:demo:sky", "score": 0.7}]},
+        {"token": " blue", "id": 1},
+        {"done": True, "shard_id": "shard-1"},
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+    async def scenario() -> tuple[list[str], AsyncInferStream]:
+        stream = AsyncInferStream(httpx.Response(200, content=body.encode()))
+        return [t.token async for t in stream], stream
+
+    tokens, stream = asyncio.run(scenario())
+    assert tokens == [" blue"] and [s.urn for s in stream.sources or []] == ["urn:themis:demo:sky"]
+    assert stream.result is not None and stream.result.shard_id == "shard-1"

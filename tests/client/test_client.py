@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
+import socket
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -10,6 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 from themis_client import (
     BadRequest,
+    InferBatchResult,
+    InferItemError,
+    InferResult,
+    InferStream,
     NotFound,
     Operation,
     RetryPolicy,
@@ -17,6 +24,7 @@ from themis_client import (
     ThemisConnectionError,
     Unavailable,
     VersionConflict,
+    calls,
 )
 from themis_client.errors import RateLimited, ServerError, error_from_response
 from themis_client.sse import sse_events
@@ -39,6 +47,7 @@ def test_documents_round_trip_with_typed_results(themis: ThemisClient) -> None:
     with pytest.raises(NotFound) as missing:
         themis.get("books", "dune")
     assert missing.value.code == "document_not_found" and missing.value.status == 404
+    assert missing.value.request == "GET /v1/collections/books/documents/dune"
 
 
 def test_if_match_mismatch_is_a_version_conflict(themis: ThemisClient) -> None:
@@ -157,6 +166,35 @@ def test_connect_failures_move_to_the_next_shard(file_server) -> None:
         c.health()
 
 
+def test_a_connection_that_breaks_before_the_answer_is_lost_not_retried() -> None:
+    """A shard that dies after reading the request: the write may have been applied, so the
+    client neither retries it nor leaks httpx's exception."""
+    accepted: list[int] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        listener.settimeout(0.5)
+
+        def serve() -> None:  # accept, read the request, hang up; until nobody calls for 0.5 s
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                accepted.append(1)
+                conn.recv(65536)
+                conn.close()
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with ThemisClient(url, retry=FAST) as c, pytest.raises(ThemisConnectionError) as lost:
+            c.put("books", "x", {})
+        thread.join()
+    assert lost.value.code == "connection_lost" and accepted == [1]
+
+
 def test_retry_policy_backs_off_exponentially_and_honours_retry_after() -> None:
     policy = RetryPolicy(attempts=5, base_delay_s=0.1, max_delay_s=1.0)
     rng = random.Random(0)
@@ -202,3 +240,70 @@ def test_a_check_operation_asserts_a_version_without_writing(themis: ThemisClien
         themis.transaction([Operation.check("books", "d", 0), Operation.put("books", "e", {})])
     with pytest.raises(NotFound):
         themis.get("books", "e")
+
+
+# -- metrics, RAID, batches, adapters, RAG streams -------------------------------------------------
+
+
+def test_metrics_are_the_shards_prometheus_text(themis: ThemisClient) -> None:
+    themis.put("books", "dune", {"title": "Dune"})
+    text = themis.metrics()
+    assert isinstance(text, str) and "# TYPE themis_" in text
+
+
+def test_raid_and_inference_calls_on_a_shard_without_them_are_typed_refusals(themis: ThemisClient) -> None:
+    assert themis.raid_status() == {"enabled": False, "shard_id": "shard-0"}
+    for call in (themis.raid_verify, themis.raid_rebuild):
+        with pytest.raises(Unavailable) as off:
+            call()
+        assert off.value.code == "raid_disabled"
+    # a shard without an LLM serves no inference routes at all
+    with pytest.raises(NotFound):
+        themis.infer_batch([{"prompt": "One, two,", "max_tokens": 2}])
+    with pytest.raises(NotFound):
+        themis.adapters()
+
+
+def test_a_batch_keeps_a_failed_item_in_its_place() -> None:
+    out = InferBatchResult.model_validate(
+        {
+            "results": [
+                {"text": " three", "tokens": 1, "shard_id": "shard-1"},
+                {"error": {"code": "shard_unavailable", "message": "shard-2 died"}},
+            ]
+        }
+    )
+    ok, failed = out.results
+    assert isinstance(ok, InferResult) and ok.shard_id == "shard-1"
+    assert isinstance(failed, InferItemError) and failed.error.code == "shard_unavailable"
+
+
+def test_adapter_batch_and_rebuild_calls_send_what_the_api_names() -> None:
+    load = calls.load_adapter("legal-qa", domain="legal", path="/lora/legal.gguf", evaluate=True)
+    assert (load.method, load.path, load.idempotent) == ("POST", "/v1/adapters", False)
+    assert load.json == {"name": "legal-qa", "domain": "legal", "path": "/lora/legal.gguf", "evaluate": True}
+    assert calls.unload_adapter("legal qa").path == "/v1/adapters/legal%20qa"
+    batch = calls.infer_batch([{"prompt": "a", "max_tokens": 2}], timeout_s=90)
+    assert batch.json == {"requests": [{"prompt": "a", "max_tokens": 2}], "timeout_s": 90}
+    assert not batch.idempotent  # a retried batch would generate twice
+    assert calls.raid_rebuild(assemble=True).json == {"assemble": True}
+    assert calls.rag("q", "demo", k=1, temperature=0).json == {
+        "query": "q",
+        "collection": "demo",
+        "k": 1,
+        "temperature": 0,
+    }
+
+
+def test_a_rag_stream_gives_its_sources_first_then_the_tokens_and_the_result() -> None:
+    events = [
+        {"sources": [{"urn": "urn:themis:demo:sky", "score": 0.73}], "shards_failed": []},
+        {"token": " Ray", "id": 1},
+        {"token": "leigh", "id": 2},
+        {"done": True, "text": " Rayleigh", "tokens": 2, "shard_id": "shard-1"},
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    stream = InferStream(httpx.Response(200, content=body.encode()))
+    assert stream.text() == " Rayleigh"
+    assert [s.urn for s in stream.sources or []] == ["urn:themis:demo:sky"]
+    assert stream.result is not None and stream.result.shard_id == "shard-1"

@@ -1,7 +1,8 @@
 """``themis demo``: load the corpus into a running cluster (embedded on write), ask one RAG
 question (``POST /v1/rag``) and run one AQL query, printing the answers and their sources.
 
-It uses only the public REST API, with the API key when the cluster has keys on.
+It talks to the cluster through ``themis_client`` only (the public REST API), with the API key
+when the cluster has keys on.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import json
 import sys
 from typing import Any, TextIO
 
-import httpx
+from themis_client import ThemisClient, ThemisError
 
-from ..auth.keys import bearer_headers
 from .corpus import load_corpus
 
 DEFAULT_QUESTION = "Why is the sky blue?"
@@ -24,26 +24,12 @@ AQL_QUERY = (
 BATCH = 64
 
 
-def _ok(response: httpx.Response) -> Any:
-    if response.status_code >= 400:
-        try:
-            err = response.json()["error"]
-            detail = f"{err['code']}: {err['message']}"
-        except (ValueError, KeyError, TypeError):
-            detail = response.text[:200]
-        raise SystemExit(
-            f"{response.request.method} {response.request.url.path} → {response.status_code} {detail}"
-        )
-    return response.json()
-
-
-def load(client: httpx.Client, collection: str) -> int:
+def load(themis: ThemisClient, collection: str) -> int:
     """Declare the collection (embedded from ``text``) and write every paragraph; returns the count."""
     corpus = load_corpus()
-    _ok(client.put(f"/v1/collections/{collection}", json={"embed_field": "text"}))
+    themis.declare_collection(collection, embed_field="text")
     for start in range(0, len(corpus), BATCH):
-        docs = [{"key": p.key, "document": p.document()} for p in corpus[start : start + BATCH]]
-        _ok(client.post(f"/v1/collections/{collection}/documents:batch", json={"documents": docs}))
+        themis.batch(collection, {p.key: p.document() for p in corpus[start : start + BATCH]})
     return len(corpus)
 
 
@@ -58,45 +44,30 @@ def run_demo(
     skip_load: bool = False,
     timeout_s: float = 600.0,
 ) -> dict[str, Any]:
-    with httpx.Client(
-        base_url=url, headers=bearer_headers(api_key), verify=verify, timeout=timeout_s
-    ) as client:
-        loaded = 0 if skip_load else load(client, collection)
-        rag = _ok(
-            client.post(
-                "/v1/rag",
-                json={
-                    "query": question,
-                    "collection": collection,
-                    "k": 3,
-                    "max_tokens": max_tokens,
-                    "temperature": 0,
-                },
-            )
-        )
-        docs = {
-            source["urn"]: _ok(
-                client.get(f"/v1/collections/{collection}/documents/{source['urn'].rsplit(':', 1)[1]}")
-            )["document"]
-            for source in rag["sources"]
-        }
-        topic = docs[rag["sources"][0]["urn"]]["topic"]
-        [vector] = _ok(client.post("/v1/embed", json={"texts": [question]}))["embeddings"]
-        aql = _ok(
-            client.post(
-                "/v1/aql",
-                json={"query": AQL_QUERY, "bind_vars": {"@c": collection, "topic": topic, "v": vector}},
-            )
-        )
+    """The demo's report; a refusal exits naming the request (``PUT /v1/... → 401 code: ...``)."""
+    try:
+        with ThemisClient(url, api_key=api_key, verify=verify, timeout=timeout_s) as themis:
+            return _run(themis, question, collection, max_tokens, skip_load)
+    except ThemisError as exc:
+        raise SystemExit(f"{exc.request} → {exc.status} {exc.code}: {exc.message}") from exc
+
+
+def _run(themis: ThemisClient, question: str, collection: str, max_tokens: int, skip_load: bool) -> dict:
+    loaded = 0 if skip_load else load(themis, collection)
+    rag = themis.rag(question, collection, k=3, max_tokens=max_tokens, temperature=0)
+    docs = {s.urn: themis.get(collection, s.urn.rsplit(":", 1)[1]).document for s in rag.sources}
+    topic = docs[rag.sources[0].urn]["topic"]
+    [vector] = themis.embed([question]).embeddings
+    aql = themis.aql(AQL_QUERY, {"@c": collection, "topic": topic, "v": vector})
     return {
         "loaded": loaded,
         "question": question,
         "rag": {
-            "answer": rag["answer"],
-            "shard_id": rag.get("shard_id"),
-            "sources": [{**s, "title": docs[s["urn"]]["title"]} for s in rag["sources"]],
+            "answer": rag.answer,
+            "shard_id": rag.shard_id,
+            "sources": [{**s.model_dump(), "title": docs[s.urn]["title"]} for s in rag.sources],
         },
-        "aql": {"query": AQL_QUERY, "topic": topic, "result": aql["result"]},
+        "aql": {"query": AQL_QUERY, "topic": topic, "result": aql.result},
     }
 
 
