@@ -122,7 +122,9 @@ def test_shard_image_takes_the_gpu_extra_for_cuda_and_the_cpu_extra_otherwise():
     runs = "\n".join(args_of(stages("Dockerfile.shard")[0], "RUN"))
     for branch, extra in (("then", "gpu"), ("else", "cpu")):
         call = f"{branch} python tools/docker_requirements.py --extra {extra} --exclude llama-cpp-python"
-        assert f"{call} --bundle-models false" in runs
+        # themisdb-client is the repository's own client/, installed from the tree (no PyPI)
+        assert f"{call} themisdb-client --bundle-models false" in runs
+    assert "pip install --no-deps . ./client" in runs
     smoke = "import faiss, rocksdict, fastapi, themis_shard.settings, themis_shard.plan"
     assert f'python -c "{smoke}"' in runs
 
@@ -141,8 +143,10 @@ def test_shard_image_requirements_hold_one_faiss_and_the_engine(extra, faiss, ot
 
 
 def test_the_shard_image_leaves_the_operator_out():
+    """The shard and the client `themis demo` uses; never the operator or the test support."""
     copies = [a.split()[0] for a in args_of(stages("Dockerfile.shard")[0], "COPY")]
-    assert "shard/" in copies and not [c for c in copies if c.startswith(("operator", "testing", "client"))]
+    assert {"shard/", "client/"} <= set(copies)
+    assert not [c for c in copies if c.startswith(("operator", "testing"))]
 
 
 def test_the_bundled_models_are_baked_in_one_stage():
