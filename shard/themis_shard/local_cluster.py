@@ -31,6 +31,7 @@ from .cli_progress import ScaleView, StartupView, migration_summary, moved_fract
 from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, Member, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
+from .training.cli import add_adapter_commands  # themis adapters federate
 
 STATE_DIR = Path(".themis")
 
@@ -599,6 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--json", action="store_true", help="print the report as JSON")
     p_demo.set_defaults(func=demo)
     add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
+    add_adapter_commands(sub)  # themis adapters federate
     return parser
 
 
