@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import statistics
 import sys
@@ -90,6 +91,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
+    # three shards train at once on one machine: one BLAS thread each (oversubscribed OpenBLAS
+    # threads spin; the shards inherit this through `themis up`)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="themis-h2-") as tmp:
         cwd = Path(tmp)
         t0 = time.monotonic()
@@ -166,7 +170,7 @@ def run(cwd: Path, up_out: str, args: argparse.Namespace, t0: float) -> None:
     # Held-out loss of every item under the base model and under its domain's adapter.
     items = [(d, p, c) for d in DOMAINS for p, c in validation_set(d)]
     base = {(p, c): completion_loss(s0, headers, p, c, None) for _, p, c in items}
-    tuned = {(p, c): completion_loss(s0, headers, p, c, f"{d}-h2") for d, p, c in items}
+    tuned = {(p, c): completion_loss(urls[home[d]], headers, p, c, f"{d}-h2") for d, p, c in items}
 
     rng = random.Random(args.seed)
     workload = items * args.repeat
