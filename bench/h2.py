@@ -154,7 +154,9 @@ def run(cwd: Path, up_out: str, args: argparse.Namespace, t0: float) -> None:
         (pub,) = rnd["published"]
         took = time.monotonic() - t
         print(
-            f"trained {d}-h2 on {home[d]}: {rnd['training_samples']} texts in {took:.0f} s", file=sys.stderr
+            f"trained {d}-h2 on {home[d]}: {rnd['training_samples']} texts in {took:.0f} s, "
+            f"α {pub['accuracy_delta']}",
+            file=sys.stderr,
         )
         return d, {
             "shard": home[d],

@@ -107,3 +107,38 @@ def test_no_data_anywhere_is_a_clear_400():
     with pytest.raises(BadRequest) as err:
         asyncio.run(run_rounds("legal-fed", BODY, [Peer("shard-0", 0, 1.0)]))
     assert err.value.code == "no_training_data"
+
+
+def test_the_cli_prints_one_line_per_round():
+    from themis_shard.local_cluster import build_parser
+    from themis_shard.training.cli import round_line
+
+    args = build_parser().parse_args(
+        [
+            "adapters",
+            "federate",
+            "legal-fed",
+            "--domain",
+            "legal",
+            "--collection",
+            "law",
+            "--local-steps",
+            "3",
+        ]
+    )
+    assert (args.name, args.domain, args.collection, args.rounds, args.local_steps) == (
+        "legal-fed",
+        "legal",
+        "law",
+        1,
+        3,
+    )
+    line = round_line(
+        {
+            "round": 1,
+            "training_samples": 16,
+            "updates": [{"shard_id": "shard-0", "samples": 9}, {"shard_id": "shard-1", "samples": 7}],
+            "published": [{"shard_id": "shard-0", "accuracy_delta": 0.0123}, {"shard_id": "shard-1"}],
+        }
+    )
+    assert line == "round 1: 16 samples (shard-0:9, shard-1:7); shard-0 α=+0.0123, shard-1 α=?"
