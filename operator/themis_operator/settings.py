@@ -16,6 +16,8 @@ class OperatorSettings(BaseSettings):
     #: Redirect probes (operator outside the cluster, port-forwards, tests):
     #: e.g. ``http://127.0.0.1:9000/{shard_id}``; fields: shard_id, cluster, namespace, index.
     shard_url_template: str | None = None
+    #: How long a LoRAAdapter's federated rounds may take on shard 0 (CPU training: minutes).
+    federation_timeout_s: float = Field(3600.0, gt=0)
     #: Port of the operator's own /metrics (reconcile counts, errors, durations); 0 = off
     #: (the chart and examples/operator.yaml turn it on).
     metrics_port: int = Field(0, ge=0, le=65535)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
 
@@ -204,11 +204,29 @@ class PlacementSpec(_Model):
     shards: tuple[str, ...] = ()
 
 
+class FederatedSpec(_Model):
+    """Federated LoRA rounds (FedAvg) the shards holding ``collection``'s documents run for this
+    adapter: each trains ``local_steps`` per round on its own data, shard 0 aggregates."""
+
+    rounds: int = Field(1, ge=1, le=100)
+    local_steps: int = Field(10, ge=1, le=2000)
+    collection: str = Field(pattern=r"^[a-z0-9_-]{1,64}$")
+    text_field: str = "text"
+
+
 class LoRAAdapterSpec(_Model):
     cluster_ref: ClusterRef
     domain: str
-    source: str
+    #: where shards fetch the adapter; none for a federated adapter (the shards train it)
+    source: str | None = None
     sha256: str | None = None
     rank: int = 16
     scale: float = 1.0
     placement: PlacementSpec = PlacementSpec()
+    federated: FederatedSpec | None = None
+
+    @model_validator(mode="after")
+    def _source_or_federated(self) -> LoRAAdapterSpec:
+        if not self.source and self.federated is None:
+            raise ValueError("an adapter needs a source, or federated rounds that train it")
+        return self

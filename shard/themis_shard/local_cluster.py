@@ -29,8 +29,9 @@ from . import __version__
 from .auth.keys import bearer_headers
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .local_auth import resolve_api_key, write_local_keys
-from .plan import ClusterPlan, ClusterSpec, Member, build_plan
+from .plan import ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
+from .training.cli import add_adapter_commands  # themis adapters federate
 
 STATE_DIR = Path(".themis")
 
@@ -431,7 +432,13 @@ def up(args: argparse.Namespace) -> int:
         )
         for i, (p, ip) in enumerate(zip(ports, internal_ports, strict=True))
     )
-    plan = build_plan(ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls))
+    try:
+        router = RouterSettings(thresholds=tuple(args.thresholds)) if args.thresholds else RouterSettings()
+    except ValueError as exc:
+        raise SystemExit(f"--thresholds: {exc}") from None
+    plan = build_plan(
+        ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls, router=router)
+    )
     tls_env = (
         write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
     )
@@ -574,6 +581,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="require API keys (off by default locally): mints an admin and a client key in .themis/auth",
     )
+    p_up.add_argument(
+        "--thresholds",
+        type=float,
+        nargs=3,
+        metavar=("T1", "T2", "T3"),
+        default=None,
+        help="the router's accuracy thresholds θ1 ≥ θ2 ≥ θ3 (default: the paper's 0.8 0.6 0.4)",
+    )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
     p_down = sub.add_parser("down", help="stop the local cluster")
@@ -599,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--json", action="store_true", help="print the report as JSON")
     p_demo.set_defaults(func=demo)
     add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
+    add_adapter_commands(sub)  # themis adapters federate
     return parser
 
 

@@ -31,6 +31,7 @@ from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
 from .tracing import NoSpans, Spans
+from .training.federation import Federation, LocalParticipant
 from .training.service import TrainingService, train_cache_dir
 from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
@@ -80,6 +81,21 @@ class ShardNode:
             ready_runtime,
             self.settings.weights_path / "trained",
             train_cache_dir(self.settings.llm),
+        )
+
+    @cached_property
+    def federation(self) -> Federation:
+        """Federated LoRA rounds started here (this shard aggregates) over the remote executor."""
+
+        def adapters():
+            if self.llm is None or not self.llm.ready:
+                raise Unavailable("inference is not running on this shard", code="llm_not_ready")
+            return self.llm.model(None).adapters
+
+        return Federation(
+            LocalParticipant(self.settings.shard_id, self.training, adapters),
+            lambda: self.cluster.topology.members,
+            self.cluster.executor,
         )
 
     @cached_property

@@ -177,6 +177,27 @@ def test_lora_adapter_placement_goes_into_the_plan(running_operator, kube, emula
     remove_cluster(kube, ns)
 
 
+def test_a_federated_adapter_asks_shard_0_for_rounds_and_reports_its_answer(
+    running_operator, kube, emulator, kube_node
+):
+    """These shards run no model, so shard 0 refuses the rounds: the refusal is the status, once
+    per generation, and the adapter (no source) never enters the plan."""
+    ns = f"fed-{RUN}"
+    create_cluster(kube, ns)
+    eventually(lambda: all(s.get("reachable") for s in status(kube, ns).get("shards") or [{}]), timeout=60)
+    adapter = load_example("loraadapter-federated.yaml")
+    adapter["metadata"]["namespace"] = ns
+    kube.create(adapter)
+    fed = eventually(
+        lambda: (kube.get(*LORA, ns, "legal-fed").get("status") or {}).get("federation"), timeout=60
+    )
+    assert fed["phase"] == "Failed" and fed["observedGeneration"] == 1 and fed["message"].startswith("404")
+    assert plan(kube, ns).adapters == ()
+    kube.delete(*LORA, ns, "legal-fed")
+    eventually(lambda: kube.get(*LORA, ns, "legal-fed") is None)
+    remove_cluster(kube, ns)
+
+
 def test_invalid_spec_is_degraded_without_children_until_fixed(running_operator, kube, emulator, kube_node):
     ns = f"invalid-{RUN}"
     create_cluster(kube, ns, raidMode="raid6", shards=3)

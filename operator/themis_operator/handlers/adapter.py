@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import kopf
 
-from .. import API_VERSION, GROUP, VERSION
+from .. import API_VERSION, GROUP, VERSION, federation
 from ..reconcile import reconcile_cluster
+from ..reconcile.observe import shard_access
+from ..spec import LoRAAdapterSpec
 from .events import emit, write_adapter_statuses
 
 RESOURCE = (GROUP, VERSION, "loraadapters")
@@ -54,19 +56,48 @@ def _replan(body, patch, memo, *, deleting: bool = False) -> None:
         kopf.info(body, reason="Placed", message=f"placed on {placed} of {cluster_name}")
 
 
+def _federate(body, patch, memo) -> None:
+    """``spec.federated``: once per spec generation, ask shard 0 to run the rounds (it blocks
+    this adapter's handler, not the operator, while the shards train) and report the outcome."""
+    try:
+        spec = LoRAAdapterSpec.model_validate(body.get("spec") or {})
+    except ValueError:
+        return  # _replan reported it
+    generation = body.metadata.get("generation")
+    if not federation.due(spec, body.get("status"), generation):
+        return
+    namespace, name = body.metadata.namespace, body.metadata.name
+    cluster = memo.kube.get(API_VERSION, "ThemisCluster", namespace, spec.cluster_ref.name)
+    if cluster is None:
+        return  # Pending, said by _replan; a later event retries
+    tls, ca_pem, api_key = shard_access(memo.kube, cluster)
+    url = memo.prober.url_for(spec.cluster_ref.name, namespace, 0, tls)
+    with memo.metrics.reconcile("LoRAAdapter", "federate"):
+        code, answer = memo.federator.start(url, name, federation.request_body(spec), ca_pem, api_key)
+    result = federation.status_of(code, answer, generation)
+    patch.status["federation"] = result
+    if result["phase"] == "Succeeded":
+        kopf.info(body, reason="Federated", message=result["message"])
+    else:
+        kopf.warn(body, reason="FederationFailed", message=result["message"])
+
+
 @kopf.on.create(*RESOURCE)
 def created(body, patch, memo, **_) -> None:
     _replan(body, patch, memo)
+    _federate(body, patch, memo)
 
 
 @kopf.on.update(*RESOURCE)
 def updated(body, patch, memo, **_) -> None:
     _replan(body, patch, memo)
+    _federate(body, patch, memo)
 
 
 @kopf.on.resume(*RESOURCE)
 def resumed(body, patch, memo, **_) -> None:
     _replan(body, patch, memo)
+    _federate(body, patch, memo)
 
 
 @kopf.on.delete(*RESOURCE)

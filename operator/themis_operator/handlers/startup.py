@@ -6,6 +6,7 @@ import os
 
 import kopf
 
+from ..federation import Federator
 from ..kube import ApiKube
 from ..metrics import OperatorMetrics
 from ..probe import ShardProber
@@ -30,6 +31,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.kube = ApiKube(_api_client())
     memo.prober = ShardProber(timeout_s=ours.probe_timeout_s, url_template=ours.shard_url_template)
     memo.metrics = OperatorMetrics()
+    memo.federator = Federator(timeout_s=ours.federation_timeout_s)
     if ours.metrics_port:
         memo.metrics.serve(ours.metrics_port)
     settings.persistence.finalizer = "themisdb.io/operator"

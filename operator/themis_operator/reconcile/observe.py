@@ -104,7 +104,8 @@ class Snapshot:
 def cluster_adapters(
     kube: Kube, namespace: str, cluster: str, exclude: Collection[str] = ()
 ) -> tuple[tuple[ObservedAdapter, ...], dict[str, str]]:
-    """Live adapters referring to ``cluster``: ``(valid ones, invalid name → message)``."""
+    """Live adapters referring to ``cluster`` with a source to place: ``(valid ones, invalid name →
+    message)``."""
     valid: list[ObservedAdapter] = []
     invalid: dict[str, str] = {}
     for body in kube.list(API_VERSION, "LoRAAdapter", namespace):
@@ -119,6 +120,8 @@ def cluster_adapters(
         except ValidationError as e:
             invalid[name] = f"invalid spec: {error_text(e)}"
             continue
+        if spec.source is None:
+            continue  # federated: the shards train and load it (handlers/adapter.py), nothing to place
         conditions = tuple((body.get("status") or {}).get("conditions") or ())
         valid.append(ObservedAdapter(name, spec, meta.get("generation"), conditions))
     return tuple(valid), invalid
@@ -157,13 +160,11 @@ def selector(cluster: str) -> str:
     return ",".join(f"{k}={v}" for k, v in names.selector_labels(cluster).items())
 
 
-def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, ShardReport]:
-    """Ask every shard pod (members and leaving ones) how it is, trusting the cluster's CA."""
+def shard_access(kube: Kube, body: dict) -> tuple[bool, bytes | None, str | None]:
+    """How the operator talks to a cluster's shards: TLS on, the cluster CA, its own API key."""
     spec = body.get("spec") or {}
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
-    sts = kube.get("apps/v1", "StatefulSet", namespace, names.statefulset(name)) or {}
-    count = int((sts.get("spec") or {}).get("replicas") or 0)
     tls = bool((spec.get("tls") or {}).get("enabled", True))
     ca_pem = None
     if tls:
@@ -175,6 +176,17 @@ def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, Shard
         secret = kube.get("v1", "Secret", namespace, names.api_keys_secret(name)) or {}
         if raw := (secret.get("data") or {}).get("operator.key"):
             api_key = base64.b64decode(raw).decode().strip()
+    return tls, ca_pem, api_key
+
+
+def probe_shards(kube: Kube, prober: ShardProber, body: dict) -> dict[str, ShardReport]:
+    """Ask every shard pod (members and leaving ones) how it is, trusting the cluster's CA."""
+    spec = body.get("spec") or {}
+    meta = body.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    sts = kube.get("apps/v1", "StatefulSet", namespace, names.statefulset(name)) or {}
+    count = int((sts.get("spec") or {}).get("replicas") or 0)
+    tls, ca_pem, api_key = shard_access(kube, body)
     members = int(spec.get("shards") or 0)
     reports = prober.probe(name, namespace, max(count, members), members, tls, ca_pem, api_key)
     return {r.id: r for r in reports}

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from ..errors import BadRequest
 from ..llm.fetch import is_url
+from ..training.federation import FederateBody
 from ..training.service import TrainBody
 from .deps import node, runtime
 from .types import AdapterBody
@@ -82,3 +83,12 @@ async def train_adapter(body: TrainBody, request: Request):
         info = await m.adapters.load(body.name, str(trained.path), domain=body.domain, evaluate=body.evaluate)
         out["adapter"] = info.as_dict()
     return out
+
+
+@router.post("/v1/adapters/{name}:federate")
+async def federate_adapter(name: str, body: FederateBody, request: Request):
+    """Federated rounds (FedAvg) of adapter ``name`` for ``domain``: each participant trains
+    ``local_steps`` on its own documents of ``collection``, this shard averages the LoRA factors by
+    sample count and publishes round r+1, which every participant loads, evaluates and announces."""
+    rounds = await node(request).federation.run(name, body)
+    return {"name": name, "domain": body.domain, "rounds": [r.model_dump(mode="json") for r in rounds]}

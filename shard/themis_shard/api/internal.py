@@ -19,6 +19,7 @@ from ..node import ShardNode
 from ..storage.collections import CollectionConfig
 from ..storage.hints import decode_items, encode_items
 from ..storage.names import check_collection, check_key, urn
+from ..training.federation import LocalTrain, Publish
 from .deps import node
 from .search import SearchRequest
 
@@ -274,3 +275,18 @@ async def gossip(request: Request, shard: Node) -> dict:
         return await shard.cluster.gossiper.handle(raw)
     except (InvalidGossipMessage, ValueError) as exc:
         raise BadRequest(f"gossip message dropped: {exc}", code="invalid_gossip") from exc
+
+
+@router.post("/federation/{name}/train")
+async def federation_train(name: str, body: LocalTrain, shard: Node) -> dict:
+    """A federated round's local steps on this shard's own documents: the LoRA factors and the
+    sample count go back to the aggregator, the texts stay here."""
+    update = await shard.federation.local.train(name, body)
+    return update.model_dump(mode="json")
+
+
+@router.post("/federation/{name}/publish")
+async def federation_publish(name: str, body: Publish, shard: Node) -> dict:
+    """Load the aggregator's round r+1, evaluate it on the domain's held-out set (then gossiped)."""
+    published = await shard.federation.local.publish(name, body)
+    return published.model_dump(mode="json")

@@ -166,6 +166,14 @@ class AdapterManager:
             self._ptrs.pop(name)
             self._gauge()
 
+    async def evaluated(self, name: str) -> dict | None:
+        """The adapter's evaluation once the hook has finished (None: not evaluated, or it failed):
+        a federated round reports what each participant measured on its held-out set."""
+        task = self._tasks.get(name)
+        if task is not None:
+            await asyncio.wait([task])
+        return self.get(name).evaluation
+
     def pointer(self, name: str) -> object:
         return self._ptrs[name]
 

@@ -111,31 +111,66 @@ class TrainingService:
             return await asyncio.to_thread(self._train_sync, m.native, body, texts, start)
 
     def _train_sync(self, native, body: TrainBody, texts: list[str], start: LoraWeights | None) -> Trained:
-        w = self.weights(Path(native.path))
-        prefixes = encode(w, native.tokenize, texts, body.max_tokens)
-        res = train(
-            w,
-            prefixes,
-            steps=body.steps,
-            start=start,
-            rank=body.rank,
-            alpha=float(body.rank),
-            lr=body.learning_rate,
-            batch=body.batch,
+        lora, samples, losses = self._fit(
+            native, texts, body.steps, start, body.rank, body.learning_rate, body.batch, body.max_tokens
         )
+        path = self.write(body.name, body.domain, lora, samples, body.federation_round)
+        return Trained(path, samples, losses, lora)
+
+    def _fit(
+        self,
+        native,
+        texts: list[str],
+        steps: int,
+        start: LoraWeights | None,
+        rank: int,
+        lr: float,
+        batch: int,
+        max_tokens: int,
+    ) -> tuple[LoraWeights, int, list[float]]:
+        w = self.weights(Path(native.path))
+        prefixes = encode(w, native.tokenize, texts, max_tokens)
+        res = train(w, prefixes, steps=steps, start=start, rank=rank, alpha=float(rank), lr=lr, batch=batch)
+        return res.lora, res.samples, res.losses
+
+    def write(self, name: str, domain: str, lora: LoraWeights, samples: int, federation_round: int) -> Path:
+        """``<weights>/trained/<name>.gguf`` with the domain's held-out set inside (its evaluation)."""
         try:
-            held_out = validation_set(body.domain.strip().lower())
+            held_out = validation_set(domain.strip().lower())
         except KeyError:
             held_out = ()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = write_lora_gguf(
-            self.out_dir / f"{body.name}.gguf",
-            w.architecture,
-            res.lora,
-            name=body.name,
-            domain=body.domain,
-            training_samples=res.samples,
-            federation_round=body.federation_round,
+        return write_lora_gguf(
+            self.out_dir / f"{name}.gguf",
+            self.architecture(),
+            lora,
+            name=name,
+            domain=domain,
+            training_samples=samples,
+            federation_round=federation_round,
             validation=held_out,
         )
-        return Trained(path, res.samples, res.losses, res.lora)
+
+    def architecture(self) -> str:
+        return self._runtime().model(None).adapters.architecture
+
+    # -- a federated round's participant (training/federation.py) -----------------------------
+    async def local_update(
+        self,
+        texts: list[str],
+        steps: int,
+        start: LoraWeights | None,
+        rank: int,
+        lr: float,
+        batch: int,
+        max_tokens: int,
+    ) -> tuple[LoraWeights, int, list[float]]:
+        """E local steps from the round's global adapter, nothing written: the factors go to the
+        aggregator, the texts never leave."""
+        if self._busy.locked():
+            raise Conflict("a training run is already in progress on this shard", code="training_busy")
+        async with self._busy:
+            native = self._runtime().model(None).native
+            return await asyncio.to_thread(
+                self._fit, native, texts, steps, start, rank, lr, batch, max_tokens
+            )
