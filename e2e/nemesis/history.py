@@ -1,8 +1,8 @@
 """A history of client operations: one invocation and one completion per operation.
 
 Outcomes follow Jepsen: ``ok`` (it happened, with this result), ``fail`` (it definitely did
-not happen: 409, another 4xx, or a connection that never reached a shard) and ``info``
-(indeterminate: a timeout, a torn connection, a 5xx, any 503 but the two that say the
+not happen: 409, another 4xx, or a connection that never reached a shard: ``unreachable``) and ``info``
+(indeterminate: a timeout, a torn connection — ``connection_lost`` — a 5xx, any 503 but the two that say the
 request never reached a coordinator — ``write_outcome_unknown`` and ``replicas_unavailable``,
 after which the version may have been burned, included). Checkers treat ``info`` operations as
 may-or-may-not-have-happened.
@@ -50,7 +50,9 @@ class Op:
 def classify(exc: BaseException) -> tuple[Outcome, str]:
     """What an exception from ``themis_client`` (or httpx under it) says about the operation."""
     if isinstance(exc, ThemisConnectionError):
-        return Outcome.FAIL, "unreachable"  # connect refused/timed out on every try: never sent
+        if exc.code == "unreachable":  # connect refused/timed out on every try: never sent
+            return Outcome.FAIL, "unreachable"
+        return Outcome.INFO, exc.code  # connection_lost: broken after sending, may have applied
     if isinstance(exc, ThemisError):
         if 400 <= exc.status < 500 or (exc.status == 503 and exc.code in UNSENT_503):
             return Outcome.FAIL, f"{exc.status} {exc.code}"

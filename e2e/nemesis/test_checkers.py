@@ -5,9 +5,12 @@ from __future__ import annotations
 import itertools
 import random
 
+import httpx
+from themis_client.errors import ThemisConnectionError, ThemisError
+
 from .checkers import bank_anomalies, replica_anomalies, set_anomalies
 from .faults import partition_pairs, schedule
-from .history import Op, Outcome
+from .history import Op, Outcome, classify
 from .linearizable import check_register
 
 OK, FAIL, INFO = Outcome.OK, Outcome.FAIL, Outcome.INFO
@@ -171,3 +174,18 @@ def test_partition_shapes_cut_the_named_links() -> None:
         ("b", "a"),
         ("c", "a"),
     }
+
+
+# -- outcomes -------------------------------------------------------------------------------------
+
+
+def test_a_connection_lost_after_sending_is_indeterminate_and_one_never_made_is_a_failure() -> None:
+    """The client says which: ``unreachable`` never reached a shard, ``connection_lost`` broke
+    after the request was sent (the shard may have applied it). Both were once counted as
+    definite failures, and a set element whose add had applied was reported as an anomaly."""
+    assert classify(ThemisConnectionError(0, "unreachable", "no connection")) == (FAIL, "unreachable")
+    lost = ThemisConnectionError(0, "connection_lost", "read timed out")
+    assert classify(lost) == (INFO, "connection_lost")
+    assert classify(httpx.ReadTimeout("read timed out")) == (INFO, "ReadTimeout")
+    assert classify(ThemisError(503, "coordinator_unavailable", "aborted"))[0] is FAIL
+    assert classify(ThemisError(503, "write_outcome_unknown", "maybe"))[0] is INFO

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
+from themis_shard.cluster.documents import DistributedDocuments
 from themis_shard.cluster.fencing import Delivery, KeyLocks, WriteConcern
 from themis_shard.cluster.placement import Topology
 from themis_shard.cluster.remote import RemoteExecutor
@@ -112,20 +113,22 @@ class Shard:
         plan = live(PLAN, "s-0", breaker_health_probe_s=0)
         self.executor = RemoteExecutor(plan.settings, plan.url, transport=httpx.MockTransport(refused))
         registry = CollectorRegistry()
-        replication = Replication(self.executor, HintLog(self.store), plan, registry)
+        self.plan = plan
+        self.replication = Replication(self.executor, HintLog(self.store), plan, registry)
+        self.locks = KeyLocks()
         self.txns = Transactions(
             self.store,
-            KeyLocks(),
+            self.locks,
             self.executor,
             plan,
-            replication,
+            self.replication,
             TxnSettings(resolve_after_s=0, timeout_s=5),
             registry,
         )
 
     def close(self) -> None:
         asyncio.run(self.executor.aclose())
-        self.txns = None  # column-family handles hold the DB lock: drop them first
+        self.txns = self.replication = None  # column-family handles hold the DB lock: drop them first
         gc.collect()
         self.store.close()
 
@@ -156,6 +159,32 @@ def test_a_prepare_locks_its_keys_until_the_decision(shard: Shard) -> None:
     asyncio.run(shard.txns.participant.commit("t1"))
     assert shard.store.get("acc", a).document == {"n": 1} and shard.txns.intents.holders([("acc", b)]) == {}
     prepare(shard, "t2", [Write("acc", b, {"n": 2})])  # released
+
+
+def test_a_prepare_waits_for_a_single_shard_write_in_flight_to_the_same_key(shard: Shard) -> None:
+    """Single-shard writes and prepares share one lock table — also while it is empty (it
+    has a length, so ``locks or KeyLocks()`` once gave the single-shard path a table of its
+    own): otherwise a prepare reads the key mid-write and both mint the same version, and the
+    stamp with the later clock silently replaces the other acknowledged write (the nemesis
+    bank lost a credit)."""
+    documents = DistributedDocuments(
+        shard.store, shard.executor, shard.replication, shard.plan, locks=shard.locks, held=shard.txns.intents
+    )
+    assert documents.locks is shard.locks
+    [a] = keys_of("s-0", 1)
+
+    async def scenario() -> list:
+        async with documents.locks.hold([("acc", a)]):  # a single-shard write to a, replicating
+            write = [Write("acc", a, {"n": 2})]
+            prepared = asyncio.create_task(
+                shard.txns.participant.prepare("t1", "s-0", ME.version, write, [], WriteConcern.ONE)
+            )
+            await asyncio.sleep(0.05)
+            assert not prepared.done()  # it waits for the write ...
+            shard.store.commit([Write("acc", a, {"n": 1})])  # ... which installs version 1
+        return await prepared
+
+    assert [r.version for r in asyncio.run(scenario())] == [2]  # and then writes on top of it
 
 
 def test_a_refused_prepare_leaves_nothing_prepared(shard: Shard) -> None:

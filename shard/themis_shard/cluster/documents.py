@@ -185,7 +185,7 @@ class DistributedDocuments:
         self.handoff = handoff
         #: Writes this shard coordinates, serialised per key from prepare to install (shared
         #: with the two-phase-commit participant).
-        self.locks = locks or KeyLocks()
+        self.locks = locks if locks is not None else KeyLocks()  # not `or`: an empty table is falsy
         self.cross_shard = cross_shard
         self.held = held
         self.fencing = fencing
