@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.convertors import Convertor, register_url_convertor
 
 from ..errors import BadRequest
 from ..llm.fetch import is_url
@@ -12,6 +13,24 @@ from .deps import node, runtime
 from .types import AdapterBody
 
 router = APIRouter(tags=["inference"])
+
+
+class AdapterNameConvertor(Convertor):
+    """An adapter's name in a path: no ``/`` and no ``:``, so ``/v1/adapters/x:federate`` is the
+    federate call only (Starlette's plain ``{name}`` would match it too, and a 405 there would
+    advertise GET and DELETE). Names the engine refuses still reach it for a clear 400."""
+
+    regex = "[^/:]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+# Starlette's table of path convertors is by name; registering the same one again is harmless.
+register_url_convertor("adapter", AdapterNameConvertor())
 
 
 @router.get("/v1/adapters")
@@ -51,12 +70,12 @@ async def load_adapter(body: AdapterBody, request: Request):
     return info.as_dict()
 
 
-@router.get("/v1/adapters/{name}")
+@router.get("/v1/adapters/{name:adapter}")
 async def get_adapter(name: str, request: Request, model: str | None = None):
     return runtime(request).model(model).adapters.get(name).as_dict()
 
 
-@router.delete("/v1/adapters/{name}")
+@router.delete("/v1/adapters/{name:adapter}")
 async def unload_adapter(name: str, request: Request, model: str | None = None):
     await runtime(request).model(model).adapters.unload(name)
     return {"unloaded": name}
@@ -85,7 +104,7 @@ async def train_adapter(body: TrainBody, request: Request):
     return out
 
 
-@router.post("/v1/adapters/{name}:federate")
+@router.post("/v1/adapters/{name:adapter}:federate")
 async def federate_adapter(name: str, body: FederateBody, request: Request):
     """Federated rounds (FedAvg) of adapter ``name`` for ``domain``: each participant trains
     ``local_steps`` on its own documents of ``collection``, this shard averages the LoRA factors by

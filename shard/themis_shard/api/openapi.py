@@ -80,6 +80,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/v1/adapters/{name}"): (404,),
     ("DELETE", "/v1/adapters/{name}"): (404,),
     ("POST", "/v1/adapters:train"): (404, 409),
+    ("POST", "/v1/adapters/{name}:federate"): (404, 409),
     ("GET", "/v1/models"): (),
     ("POST", "/v1/completions"): INFERENCE,
     ("POST", "/v1/chat/completions"): INFERENCE,
