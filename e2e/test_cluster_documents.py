@@ -88,7 +88,7 @@ def test_raid1_survives_a_killed_shard_and_the_restarted_shard_catches_up(local_
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             status = via["shard-0"].cluster_status()
-            if not any(status.model_extra["hints_pending"].values()):
+            if not any(status.hints_pending.values()):
                 break
             time.sleep(0.2)
         # Every key shard-1 owns is now on shard-1 itself, at the acknowledged version.
