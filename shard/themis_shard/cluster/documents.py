@@ -133,6 +133,32 @@ def relay(exc: PeerError) -> ThemisError:
     )
 
 
+def refusal(exc: PeerError) -> ThemisError:
+    """A peer's refusal of a forwarded write: a fence code (another epoch: provably unapplied)
+    becomes a retryable 503 ``epoch_changed``; any other 4xx is relayed unchanged."""
+    if getattr(exc, "code", None) in FENCE_CODES:
+        return Unavailable(
+            f"the cluster plan is changing ({exc.message}); nothing was written, retry",
+            code="epoch_changed",
+        )
+    return relay(exc)
+
+
+def commit_body(
+    writes: list[Write], epoch: int, concern: WriteConcern, checks: list[Check] | None = None
+) -> dict[str, Any]:
+    """``/internal/commit``'s body; ``checks`` only when there are any (a primary not yet
+    upgraded still takes plain writes)."""
+    body: dict[str, Any] = {
+        "writes": [write_to_json(w) for w in writes],
+        "epoch": epoch,
+        "concern": concern.value,
+    }
+    if checks:
+        body["checks"] = [check_to_json(c) for c in checks]
+    return body
+
+
 class CrossShardCommit(Protocol):
     """Two-phase commit of a transaction whose keys have several primaries (``transactions``)."""
 
@@ -261,13 +287,7 @@ class DistributedDocuments:
                 target,
                 "POST",
                 "/internal/commit",
-                json_body={
-                    "writes": [write_to_json(w) for w in writes],
-                    "epoch": topo.version,
-                    "concern": concern.value,
-                    # only when there are any: a primary not yet upgraded still takes plain writes
-                    **({"checks": [check_to_json(c) for c in checks]} if checks else {}),
-                },
+                json_body=commit_body(writes, topo.version, concern, checks),
                 idempotent=False,
                 retries=0,
             )
@@ -282,12 +302,7 @@ class DistributedDocuments:
                 ) from None
             raise forward_failure(target, what, exc) from None
         except PeerError as exc:
-            if getattr(exc, "code", None) in FENCE_CODES:
-                raise Unavailable(
-                    f"the cluster plan is changing ({exc.message}); nothing was written, retry",
-                    code="epoch_changed",
-                ) from None
-            raise relay(exc) from None
+            raise refusal(exc) from None
         return [change_from_json(c) for c in reply["changes"]]
 
     async def _unfenced_fallback(
@@ -308,11 +323,7 @@ class DistributedDocuments:
                     owner,
                     "POST",
                     "/internal/commit",
-                    json_body={
-                        "writes": [write_to_json(w) for w in writes],
-                        "epoch": topo.version,
-                        "concern": concern.value,
-                    },
+                    json_body=commit_body(writes, topo.version, concern),
                     idempotent=False,
                     retries=0,
                 )

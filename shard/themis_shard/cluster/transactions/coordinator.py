@@ -22,8 +22,8 @@ from ...errors import Unavailable
 from ...storage.documents import Change, Check, Replicated, Write
 from ...storage.hints import decode_items
 from ...storage.intents import Decision, TxnLog
-from ..documents import check_to_json, relay, write_to_json
-from ..fencing import FENCE_CODES, WriteConcern
+from ..documents import check_to_json, refusal, write_to_json
+from ..fencing import WriteConcern
 from ..remote import PeerError, PeerUnavailable, RemoteExecutor
 from ..views import TopologySource
 from .decisions import Answer, Group, answer_for, client_error, coordinator_decision, participant_groups
@@ -133,12 +133,7 @@ class Coordinator:
                 code=code,
             ) from None
         except PeerError as exc:
-            if getattr(exc, "code", None) in FENCE_CODES:
-                raise Unavailable(
-                    f"the cluster plan is changing ({exc.message}); nothing was written, retry",
-                    code="epoch_changed",
-                ) from None
-            raise relay(exc) from None
+            raise refusal(exc) from None
         return decode_items(reply["records"])
 
     async def _phase_two(self, txn: str, decision: Decision, participants: list[str]) -> bool:
