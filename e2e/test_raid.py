@@ -86,7 +86,7 @@ def test_raid6_two_wiped_shards_rebuild_and_the_cli_reports_it(local_cluster, sm
     # Corrupt one unit on shard-0: `themis raid verify` finds it (exit 1), `rebuild` repairs it.
     victim = sorted((cluster.root / "shard-0" / "weights" / "units").rglob("*.*"))[3]
     good = victim.read_bytes()
-    victim.write_bytes(good[:10] + b"\xff" + good[11:])
+    victim.write_bytes(good[:10] + bytes([good[10] ^ 0xFF]) + good[11:])  # always a change
     out = themis(state, "verify")
     assert out.returncode == 1 and "shard-0 DEGRADED" in out.stdout and "1 corrupt" in out.stdout, out.stdout
     # (verify already scheduled the repair in the background; rebuild runs one now either way)

@@ -108,6 +108,9 @@ class Coordinator:
         me = self._plan.topology.self_id
         if participant == me:
             return await self.participant.prepare(txn, me, epoch, group.writes, group.checks, concern)
+        # A participant is the keys' one primary (no failover): a breaker opened by failures that
+        # are over (it restarted) must not abort every transaction for a minute.
+        await self.executor.revive(participant)
         try:
             reply = await self.executor.request(
                 participant,
@@ -153,6 +156,7 @@ class Coordinator:
                     txn
                 )
                 return True
+            await self.executor.revive(participant)
             await self.executor.request(
                 participant,
                 "POST",
