@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast nemesis bench lint dashboards clean kube-up kube-down images image-e2e dist gpu-check
+.PHONY: help install up down status demo test test-tools test-fast nemesis bench lint dashboards clean kube-up kube-down images image-e2e dist gpu-install gpu-check
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -117,7 +117,14 @@ dist: install
 	for project in . operator client; do $(PY) -m build --outdir dist $$project || exit 1; done
 
 # The GPU check (bench/gpu_check.py): one table on a GPU host; DRY=1 runs its plumbing on the CPU.
-gpu-check: install
+# gpu-install turns the venv into a GPU one once (tools/gpu_install.sh); then the check is offline.
+$(VENV)/.gpu-installed: $(VENV)/.installed tools/gpu_install.sh images/cuda_toolkit.sh
+	tools/gpu_install.sh $(PY)
+	touch $@
+
+gpu-install: $(VENV)/.gpu-installed
+
+gpu-check: $(if $(DRY),install,gpu-install)
 	$(PY) bench/gpu_check.py $(if $(DRY),--dry-run)
 
 dashboards: install
