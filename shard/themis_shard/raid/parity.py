@@ -263,8 +263,8 @@ class LinearRSCodec:
                 acc ^= tables[j, i, 0][b[:, 0, :]]
                 acc ^= tables[j, i, 1][b[:, 1, :]]
             unit = xp.empty((n // _BLOCK, 2, _HALF), dtype=xp.uint8)
-            unit[:, 0, :] = acc & 0xFF
-            unit[:, 1, :] = acc >> 8
+            unit[:, 0, :] = (acc & 0xFF).astype(xp.uint8)
+            unit[:, 1, :] = (acc >> 8).astype(xp.uint8)
             out.append(unit.reshape(-1))
         return out
 
