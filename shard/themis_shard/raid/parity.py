@@ -189,13 +189,7 @@ class RSCodec:
             recovery = {i - self.k: _bytes(v) for i, v in present.items() if i >= self.k}
             restored = self._rs.decode(self.k, self.m, originals, recovery)
             data.update({i: np.frombuffer(v, dtype=np.uint8) for i, v in restored.items()})
-        out = {i: data[i] for i in want if i < self.k}
-        lost_parity = [i for i in want if i >= self.k and i not in present]
-        if lost_parity:
-            parity = self.encode([data[i] for i in range(self.k)])
-            out.update({i: parity[i - self.k] for i in lost_parity})
-        out.update({i: present[i] for i in want if i >= self.k and i in present})
-        return out
+        return _wanted(self, present, data, want)
 
 
 #: Leopard's memory layout: each 64-byte block holds 32 symbols, their low bytes first.
@@ -298,13 +292,7 @@ class LinearRSCodec:
             inputs = tuple(sorted(present))[: self.k]
             rebuilt = self._apply(self._decode_tables(inputs, lost), [present[i] for i in inputs])
             data.update(zip(lost, rebuilt, strict=True))
-        out = {i: data[i] for i in want if i < self.k}
-        lost_parity = [i for i in want if i >= self.k and i not in present]
-        if lost_parity:
-            parity = self.encode([data[i] for i in range(self.k)])
-            out.update({i: parity[i - self.k] for i in lost_parity})
-        out.update({i: present[i] for i in want if i >= self.k and i in present})
-        return out
+        return _wanted(self, present, data, want)
 
 
 class OnDevice:
@@ -321,6 +309,20 @@ class OnDevice:
     def reconstruct(self, present: Mapping[int, np.ndarray], want: Iterable[int]) -> dict[int, np.ndarray]:
         dev = {i: self.xp.asarray(u) for i, u in present.items()}
         return {i: to_host(self.xp, u) for i, u in self.codec.reconstruct(dev, want).items()}
+
+
+def _wanted(
+    codec: Any, present: Mapping[int, Any], data: Mapping[int, Any], want: list[int]
+) -> dict[int, Any]:
+    """Units ``want`` once all data units are whole: lost parity is encoded again."""
+    k = codec.k
+    out = {i: data[i] for i in want if i < k}
+    lost_parity = [i for i in want if i >= k and i not in present]
+    if lost_parity:
+        parity = codec.encode([data[i] for i in range(k)])
+        out.update({i: parity[i - k] for i in lost_parity})
+    out.update({i: present[i] for i in want if i >= k and i in present})
+    return out
 
 
 def _bytes(buf: Any) -> bytes:
