@@ -105,3 +105,12 @@ def test_without_a_cuda_device_the_array_module_is_numpy() -> None:
 def test_on_the_cpu_make_codec_keeps_leopard_for_reed_solomon() -> None:
     assert isinstance(make_codec("rs", 4, 2, 4096), RSCodec)
     assert isinstance(make_codec("xor", 4, 1, 4096), XorCodec)
+
+
+def test_a_raid_service_set_to_cpu_parity_computes_with_numpy(tmp_path) -> None:
+    from themis_shard.raid.service import RaidService
+    from themis_shard.raid.settings import RaidSettings
+    from themis_shard.raid.store import UnitStore
+
+    service = RaidService(RaidSettings(parity_device="cpu"), "s0", UnitStore(tmp_path), None, lambda: None)
+    assert service.xp is np

@@ -745,10 +745,20 @@ class _PeersDown(Exception):
 
 
 async def start_raid(
-    data_dir: Path, shard_id: str, cluster: Any, registry: Any, source: str, *, assemble: bool
+    data_dir: Path,
+    shard_id: str,
+    cluster: Any,
+    registry: Any,
+    source: str,
+    *,
+    assemble: bool,
+    use_gpu: bool | None = None,
 ) -> tuple[RaidService | None, Path | None]:
-    """(service, verified model path) when THEMIS_RAID_ENABLED, else (None, None)."""
+    """(service, verified model path) when THEMIS_RAID_ENABLED, else (None, None).
+    ``use_gpu=False`` (THEMIS_USE_GPU=false) keeps parity on the CPU whatever the RAID setting."""
     settings = RaidSettings()
+    if use_gpu is False:
+        settings = settings.model_copy(update={"parity_device": "cpu"})
     if not settings.enabled:
         return None, None
     service = RaidService.for_shard(data_dir, shard_id, cluster, registry, settings)
