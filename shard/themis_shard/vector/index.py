@@ -22,6 +22,7 @@ Scores are similarities, higher is better: cosine (vectors L2-normalised, inner 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -72,16 +73,41 @@ class DeviceCopier(Protocol):
 
 
 class FaissGpu:
-    """Copies indexes to one CUDA device with faiss-gpu; one resource object per shard."""
+    """Copies indexes to one CUDA device with faiss-gpu; one resource object per shard.
+
+    A StandardGpuResources is not thread-safe (its scratch memory and streams are shared), and
+    collections are searched from several threads: every use of it goes through one lock.
+    """
 
     max_k = 2048  # GPU k-selection limit in FAISS's GPU indexes
 
     def __init__(self, device: int = 0) -> None:
         self.device = device
         self._resources = faiss.StandardGpuResources()
+        self._lock = threading.Lock()
 
     def copy(self, index: Any) -> DeviceCopy:
-        return faiss.index_cpu_to_gpu(self._resources, self.device, index)
+        with self._lock:
+            return _Serialized(faiss.index_cpu_to_gpu(self._resources, self.device, index), self._lock)
+
+
+class _Serialized:
+    """A device index whose calls hold its resources' lock."""
+
+    def __init__(self, index: Any, lock: threading.Lock) -> None:
+        self._index, self._lock = index, lock
+
+    @property
+    def ntotal(self) -> int:
+        return self._index.ntotal
+
+    def add_with_ids(self, x: np.ndarray, ids: np.ndarray) -> None:
+        with self._lock:
+            self._index.add_with_ids(x, ids)
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return self._index.search(x, k)
 
 
 @dataclass(frozen=True)
