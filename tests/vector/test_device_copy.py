@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from themis_shard.storage.collections import CollectionConfig
-from themis_shard.storage.documents import DocumentStore
+from themis_shard.storage.documents import DocumentStore, Write
 from themis_shard.vector.catalog import VectorCatalog
 from themis_shard.vector.index import DEVICE_STALE_MIN, IVF_TRAIN_MIN, VectorIndex, gpu_count
 from themis_testing.devices import CpuDeviceCopier, RefusingCopy, RemoveRefused
@@ -146,3 +146,22 @@ def test_a_catalog_asked_for_gpu_on_a_host_without_one_searches_on_the_cpu(tmp_p
         assert catalog.device is None and not catalog.use_gpu
     finally:
         store.close()
+
+
+def test_documents_updated_and_deleted_through_the_store_are_searched_right_on_the_device(
+    store, tmp_path
+) -> None:
+    copier = CpuDeviceCopier()
+    catalog = VectorCatalog(store, tmp_path / "vectors", device=copier)
+    try:
+        catalog.declare(store.declare_collection(CollectionConfig(name="c", dimension=2)))
+        store.commit(
+            [Write("c", k, {"embedding": v}) for k, v in (("a", [1, 0]), ("b", [0, 1]), ("c", [-1, 0]))]
+        )
+        assert catalog.search("c", [1, 0], 1)[0][0].key == "a"
+        store.commit([Write("c", "a", {"embedding": [0, -1]})])  # a moves away
+        store.delete("c", "b")
+        assert [h.key for h, _ in catalog.search("c", [0, 1], 3)] == ["c", "a"]
+        assert copier.copies, "searches went to the device copy"
+    finally:
+        catalog.close()
