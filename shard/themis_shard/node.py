@@ -32,6 +32,7 @@ from .settings import Settings
 from .storage.documents import DocumentStore
 from .tracing import NoSpans, Spans
 from .training.federation import Federation, LocalParticipant
+from .training.persisted import TrainedAdapters
 from .training.service import TrainingService, train_cache_dir
 from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
@@ -139,6 +140,8 @@ class ShardNode:
                     validation_sets=adapter_validation_set,  # each adapter's held-out set
                 )
                 await llm.start()
+                # Trained and federated adapters, before gossip announces this shard's adapters.
+                await TrainedAdapters(settings.weights_path / "trained").reload(llm.model(None).adapters)
             await cluster.start(llm)  # adapters to announce through gossip
         except BaseException:
             if llm is not None:

@@ -96,6 +96,8 @@ class Snapshot:
     prior: PriorStatus = PriorStatus()
     #: Shard pods that cannot start, and why (their termination messages).
     pod_problems: tuple[PodProblem, ...] = ()
+    #: The shards' PersistentVolumeClaims (data and weights), for storage size changes.
+    claims: tuple[dict, ...] = ()
 
     def child(self, ref: Ref) -> dict | None:
         return self.children.get(ref)
@@ -152,6 +154,9 @@ def observe(
         force_scale_in=(meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true",
         prior=PriorStatus.of(body),
         pod_problems=pod_problems(kube.list("v1", "Pod", ctx.namespace, label_selector=selector(ctx.name))),
+        claims=tuple(
+            kube.list("v1", "PersistentVolumeClaim", ctx.namespace, label_selector=selector(ctx.name))
+        ),
     )
 
 
