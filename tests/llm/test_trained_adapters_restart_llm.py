@@ -43,6 +43,8 @@ def test_trained_adapters_are_reloaded_after_a_restart_unless_unloaded(tmp_path)
         kept = train(c, "legal-kept")
         train(c, "legal-dropped")
         assert c.delete("/v1/adapters/legal-dropped").status_code == 200
+    srv._thread.join(timeout=600)  # the store is closed (its lock released) once the app has stopped
+    assert not srv._thread.is_alive()
 
     with shard(tmp_path) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         adapters = {a["name"]: a for a in c.get("/v1/adapters").json()["adapters"]}
