@@ -30,6 +30,7 @@ from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
+from .storage.formats import open_formats
 from .tracing import NoSpans, Spans
 from .training.federation import Federation, LocalParticipant
 from .training.persisted import TrainedAdapters
@@ -175,6 +176,11 @@ class ShardNode:
             origin=settings.shard_id,
             max_document_depth=settings.max_document_depth,
         )
+        try:  # before anything reads or writes it: newer data stops the shard, older moves forward
+            open_formats(store)
+        except BaseException:
+            store.close()
+            raise
         use_gpu = settings.use_gpu if settings.use_gpu is not None else gpu_count() > 0
         vectors = VectorCatalog(
             store, data / "vectors", use_gpu=use_gpu, persist_every=settings.vector_persist_every

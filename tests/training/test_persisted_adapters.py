@@ -7,7 +7,8 @@ import asyncio
 import json
 
 import pytest
-from themis_shard.training.persisted import FORMAT, ManifestTooNew, TrainedAdapters
+from themis_shard.data_format import FormatTooNew
+from themis_shard.training.persisted import FORMAT, TrainedAdapters
 
 
 class Loads:
@@ -57,5 +58,7 @@ def test_forgotten_adapters_are_not_reloaded_and_the_record_carries_its_format(t
 
 def test_a_record_written_by_a_newer_themis_is_refused_with_the_versions(tmp_path):
     (tmp_path / "loaded.json").write_text(json.dumps({"format": FORMAT + 1, "adapters": {}}))
-    with pytest.raises(ManifestTooNew, match=f"format {FORMAT + 1}, this shard reads up to {FORMAT}"):
+    with pytest.raises(
+        FormatTooNew, match=f"format {FORMAT + 1}, but this Themis reads formats up to {FORMAT}"
+    ):
         TrainedAdapters(tmp_path).entries()

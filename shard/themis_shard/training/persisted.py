@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+from ..data_format import check
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "loaded.json"
@@ -24,10 +26,6 @@ FORMAT = 1
 
 class Adapters(Protocol):
     async def load(self, name: str, path: str, *, domain: str | None, evaluate: bool | None = None): ...
-
-
-class ManifestTooNew(RuntimeError):
-    pass
 
 
 class TrainedAdapters:
@@ -46,11 +44,7 @@ class TrainedAdapters:
             raw = json.loads(self.manifest.read_text())
         except FileNotFoundError:
             return {}
-        if int(raw.get("format", 0)) > FORMAT:
-            raise ManifestTooNew(
-                f"{self.manifest} has format {raw['format']}, this shard reads up to {FORMAT}: "
-                "run a Themis version at least as new as the one that wrote it"
-            )
+        check(str(self.manifest), int(raw.get("format", FORMAT)), FORMAT)
         return {str(k): v for k, v in (raw.get("adapters") or {}).items()}
 
     def record(self, name: str, domain: str | None) -> None:
