@@ -48,7 +48,7 @@ def test_an_unmarked_store_from_the_previous_release_is_migrated_and_keeps_its_d
 def test_a_column_family_newer_than_this_code_is_refused_by_name_and_nothing_changes(tmp_path):
     store = DocumentStore(tmp_path)
     open_formats(store)
-    meta, handle, db, sync = store.column_family("meta")
+    meta = store.column_family("meta")[0]
     meta[b"format:intents"] = (CURRENT["intents"] + 1).to_bytes(8, "big")
     before = stored_formats(store)
     with pytest.raises(FormatTooNew) as err:
