@@ -214,7 +214,9 @@ def adapter_location(source: str) -> tuple[str | None, str]:
     return m["claim"], f"{ADAPTERS_DIR}/{m['claim']}/{m['path']}"
 
 
-def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequence[str] = ()) -> dict:
+def build_statefulset(
+    ctx: ClusterContext, replicas: int, adapter_claims: Sequence[str] = (), partition: int = 0
+) -> dict:
     """``replicas`` may exceed ``spec.shards`` while leaving shards hand off their data.
 
     ``adapter_claims`` (the cluster's ``pvc://`` LoRA adapters) are mounted into every pod, not
@@ -324,7 +326,9 @@ def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequen
             "replicas": replicas,
             "serviceName": names.headless_service(ctx.name),
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            # The operator moves the partition (reconcile/rollout.py): one shard at a time, each
+            # step gated on readiness and replication catch-up.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}},
             # Data outlives scale-in and deletion: handing it off is the shards' job, and a
             # deleted cluster can be recreated over its volumes.
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},

@@ -24,12 +24,13 @@ from .. import names
 from ..builders import ClusterContext, build_children
 from ..builders.children import Ref
 from ..builders.plan import Placement, next_plan, recovered_previous
-from ..builders.statefulset import adapter_location, env_conflicts
+from ..builders.statefulset import adapter_location, build_statefulset, env_conflicts
 from ..builders.tls import ca_material
 from ..kube import desired_patch, is_subset
 from ..spec import error_text
 from ..status import ShardReport
 from .observe import Snapshot
+from .rollout import next_rollout
 from .volumes import Resize, plan_resizes
 
 
@@ -76,6 +77,8 @@ class Decision:
     actions: tuple[Action, ...]
     #: Spec changes refused by name (a storage size below the volumes'): reported as Degraded.
     refusals: tuple[str, ...] = ()
+    #: Why a rolling upgrade waits before its next shard (None: not rolling, or stepping).
+    rollout_waiting: str | None = None
 
 
 def admit(body: dict, default_image: str | None = None) -> ClusterContext | Invalid:
@@ -137,6 +140,13 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
     if ctx.spec.tls.enabled:
         ca = ca_material(snapshot.child(Ref("v1", "Secret", names.ca_secret(ctx.name))), ctx.name)
         existing_tls = snapshot.child(Ref("v1", "Secret", names.tls_secret(ctx.name)))
+    claims = [c for a in snapshot.adapters if (c := adapter_location(a.spec.source)[0])]
+    rollout = next_rollout(
+        snapshot.child(Ref("apps/v1", "StatefulSet", names.statefulset(ctx.name))),
+        build_statefulset(ctx, replicas, claims),
+        snapshot.reports,
+        fresh=snapshot.fresh_reports,
+    )
     children = build_children(
         ctx,
         replicas=replicas,
@@ -144,8 +154,9 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         ca=ca,
         existing_tls=existing_tls,
         existing_gossip=snapshot.child(Ref("v1", "Secret", names.gossip_secret(ctx.name))),
-        adapter_claims=[c for a in snapshot.adapters if (c := adapter_location(a.spec.source)[0])],
+        adapter_claims=claims,
         existing_api_keys=snapshot.child(Ref("v1", "Secret", names.api_keys_secret(ctx.name))),
+        partition=rollout.partition,
     )
     actions: list[Action] = [a for obj in children.apply if (a := change(obj, snapshot.child(ref_of(obj))))]
     actions += [Delete(ref) for ref in children.remove if snapshot.child(ref) is not None]
@@ -157,4 +168,5 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         waiting=tuple(waiting),
         actions=(*actions, *resizes),
         refusals=tuple(refusals),
+        rollout_waiting=rollout.waiting,
     )

@@ -160,7 +160,8 @@ def report(
     if sts.rolling and phase in ("Running", "Creating"):
         reason, message = (
             "RollingUpdate",
-            f"rolling update: {sts.updated}/{replicas} shards on the new revision",
+            f"rolling update: {sts.updated}/{replicas} shards on the new revision"
+            + (f"; {decision.rollout_waiting}" if decision.rollout_waiting else ""),
         )
 
     was_degraded = condition_status(list(prior.conditions), "Degraded") == "True"
