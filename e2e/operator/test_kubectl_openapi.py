@@ -56,7 +56,7 @@ def test_built_in_kinds_are_validated_by_kubectl_against_the_served_schemas(kube
 
 
 def test_kubectl_explain_describes_the_themiscluster_spec_from_the_crd(kubectl):
-    out = kubectl.run("explain", "tc.spec").stdout
+    out = kubectl.run("explain", "tc.spec", "--api-version=themisdb.io/v1alpha1").stdout
     assert "KIND:       ThemisCluster" in out and "VERSION:    v1alpha1" in out
     for field in ("shards", "raidMode", "storage", "env", "logging"):
         assert f"  {field}\t" in out
@@ -81,3 +81,13 @@ def test_the_openapi_documents_list_every_group_version_and_name_each_kind(api):
     )
     assert v2.status_code == 200 and b"io.themisdb.v1alpha1.ThemisCluster" in v2.content
     assert httpx.get(f"{api.url}/openapi/v3/apis/nope.io/v1").status_code == 404
+
+
+def test_v1beta1_is_served_and_shows_the_same_objects_as_v1alpha1(kubectl):
+    kubectl.run("apply", "-f", str(ROOT / "examples/themiscluster.yaml"))
+    beta = kubectl.json("themiscluster.v1beta1.themisdb.io", "demo")
+    alpha = kubectl.json("themiscluster.v1alpha1.themisdb.io", "demo")
+    assert beta["spec"] == alpha["spec"] and beta["metadata"]["uid"] == alpha["metadata"]["uid"]
+    assert (
+        "VERSION:    v1beta1" in kubectl.run("explain", "tc.spec", "--api-version=themisdb.io/v1beta1").stdout
+    )

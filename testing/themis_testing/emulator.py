@@ -16,6 +16,8 @@ official Python client — work against it. What it adds (see ARCHITECTURE.md §
   schema (unknown fields rejected, 422 ``Invalid`` as from a real API server), and the status
   subresource is isolated from the main resource;
 * merge, JSON and (approximated as merge) strategic-merge patches.
+* CRDs with several served versions share one store (the storage version's), as with
+  ``conversion: None``: an object is the same whichever version asks.
 
 * ``/openapi/v3`` (JSON, per group-version) and ``/openapi/v2`` (protobuf) from the built-in
   kinds' schemas and the installed CRDs' (``openapi.py``): plain ``kubectl apply`` validates
@@ -233,6 +235,8 @@ class ThemisEmulator(KubernetesEmulator):
         self.namespaces: set[str] = {"default", "kube-system"}
         self.columns: dict[tuple[str, str, str], list[dict]] = {}  # CRD additionalPrinterColumns
         self.schemas: dict[tuple[str, str, str], dict] = {}  # CRD openAPIV3Schema per version
+        # A CRD's other served versions → its storage version: one store, conversion None
+        self.storage_of: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         # subresources.scale per CRD version, and the built-in workloads' (spec/status.replicas)
         self.scales: dict[tuple[str, str, str], dict] = {
             ("apps", "v1", plural): {
@@ -408,7 +412,8 @@ class ThemisEmulator(KubernetesEmulator):
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         plural, name, sub = rest[0], rest[1] if len(rest) > 1 else None, "/".join(rest[2:]) or None
-        kind = self.kinds.get((group, version, plural))
+        key = (group, version, plural)
+        kind = self.kinds.get(self.storage_of.get(key, key))
         if kind is None:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
         return kind, namespace, name, sub
@@ -619,7 +624,14 @@ class ThemisEmulator(KubernetesEmulator):
 
     def _register_crd(self, crd: dict) -> None:
         spec, names = crd["spec"], crd["spec"]["names"]
+        storage = next((v["name"] for v in spec.get("versions") or [] if v.get("storage")), None)
         for version in spec.get("versions") or []:
+            if storage and version["name"] != storage:  # conversion None: the storage version's objects
+                self.storage_of[(spec["group"], version["name"], names["plural"])] = (
+                    spec["group"],
+                    storage,
+                    names["plural"],
+                )
             self.columns[(spec["group"], version["name"], names["plural"])] = (
                 version.get("additionalPrinterColumns") or []
             )
