@@ -10,7 +10,6 @@ node's /etc/hosts names apart from any other run on the machine.
 import base64
 import json
 import ssl
-import uuid
 
 import httpx
 import pytest
@@ -19,7 +18,7 @@ from themis_client import ThemisClient
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import validate_manifest
 
-from .conftest import ROOT, Kubectl, api_key, eventually, kube_stack, light
+from .conftest import ROOT, Kubectl, api_key, eventually, kubectl_on_stack, light
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -59,10 +58,7 @@ SERVICE_MONITOR_CRD = {
 @pytest.fixture(scope="module")
 def cluster(kubectl_binary, tmp_path_factory):
     """Emulator + CRDs + operator + node; kubectl bound to a fresh namespace."""
-    namespace = f"e2e-{uuid.uuid4().hex[:6]}"
-    with kube_stack(tmp_path_factory.mktemp("kube"), namespace) as stack:
-        kubectl = Kubectl(kubectl_binary, stack.kubeconfig, namespace)
-        kubectl.run("apply", "-f", str(ROOT / "crds"))
+    with kubectl_on_stack(kubectl_binary, tmp_path_factory.mktemp("kube"), "e2e") as kubectl:
         kubectl.run("create", "-f", "-", input=json.dumps(SERVICE_MONITOR_CRD))
         yield kubectl
 

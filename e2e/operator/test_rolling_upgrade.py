@@ -11,23 +11,19 @@ import json
 import ssl
 import threading
 import time
-import uuid
 
 import pytest
 import yaml
 from themis_client import ThemisClient
 
-from .conftest import ROOT, Kubectl, api_key, eventually, kube_stack, light
+from .conftest import ROOT, Kubectl, api_key, eventually, kubectl_on_stack, light
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def kubectl(kubectl_binary, tmp_path_factory):
-    namespace = f"roll-{uuid.uuid4().hex[:6]}"
-    with kube_stack(tmp_path_factory.mktemp("kube"), namespace) as stack:
-        k = Kubectl(kubectl_binary, stack.kubeconfig, namespace)
-        k.run("apply", "-f", str(ROOT / "crds"))
+    with kubectl_on_stack(kubectl_binary, tmp_path_factory.mktemp("kube"), "roll") as k:
         yield k
 
 
