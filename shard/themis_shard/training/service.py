@@ -24,6 +24,7 @@ from ..storage.documents import DocumentStore, StoredDocument
 from ..storage.names import COLLECTION_PATTERN
 from .forward import GemmaWeights
 from .lora import LoraWeights, encode, read_lora_gguf, train, write_lora_gguf
+from .persisted import TrainedAdapters
 
 if TYPE_CHECKING:
     from ..llm.runtime import LLMRuntime
@@ -80,6 +81,8 @@ class TrainingService:
         self._runtime = runtime
         self.out_dir = out_dir
         self.cache_dir = cache_dir
+        #: Which trained adapters are loaded, reloaded after a restart.
+        self.loaded = TrainedAdapters(out_dir)
         self._weights: GemmaWeights | None = None
         self._busy = asyncio.Lock()
 

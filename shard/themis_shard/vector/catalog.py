@@ -23,12 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from ..data_format import UNMARKED
 from ..errors import BadRequest
 from ..storage import codec
 from ..storage.collections import CollectionConfig
 from ..storage.documents import Change, DocumentStore, StoredDocument, StoreObserver, Write
 from .filters import matches, validate_filter
 from .index import DeviceCopier, FaissGpu, Hit, VectorIndex, gpu_count
+
+#: The index file layout (header, meta, FAISS blob); another format is rebuilt from the store.
+INDEX_FORMAT = 1
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +105,9 @@ class VectorCatalog(StoreObserver):
             raw = path.read_bytes()
             (meta_len,) = _HEADER.unpack_from(raw)
             meta = json.loads(raw[_HEADER.size : _HEADER.size + meta_len])
+            if meta.get("format", UNMARKED) != INDEX_FORMAT:  # derived data: rebuilt, never misread
+                log.info("vector index %s has format %s; rebuilding", config.name, meta.get("format"))
+                return None
             if meta.get("generation") != self.store.generation(config.name):
                 log.info("vector index %s is behind the store; rebuilding", config.name)
                 return None
@@ -127,6 +134,7 @@ class VectorCatalog(StoreObserver):
         with self._locks[collection]:
             blob, meta = index.dumps()
             meta["generation"] = self.store.generation(collection)
+            meta["format"] = INDEX_FORMAT
             self._dirty[collection] = 0
         header = json.dumps(meta).encode()
         path = self._path(collection)
