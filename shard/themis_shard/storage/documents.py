@@ -5,10 +5,13 @@ Layout (rocksdict, raw mode, bytes keys): column family ``docs`` maps
 declaration; ``meta`` holds per-collection counters (document count and a change generation
 that the vector index records when it persists, so a crash is detected on start).
 
-Durability: every commit is one ``WriteBatch`` written with ``sync=True``, so an acknowledged
-write survives ``kill -9`` (the WAL is never disabled). Commits are serialised by one lock;
-under it the current versions are checked, so conditional writes (``If-Match``) and
-transactions are first-committer-wins.
+Durability: every commit is part of one ``WriteBatch`` written with ``sync=True``, so an
+acknowledged write survives ``kill -9`` (the WAL is never disabled). Commits are validated and
+staged under one lock — the current versions, including those of writes staged but not yet
+durable, are checked there, so conditional writes (``If-Match``) and transactions are
+first-committer-wins — and then concurrent commits share one synced write (``group_commit``):
+the lock is not held through the fsync, and a commit returns once the write that carries it is
+durable. Readers see a write only once it is durable.
 
 Deletes leave a tombstone (a version with no body), so versions only ever grow per key and
 another shard's copy can be reconciled by comparing stamps (:meth:`apply_replicated`): each
@@ -38,8 +41,10 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from ..errors import BadRequest, Conflict, NotFound
 from . import codec
 from .collections import CollectionConfig
+from .group_commit import GroupCommit, Op, Ops
 from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
+from .wal_sync import WalSync
 
 _CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log", "inflight")
 
@@ -175,6 +180,11 @@ class DocumentStore:
         self._handles = {cf: self._db.get_column_family_handle(cf) for cf in _CFS}
         self._sync = WriteOptions()
         self._sync.sync = True
+        self._unsynced = WriteOptions()
+        self._unsynced.sync = False
+        self._wal = WalSync(self.path)
+        #: commits fsync the WAL themselves, without the GIL (``wal_sync``); else sync=True
+        self.wal_fsync_unlocked = self._wal.available()
         self._lock = threading.RLock()
         self._observers: list[StoreObserver] = []
         self._configs: dict[str, CollectionConfig] = {
@@ -182,6 +192,14 @@ class DocumentStore:
         }
         self._counts = {c: _counter(self._meta.get(f"count:{c}".encode())) for c in self._configs}
         self._generations = {c: _counter(self._meta.get(f"gen:{c}".encode())) for c in self._configs}
+        # What staged (not yet durable) commits will make of the above, and of the docs: the
+        # next commit is validated against these. Only touched under ``_lock``.
+        self._planned_counts = dict(self._counts)
+        self._planned_generations = dict(self._generations)
+        self._pending: dict[bytes, tuple[bytes | None, int]] = {}
+        self._staged_seq = 0
+        self._group = GroupCommit(self._write_ops, self._lock, self._forget_planned)
+        self.last_group_size = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -234,8 +252,8 @@ class DocumentStore:
             batch.put(config.name.encode(), config.model_dump_json().encode(), self._handles["collections"])
             self._db.write(batch, self._sync)
             self._configs[config.name] = config
-            self._counts.setdefault(config.name, 0)
-            self._generations.setdefault(config.name, 0)
+            for counters in (self._counts, self._generations, self._planned_counts, self._planned_generations):
+                counters.setdefault(config.name, 0)
             return config
 
     def _ensure_collection(self, name: str, batch: WriteBatch) -> CollectionConfig:
@@ -330,31 +348,26 @@ class DocumentStore:
         if not keys:
             return 0
         with self._lock:
-            batch = WriteBatch(raw_mode=True)
+            batch = Ops()
             changes: list[Change] = []
             count_delta: dict[str, int] = {}
+            deleted: dict[bytes, bytes | None] = {}
             for collection, key in keys:
-                raw = self._docs.get(storage_key(collection, key))
+                skey = storage_key(collection, key)
+                raw = self._raw(skey)
                 if raw is None:
                     continue
-                batch.delete(storage_key(collection, key), self._handles["docs"])
+                batch.delete(skey, self._handles["docs"])
+                deleted[skey] = None
                 if codec.live_version(raw):
                     count_delta[collection] = count_delta.get(collection, 0) - 1
                     changes.append(
                         Change(collection, key, codec.decode_version(raw), None, codec.live_version(raw))
                     )
             touched = {c for c, _ in keys}
-            generations = {c: self._generations.get(c, 0) + 1 for c in touched}
-            counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
-            for c in touched:
-                batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
-                batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
-            self._db.write(batch, self._sync)
-            self._generations.update(generations)
-            self._counts.update(counts)
-            for observer in self._observers:
-                observer.apply(changes, generations)
-            return len(changes)
+            item = self._stage(batch, deleted, touched, count_delta, changes)
+        self._group.wait(item)
+        return len(changes)
 
     def _scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         snap = self._docs.snapshot()
@@ -371,6 +384,73 @@ class DocumentStore:
 
     def generation(self, collection: str) -> int:
         return self._generations.get(collection, 0)
+
+    # -- staging and group commit -------------------------------------------------------------
+    def _raw(self, skey: bytes) -> bytes | None:
+        """A key's newest record, staged or durable (under ``_lock``: what a commit checks)."""
+        pending = self._pending.get(skey)
+        return pending[0] if pending is not None else self._docs.get(skey)
+
+    def _stage(
+        self,
+        batch: Ops,
+        docs: dict[bytes, bytes | None],
+        touched: set[str],
+        count_delta: dict[str, int],
+        changes: list[Change],
+        started: float | None = None,
+    ):
+        """Queue ``batch`` (plus the touched collections' counters) for the next synced write;
+        ``docs`` are its new records, visible to later commits' checks at once and to readers
+        once durable. Under ``_lock``; the caller waits for the item without it."""
+        generations = {c: self._planned_generations.get(c, 0) + 1 for c in touched}
+        counts = {c: self._planned_counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
+        for c in sorted(touched):
+            batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
+            batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
+        self._planned_generations.update(generations)
+        self._planned_counts.update(counts)
+        self._staged_seq += 1
+        seq = self._staged_seq
+        for skey, raw in docs.items():
+            self._pending[skey] = (raw, seq)
+
+        def publish() -> None:  # by the group's leader, under ``_lock``, once durable
+            for c in touched:
+                self._configs.setdefault(c, CollectionConfig(name=c))
+            self._generations.update(generations)
+            self._counts.update(counts)
+            for skey in docs:
+                if self._pending.get(skey, (None, 0))[1] == seq:
+                    del self._pending[skey]
+            for observer in self._observers:
+                observer.apply(changes, generations)
+            self.last_group_size = item.group_size
+            if started is not None:
+                self.last_commit_seconds = time.perf_counter() - started
+
+        item = self._group.stage(batch.ops, publish)
+        return item
+
+    def _write_ops(self, ops: list[Op]) -> None:
+        """One synced write of every staged operation (the group's leader, no lock held)."""
+        batch = WriteBatch(raw_mode=True)
+        for kind, key, value, handle in ops:
+            if kind == "put":
+                batch.put(key, value, handle)
+            else:
+                batch.delete(key, handle)
+        if self.wal_fsync_unlocked:
+            self._db.write(batch, self._unsynced)
+            self._wal.sync()
+        else:
+            self._db.write(batch, self._sync)
+
+    def _forget_planned(self) -> None:
+        """A synced write failed: every staged commit failed with it (``GroupCommit``)."""
+        self._pending.clear()
+        self._planned_counts = dict(self._counts)
+        self._planned_generations = dict(self._generations)
 
     # -- writes ------------------------------------------------------------------------------
     def put(self, collection: str, key: str, document: dict[str, Any], if_version: int | None = None) -> int:
@@ -400,7 +480,11 @@ class DocumentStore:
             return []
         with self._lock:
             installs = self._plan(writes, expected, checks)
-            return self._install(installs) if installs else []
+            if not installs:
+                return []
+            item, changes = self._install(installs)
+        self._group.wait(item)
+        return changes
 
     def prepare(self, writes: list[Write], checks: tuple[Check, ...] | list[Check] = ()) -> list[Replicated]:
         """The records ``commit`` would install — validated, versioned and stamped — without
@@ -436,14 +520,14 @@ class DocumentStore:
         for c in checks:
             check_collection(c.collection)
             check_key(c.key)
-            live = self.live_version(c.collection, c.key)
+            live = codec.live_version(self._raw(storage_key(c.collection, c.key)))
             if live != c.version:
                 raise Conflict(
                     f"{c.collection}/{c.key} is at version {live}, not {c.version} (check)",
                     code="version_conflict",
                 )
         for (collection, key), seen in (expected or {}).items():
-            if self.version(collection, key) != seen:
+            if codec.decode_version(self._raw(storage_key(collection, key))) != seen:
                 raise Conflict(
                     f"{collection}/{key} changed since the transaction began", code="transaction_conflict"
                 )
@@ -453,7 +537,7 @@ class DocumentStore:
             config = self._configs.get(w.collection) or CollectionConfig(name=w.collection)
             state = pending.get((w.collection, w.key))
             if state is None:
-                raw = self._docs.get(storage_key(w.collection, w.key))
+                raw = self._raw(storage_key(w.collection, w.key))
                 state = (codec.decode_version(raw), codec.live_version(raw) != 0)
             stored, exists = state
             live = stored if exists else 0
@@ -471,7 +555,7 @@ class DocumentStore:
         return installs
 
     def apply_replicated(
-        self, items: list[Replicated], also: Callable[[WriteBatch], None] | None = None
+        self, items: list[Replicated], also: Callable[[Ops], None] | None = None
     ) -> list[Change]:
         """Install versions decided by another shard (replication, hints, catch-up).
 
@@ -484,29 +568,38 @@ class DocumentStore:
             check_collection(item.collection)
             check_key(item.key)
         with self._lock:
-            installs: list[tuple[Write, Stamp, int]] = []
-            newest: dict[tuple[str, str], Stamp] = {}
-            for item in items:
-                ident = (item.collection, item.key)
-                stamp = item.stamp
-                self.clock.observe(stamp.hlc)
-                raw = self._docs.get(storage_key(*ident))
-                stored = newest.get(ident) or codec.decode_stamp(raw)
-                if not wins(stamp, stored):
-                    continue
-                w = Write(item.collection, item.key, item.document)
-                config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
-                for observer in self._observers:
-                    observer.validate(config, w)
-                newest[ident] = stamp
-                installs.append((w, stamp, codec.live_version(raw)))
-            if installs:
-                return self._install(installs, also)
-            if also is not None:
-                batch = WriteBatch(raw_mode=True)
-                also(batch)
-                self._db.write(batch, self._sync)
+            staged = self._stage_replicated(items, also)
+        if staged is None:
             return []
+        item, changes = staged
+        self._group.wait(item)
+        return changes
+
+    def _stage_replicated(self, items: list[Replicated], also: Callable[[Ops], None] | None):
+        """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None."""
+        installs: list[tuple[Write, Stamp, int]] = []
+        newest: dict[tuple[str, str], Stamp] = {}
+        for item in items:
+            ident = (item.collection, item.key)
+            stamp = item.stamp
+            self.clock.observe(stamp.hlc)
+            raw = self._raw(storage_key(*ident))
+            stored = newest.get(ident) or codec.decode_stamp(raw)
+            if not wins(stamp, stored):
+                continue
+            w = Write(item.collection, item.key, item.document)
+            config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
+            for observer in self._observers:
+                observer.validate(config, w)
+            newest[ident] = stamp
+            installs.append((w, stamp, codec.live_version(raw)))
+        if installs:
+            return self._install(installs, also)
+        if also is not None:
+            batch = Ops()
+            also(batch)
+            return self._stage(batch, {}, set(), {}, []), []
+        return None
 
     def tombstones(self, older_than_hlc: int) -> list[Tombstone]:
         """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection)."""
@@ -516,20 +609,23 @@ class DocumentStore:
         """Physically remove tombstones that are still exactly these records (a newer write to
         the key since keeps it). Not a write: no version, no hint."""
         with self._lock:
-            batch = WriteBatch(raw_mode=True)
-            dropped = 0
+            batch = Ops()
+            dropped: dict[bytes, bytes | None] = {}
             for t in items:
-                raw = self._docs.get(storage_key(t.collection, t.key))
+                skey = storage_key(t.collection, t.key)
+                raw = self._raw(skey)
                 if (
                     raw is not None
                     and codec.is_tombstone(raw)
                     and codec.decode_stamp(raw) == Stamp(t.version, t.hlc, t.origin)
                 ):
-                    batch.delete(storage_key(t.collection, t.key), self._handles["docs"])
-                    dropped += 1
-            if dropped:
-                self._db.write(batch, self._sync)
-            return dropped
+                    batch.delete(skey, self._handles["docs"])
+                    dropped[skey] = None
+            if not dropped:
+                return 0
+            item = self._stage(batch, dropped, set(), {}, [])
+        self._group.wait(item)
+        return len(dropped)
 
     def apply_coordinated(
         self, items: list[Replicated]
@@ -537,24 +633,30 @@ class DocumentStore:
         """A coordinator's write arriving at an owner: all of it, or — when this owner already
         holds a higher stamp for one of its keys (the coordinator was behind) — none of it, and
         those newer records for the coordinator to catch up from."""
+        for item in items:
+            check_collection(item.collection)
+            check_key(item.key)
         with self._lock:
             newer = []
             for item in items:
-                raw = self._docs.get(storage_key(item.collection, item.key))
+                raw = self._raw(storage_key(item.collection, item.key))
                 stored = codec.decode_stamp(raw)
                 if stored is not None and stored > item.stamp:
                     newer.append(entry(item.collection, item.key, raw))
             if newer:
                 return [], newer
-            return self.apply_replicated(items), []
+            staged = self._stage_replicated(items, None)
+        if staged is None:
+            return [], []
+        self._group.wait(staged[0])
+        return staged[1], []
 
-    def _install(
-        self, installs: list[tuple[Write, Stamp, int]], also: Callable[[WriteBatch], None] | None = None
-    ) -> list[Change]:
-        """Write (write, stamp, previous live version) triples in one synced batch (with
-        whatever ``also`` adds to it)."""
+    def _install(self, installs: list[tuple[Write, Stamp, int]], also: Callable[[Ops], None] | None = None):
+        """Stage (write, stamp, previous live version) triples as one atomic part of the next
+        synced write (with whatever ``also`` adds to it): (item to wait for, changes)."""
         started = time.perf_counter()
-        batch = WriteBatch(raw_mode=True)
+        batch = Ops()
+        docs: dict[bytes, bytes | None] = {}
         live: dict[tuple[str, str], bool] = {}
         count_delta: dict[str, int] = {}
         changes: list[Change] = []
@@ -564,10 +666,11 @@ class DocumentStore:
             was_live = live.get(ident, previous != 0)
             skey = storage_key(w.collection, w.key)
             if w.document is None:
-                batch.put(skey, codec.encode_tombstone(stamp), self._handles["docs"])
+                value = codec.encode_tombstone(stamp)
             else:
                 value = codec.encode(stamp, w.document, self.max_document_bytes, self.max_document_depth)
-                batch.put(skey, value, self._handles["docs"])
+            batch.put(skey, value, self._handles["docs"])
+            docs[skey] = value
             now_live = w.document is not None
             count_delta[w.collection] = count_delta.get(w.collection, 0) + (now_live - was_live)
             live[ident] = now_live
@@ -575,23 +678,9 @@ class DocumentStore:
                 Change(w.collection, w.key, stamp.version, w.document, previous, stamp.hlc, stamp.origin)
             )
         touched = {w.collection for w, _, _ in installs}
-        generations = {c: self._generations.get(c, 0) + 1 for c in touched}
-        counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
-        for c in touched:
-            batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
-            batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
         if also is not None:
             also(batch)
-        self._db.write(batch, self._sync)
-        # Durable from here on: publish the new state.
-        for c in touched:
-            self._configs.setdefault(c, CollectionConfig(name=c))
-        self._generations.update(generations)
-        self._counts.update(counts)
-        for observer in self._observers:
-            observer.apply(changes, generations)
-        self.last_commit_seconds = time.perf_counter() - started
-        return changes
+        return self._stage(batch, docs, touched, count_delta, changes, started), changes
 
 
 class Transaction:
