@@ -130,7 +130,18 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "log_level"}
     settings = Settings(**overrides)
     configure_logging(args.log_level, LogSettings().format)
-    asyncio.run(serve(settings, args.log_level))
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(serve(settings, args.log_level))
+
+
+def event_loop_factory():
+    """uvloop's loop when it is installed (``uvicorn[standard]`` brings it), else asyncio's:
+    ``asyncio.run`` here would bypass uvicorn's own ``loop="auto"`` choice."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 if __name__ == "__main__":

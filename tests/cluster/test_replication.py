@@ -326,6 +326,11 @@ def _racing_repair(peers, owner: str, coordinator_store, fail: bool) -> None:
 
     def racing(method: str, path: str, request):
         answer = handle(method, path, request)
+        if path == "/internal/replicate/batch":
+            for message in json.loads(request.content)["messages"]:
+                coordinator_store.apply_replicated(decode_items(message["items"]))
+            if fail:
+                return httpx.Response(500, json={"error": {"code": "internal", "message": "lost"}})
         if path == "/internal/replicate" and b'"fence"' in request.content:
             coordinator_store.apply_replicated(decode_items(json.loads(request.content)["items"]))
             if fail:

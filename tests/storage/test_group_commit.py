@@ -100,7 +100,7 @@ def test_a_store_commits_concurrently_and_keeps_every_acknowledged_write_after_r
         try:
             for j in range(20):
                 store.put("c", f"k{i}-{j}", {"i": i, "j": j})
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             failures.append(exc)
 
     threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
@@ -114,7 +114,9 @@ def test_a_store_commits_concurrently_and_keeps_every_acknowledged_write_after_r
     reopened = DocumentStore(tmp_path / "db")
     try:
         assert reopened.count("c") == 160
-        assert all(reopened.get("c", f"k{i}-{j}").document == {"i": i, "j": j} for i in range(8) for j in range(20))
+        assert all(
+            reopened.get("c", f"k{i}-{j}").document == {"i": i, "j": j} for i in range(8) for j in range(20)
+        )
     finally:
         reopened.close()
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from ..errors import BadRequest, Conflict, NotFound
+from ..errors import BadRequest, Conflict, NotFound, ThemisError
 from . import codec
 from .collections import CollectionConfig
 from .group_commit import GroupCommit, Op, Ops
@@ -252,7 +252,12 @@ class DocumentStore:
             batch.put(config.name.encode(), config.model_dump_json().encode(), self._handles["collections"])
             self._db.write(batch, self._sync)
             self._configs[config.name] = config
-            for counters in (self._counts, self._generations, self._planned_counts, self._planned_generations):
+            for counters in (
+                self._counts,
+                self._generations,
+                self._planned_counts,
+                self._planned_generations,
+            ):
                 counters.setdefault(config.name, 0)
             return config
 
@@ -633,23 +638,51 @@ class DocumentStore:
         """A coordinator's write arriving at an owner: all of it, or — when this owner already
         holds a higher stamp for one of its keys (the coordinator was behind) — none of it, and
         those newer records for the coordinator to catch up from."""
+        [answer] = self.apply_coordinated_many([items])
+        if isinstance(answer, ThemisError):
+            raise answer
+        return answer
+
+    def apply_coordinated_many(
+        self, messages: list[list[Replicated]]
+    ) -> list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError]:
+        """Several coordinated writes at once (one replication batch): each all-or-nothing as
+        in ``apply_coordinated`` and answered on its own (a refused one is its error), all
+        staged under one hold of the lock so they share one synced write."""
+        answers: list = []
+        with self._lock:
+            for items in messages:
+                try:
+                    answers.append(self._stage_coordinated(items))
+                except ThemisError as exc:
+                    answers.append(exc)
+        out: list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError] = []
+        for answer in answers:
+            if isinstance(answer, ThemisError):
+                out.append(answer)
+                continue
+            staged, newer = answer
+            if staged is None:
+                out.append(([], newer))
+                continue
+            self._group.wait(staged[0])
+            out.append((staged[1], []))
+        return out
+
+    def _stage_coordinated(self, items: list[Replicated]):
+        """Under ``_lock``: (staged or None, newer records held here)."""
         for item in items:
             check_collection(item.collection)
             check_key(item.key)
-        with self._lock:
-            newer = []
-            for item in items:
-                raw = self._raw(storage_key(item.collection, item.key))
-                stored = codec.decode_stamp(raw)
-                if stored is not None and stored > item.stamp:
-                    newer.append(entry(item.collection, item.key, raw))
-            if newer:
-                return [], newer
-            staged = self._stage_replicated(items, None)
-        if staged is None:
-            return [], []
-        self._group.wait(staged[0])
-        return staged[1], []
+        newer = []
+        for item in items:
+            raw = self._raw(storage_key(item.collection, item.key))
+            stored = codec.decode_stamp(raw)
+            if stored is not None and stored > item.stamp:
+                newer.append(entry(item.collection, item.key, raw))
+        if newer:
+            return None, newer
+        return self._stage_replicated(items, None), []
 
     def _install(self, installs: list[tuple[Write, Stamp, int]], also: Callable[[Ops], None] | None = None):
         """Stage (write, stamp, previous live version) triples as one atomic part of the next
