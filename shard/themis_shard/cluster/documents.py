@@ -218,6 +218,8 @@ class DistributedDocuments:
         self.inflight = inflight
         #: False: reads go to the primary only (``ClusterSettings.read_from_replicas``).
         self.read_from_replicas = read_from_replicas
+        #: w=1 replication still on its way to the other owners
+        self._background: set[asyncio.Task] = set()
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
         """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
@@ -404,6 +406,8 @@ class DistributedDocuments:
             for owner in topo.owners(r.collection, r.key):
                 if owner != topo.self_id:
                     per_peer.setdefault(owner, []).append(r)
+        if concern is WriteConcern.ONE:
+            return await self._install_then_replicate(records, per_peer, burns)
         peers = sorted(per_peer)
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
@@ -458,6 +462,28 @@ class DistributedDocuments:
             f"{need}; nothing was written",
             code="replicas_unavailable",
         )
+
+    async def _install_then_replicate(
+        self, records: list[Replicated], per_peer: dict[str, list[Replicated]], burns: list[Replicated]
+    ) -> list[Change]:
+        """w=1 means what it says: acknowledged once this coordinator's copy is durable. The
+        other owners get the records in the background, as repairs (stamps order them), and a
+        durable hint when they cannot take them now; anti-entropy covers a crash in between."""
+        changes = await run_in_threadpool(self.store.apply_replicated, records)
+        if len(changes) != len(records):  # a repair got here first: with these records, or newer
+            changes = self._installed(records, changes, burns)
+        if changes is None:
+            raise Conflict("the document changed while this write was replicated", code="version_conflict")
+        for peer, items in per_peer.items():
+            task = asyncio.create_task(self.replication.send(peer, items), name=f"w1-replicate-{peer}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return changes
+
+    async def settle(self) -> None:
+        """Until the w=1 replication started so far has been delivered or hinted."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def _installed(
         self, records: list[Replicated], changes: list[Change], burns: list[Replicated]
