@@ -320,6 +320,20 @@ class DocumentStore:
             collection, key = split_storage_key(raw_key)
             yield entry(collection, key, raw)
 
+    def scan_stamps(self) -> Iterator[tuple[str, str, Stamp, bool]]:
+        """(collection, key, stamp, is a tombstone) of every record, from one snapshot, without
+        decoding a single document body: what digests and garbage collection need."""
+        for raw_key, raw in self._scan_prefix(b""):
+            collection, key = split_storage_key(raw_key)
+            yield collection, key, codec.decode_stamp(raw), codec.is_tombstone(raw)
+
+    def scan_where(self, keep: Callable[[str, str], bool]) -> Iterator[StoredDocument | Tombstone]:
+        """The records whose (collection, key) pass ``keep``, tested before the value is decoded."""
+        for raw_key, raw in self._scan_prefix(b""):
+            collection, key = split_storage_key(raw_key)
+            if keep(collection, key):
+                yield entry(collection, key, raw)
+
     def scan_page(
         self, after: bytes | None, limit: int, keep: Callable[[str, str], bool] | None = None
     ) -> tuple[list[StoredDocument | Tombstone], bytes | None]:
@@ -607,8 +621,13 @@ class DocumentStore:
         return None
 
     def tombstones(self, older_than_hlc: int) -> list[Tombstone]:
-        """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection)."""
-        return [e for e in self.scan_all() if isinstance(e, Tombstone) and e.hlc < older_than_hlc]
+        """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection); no
+        live document's body is decoded on the way."""
+        return [
+            Tombstone(c, k, stamp.version, None, stamp.hlc, stamp.origin)
+            for c, k, stamp, dead in self.scan_stamps()
+            if dead and stamp.hlc < older_than_hlc
+        ]
 
     def drop_tombstones(self, items: list[Tombstone]) -> int:
         """Physically remove tombstones that are still exactly these records (a newer write to
