@@ -192,14 +192,15 @@ def main() -> None:
     parser.add_argument("--cluster-writes", type=int, default=300)
     parser.add_argument("--cluster-txns", type=int, default=300)
     parser.add_argument("--peer-clients", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--peer-seconds", type=float, default=4.0)
+    parser.add_argument("--peer-seconds", type=float, default=None, help="per cell (default 4, --quick 1.5)")
     parser.add_argument("--quick", action="store_true", help="the peer comparison alone, 1.5 s per cell")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from _storage_peer import compare
 
-    if args.peer_seconds:
-        compare(args.peer_clients, 1.5 if args.quick else args.peer_seconds)
+    seconds = args.peer_seconds if args.peer_seconds is not None else (1.5 if args.quick else 4.0)
+    if seconds:
+        compare(args.peer_clients, seconds)
     if args.quick:
         return
     with tempfile.TemporaryDirectory() as tmp:

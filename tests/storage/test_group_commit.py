@@ -153,3 +153,28 @@ def test_deletes_and_counts_stay_exact_through_group_commit(tmp_path, count: int
         assert store.count("c") == count - 1
     finally:
         store.close()
+
+
+def test_a_coroutine_waiting_for_its_write_leaves_the_event_loop_free() -> None:
+    import asyncio
+
+    write, lock = HeldWrite(), threading.RLock()
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    published: list[bytes] = []
+
+    async def scenario() -> None:
+        with lock:
+            item = group.stage([("put", b"a", b"v", None)], lambda: published.append(b"a"))
+        waiting = asyncio.create_task(group.wait_async(item))
+        ticks = 0
+        while not write.entered.is_set():  # the loop keeps running while the write is held
+            ticks += 1
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)
+        assert not waiting.done() and published == []
+        write.release.set()
+        await asyncio.wait_for(waiting, 30)
+        assert published == [b"a"]
+
+    asyncio.run(scenario())
+    group.close()

@@ -190,7 +190,7 @@ async def replicate_batch(request: Request, shard: Node) -> Response:
             results[i] = _error_result(refusal)
         else:
             accepted.append(i)
-    answers = await run_in_threadpool(shard.store.apply_coordinated_many, [messages[i][0] for i in accepted])
+    answers = await shard.store.apply_coordinated_many_async([messages[i][0] for i in accepted])
     for i, answer in zip(accepted, answers, strict=True):
         if isinstance(answer, ThemisError):
             results[i] = _error_result(answer)

@@ -379,7 +379,9 @@ class DistributedDocuments:
         keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
         async with self.locks.hold(keys):
             self._refuse_held(keys)
-            records = await run_in_threadpool(self.store.prepare, writes, checks)
+            # Inline: validation and stamping under the store's lock take microseconds, and a
+            # hop to a worker thread costs more than that (a GIL handoff) on a busy shard.
+            records = self.store.prepare(writes, checks)
             if not records:  # checks only: validated under the locks, nothing to write
                 return []
             # The burns, should this fail, take the documents as they are now: a repair may
@@ -427,7 +429,7 @@ class DistributedDocuments:
             for r in records
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
-            changes = await run_in_threadpool(self.store.apply_replicated, records)
+            changes = await self.store.apply_replicated_async(records)
             if logged is not None:
                 await run_in_threadpool(self.inflight.remove, logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
@@ -469,7 +471,7 @@ class DistributedDocuments:
         """w=1 means what it says: acknowledged once this coordinator's copy is durable. The
         other owners get the records in the background, as repairs (stamps order them), and a
         durable hint when they cannot take them now; anti-entropy covers a crash in between."""
-        changes = await run_in_threadpool(self.store.apply_replicated, records)
+        changes = await self.store.apply_replicated_async(records)
         if len(changes) != len(records):  # a repair got here first: with these records, or newer
             changes = self._installed(records, changes, burns)
         if changes is None:

@@ -203,6 +203,7 @@ class DocumentStore:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._group.close()  # what is staged is written first
         with self._lock:
             if self._db is None:
                 return
@@ -594,6 +595,19 @@ class DocumentStore:
         self._group.wait(item)
         return changes
 
+    async def apply_replicated_async(self, items: list[Replicated]) -> list[Change]:
+        """``apply_replicated`` for a coroutine: staged here (under the lock, briefly), and the
+        event loop is free while the synced write that carries it is in progress."""
+        for item in items:
+            check_collection(item.collection)
+            check_key(item.key)
+        with self._lock:
+            staged = self._stage_replicated(items, None)
+        if staged is None:
+            return []
+        await self._group.wait_async(staged[0])
+        return staged[1]
+
     def _stage_replicated(self, items: list[Replicated], also: Callable[[Ops], None] | None):
         """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None."""
         installs: list[tuple[Write, Stamp, int]] = []
@@ -668,6 +682,23 @@ class DocumentStore:
         """Several coordinated writes at once (one replication batch): each all-or-nothing as
         in ``apply_coordinated`` and answered on its own (a refused one is its error), all
         staged under one hold of the lock so they share one synced write."""
+        answers = self._stage_coordinated_many(messages)
+        for answer in answers:
+            if not isinstance(answer, ThemisError) and answer[0] is not None:
+                self._group.wait(answer[0][0])
+        return _coordinated_answers(answers)
+
+    async def apply_coordinated_many_async(
+        self, messages: list[list[Replicated]]
+    ) -> list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError]:
+        """``apply_coordinated_many`` for a coroutine (see ``apply_replicated_async``)."""
+        answers = self._stage_coordinated_many(messages)
+        for answer in answers:
+            if not isinstance(answer, ThemisError) and answer[0] is not None:
+                await self._group.wait_async(answer[0][0])
+        return _coordinated_answers(answers)
+
+    def _stage_coordinated_many(self, messages: list[list[Replicated]]) -> list:
         answers: list = []
         with self._lock:
             for items in messages:
@@ -675,18 +706,7 @@ class DocumentStore:
                     answers.append(self._stage_coordinated(items))
                 except ThemisError as exc:
                     answers.append(exc)
-        out: list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError] = []
-        for answer in answers:
-            if isinstance(answer, ThemisError):
-                out.append(answer)
-                continue
-            staged, newer = answer
-            if staged is None:
-                out.append(([], newer))
-                continue
-            self._group.wait(staged[0])
-            out.append((staged[1], []))
-        return out
+        return answers
 
     def _stage_coordinated(self, items: list[Replicated]):
         """Under ``_lock``: (staged or None, newer records held here)."""
@@ -733,6 +753,21 @@ class DocumentStore:
         if also is not None:
             also(batch)
         return self._stage(batch, docs, touched, count_delta, changes, started), changes
+
+
+def _coordinated_answers(
+    answers: list,
+) -> list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError]:
+    """Staged coordinated writes (now durable) as (changes, newer) answers, errors as they are."""
+    out: list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError] = []
+    for answer in answers:
+        if isinstance(answer, ThemisError):
+            out.append(answer)
+        elif answer[0] is None:
+            out.append(([], answer[1]))
+        else:
+            out.append((answer[0][1], []))
+    return out
 
 
 class Transaction:

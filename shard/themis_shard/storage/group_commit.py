@@ -1,10 +1,10 @@
 """Group commit: concurrent writers share one RocksDB ``WriteBatch`` and one synced write.
 
 A writer stages its operations (under the store's commit lock, so staging order is commit
-order) and then waits. The first waiter that finds no write in progress becomes the leader: it
-takes every staged item, writes them all as one batch with ``sync=True`` (one WAL append, one
-fsync), publishes each item's effects in staging order, and wakes the others. Items staged while
-the leader's write is in progress form the next group. An item is acknowledged only after the
+order) and then waits — a thread on a condition, a coroutine on a future, so the event loop is
+free meanwhile. One committer thread takes every staged item, writes them all as one batch
+(one WAL append, one fsync), publishes each item's effects in staging order, and wakes the
+writers. Items staged while a write is in progress form the next group. An item is acknowledged only after the
 synced write that holds it returned, so an acknowledged write survives ``kill -9`` exactly as
 before; what changes is how many writes one fsync carries: at N concurrent writers, about N.
 
@@ -15,6 +15,7 @@ commit lock, so nothing staged later builds on them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
@@ -50,6 +51,8 @@ class Staged:
     error: BaseException | None = None
     #: how many items the synced write that carried this one held
     group_size: int = field(default=0)
+    #: (loop, future) of coroutines waiting for it
+    waiters: list = field(default_factory=list)
 
 
 class GroupCommit:
@@ -68,30 +71,63 @@ class GroupCommit:
         self._cond = threading.Condition()
         self._queue: list[Staged] = []
         self._writing = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def stage(self, ops: list[Op], publish: Callable[[], None]) -> Staged:
-        """Queue ``ops`` (call with the commit lock held, in commit order)."""
+        """Queue ``ops`` (call with the commit lock held, in commit order). The committer
+        thread writes it with whatever else is queued when it next starts a write."""
         item = Staged(ops, publish)
         with self._cond:
+            if self._closed:
+                raise RuntimeError("the document store is closed")
             self._queue.append(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
         return item
 
     def wait(self, item: Staged) -> None:
         """Until ``item`` is durable and published (or raise its write's error). Call without
-        the commit lock: the leader needs it to publish."""
+        the commit lock: publishing needs it."""
         with self._cond:
             while not item.done:
-                if not self._writing and self._queue:
-                    group, self._queue = self._queue, []
-                    self._writing = True
-                    break
                 self._cond.wait()
-            else:
-                group = []
-        if group:
-            self._lead(group)
         if item.error is not None:
             raise item.error
+
+    async def wait_async(self, item: Staged) -> None:
+        """``wait`` for a coroutine: the event loop is free while the write is in progress."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            if not item.done:
+                item.waiters.append((loop, future))
+        if not future.done() and not item.done:
+            await future
+        if item.error is not None:
+            raise item.error
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the committer thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group, self._queue = self._queue, []
+                self._writing = True
+            self._lead(group)
 
     def _lead(self, group: list[Staged]) -> None:
         try:
@@ -126,8 +162,17 @@ def _noop() -> None:
 
 
 def _finish(item: Staged) -> None:
-    """Mark ``item`` done and drop what it held: its publish closure refers back to it, and
-    column-family handles in its operations keep the database's lock until collected."""
+    """Mark ``item`` done, wake its coroutines, and drop what it held: its publish closure
+    refers back to it, and column-family handles in its operations keep the database's lock
+    until collected. (Under the condition's lock.)"""
     item.done = True
     item.ops = []
     item.publish = _noop
+    for loop, future in item.waiters:
+        loop.call_soon_threadsafe(_resolve, future)
+    item.waiters = []
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
