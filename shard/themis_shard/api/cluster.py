@@ -22,10 +22,10 @@ from ..cluster.status_model import (
     Speculation,
 )
 from ..node import ShardNode
-from .deps import node
+from .deps import current_node
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 
 
 @router.get("/cluster/status", response_model=ClusterStatus)

@@ -21,11 +21,11 @@ from ..storage.collections import CollectionConfig
 from ..storage.hints import decode_items, encode_items
 from ..storage.names import check_collection, check_key, urn
 from ..training.federation import LocalTrain, Publish
-from .deps import node
+from .deps import current_node
 from .search import SearchRequest
 
 router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 
 
 class WritesBody(BaseModel):
