@@ -584,29 +584,27 @@ class DocumentStore:
         records of one version resolve the same way everywhere (``stamps.wins``). ``also`` adds
         to the same synced batch (a committed transaction drops its intent atomically with it).
         """
-        for item in items:
-            check_collection(item.collection)
-            check_key(item.key)
-        with self._lock:
-            staged = self._stage_replicated(items, also)
+        staged = self._stage_checked(items, also)
         if staged is None:
             return []
-        item, changes = staged
-        self._group.wait(item)
-        return changes
+        self._group.wait(staged[0])
+        return staged[1]
 
     async def apply_replicated_async(self, items: list[Replicated]) -> list[Change]:
         """``apply_replicated`` for a coroutine: staged here (under the lock, briefly), and the
         event loop is free while the synced write that carries it is in progress."""
-        for item in items:
-            check_collection(item.collection)
-            check_key(item.key)
-        with self._lock:
-            staged = self._stage_replicated(items, None)
+        staged = self._stage_checked(items, None)
         if staged is None:
             return []
         await self._group.wait_async(staged[0])
         return staged[1]
+
+    def _stage_checked(self, items: list[Replicated], also: Callable[[Ops], None] | None):
+        for item in items:
+            check_collection(item.collection)
+            check_key(item.key)
+        with self._lock:
+            return self._stage_replicated(items, also)
 
     def _stage_replicated(self, items: list[Replicated], also: Callable[[Ops], None] | None):
         """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None."""
