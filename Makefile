@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast nemesis bench lint dashboards clean kube-up kube-down images image-e2e dist gpu-install gpu-check
+.PHONY: help install up down status demo test test-tools test-fast nemesis bench bench-tools lint dashboards clean kube-up kube-down images image-e2e dist gpu-install gpu-check
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -82,7 +82,12 @@ test-fast: install
 nemesis: install
 	$(PY) -m pytest -q -s -m nemesis e2e/nemesis
 
-bench: install
+# bench/storage.py compares with a 3-member etcd (Debian's etcd-server), which it starts itself.
+bench-tools:
+	@command -v etcd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null; }
+	@if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/null; then systemctl disable --now etcd; fi
+
+bench: install bench-tools
 	$(PY) bench/storage.py
 	$(PY) bench/auth.py
 	$(PY) bench/routing.py

@@ -5,9 +5,15 @@ key's primary at each write concern, and through the other shard (forwarded to t
 and single-shard vs cross-shard (two-phase commit) transaction rates and latencies on a real
 3-shard RAID1 cluster: 2-key transactions whose keys share a primary, and whose keys have two.
 
-Run: `make bench` or `.venv/bin/python bench/storage.py [--vectors 100000] [--dim 384]
-[--cluster-writes 300] [--cluster-txns 300]` (``0`` skips that cluster).
-Prints a table; numbers are from this machine in this run (shared, noisy: compare rows, not runs).
+First, the peer comparison (``_storage_peer``): a 3-shard RAID1 Themis next to a 3-member etcd
+(Debian's ``etcd-server``; started and stopped here, never installed: ``make bench`` installs it),
+same HTTP+JSON client and ~200-byte values at 1/16/64 clients — writes at w=1/majority/all vs
+etcd put, reads vs linearizable and serializable range, transactions vs etcd txn, with ratios.
+
+Run: `make bench` or `.venv/bin/python bench/storage.py [--quick] [--peer-clients 1 16 64]
+[--peer-seconds 4] [--vectors 100000] [--dim 384] [--cluster-writes 300] [--cluster-txns 300]`
+(``0`` skips that part; ``--quick``: the peer comparison alone, 1.5 s per cell).
+Prints tables; numbers are from this machine in this run (shared, noisy: compare rows, not runs).
 """
 
 from __future__ import annotations
@@ -185,7 +191,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--cluster-writes", type=int, default=300)
     parser.add_argument("--cluster-txns", type=int, default=300)
+    parser.add_argument("--peer-clients", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--peer-seconds", type=float, default=None, help="per cell (default 4, --quick 1.5)")
+    parser.add_argument("--quick", action="store_true", help="the peer comparison alone, 1.5 s per cell")
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _storage_peer import compare
+
+    seconds = args.peer_seconds if args.peer_seconds is not None else (1.5 if args.quick else 4.0)
+    if seconds:
+        compare(args.peer_clients, seconds)
+    if args.quick:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         doc_rows = bench_documents(Path(tmp) / "db", args.single, args.batch)
     if args.cluster_writes:

@@ -175,7 +175,7 @@ def test_a_forwarded_document_read_carries_the_callers_trace_to_the_owner(tmp_pa
     from themis_shard.cluster.placement import Topology
     from themis_shard.plan import ClusterSpec, Member, build_plan
 
-    caplog.set_level(logging.INFO, logger="themis.access")
+    caplog.set_level(logging.DEBUG, logger="themis.access")  # shard-to-shard hops log at DEBUG
     port = _free_port()
     plan = build_plan(
         ClusterSpec(

@@ -77,3 +77,10 @@ def test_ring_spec_round_trips_and_rejects_nonsense() -> None:
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad}")
+
+
+def test_every_key_of_a_vnode_range_has_the_owners_of_that_range() -> None:
+    ring = HashRing.of(["a", "b", "c", "d"], vnodes=64)
+    for i in range(500):
+        key = f"urn:themis:c:k{i}"
+        assert ring.owners_of_range(ring.range_of(key), 2) == ring.owners(key, 2)

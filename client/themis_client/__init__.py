@@ -43,6 +43,7 @@ from .models import (
     WriteResult,
 )
 from .retry import NO_RETRY, RetryPolicy
+from .routing import KeyRouter
 
 
 def _version() -> str:
@@ -78,6 +79,7 @@ __all__ = [
     "InferItemError",
     "InferResult",
     "InferStream",
+    "KeyRouter",
     "NotFound",
     "Operation",
     "PayloadTooLarge",

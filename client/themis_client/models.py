@@ -196,6 +196,15 @@ class Capability(_Model):
     active: bool = True
 
 
+class Ring(_Model):
+    """The cluster's consistent-hash ring (``routing.KeyRouter`` rebuilds it to find primaries)."""
+
+    shards: list[str]
+    vnodes: int
+    seed: int = 0
+    version: int = 0
+
+
 class ClusterStatus(_Model):
     """``GET /v1/cluster/status``; the migration block is what ``themis scale`` follows."""
 
@@ -203,6 +212,9 @@ class ClusterStatus(_Model):
     cluster: str = ""
     ring_version: int | None = None
     raid_mode: str = ""
+    copies: int = 0
+    #: None from a shard that predates it (then no token-aware routing).
+    ring: Ring | None = None
     members: list[Member] = Field(default_factory=list)
     draining: list[str] = Field(default_factory=list)
     migration: dict[str, Any] = Field(default_factory=dict)

@@ -132,7 +132,18 @@ def main(argv: list[str] | None = None) -> None:
     logs = LogSettings()
     level = args.log_level or logs.level
     configure_logging(level, logs.format)
-    asyncio.run(serve(settings, level))
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(serve(settings, level))
+
+
+def event_loop_factory():
+    """uvloop's loop when it is installed (``uvicorn[standard]`` brings it), else asyncio's:
+    ``asyncio.run`` here would bypass uvicorn's own ``loop="auto"`` choice."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 if __name__ == "__main__":

@@ -122,10 +122,16 @@ class HashRing:
 
     def owners(self, key: str | bytes, copies: int) -> list[str]:
         """The ``copies`` distinct shards for ``key``: the primary first, then its successors."""
+        return self._owners_from(bisect.bisect_right(self._points, self.key_position(key)), copies)
+
+    def owners_of_range(self, index: int, copies: int) -> list[str]:
+        """The owners of every key in vnode range ``index`` (``range_of``)."""
+        return self._owners_from(index, copies)
+
+    def _owners_from(self, start: int, copies: int) -> list[str]:
         want = min(copies, len(self.spec.shards))
         if want < 1:
             raise ValueError("copies must be >= 1")
-        start = bisect.bisect_right(self._points, self.key_position(key))
         found: list[str] = []
         n = len(self._points)
         for step in range(n):

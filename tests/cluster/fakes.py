@@ -64,6 +64,8 @@ class FakePeer:
         #: answers ``POST /internal/gossip`` (e.g. another shard's ``Gossiper.handle``)
         self.gossip_handler: Callable[[dict], Awaitable[dict]] | None = None
         self.page_size = 500
+        #: serves ``/internal/replicate/batch`` (False: a peer of a version without it, 404)
+        self.batches = True
         #: answers ``/internal/anti-entropy/...`` (an ``AntiEntropy`` over this peer's store)
         self.anti_entropy = None
         #: answers ``/internal/gc/...`` (a ``TombstoneGC`` over this peer's store)
@@ -82,6 +84,17 @@ class FakePeer:
                 )
             applied = self.store.apply_replicated(decode_items(body["items"]))
             return httpx.Response(200, json={"applied": len(applied)})
+        if (method, path) == ("POST", "/internal/replicate/batch") and self.batches:
+            answers = self.store.apply_coordinated_many([decode_items(m["items"]) for m in body["messages"]])
+            return httpx.Response(
+                200,
+                json={
+                    "results": [
+                        {"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
+                        for applied, newer in answers
+                    ]
+                },
+            )
         if method == "POST" and path.startswith("/internal/anti-entropy/") and self.anti_entropy is not None:
             serve = (
                 self.anti_entropy.serve_digests

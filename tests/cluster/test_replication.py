@@ -154,8 +154,35 @@ def test_a_write_no_owner_took_leaves_nothing_anywhere(tmp_path, store) -> None:
         with pytest.raises(Unavailable):
             asyncio.run(documents.commit_here([Write("c", key, {"x": 1})]))
         assert store.version("c", key) == 0 and replication.hints.pending() == {}
-        [change] = asyncio.run(documents.commit_here([Write("c", key, {"x": 1})], WriteConcern.ONE))
+
+        async def w1() -> list:
+            changes = await documents.commit_here([Write("c", key, {"x": 1})], WriteConcern.ONE)
+            await documents.settle()
+            return changes
+
+        [change] = asyncio.run(w1())
         assert change.version == 1 and replication.hints.pending() == {"s-1": 1}
+
+
+def test_a_w1_write_is_acknowledged_from_the_coordinators_copy_and_replicated_after(tmp_path, store) -> None:
+    current = live(plan_of(2))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(100)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+
+        async def scenario() -> None:
+            [change] = await documents.commit_here([Write("c", key, {"x": 1})], WriteConcern.ONE)
+            # durable here when acknowledged; the other owner is not waited for
+            assert store.get("c", key).version == change.version == 1
+            assert not peers.calls_to("s-1")
+            await documents.settle()
+
+        asyncio.run(scenario())
+        assert peers["s-1"].store.get_entry("c", key) == store.get_entry("c", key)
+        assert replication.hints.pending() == {}
 
 
 def test_a_coordinator_behind_an_owner_catches_up_and_writes_on_top_instead_of_under(tmp_path, store) -> None:
@@ -326,6 +353,11 @@ def _racing_repair(peers, owner: str, coordinator_store, fail: bool) -> None:
 
     def racing(method: str, path: str, request):
         answer = handle(method, path, request)
+        if path == "/internal/replicate/batch":
+            for message in json.loads(request.content)["messages"]:
+                coordinator_store.apply_replicated(decode_items(message["items"]))
+            if fail:
+                return httpx.Response(500, json={"error": {"code": "internal", "message": "lost"}})
         if path == "/internal/replicate" and b'"fence"' in request.content:
             coordinator_store.apply_replicated(decode_items(json.loads(request.content)["items"]))
             if fail:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from themis_shard.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from themis_shard.storage import codec
 from themis_shard.storage.documents import DocumentStore, Write
 
 
@@ -140,3 +141,21 @@ def test_purge_drops_copies_without_a_new_version(store: DocumentStore) -> None:
     assert store.purge([("a", "k1"), ("a", "k2"), ("a", "missing")]) == 2
     assert store.get("a", "k1") is None and store.version("a", "k1") == 0  # gone, not tombstoned
     assert store.count("a") == 3
+
+
+def test_tombstones_and_stamp_scans_read_stamps_without_decoding_bodies(tmp_path, monkeypatch) -> None:
+    store = DocumentStore(tmp_path / "db")
+    try:
+        store.put("c", "live", {"x": 1})
+        store.put("c", "gone", {"x": 2})
+        store.delete("c", "gone")
+        monkeypatch.setattr(codec, "decode", lambda raw: pytest.fail("a document body was decoded"))
+        [t] = store.tombstones(older_than_hlc=1 << 62)
+        assert (t.collection, t.key, t.version) == ("c", "gone", 2)
+        assert {(c, k, dead) for c, k, _, dead in store.scan_stamps()} == {
+            ("c", "live", False),
+            ("c", "gone", True),
+        }
+    finally:
+        monkeypatch.undo()
+        store.close()

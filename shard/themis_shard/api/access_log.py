@@ -3,7 +3,8 @@ latency and the trace id; the request runs inside its ``TraceContext`` (``tracin
 its other log lines and its calls to peers carry the same trace id.
 
 Pure ASGI (streaming-safe). A streamed response is logged when its last byte is sent, so the
-latency is the whole stream's. Probes and scrapes log at DEBUG: they would drown the rest. The
+latency is the whole stream's. Probes, scrapes and shard-to-shard ``/internal/...`` hops log at
+DEBUG: they would drown the rest (a client's request is logged once, where it arrived). The
 request's span comes from ``spans`` (``tracing.Spans``: ids only, or OpenTelemetry with [otel]).
 """
 
@@ -64,22 +65,24 @@ class AccessLogMiddleware:
                     "http.response.status_code": status,
                 }
             )
-            log.log(
-                logging.DEBUG if path in QUIET_PATHS else logging.INFO,
-                "%s %s %d %.1fms",
-                scope.get("method", "GET"),
-                route,
-                status,
-                elapsed_ms,
-                extra={
-                    "method": scope.get("method", "GET"),
-                    "route": route,
-                    "path": path,
-                    "status": status,
-                    "latency_ms": round(elapsed_ms, 3),
-                    "trace_id": span.trace_id,
-                    "span_id": span.span_id,
-                    "parent_span_id": span.parent_id,
-                },
-            )
+            level = logging.DEBUG if path in QUIET_PATHS or path.startswith("/internal/") else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(
+                    level,
+                    "%s %s %d %.1fms",
+                    scope.get("method", "GET"),
+                    route,
+                    status,
+                    elapsed_ms,
+                    extra={
+                        "method": scope.get("method", "GET"),
+                        "route": route,
+                        "path": path,
+                        "status": status,
+                        "latency_ms": round(elapsed_ms, 3),
+                        "trace_id": span.trace_id,
+                        "span_id": span.span_id,
+                        "parent_span_id": span.parent_id,
+                    },
+                )
             current_trace.reset(token)

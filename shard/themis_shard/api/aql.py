@@ -8,10 +8,10 @@ from fastapi import APIRouter, Body, Depends, Header
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..node import ShardNode
-from .deps import node
+from .deps import current_node
 
 router = APIRouter(tags=["aql"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 
 
 class AqlRequest(BaseModel):

@@ -18,13 +18,14 @@ from ..cluster.status_model import (
     MemberStatus,
     MigrationStatus,
     PlanAdapters,
+    RingInfo,
     Speculation,
 )
 from ..node import ShardNode
-from .deps import node
+from .deps import current_node
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 
 
 @router.get("/cluster/status", response_model=ClusterStatus)
@@ -53,6 +54,7 @@ async def cluster_status(shard: Node) -> ClusterStatus:
         ring_version=topo.version,
         raid_mode=topo.plan.raid_mode,
         copies=topo.plan.copies,
+        ring=RingInfo.model_validate(topo.plan.ring_spec.to_dict()),
         members=members,
         capabilities=[AdapterCapability.model_validate(a) for a in snapshot["adapters"]],
         hints_pending=cluster.hints.pending(),

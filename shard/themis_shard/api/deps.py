@@ -25,6 +25,12 @@ def node(request: Request) -> ShardNode:
     return shard
 
 
+async def current_node(request: Request) -> ShardNode:
+    """``node`` as a FastAPI dependency. Async on purpose: FastAPI runs a plain ``def``
+    dependency in its thread pool, a worker-thread hop (and GIL handoff) on every request."""
+    return node(request)
+
+
 def document_service(shard: ShardNode) -> DocumentService:
     return shard.documents
 

@@ -15,14 +15,14 @@ from ..node import ShardNode
 from ..storage.collections import CollectionConfig, CollectionSettings
 from ..storage.documents import Change, Check, Write
 from ..storage.names import check_collection, check_key, urn
-from .deps import document_service, node, parse_if_match
+from .deps import current_node, document_service, parse_if_match
 from .params import CollectionName, DocumentKey, IfMatch, collection_field, key_field
 
 router = APIRouter(prefix="/v1", tags=["documents"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 
 
-def write_concern(
+async def write_concern(
     w: Annotated[
         str | None,
         Query(

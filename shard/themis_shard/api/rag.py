@@ -17,11 +17,11 @@ from ..inference.service import InferenceService
 from ..node import ShardNode
 from ..rag.service import RagService, rag_result, rag_stream
 from ..storage.names import check_collection
-from .deps import inference, node, runtime, sse_response
+from .deps import current_node, inference, runtime, sse_response
 from .params import collection_field
 
 router = APIRouter(tags=["inference"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 Inference = Annotated[InferenceService, Depends(inference)]
 
 

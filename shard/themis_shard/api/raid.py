@@ -15,10 +15,10 @@ from ..raid.layout import UnitRef
 from ..raid.manifest import Manifest, ManifestError
 from ..raid.service import RaidService
 from ..raid.store import UnitCorrupt, UnitMissing
-from .deps import node
+from .deps import current_node
 
 router = APIRouter(tags=["raid"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 OCTETS = "application/octet-stream"
 
 

@@ -11,11 +11,11 @@ from ..errors import BadRequest
 from ..node import ShardNode
 from ..rag.retrieval import vector_search
 from ..storage.names import check_collection
-from .deps import node
+from .deps import current_node
 from .params import CollectionName, exactly_one_of
 
 router = APIRouter(prefix="/v1", tags=["search"])
-Node = Annotated[ShardNode, Depends(node)]
+Node = Annotated[ShardNode, Depends(current_node)]
 
 
 class SearchRequest(BaseModel):

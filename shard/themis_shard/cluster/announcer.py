@@ -102,27 +102,37 @@ class LoadSampler:
     """ShardLoad from the engine's own metrics: pending requests now, and the mean queue time
     over the last sampling interval (delta of the queue-time histogram's sum and count)."""
 
+    NAMES = (
+        "themis_pending_llm_requests",
+        "themis_llm_queue_seconds_sum",
+        "themis_llm_queue_seconds_count",
+        "themis_active_lora_adapters",
+    )
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+        # Only the collectors of these four series: collecting the whole registry every gossip
+        # round (HTTP and peer-call histograms included) was a third of a busy shard's CPU.
+        self.registry = registry.restricted_registry(self.NAMES)
         self._last = (0.0, 0.0)
         self._avg_ms = 0.0
 
-    def _total(self, name: str) -> float:
-        total = 0.0
+    def _totals(self) -> dict[str, float]:
+        totals = dict.fromkeys(self.NAMES, 0.0)
         for metric in self.registry.collect():
             for sample in metric.samples:
-                if sample.name == name:
-                    total += sample.value
-        return total
+                if sample.name in totals:
+                    totals[sample.name] += sample.value
+        return totals
 
     def sample(self) -> ShardLoad:
-        pending = self._total("themis_pending_llm_requests")
-        s, c = self._total("themis_llm_queue_seconds_sum"), self._total("themis_llm_queue_seconds_count")
+        totals = self._totals()
+        pending = totals["themis_pending_llm_requests"]
+        s, c = totals["themis_llm_queue_seconds_sum"], totals["themis_llm_queue_seconds_count"]
         ds, dc = s - self._last[0], c - self._last[1]
         self._last = (s, c)
         if dc > 0:
             self._avg_ms = 1000 * ds / dc
-        adapters = self._total("themis_active_lora_adapters")
+        adapters = totals["themis_active_lora_adapters"]
         return ShardLoad(
             pending_llm_requests=int(pending),
             avg_llm_queue_ms=max(0.0, self._avg_ms),

@@ -21,7 +21,7 @@ from ..errors import Conflict
 from ..storage.documents import DocumentStore, Replicated
 from ..storage.hints import decode_items, encode_items
 from ..storage.stamps import Stamp
-from .merkle import Pair, bucket_digests, differing, leaf_digests, newer_than
+from .merkle import FANOUT, Pair, bucket_digests, differing, leaf_digests, newer_than
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
 from .replication import Replication
 from .tasks import Tasks
@@ -78,15 +78,17 @@ class AntiEntropy:
         return Pair(topo.ring, topo.plan.copies, self.self_id, peer)
 
     def _records(self, pair: Pair, buckets: set[int] | None = None) -> list:
-        return [
-            e
-            for e in self.store.scan_all()
-            if pair.shares(e.collection, e.key)
-            and (buckets is None or pair.bucket(e.collection, e.key) in buckets)
-        ]
+        """The shared records in ``buckets``; only those are decoded."""
+
+        def keep(collection: str, key: str) -> bool:
+            leaf = pair.leaf(collection, key)
+            return pair.shares_leaf(leaf) and (buckets is None or leaf // FANOUT in buckets)
+
+        return list(self.store.scan_where(keep))
 
     def _digests(self, pair: Pair) -> dict[int, str]:
-        records = ((e.collection, e.key, Stamp(e.version, e.hlc, e.origin)) for e in self.store.scan_all())
+        """From stamps alone: no document body is decoded."""
+        records = ((c, k, stamp) for c, k, stamp, _ in self.store.scan_stamps())
         return bucket_digests(leaf_digests(records, pair))
 
     def _check(self, request: dict[str, Any]) -> Pair:

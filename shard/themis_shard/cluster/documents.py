@@ -218,6 +218,8 @@ class DistributedDocuments:
         self.inflight = inflight
         #: False: reads go to the primary only (``ClusterSettings.read_from_replicas``).
         self.read_from_replicas = read_from_replicas
+        #: w=1 replication still on its way to the other owners
+        self._background: set[asyncio.Task] = set()
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
         """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
@@ -377,7 +379,9 @@ class DistributedDocuments:
         keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
         async with self.locks.hold(keys):
             self._refuse_held(keys)
-            records = await run_in_threadpool(self.store.prepare, writes, checks)
+            # Inline: validation and stamping under the store's lock take microseconds, and a
+            # hop to a worker thread costs more than that (a GIL handoff) on a busy shard.
+            records = self.store.prepare(writes, checks)
             if not records:  # checks only: validated under the locks, nothing to write
                 return []
             # The burns, should this fail, take the documents as they are now: a repair may
@@ -404,6 +408,8 @@ class DistributedDocuments:
             for owner in topo.owners(r.collection, r.key):
                 if owner != topo.self_id:
                     per_peer.setdefault(owner, []).append(r)
+        if concern is WriteConcern.ONE:
+            return await self._install_then_replicate(records, per_peer, burns)
         peers = sorted(per_peer)
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
@@ -423,7 +429,7 @@ class DistributedDocuments:
             for r in records
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
-            changes = await run_in_threadpool(self.store.apply_replicated, records)
+            changes = await self.store.apply_replicated_async(records)
             if logged is not None:
                 await run_in_threadpool(self.inflight.remove, logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
@@ -458,6 +464,28 @@ class DistributedDocuments:
             f"{need}; nothing was written",
             code="replicas_unavailable",
         )
+
+    async def _install_then_replicate(
+        self, records: list[Replicated], per_peer: dict[str, list[Replicated]], burns: list[Replicated]
+    ) -> list[Change]:
+        """w=1 means what it says: acknowledged once this coordinator's copy is durable. The
+        other owners get the records in the background, as repairs (stamps order them), and a
+        durable hint when they cannot take them now; anti-entropy covers a crash in between."""
+        changes = await self.store.apply_replicated_async(records)
+        if len(changes) != len(records):  # a repair got here first: with these records, or newer
+            changes = self._installed(records, changes, burns)
+        if changes is None:
+            raise Conflict("the document changed while this write was replicated", code="version_conflict")
+        for peer, items in per_peer.items():
+            task = asyncio.create_task(self.replication.send(peer, items), name=f"w1-replicate-{peer}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return changes
+
+    async def settle(self) -> None:
+        """Until the w=1 replication started so far has been delivered or hinted."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def _installed(
         self, records: list[Replicated], changes: list[Change], burns: list[Replicated]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ring import HashRing
 from ..storage.names import storage_key, urn
@@ -32,10 +32,18 @@ class Pair:
     copies: int
     a: str
     b: str
+    #: range → do both shards own it (every key of a vnode range has the same owners)
+    _shared: dict[int, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def shares(self, collection: str, key: str) -> bool:
-        owners = self.ring.owners(urn(collection, key), self.copies)
-        return self.a in owners and self.b in owners
+        return self.shares_leaf(self.leaf(collection, key))
+
+    def shares_leaf(self, leaf: int) -> bool:
+        shared = self._shared.get(leaf)
+        if shared is None:
+            owners = self.ring.owners_of_range(leaf, self.copies)
+            shared = self._shared[leaf] = self.a in owners and self.b in owners
+        return shared
 
     def leaf(self, collection: str, key: str) -> int:
         return self.ring.range_of(urn(collection, key))
@@ -61,8 +69,8 @@ def leaf_digests(records: Iterable[tuple[str, str, Stamp]], pair: Pair) -> dict[
     """Leaf (vnode range) → digest of the shared records in it; empty leaves are left out."""
     leaves: dict[int, bytes] = {}
     for collection, key, stamp in records:
-        if pair.shares(collection, key):
-            leaf = pair.leaf(collection, key)
+        leaf = pair.leaf(collection, key)  # one hash per record: owners come per range
+        if pair.shares_leaf(leaf):
             leaves[leaf] = _xor(leaves.get(leaf, ZERO), record_hash(collection, key, stamp))
     return {leaf: d for leaf, d in leaves.items() if d != ZERO}
 

@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ValidationError
 
@@ -282,7 +283,8 @@ class RemoteExecutor:
                 if timeout is not None:
                     kw["timeout"] = timeout
                 if json_body is not None:
-                    kw["json"] = json_body
+                    kw["content"] = dumps(json_body)
+                    kw["headers"] = {"content-type": "application/json", **(headers or {})}
                 elif content is not None:
                     kw["content"] = content
                 resp = await self.client.request(method, url, **kw)
@@ -421,7 +423,7 @@ class RemoteExecutor:
             value = None
         else:
             try:
-                value = json.loads(resp.content)
+                value = orjson.loads(resp.content)
                 if model is not None:
                     value = model.model_validate(value)
             except (ValueError, ValidationError) as exc:  # not JSON, or not the promised shape
@@ -459,6 +461,14 @@ class RemoteExecutor:
         return await self.request(
             peer, "POST", path, content=data, headers=headers, expect=expect, idempotent=idempotent, **kw
         )
+
+
+def dumps(body: Any) -> bytes:
+    """A JSON request body: orjson (several times json's speed), json for what it refuses."""
+    try:
+        return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(body).encode()
 
 
 def internal_path(*segments: str) -> str:

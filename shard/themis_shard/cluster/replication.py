@@ -9,6 +9,7 @@ budget a hint is dropped, counted (``themis_hints_dropped_total``) and left to a
 
 A coordinated write uses ``deliver`` instead: one fenced attempt whose answer is classified as
 held, provably not applied, or unknown (``fencing.Delivery``) for the coordinator to decide on.
+Concurrent deliveries to one peer share requests (``replication_batch``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..storage.documents import Replicated
 from ..storage.hints import HintLog, decode_items, encode_items
 from .fencing import FENCE_CODES, Delivery
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .replication_batch import ReplicationBatcher
 from .tasks import Tasks
 from .views import TopologySource
 
@@ -101,6 +103,7 @@ class Replication:
         self.hint_budget_bytes = hint_budget_bytes
         self.metrics = ReplicationMetrics(registry, hints)
         self._tasks = Tasks()
+        self.batcher = ReplicationBatcher(executor)
 
     async def push(self, peer: str, items: list, *, retries: int) -> None:
         """Install versions on ``peer`` (the higher version wins there, so a replay is harmless).
@@ -132,16 +135,8 @@ class Replication:
         failure: PeerUnavailable | PeerError | None = None
         await self.executor.revive(peer)
         try:
-            reply = await self.executor.request(
-                peer,
-                "POST",
-                "/internal/replicate",
-                json_body={
-                    "items": encode_items(items),
-                    "fence": {"epoch": epoch, "coordinator": coordinator},
-                },
-                idempotent=False,
-                retries=0,
+            reply = await self.batcher.call(
+                peer, {"items": encode_items(items), "fence": {"epoch": epoch, "coordinator": coordinator}}
             )
         except (PeerUnavailable, PeerError) as exc:
             failure = exc

@@ -18,6 +18,8 @@ the app reach the parts through the attributes and methods below.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -296,6 +298,8 @@ class ClusterService:
             self._tasks.every(self.settings.gossip_interval_s, self._prefix_refresh, "prefix-directory")
 
     async def stop(self) -> None:
+        with contextlib.suppress(TimeoutError):  # w=1 replication in flight: delivered or hinted
+            await asyncio.wait_for(self.documents.settle(), 5)
         await self.membership.stop()
         await self.plan_watcher.stop()
         await self.replication.stop()

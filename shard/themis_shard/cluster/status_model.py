@@ -89,12 +89,23 @@ class Speculation(_Part):
     serves_drafts_for: str | None = None
 
 
+class RingInfo(_Part):
+    """The plan's ring (``ring.RingSpec``): enough for a client to route a key to its primary."""
+
+    shards: list[str] = Field(default_factory=list)
+    vnodes: int = 0
+    seed: int = 0
+    version: int = 0
+
+
 class ClusterStatus(_Part):
     shard_id: str = ""
     cluster: str = ""
     ring_version: int | None = None
     raid_mode: str = ""
     copies: int = 0
+    #: None from a shard that predates it.
+    ring: RingInfo | None = None
     members: list[MemberStatus] = Field(default_factory=list)
     #: Every live announcement this shard knows of, for the whole cluster (not just its own).
     capabilities: list[AdapterCapability] = Field(default_factory=list)

@@ -5,10 +5,13 @@ Layout (rocksdict, raw mode, bytes keys): column family ``docs`` maps
 declaration; ``meta`` holds per-collection counters (document count and a change generation
 that the vector index records when it persists, so a crash is detected on start).
 
-Durability: every commit is one ``WriteBatch`` written with ``sync=True``, so an acknowledged
-write survives ``kill -9`` (the WAL is never disabled). Commits are serialised by one lock;
-under it the current versions are checked, so conditional writes (``If-Match``) and
-transactions are first-committer-wins.
+Durability: every commit is part of one ``WriteBatch`` written with ``sync=True``, so an
+acknowledged write survives ``kill -9`` (the WAL is never disabled). Commits are validated and
+staged under one lock — the current versions, including those of writes staged but not yet
+durable, are checked there, so conditional writes (``If-Match``) and transactions are
+first-committer-wins — and then concurrent commits share one synced write (``group_commit``):
+the lock is not held through the fsync, and a commit returns once the write that carries it is
+durable. Readers see a write only once it is durable.
 
 Deletes leave a tombstone (a version with no body), so versions only ever grow per key and
 another shard's copy can be reconciled by comparing stamps (:meth:`apply_replicated`): each
@@ -35,11 +38,13 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from ..errors import BadRequest, Conflict, NotFound
+from ..errors import BadRequest, Conflict, NotFound, ThemisError
 from . import codec
 from .collections import CollectionConfig
+from .group_commit import GroupCommit, Op, Ops
 from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
+from .wal_sync import WalSync
 
 _CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log", "inflight")
 
@@ -175,6 +180,11 @@ class DocumentStore:
         self._handles = {cf: self._db.get_column_family_handle(cf) for cf in _CFS}
         self._sync = WriteOptions()
         self._sync.sync = True
+        self._unsynced = WriteOptions()
+        self._unsynced.sync = False
+        self._wal = WalSync(self.path)
+        #: commits fsync the WAL themselves, without the GIL (``wal_sync``); else sync=True
+        self.wal_fsync_unlocked = self._wal.available()
         self._lock = threading.RLock()
         self._observers: list[StoreObserver] = []
         self._configs: dict[str, CollectionConfig] = {
@@ -182,9 +192,18 @@ class DocumentStore:
         }
         self._counts = {c: _counter(self._meta.get(f"count:{c}".encode())) for c in self._configs}
         self._generations = {c: _counter(self._meta.get(f"gen:{c}".encode())) for c in self._configs}
+        # What staged (not yet durable) commits will make of the above, and of the docs: the
+        # next commit is validated against these. Only touched under ``_lock``.
+        self._planned_counts = dict(self._counts)
+        self._planned_generations = dict(self._generations)
+        self._pending: dict[bytes, tuple[bytes | None, int]] = {}
+        self._staged_seq = 0
+        self._group = GroupCommit(self._write_ops, self._lock, self._forget_planned)
+        self.last_group_size = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._group.close()  # what is staged is written first
         with self._lock:
             if self._db is None:
                 return
@@ -234,8 +253,13 @@ class DocumentStore:
             batch.put(config.name.encode(), config.model_dump_json().encode(), self._handles["collections"])
             self._db.write(batch, self._sync)
             self._configs[config.name] = config
-            self._counts.setdefault(config.name, 0)
-            self._generations.setdefault(config.name, 0)
+            for counters in (
+                self._counts,
+                self._generations,
+                self._planned_counts,
+                self._planned_generations,
+            ):
+                counters.setdefault(config.name, 0)
             return config
 
     def _ensure_collection(self, name: str, batch: WriteBatch) -> CollectionConfig:
@@ -297,6 +321,20 @@ class DocumentStore:
             collection, key = split_storage_key(raw_key)
             yield entry(collection, key, raw)
 
+    def scan_stamps(self) -> Iterator[tuple[str, str, Stamp, bool]]:
+        """(collection, key, stamp, is a tombstone) of every record, from one snapshot, without
+        decoding a single document body: what digests and garbage collection need."""
+        for raw_key, raw in self._scan_prefix(b""):
+            collection, key = split_storage_key(raw_key)
+            yield collection, key, codec.decode_stamp(raw), codec.is_tombstone(raw)
+
+    def scan_where(self, keep: Callable[[str, str], bool]) -> Iterator[StoredDocument | Tombstone]:
+        """The records whose (collection, key) pass ``keep``, tested before the value is decoded."""
+        for raw_key, raw in self._scan_prefix(b""):
+            collection, key = split_storage_key(raw_key)
+            if keep(collection, key):
+                yield entry(collection, key, raw)
+
     def scan_page(
         self, after: bytes | None, limit: int, keep: Callable[[str, str], bool] | None = None
     ) -> tuple[list[StoredDocument | Tombstone], bytes | None]:
@@ -330,31 +368,26 @@ class DocumentStore:
         if not keys:
             return 0
         with self._lock:
-            batch = WriteBatch(raw_mode=True)
+            batch = Ops()
             changes: list[Change] = []
             count_delta: dict[str, int] = {}
+            deleted: dict[bytes, bytes | None] = {}
             for collection, key in keys:
-                raw = self._docs.get(storage_key(collection, key))
+                skey = storage_key(collection, key)
+                raw = self._raw(skey)
                 if raw is None:
                     continue
-                batch.delete(storage_key(collection, key), self._handles["docs"])
+                batch.delete(skey, self._handles["docs"])
+                deleted[skey] = None
                 if codec.live_version(raw):
                     count_delta[collection] = count_delta.get(collection, 0) - 1
                     changes.append(
                         Change(collection, key, codec.decode_version(raw), None, codec.live_version(raw))
                     )
             touched = {c for c, _ in keys}
-            generations = {c: self._generations.get(c, 0) + 1 for c in touched}
-            counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
-            for c in touched:
-                batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
-                batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
-            self._db.write(batch, self._sync)
-            self._generations.update(generations)
-            self._counts.update(counts)
-            for observer in self._observers:
-                observer.apply(changes, generations)
-            return len(changes)
+            item = self._stage(batch, deleted, touched, count_delta, changes)
+        self._group.wait(item)
+        return len(changes)
 
     def _scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         snap = self._docs.snapshot()
@@ -371,6 +404,73 @@ class DocumentStore:
 
     def generation(self, collection: str) -> int:
         return self._generations.get(collection, 0)
+
+    # -- staging and group commit -------------------------------------------------------------
+    def _raw(self, skey: bytes) -> bytes | None:
+        """A key's newest record, staged or durable (under ``_lock``: what a commit checks)."""
+        pending = self._pending.get(skey)
+        return pending[0] if pending is not None else self._docs.get(skey)
+
+    def _stage(
+        self,
+        batch: Ops,
+        docs: dict[bytes, bytes | None],
+        touched: set[str],
+        count_delta: dict[str, int],
+        changes: list[Change],
+        started: float | None = None,
+    ):
+        """Queue ``batch`` (plus the touched collections' counters) for the next synced write;
+        ``docs`` are its new records, visible to later commits' checks at once and to readers
+        once durable. Under ``_lock``; the caller waits for the item without it."""
+        generations = {c: self._planned_generations.get(c, 0) + 1 for c in touched}
+        counts = {c: self._planned_counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
+        for c in sorted(touched):
+            batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
+            batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
+        self._planned_generations.update(generations)
+        self._planned_counts.update(counts)
+        self._staged_seq += 1
+        seq = self._staged_seq
+        for skey, raw in docs.items():
+            self._pending[skey] = (raw, seq)
+
+        def publish() -> None:  # by the group's leader, under ``_lock``, once durable
+            for c in touched:
+                self._configs.setdefault(c, CollectionConfig(name=c))
+            self._generations.update(generations)
+            self._counts.update(counts)
+            for skey in docs:
+                if self._pending.get(skey, (None, 0))[1] == seq:
+                    del self._pending[skey]
+            for observer in self._observers:
+                observer.apply(changes, generations)
+            self.last_group_size = item.group_size
+            if started is not None:
+                self.last_commit_seconds = time.perf_counter() - started
+
+        item = self._group.stage(batch.ops, publish)
+        return item
+
+    def _write_ops(self, ops: list[Op]) -> None:
+        """One synced write of every staged operation (the group's leader, no lock held)."""
+        batch = WriteBatch(raw_mode=True)
+        for kind, key, value, handle in ops:
+            if kind == "put":
+                batch.put(key, value, handle)
+            else:
+                batch.delete(key, handle)
+        if self.wal_fsync_unlocked:
+            self._db.write(batch, self._unsynced)
+            self._wal.sync()
+        else:
+            self._db.write(batch, self._sync)
+
+    def _forget_planned(self) -> None:
+        """A synced write failed: every staged commit failed with it (``GroupCommit``)."""
+        self._pending.clear()
+        self._planned_counts = dict(self._counts)
+        self._planned_generations = dict(self._generations)
 
     # -- writes ------------------------------------------------------------------------------
     def put(self, collection: str, key: str, document: dict[str, Any], if_version: int | None = None) -> int:
@@ -400,7 +500,11 @@ class DocumentStore:
             return []
         with self._lock:
             installs = self._plan(writes, expected, checks)
-            return self._install(installs) if installs else []
+            if not installs:
+                return []
+            item, changes = self._install(installs)
+        self._group.wait(item)
+        return changes
 
     def prepare(self, writes: list[Write], checks: tuple[Check, ...] | list[Check] = ()) -> list[Replicated]:
         """The records ``commit`` would install — validated, versioned and stamped — without
@@ -436,14 +540,14 @@ class DocumentStore:
         for c in checks:
             check_collection(c.collection)
             check_key(c.key)
-            live = self.live_version(c.collection, c.key)
+            live = codec.live_version(self._raw(storage_key(c.collection, c.key)))
             if live != c.version:
                 raise Conflict(
                     f"{c.collection}/{c.key} is at version {live}, not {c.version} (check)",
                     code="version_conflict",
                 )
         for (collection, key), seen in (expected or {}).items():
-            if self.version(collection, key) != seen:
+            if codec.decode_version(self._raw(storage_key(collection, key))) != seen:
                 raise Conflict(
                     f"{collection}/{key} changed since the transaction began", code="transaction_conflict"
                 )
@@ -453,7 +557,7 @@ class DocumentStore:
             config = self._configs.get(w.collection) or CollectionConfig(name=w.collection)
             state = pending.get((w.collection, w.key))
             if state is None:
-                raw = self._docs.get(storage_key(w.collection, w.key))
+                raw = self._raw(storage_key(w.collection, w.key))
                 state = (codec.decode_version(raw), codec.live_version(raw) != 0)
             stored, exists = state
             live = stored if exists else 0
@@ -471,7 +575,7 @@ class DocumentStore:
         return installs
 
     def apply_replicated(
-        self, items: list[Replicated], also: Callable[[WriteBatch], None] | None = None
+        self, items: list[Replicated], also: Callable[[Ops], None] | None = None
     ) -> list[Change]:
         """Install versions decided by another shard (replication, hints, catch-up).
 
@@ -480,56 +584,84 @@ class DocumentStore:
         records of one version resolve the same way everywhere (``stamps.wins``). ``also`` adds
         to the same synced batch (a committed transaction drops its intent atomically with it).
         """
+        staged = self._stage_checked(items, also)
+        if staged is None:
+            return []
+        self._group.wait(staged[0])
+        return staged[1]
+
+    async def apply_replicated_async(self, items: list[Replicated]) -> list[Change]:
+        """``apply_replicated`` for a coroutine: staged here (under the lock, briefly), and the
+        event loop is free while the synced write that carries it is in progress."""
+        staged = self._stage_checked(items, None)
+        if staged is None:
+            return []
+        await self._group.wait_async(staged[0])
+        return staged[1]
+
+    def _stage_checked(self, items: list[Replicated], also: Callable[[Ops], None] | None):
         for item in items:
             check_collection(item.collection)
             check_key(item.key)
         with self._lock:
-            installs: list[tuple[Write, Stamp, int]] = []
-            newest: dict[tuple[str, str], Stamp] = {}
-            for item in items:
-                ident = (item.collection, item.key)
-                stamp = item.stamp
-                self.clock.observe(stamp.hlc)
-                raw = self._docs.get(storage_key(*ident))
-                stored = newest.get(ident) or codec.decode_stamp(raw)
-                if not wins(stamp, stored):
-                    continue
-                w = Write(item.collection, item.key, item.document)
-                config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
-                for observer in self._observers:
-                    observer.validate(config, w)
-                newest[ident] = stamp
-                installs.append((w, stamp, codec.live_version(raw)))
-            if installs:
-                return self._install(installs, also)
-            if also is not None:
-                batch = WriteBatch(raw_mode=True)
-                also(batch)
-                self._db.write(batch, self._sync)
-            return []
+            return self._stage_replicated(items, also)
+
+    def _stage_replicated(self, items: list[Replicated], also: Callable[[Ops], None] | None):
+        """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None."""
+        installs: list[tuple[Write, Stamp, int]] = []
+        newest: dict[tuple[str, str], Stamp] = {}
+        for item in items:
+            ident = (item.collection, item.key)
+            stamp = item.stamp
+            self.clock.observe(stamp.hlc)
+            raw = self._raw(storage_key(*ident))
+            stored = newest.get(ident) or codec.decode_stamp(raw)
+            if not wins(stamp, stored):
+                continue
+            w = Write(item.collection, item.key, item.document)
+            config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
+            for observer in self._observers:
+                observer.validate(config, w)
+            newest[ident] = stamp
+            installs.append((w, stamp, codec.live_version(raw)))
+        if installs:
+            return self._install(installs, also)
+        if also is not None:
+            batch = Ops()
+            also(batch)
+            return self._stage(batch, {}, set(), {}, []), []
+        return None
 
     def tombstones(self, older_than_hlc: int) -> list[Tombstone]:
-        """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection)."""
-        return [e for e in self.scan_all() if isinstance(e, Tombstone) and e.hlc < older_than_hlc]
+        """Tombstones stamped before ``older_than_hlc`` (candidates for garbage collection); no
+        live document's body is decoded on the way."""
+        return [
+            Tombstone(c, k, stamp.version, None, stamp.hlc, stamp.origin)
+            for c, k, stamp, dead in self.scan_stamps()
+            if dead and stamp.hlc < older_than_hlc
+        ]
 
     def drop_tombstones(self, items: list[Tombstone]) -> int:
         """Physically remove tombstones that are still exactly these records (a newer write to
         the key since keeps it). Not a write: no version, no hint."""
         with self._lock:
-            batch = WriteBatch(raw_mode=True)
-            dropped = 0
+            batch = Ops()
+            dropped: dict[bytes, bytes | None] = {}
             for t in items:
-                raw = self._docs.get(storage_key(t.collection, t.key))
+                skey = storage_key(t.collection, t.key)
+                raw = self._raw(skey)
                 if (
                     raw is not None
                     and codec.is_tombstone(raw)
                     and codec.decode_stamp(raw) == Stamp(t.version, t.hlc, t.origin)
                 ):
-                    batch.delete(storage_key(t.collection, t.key), self._handles["docs"])
-                    dropped += 1
-            if dropped:
-                self._db.write(batch, self._sync)
-            return dropped
+                    batch.delete(skey, self._handles["docs"])
+                    dropped[skey] = None
+            if not dropped:
+                return 0
+            item = self._stage(batch, dropped, set(), {}, [])
+        self._group.wait(item)
+        return len(dropped)
 
     def apply_coordinated(
         self, items: list[Replicated]
@@ -537,24 +669,64 @@ class DocumentStore:
         """A coordinator's write arriving at an owner: all of it, or — when this owner already
         holds a higher stamp for one of its keys (the coordinator was behind) — none of it, and
         those newer records for the coordinator to catch up from."""
-        with self._lock:
-            newer = []
-            for item in items:
-                raw = self._docs.get(storage_key(item.collection, item.key))
-                stored = codec.decode_stamp(raw)
-                if stored is not None and stored > item.stamp:
-                    newer.append(entry(item.collection, item.key, raw))
-            if newer:
-                return [], newer
-            return self.apply_replicated(items), []
+        [answer] = self.apply_coordinated_many([items])
+        if isinstance(answer, ThemisError):
+            raise answer
+        return answer
 
-    def _install(
-        self, installs: list[tuple[Write, Stamp, int]], also: Callable[[WriteBatch], None] | None = None
-    ) -> list[Change]:
-        """Write (write, stamp, previous live version) triples in one synced batch (with
-        whatever ``also`` adds to it)."""
+    def apply_coordinated_many(
+        self, messages: list[list[Replicated]]
+    ) -> list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError]:
+        """Several coordinated writes at once (one replication batch): each all-or-nothing as
+        in ``apply_coordinated`` and answered on its own (a refused one is its error), all
+        staged under one hold of the lock so they share one synced write."""
+        answers = self._stage_coordinated_many(messages)
+        for answer in answers:
+            if not isinstance(answer, ThemisError) and answer[0] is not None:
+                self._group.wait(answer[0][0])
+        return _coordinated_answers(answers)
+
+    async def apply_coordinated_many_async(
+        self, messages: list[list[Replicated]]
+    ) -> list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError]:
+        """``apply_coordinated_many`` for a coroutine (see ``apply_replicated_async``)."""
+        answers = self._stage_coordinated_many(messages)
+        for answer in answers:
+            if not isinstance(answer, ThemisError) and answer[0] is not None:
+                await self._group.wait_async(answer[0][0])
+        return _coordinated_answers(answers)
+
+    def _stage_coordinated_many(self, messages: list[list[Replicated]]) -> list:
+        answers: list = []
+        with self._lock:
+            for items in messages:
+                try:
+                    answers.append(self._stage_coordinated(items))
+                except ThemisError as exc:
+                    answers.append(exc)
+        return answers
+
+    def _stage_coordinated(self, items: list[Replicated]):
+        """Under ``_lock``: (staged or None, newer records held here)."""
+        for item in items:
+            check_collection(item.collection)
+            check_key(item.key)
+        newer = []
+        for item in items:
+            raw = self._raw(storage_key(item.collection, item.key))
+            stored = codec.decode_stamp(raw)
+            if stored is not None and stored > item.stamp:
+                newer.append(entry(item.collection, item.key, raw))
+        if newer:
+            return None, newer
+        return self._stage_replicated(items, None), []
+
+    def _install(self, installs: list[tuple[Write, Stamp, int]], also: Callable[[Ops], None] | None = None):
+        """Stage (write, stamp, previous live version) triples as one atomic part of the next
+        synced write (with whatever ``also`` adds to it): (item to wait for, changes)."""
         started = time.perf_counter()
-        batch = WriteBatch(raw_mode=True)
+        batch = Ops()
+        docs: dict[bytes, bytes | None] = {}
         live: dict[tuple[str, str], bool] = {}
         count_delta: dict[str, int] = {}
         changes: list[Change] = []
@@ -564,10 +736,11 @@ class DocumentStore:
             was_live = live.get(ident, previous != 0)
             skey = storage_key(w.collection, w.key)
             if w.document is None:
-                batch.put(skey, codec.encode_tombstone(stamp), self._handles["docs"])
+                value = codec.encode_tombstone(stamp)
             else:
                 value = codec.encode(stamp, w.document, self.max_document_bytes, self.max_document_depth)
-                batch.put(skey, value, self._handles["docs"])
+            batch.put(skey, value, self._handles["docs"])
+            docs[skey] = value
             now_live = w.document is not None
             count_delta[w.collection] = count_delta.get(w.collection, 0) + (now_live - was_live)
             live[ident] = now_live
@@ -575,23 +748,24 @@ class DocumentStore:
                 Change(w.collection, w.key, stamp.version, w.document, previous, stamp.hlc, stamp.origin)
             )
         touched = {w.collection for w, _, _ in installs}
-        generations = {c: self._generations.get(c, 0) + 1 for c in touched}
-        counts = {c: self._counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
-        for c in touched:
-            batch.put(f"gen:{c}".encode(), _counter_bytes(generations[c]), self._handles["meta"])
-            batch.put(f"count:{c}".encode(), _counter_bytes(counts[c]), self._handles["meta"])
         if also is not None:
             also(batch)
-        self._db.write(batch, self._sync)
-        # Durable from here on: publish the new state.
-        for c in touched:
-            self._configs.setdefault(c, CollectionConfig(name=c))
-        self._generations.update(generations)
-        self._counts.update(counts)
-        for observer in self._observers:
-            observer.apply(changes, generations)
-        self.last_commit_seconds = time.perf_counter() - started
-        return changes
+        return self._stage(batch, docs, touched, count_delta, changes, started), changes
+
+
+def _coordinated_answers(
+    answers: list,
+) -> list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError]:
+    """Staged coordinated writes (now durable) as (changes, newer) answers, errors as they are."""
+    out: list[tuple[list[Change], list[StoredDocument | Tombstone]] | ThemisError] = []
+    for answer in answers:
+        if isinstance(answer, ThemisError):
+            out.append(answer)
+        elif answer[0] is None:
+            out.append(([], answer[1]))
+        else:
+            out.append((answer[0][1], []))
+    return out
 
 
 class Transaction:

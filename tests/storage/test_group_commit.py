@@ -1,0 +1,180 @@
+"""Group commit: concurrent writers share one synced write, and nobody is acknowledged before
+the write that carries them is durable.
+
+The write function here is a real one that records its batches and can be held, so the tests
+control when a synced write is "in progress" instead of relying on timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from themis_shard.storage.documents import DocumentStore, Write
+from themis_shard.storage.group_commit import GroupCommit
+
+
+class HeldWrite:
+    """Records each synced write's operations; the first one waits until released."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.writes: list[list] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = fail
+
+    def __call__(self, ops: list) -> None:
+        first = not self.writes
+        self.writes.append([op[1] for op in ops])
+        if first:
+            self.entered.set()
+            assert self.release.wait(30)
+            if self.fail:
+                raise OSError("disk gone")
+
+
+def eventually(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.005)
+
+
+def writer(group: GroupCommit, lock: threading.RLock, key: bytes, published: list, errors: list):
+    def run() -> None:
+        with lock:
+            item = group.stage([("put", key, b"v", None)], lambda: published.append(key))
+        try:
+            group.wait(item)
+        except OSError as exc:
+            errors.append((key, exc))
+
+    return threading.Thread(target=run)
+
+
+def test_writers_that_arrive_during_a_synced_write_share_the_next_one() -> None:
+    write, lock, published, errors = HeldWrite(), threading.RLock(), [], []
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    first = writer(group, lock, b"a", published, errors)
+    first.start()
+    assert write.entered.wait(30)
+    rest = [writer(group, lock, k, published, errors) for k in (b"b", b"c", b"d")]
+    for t in rest:
+        t.start()
+    eventually(lambda: len(group._queue) == 3)
+    assert published == []  # nobody is acknowledged while the write that carries it is running
+    write.release.set()
+    for t in [first, *rest]:
+        t.join(30)
+    assert write.writes == [[b"a"], [b"b", b"c", b"d"]]
+    assert published == [b"a", b"b", b"c", b"d"]  # published in staging (commit) order
+    assert errors == []
+
+
+def test_a_failed_synced_write_fails_its_group_and_everything_staged_behind_it() -> None:
+    write, lock, published, errors = HeldWrite(fail=True), threading.RLock(), [], []
+    forgotten = []
+    group = GroupCommit(write, lock, on_failure=lambda: forgotten.append(True))
+    first = writer(group, lock, b"a", published, errors)
+    first.start()
+    assert write.entered.wait(30)
+    behind = writer(group, lock, b"b", published, errors)
+    behind.start()
+    eventually(lambda: len(group._queue) == 1)
+    write.release.set()
+    first.join(30)
+    behind.join(30)
+    assert published == []
+    assert sorted(k for k, _ in errors) == [b"a", b"b"]
+    assert forgotten == [True]
+    assert write.writes == [[b"a"]]  # "b" was validated against "a": never written
+
+
+def test_a_store_commits_concurrently_and_keeps_every_acknowledged_write_after_reopen(tmp_path) -> None:
+    store = DocumentStore(tmp_path / "db")
+    assert store.wal_fsync_unlocked  # the WAL is in the database directory: fsynced without the GIL
+    failures = []
+
+    def put(i: int) -> None:
+        try:
+            for j in range(20):
+                store.put("c", f"k{i}-{j}", {"i": i, "j": j})
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    assert store.count("c") == 160
+    store.close()
+    reopened = DocumentStore(tmp_path / "db")
+    try:
+        assert reopened.count("c") == 160
+        assert all(
+            reopened.get("c", f"k{i}-{j}").document == {"i": i, "j": j} for i in range(8) for j in range(20)
+        )
+    finally:
+        reopened.close()
+
+
+def test_a_conditional_commit_sees_a_write_that_is_staged_but_not_yet_durable(tmp_path) -> None:
+    store = DocumentStore(tmp_path / "db")
+    try:
+        held = HeldWrite()
+        real = store._group._write
+        store._group._write = lambda ops: (held(ops), real(ops))
+        first = threading.Thread(target=store.put, args=("c", "k", {"n": 1}))
+        first.start()
+        assert held.entered.wait(30)
+        assert store.get("c", "k") is None  # not durable yet: readers do not see it
+        second = []
+        t = threading.Thread(target=lambda: second.append(store.put("c", "k", {"n": 2}, if_version=1)))
+        t.start()
+        eventually(lambda: len(store._group._queue) == 1)  # validated against version 1, staged
+        held.release.set()
+        first.join(30)
+        t.join(30)
+        assert second == [2]
+        assert store.get("c", "k").document == {"n": 2}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("count", [1, 50])
+def test_deletes_and_counts_stay_exact_through_group_commit(tmp_path, count: int) -> None:
+    store = DocumentStore(tmp_path / "db")
+    try:
+        store.commit([Write("c", f"k{i}", {"i": i}) for i in range(count)])
+        store.delete("c", "k0")
+        assert store.count("c") == count - 1
+    finally:
+        store.close()
+
+
+def test_a_coroutine_waiting_for_its_write_leaves_the_event_loop_free() -> None:
+    import asyncio
+
+    write, lock = HeldWrite(), threading.RLock()
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    published: list[bytes] = []
+
+    async def scenario() -> None:
+        with lock:
+            item = group.stage([("put", b"a", b"v", None)], lambda: published.append(b"a"))
+        waiting = asyncio.create_task(group.wait_async(item))
+        ticks = 0
+        while not write.entered.is_set():  # the loop keeps running while the write is held
+            ticks += 1
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)
+        assert not waiting.done() and published == []
+        write.release.set()
+        await asyncio.wait_for(waiting, 30)
+        assert published == [b"a"]
+
+    asyncio.run(scenario())
+    group.close()
