@@ -19,6 +19,7 @@ from ..cluster.status_model import (
     MigrationStatus,
     PlanAdapters,
     Speculation,
+    StorageStatus,
 )
 from ..node import ShardNode
 from .deps import node
@@ -61,6 +62,7 @@ async def cluster_status(shard: Node) -> ClusterStatus:
         draining=list(topo.plan.draining),
         migration=MigrationStatus.model_validate(cluster.migration.as_dict()),
         speculation=_speculation(shard),
+        storage=StorageStatus.model_validate(shard.store.health.status()),
     )
 
 

@@ -18,12 +18,32 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import BadRequest
+
 #: Nucleus search starts with this many candidates and doubles until it covers top_p.
 _NUCLEUS_START = 256
 
 
 class SamplingError(ValueError):
     """Invalid sampling parameters (rendered as 400 by the API)."""
+
+
+def generation_budget(asked: object, default: int, limit: int) -> object:
+    """The tokens a request may generate: ``asked``, else ``default`` (lowered to ``limit``).
+
+    Asking for more than ``limit`` (0: no limit) is a 400 that names it: a generation is never
+    silently shortened, and an unbounded one cannot hold a slot for minutes. Anything not an
+    int is returned unchanged for ``SamplingParams.validate`` to refuse.
+    """
+    if asked is None:
+        return min(default, limit) if limit else default
+    if limit and isinstance(asked, int) and not isinstance(asked, bool) and asked > limit:
+        raise BadRequest(
+            f"max_tokens is {asked}; this shard generates at most {limit} tokens per request "
+            "(THEMIS_LLM_MAX_TOKENS_LIMIT)",
+            code="max_tokens_too_large",
+        )
+    return asked
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from ..errors import BadRequest, Conflict, NotFound
 from . import codec
 from .collections import CollectionConfig
+from .health import GuardedDB, StorageHealth
 from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
 
@@ -155,8 +156,10 @@ class DocumentStore:
         origin: str = "",
         max_document_depth: int = codec.DEFAULT_MAX_DEPTH,
         clock: HybridClock | None = None,
+        health: StorageHealth | None = None,
     ) -> None:
-        """``origin``: this shard's id, stamped on the versions it mints (with ``clock``)."""
+        """``origin``: this shard's id, stamped on the versions it mints (with ``clock``);
+        ``health``: where storage faults of every write are mapped and remembered."""
         self.path = Path(path)
         self.max_document_bytes = max_document_bytes
         self.max_document_depth = max_document_depth
@@ -166,8 +169,10 @@ class DocumentStore:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
-        self._db = Rdict(
-            str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS}
+        self.health = health or StorageHealth()
+        self._db = GuardedDB(
+            Rdict(str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS}),
+            self.health,
         )
         self._docs = self._db.get_column_family("docs")
         self._colls = self._db.get_column_family("collections")
@@ -182,6 +187,7 @@ class DocumentStore:
         }
         self._counts = {c: _counter(self._meta.get(f"count:{c}".encode())) for c in self._configs}
         self._generations = {c: _counter(self._meta.get(f"gen:{c}".encode())) for c in self._configs}
+        self.health.attach_probe(self._probe_write)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -193,6 +199,12 @@ class DocumentStore:
             self._handles = {}
             self._db.close()
             self._db = None
+
+    def _probe_write(self) -> None:
+        """One tiny synced write: does the disk take writes again? (``StorageHealth.probe``)"""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(b"probe", _counter_bytes(time.time_ns()), self._handles["meta"])
+        self._db.write(batch, self._sync)
 
     def column_family(self, name: str):
         """(column family, handle, synced write options) for a neighbour such as the hint log."""
