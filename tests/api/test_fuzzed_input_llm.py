@@ -12,7 +12,7 @@ from themis_shard.errors import BadRequest
 from themis_shard.llm.runtime import LLMRuntime
 from themis_shard.llm.settings import LLMSettings
 
-from tests.llm.conftest import Server, llm_settings
+from tests.llm.conftest import Server, free_port, llm_settings
 
 
 def test_max_tokens_above_the_limit_is_refused_by_name() -> None:
@@ -36,8 +36,11 @@ def server(tmp_path_factory):
     from themis_shard.app import create_app
     from themis_shard.settings import Settings
 
-    settings = Settings(data_dir=tmp_path_factory.mktemp("shard"), llm=llm_settings(max_tokens_limit=3))
-    with Server(create_app(settings)) as srv:
+    port = free_port()
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("shard"), port=port, llm=llm_settings(max_tokens_limit=3)
+    )
+    with Server(create_app(settings), port) as srv:
         yield srv
 
 
@@ -63,7 +66,7 @@ ROUTES = [
 @pytest.mark.parametrize(("path", "body"), ROUTES, ids=[p for p, _ in ROUTES])
 def test_max_tokens_above_the_limit_is_a_400_on_every_generation_route(server, path, body) -> None:
     if body is None:  # AQL INFER goes through /v1/infer and relays its answer
-        body = {"query": "RETURN INFER('gemma3-270m', 'Once upon a time') OPTIONS {max_tokens: 50}"}
+        body = {"query": "INFER 'gemma3-270m' 'Once upon a time' OPTIONS {max_tokens: 50}"}
     else:
         body = {**body, "max_tokens": 1_000_000_000 if path != "/v1/aql" else 50}
     r = httpx.post(f"{server.url}{path}", json=body, timeout=60)
@@ -103,3 +106,17 @@ def test_the_openapi_schema_states_the_limit(server) -> None:
     name = body["$ref"].rsplit("/", 1)[1]
     prop = schema["components"]["schemas"][name]["properties"]["max_tokens"]
     assert 3 in [branch.get("maximum") for branch in [prop, *prop.get("anyOf", [])]]
+
+
+@pytest.mark.llm
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/v1/infer", '{"prompt": "a \\ud800 b", "max_tokens": 2}'),
+        ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+    ],
+)
+def test_a_prompt_with_a_lone_surrogate_is_a_400_that_says_so(server, path, raw) -> None:
+    r = httpx.post(f"{server.url}{path}", content=raw, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_unicode" and "lone UTF-16 surrogate" in r.text
