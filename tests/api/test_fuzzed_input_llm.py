@@ -117,6 +117,7 @@ def test_the_openapi_schema_states_the_limit(server) -> None:
     ],
 )
 def test_a_prompt_with_a_lone_surrogate_is_a_400_that_says_so(server, path, raw) -> None:
-    r = httpx.post(f"{server.url}{path}", content=raw, headers={"content-type": "application/json"}, timeout=60)
+    headers = {"content-type": "application/json"}
+    r = httpx.post(f"{server.url}{path}", content=raw, headers=headers, timeout=60)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "invalid_unicode" and "lone UTF-16 surrogate" in r.text

@@ -95,7 +95,8 @@ def test_age_limit_and_clock_skew_are_separate_settings_far_above_request_timeou
     headers = signed_headers(SECRET, "s-0", "POST", "/internal/replicate", b"{}", 1000.0)
 
     def at(now: float, max_age: float = 300, skew: float = 30) -> str | None:
-        return verify(SECRET, headers, "POST", "/internal/replicate", b"{}", now, max_age, NonceWindow(400), skew)
+        target = "/internal/replicate"
+        return verify(SECRET, headers, "POST", target, b"{}", now, max_age, NonceWindow(400), skew)
 
     assert at(1000.0 + 60) is None  # read a minute late (the receiver was paused)
     assert at(1000.0 + 329) is None  # the age limit plus the skew allowance
