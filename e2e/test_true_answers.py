@@ -331,3 +331,47 @@ def test_a_peer_paused_past_the_signature_age_limit_costs_no_client_a_401(local_
         else:  # refused by signature before it ran: a peer fault, named, and nothing written
             assert code_of(r) in ("coordinator_unavailable", "peer_auth_failed"), r.text
             assert "peer_auth" in r.json()["error"]["message"] and stored == 404
+
+
+def test_in_a_cluster_a_full_owner_is_a_definite_answer_never_an_unknown_outcome(small_volume, local_cluster):
+    """RAID1 over 3 shards (2 copies, default w=all); shard-2's data volume is full. A write it
+    coordinates is 507 and undone on the other owner; a write it should replicate is a 503
+    that says nothing was written (or, at w=1, acknowledged with the other copy); reads agree."""
+    from themis_shard.cluster.placement import Topology
+
+    cluster = local_cluster(
+        3, "raid1", shard_env={"shard-2": {"THEMIS_DATA_DIR": str(small_volume / "shard-2")}}
+    )
+    topo = Topology.of(cluster.plan, "shard-0")
+    keys = [f"k{i}" for i in range(400)]
+    led = [k for k in keys if topo.owners("c", k)[0] == "shard-2"][:2]
+    replica = [k for k in keys if topo.owners("c", k)[0] == "shard-0" and "shard-2" in topo.owners("c", k)][
+        :2
+    ]
+    c = httpx.Client(timeout=60)
+    entry = cluster.url("shard-0")
+    for k in led + replica:
+        assert c.put(f"{entry}/v1/collections/c/documents/{k}", json={"v": 1}).status_code == 200
+    filler = fill(small_volume)
+    for k in led:  # forwarded to the full coordinator: refused, nothing written anywhere
+        r = c.put(f"{entry}/v1/collections/c/documents/{k}", json={"v": 2})
+        assert r.status_code == 507 and code_of(r) == "insufficient_storage", r.text
+        r = c.delete(f"{entry}/v1/collections/c/documents/{k}")
+        assert r.status_code == 507 and code_of(r) == "insufficient_storage", r.text
+    r = c.put(f"{entry}/v1/collections/c/documents/{replica[0]}", json={"v": 2})
+    assert r.status_code == 503 and code_of(r) == "replicas_unavailable", r.text
+    assert "nothing was written" in r.json()["error"]["message"]
+    r = c.put(f"{entry}/v1/collections/c/documents/{replica[1]}?w=1", json={"v": 2})
+    assert r.status_code == 200, r.text
+    assert poll(lambda: c.get(f"{cluster.url('shard-2')}/ready").status_code == 503)
+    status = c.get(f"{cluster.url('shard-2')}/v1/cluster/status").json()["storage"]
+    assert status["code"] == "insufficient_storage"
+    for k, v in [(led[0], 1), (led[1], 1), (replica[0], 1), (replica[1], 2)]:
+        for sid in ("shard-0", "shard-1"):
+            got = c.get(f"{cluster.url(sid)}/v1/collections/c/documents/{k}")
+            assert got.status_code == 200 and got.json()["document"] == {"v": v}, (k, sid, got.text)
+
+    filler.unlink()
+    assert poll(lambda: c.get(f"{cluster.url('shard-2')}/ready").status_code == 200, timeout=90)
+    for k in led:
+        assert c.put(f"{entry}/v1/collections/c/documents/{k}", json={"v": 3}).status_code == 200

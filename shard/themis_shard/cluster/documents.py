@@ -110,11 +110,17 @@ NOTHING_WRITTEN_CODES = frozenset(
 )
 
 
-def forward_failure(target: str, what: str, exc: PeerUnavailable) -> Unavailable:
+#: Codes of a storage refusal (``storage/health.py``): nothing was written on that disk.
+STORAGE_CODES = frozenset({"insufficient_storage", "storage_failed"})
+
+
+def forward_failure(target: str, what: str, exc: PeerUnavailable) -> ThemisError:
     """The 503 for a forwarded write the coordinator did not answer: "nothing was written"
     only when the request provably never reached it."""
     if exc.status == 503 and exc.code in NOTHING_WRITTEN_CODES:  # the coordinator refused it
         return Unavailable(exc.message, code=exc.code)
+    if exc.code in STORAGE_CODES:  # its disk refused it (507 / 503): nothing was written
+        return ThemisError(exc.message, code=exc.code, status=exc.status or 507)
     if exc.reason in NOT_SENT_REASONS:
         return Unavailable(
             f"the coordinator of {what} ({target}) is unavailable ({exc.reason}); nothing was written",
@@ -125,10 +131,6 @@ def forward_failure(target: str, what: str, exc: PeerUnavailable) -> Unavailable
         "not have been applied: read the document before retrying",
         code="write_outcome_unknown",
     )
-
-
-#: Codes of a local storage refusal (``storage/health.py``): nothing was written here.
-STORAGE_CODES = frozenset({"insufficient_storage", "storage_failed"})
 
 
 async def after_commit(what: str, step: Awaitable[Any]) -> None:
