@@ -9,6 +9,7 @@ import time
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import error_body
 from ..metrics import ShardMetrics
 
 
@@ -68,19 +69,25 @@ class BodyLimitMiddleware:
 
 
 async def _reply_413(send: Send, limit: int) -> None:
-    body = b'{"error":{"code":"payload_too_large","message":"request body exceeds %d bytes"}}' % limit
+    await reply_unread(send, 413, "payload_too_large", f"request body exceeds {limit} bytes")
+
+
+async def reply_unread(send: Send, status: int, code: str, message: str) -> None:
+    """An error answered before the request's body is (fully) read: the connection closes after
+    it, so whatever the client still sends is never taken for the next request."""
+    payload = json.dumps(error_body(code, message)).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),  # the rest of the body is never read
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class MetricsMiddleware:
@@ -201,16 +208,4 @@ class InternalAuth:
 
 
 async def _reply_401(send: Send, reason: str) -> None:
-    payload = json.dumps({"error": {"code": "unauthenticated", "message": f"/internal: {reason}"}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"connection", b"close"),  # an unread body may follow
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    await reply_unread(send, 401, "unauthenticated", f"/internal: {reason}")
