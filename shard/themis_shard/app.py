@@ -20,7 +20,7 @@ from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
-from .api.openapi import document_errors, document_generation_limit
+from .api.openapi import document_engine_limits, document_errors
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .otel import build_spans
@@ -106,8 +106,12 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
         """FastAPI's schema with the statuses the shard really answers (and, with keys, security)."""
         if app.openapi_schema is None:
             schema = document_errors(base_openapi())
-            if settings.llm.enabled:
-                schema = document_generation_limit(schema, settings.llm.max_tokens_limit)
+            rt = app.state.llm
+            if rt is not None:
+                dimension = rt.embedder.dimension if rt.embedder is not None else None
+                schema = document_engine_limits(
+                    schema, max_tokens=settings.llm.max_tokens_limit, embedding_dimension=dimension
+                )
             if settings.auth.enabled:
                 schema = document_security(schema, metrics_open=settings.auth.metrics_open)
             app.openapi_schema = schema

@@ -185,12 +185,21 @@ def _refs(node: Any) -> set[str]:
     return found
 
 
-def document_generation_limit(schema: dict[str, Any], limit: int) -> dict[str, Any]:
-    """``schema`` with ``maximum: limit`` on every token budget of the generating operations'
-    bodies (the shard refuses a larger one with 400 ``max_tokens_too_large``); 0 = no limit."""
-    if not limit:
-        return schema
+def document_engine_limits(
+    schema: dict[str, Any], *, max_tokens: int, embedding_dimension: int | None
+) -> dict[str, Any]:
+    """``schema`` with what this shard's engine accepts, which only its settings and models know:
+    ``maximum: max_tokens`` on every token budget of the generating operations' bodies (a larger
+    one is 400 ``max_tokens_too_large``; 0 = no limit), and the one ``dimensions`` the embedding
+    model gives (another is 400 ``unsupported_parameter``)."""
     components = schema.get("components", {}).get("schemas", {})
+    prop = components.get("EmbeddingsBody", {}).get("properties", {}).get("dimensions")
+    if prop is not None and embedding_dimension is not None:
+        prop.pop("anyOf", None)
+        prop["anyOf"] = [{"type": "integer", "enum": [embedding_dimension]}, {"type": "null"}]
+    if not max_tokens:
+        return schema
+    limit = max_tokens
     todo: set[str] = set()
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():

@@ -429,7 +429,7 @@ class LLMRuntime:
         loop = asyncio.get_running_loop()
         gens = [Generation(loop) for _ in range(n)]
         each = [
-            params if params.seed is None else replace(params, seed=(params.seed + i) % 2**64)
+            params if params.seed is None else replace(params, seed=(params.seed + i) % 2**53)
             for i in range(n)
         ]
         with self._engine_errors():

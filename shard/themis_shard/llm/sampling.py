@@ -99,8 +99,10 @@ class SamplingParams:
             raise SamplingError("top_k must be >= 0 (0 = disabled)")
         if not (0.0 < self.top_p <= 1.0):
             raise SamplingError("top_p must be within (0, 1]")
-        if self.seed is not None and not (0 <= self.seed < 2**64):
-            raise SamplingError("seed must be within [0, 2^64)")
+        # 2^53 (JSON's largest exact integer): a client reading numbers as doubles (JavaScript,
+        # many JSON Schema validators) can check the documented limit exactly
+        if self.seed is not None and not (0 <= self.seed < 2**53):
+            raise SamplingError("seed must be within [0, 2^53)")
         if len(self.stop) > max_stop_strings:
             raise SamplingError(f"at most {max_stop_strings} stop strings")
         if any(not isinstance(s, str) or not s for s in self.stop):
