@@ -20,7 +20,7 @@ from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
-from .api.openapi import document_errors
+from .api.openapi import document_engine_limits, document_errors
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .otel import build_spans
@@ -106,6 +106,12 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
         """FastAPI's schema with the statuses the shard really answers (and, with keys, security)."""
         if app.openapi_schema is None:
             schema = document_errors(base_openapi())
+            rt = app.state.llm
+            if rt is not None:
+                dimension = rt.embedder.dimension if rt.embedder is not None else None
+                schema = document_engine_limits(
+                    schema, max_tokens=settings.llm.max_tokens_limit, embedding_dimension=dimension
+                )
             if settings.auth.enabled:
                 schema = document_security(schema, metrics_open=settings.auth.metrics_open)
             app.openapi_schema = schema
@@ -117,6 +123,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
             AuthMiddleware,
             ring=settings.auth.key_ring(),
             metrics_open=settings.auth.metrics_open,
+            docs_open=settings.auth.docs_open,
             realm=settings.auth.realm,
         )
     app.add_middleware(AccessLogMiddleware, spans=spans)  # outermost: times and traces everything below

@@ -50,5 +50,47 @@ class Unavailable(ThemisError):
     status, code = 503, "unavailable"
 
 
+class InsufficientStorage(ThemisError):
+    """The shard's disk cannot take the write (full, or failing): nothing was written."""
+
+    status, code = 507, "insufficient_storage"
+
+
+def lone_surrogate(exc: UnicodeEncodeError) -> BadRequest | None:
+    """The 400 for text holding a lone UTF-16 surrogate (JSON's ``"\\ud800"`` decodes to one, but
+    it is not Unicode, so it cannot be stored, tokenized or sent on); None for any other error."""
+    if exc.reason != "surrogates not allowed":
+        return None
+    bad = exc.object[exc.start : exc.end] if isinstance(exc.object, str) else ""
+    return surrogate_refusal("".join(f"\\u{ord(c):04x}" for c in bad[:4]))
+
+
+def surrogate_refusal(shown: str = "") -> BadRequest:
+    return BadRequest(
+        f"the request holds a lone UTF-16 surrogate{f' ({shown})' if shown else ''} in a string; text "
+        "must be valid Unicode: a high surrogate (\\ud800-\\udbff) is valid only directly followed "
+        "by a low one (\\udc00-\\udfff)",
+        code="invalid_unicode",
+    )
+
+
+def check_unicode(value: object) -> None:
+    """400 ``invalid_unicode`` when a string (or an object key) anywhere in a JSON value holds a
+    lone surrogate: for values that are used before anything encodes them (AQL's text and binds)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError as exc:
+                raise lone_surrogate(exc) or BadRequest(str(exc), code="invalid_unicode") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}

@@ -70,6 +70,12 @@ class ShardMetrics:
             registry=r,
         )
         self.vectors = Gauge("themis_vectors", "Vectors indexed by collection", ["collection"], registry=r)
+        self.storage_writable = Gauge(
+            "themis_storage_writable",
+            "1 while this shard's disk takes writes; 0 from a write refused for lack of space or an "
+            "IO error until a probe write succeeds (the shard is unready meanwhile)",
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -182,6 +182,7 @@ class ShardNode:
         except BaseException:
             store.close()
             raise
+        metrics.storage_writable.set_function(lambda: float(store.health.writable))
         use_gpu = settings.use_gpu if settings.use_gpu is not None else gpu_count() > 0
         vectors = VectorCatalog(
             store, data / "vectors", use_gpu=use_gpu, persist_every=settings.vector_persist_every
@@ -241,4 +242,7 @@ class ShardNode:
 
     @property
     def ready(self) -> bool:
-        return (self.llm is None or self.llm.ready) and self.cluster.caught_up
+        """Serving: the engine loaded, caught up with the cluster, and the disk takes writes
+        (probed again here, at most once a second, while it did not)."""
+        writable = self.store.health.probe()
+        return (self.llm is None or self.llm.ready) and self.cluster.caught_up and writable

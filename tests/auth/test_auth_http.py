@@ -88,7 +88,15 @@ def test_health_and_ready_are_always_open_and_metrics_by_default(api: TestClient
     assert api.get("/health").status_code == 200
     assert api.get("/ready").status_code == 200
     assert api.get("/metrics").status_code == 200
-    assert api.get("/openapi.json").status_code == 200
+
+
+def test_the_api_description_needs_a_key_unless_configured_open(api: TestClient, tmp_path: Path) -> None:
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert api.get(path).status_code == 401, path
+        assert api.get(path, headers=bearer(CLIENT)).status_code == 200, path
+    (tmp_path / "open").mkdir()
+    with make_client(tmp_path / "open", docs_open=True) as c:
+        assert c.get("/openapi.json").status_code == 200
 
 
 def test_metrics_can_require_a_key(tmp_path: Path) -> None:
@@ -107,7 +115,7 @@ def test_without_auth_settings_the_local_mode_is_open(client: TestClient) -> Non
 
 
 def test_the_openapi_schema_names_the_bearer_scheme_and_each_operations_role(api: TestClient) -> None:
-    schema = api.get("/openapi.json").json()
+    schema = api.get("/openapi.json", headers=bearer(CLIENT)).json()
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     paths = schema["paths"]
     assert paths["/v1/aql"]["post"]["x-themis-role"] == "client"

@@ -47,9 +47,15 @@ def test_adapters_raid_and_cluster_operations_need_the_admin_role(method: str, p
     assert required_role(method, path) is Role.admin
 
 
-def test_health_ready_docs_and_internal_routes_are_open() -> None:
-    for path in ("/health", "/ready", "/openapi.json", "/docs", "/internal/commit", "/internal/infer"):
+def test_health_ready_and_internal_routes_are_open() -> None:
+    for path in ("/health", "/ready", "/internal/commit", "/internal/infer"):
         assert required_role("GET", path) is None, path
+
+
+def test_the_api_description_needs_a_client_key_unless_configured_open() -> None:
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert required_role("GET", path) is Role.client, path
+        assert required_role("GET", path, docs_open=True) is None, path
 
 
 def test_metrics_are_open_unless_configured_closed() -> None:

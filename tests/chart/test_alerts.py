@@ -23,6 +23,7 @@ def rules(render) -> dict[str, dict]:
         ("ThemisShardDown", ['up{job="themis"} == 0']),
         ("ThemisShardDeclaredDead", ['themis_gossip_members{job="themis", status="dead"}']),
         ("ThemisRaidDegraded", ['themis_raid_units{job="themis", state=~"missing|corrupt"}']),
+        ("ThemisShardStorageUnwritable", ['themis_storage_writable{job="themis"}', "== 0"]),
         ("ThemisRaidUnrecoverable", ["themis_raid_unrecoverable_stripes"]),
         ("ThemisRoutingFallbackSpike", ["themis_domain_routing_fallback_total", 'tier!="none"', "> 0.2"]),
         (
@@ -77,7 +78,7 @@ def test_promtool_accepts_the_rules(render, tmp_path):
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 9 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout
 
 
 # ---- the alerts fire when they should (promtool test rules on synthetic series) -------------------
@@ -96,6 +97,9 @@ SERIES = [
     # Two units go missing at minute 2 and stay missing; ok units are not a degradation.
     series("themis_raid_units", "0 0 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2", state="missing"),
     series("themis_raid_units", "40+0x16", instance="shard-0:8080", state="ok"),
+    # shard-1's disk refuses writes from minute 3 to minute 9, then takes them again.
+    series("themis_storage_writable", "1 1 1 0 0 0 0 0 0 1 1 1 1 1 1 1 1"),
+    series("themis_storage_writable", "1+0x16", instance="shard-0:8080"),
     # Half of the domain-hinted decisions fall back; un-hinted ("none") traffic does not dilute it.
     series("themis_domain_routing_fallback_total", "0+30x16"),
     series("themis_domain_routing_decisions_total", "0+30x16", tier="fallback"),
@@ -147,6 +151,13 @@ def test_alerts_fire_on_synthetic_series_and_not_before_their_for(render, tmp_pa
         ),
         expect("ThemisLLMRequestsRejected", 12),
         expect("ThemisRaidUnrecoverable", 12),
+        expect("ThemisShardStorageUnwritable", 3),  # unwritable for less than its 1m
+        expect(
+            "ThemisShardStorageUnwritable",
+            5,
+            {"namespace": "prod", "instance": "shard-1:8080", "severity": "critical"},
+        ),
+        expect("ThemisShardStorageUnwritable", 11),  # writable again
     ]
     spec = {
         "rule_files": ["rules.yaml"],

@@ -85,3 +85,22 @@ def test_two_phase_commit_routes_are_the_clusters_own(secured: TestClient, route
 def test_a_signed_decision_query_about_an_unknown_transaction_hears_abort(secured: TestClient) -> None:
     r = secured.post("/internal/txn/decision", json={"txn": "t1"}, auth=PeerAuth("cluster-secret", "s-1"))
     assert r.status_code == 200 and r.json() == {"decision": "abort"}  # presumed abort
+
+
+def test_age_limit_and_clock_skew_are_separate_settings_far_above_request_timeouts() -> None:
+    from themis_shard.cluster.settings import ClusterSettings
+
+    s = ClusterSettings()
+    assert s.internal_signature_max_age_s > s.request_timeout_s  # a peer paused past a timeout
+    headers = signed_headers(SECRET, "s-0", "POST", "/internal/replicate", b"{}", 1000.0)
+
+    def at(now: float, max_age: float = 300, skew: float = 30) -> str | None:
+        target = "/internal/replicate"
+        return verify(SECRET, headers, "POST", target, b"{}", now, max_age, NonceWindow(400), skew)
+
+    assert at(1000.0 + 60) is None  # read a minute late (the receiver was paused)
+    assert at(1000.0 + 329) is None  # the age limit plus the skew allowance
+    assert "ago" in at(1000.0 + 331)
+    assert at(1000.0 - 29) is None  # the sender's clock is ahead, within the skew
+    assert "in the future" in at(1000.0 - 31)
+    assert "in the future" in at(1000.0 - 1, skew=0)

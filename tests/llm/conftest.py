@@ -57,11 +57,12 @@ def free_port() -> int:
 class Server:
     """A real uvicorn server running the real shard app in a thread."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, port: int | None = None) -> None:
+        """``port``: the one the app's settings name (its loopback calls, AQL's INFER)."""
         import uvicorn
 
         self.app = app
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(
             uvicorn.Config(

@@ -205,6 +205,29 @@ def test_named_tool_choice_calls_that_tool(client):
     jsonschema.validate(json.loads(call.function.arguments), TIME["function"]["parameters"])
 
 
+@pytest.mark.parametrize("choice", ["auto", None])  # None: the field left out, which means "auto"
+def test_auto_tool_choice_answers_with_a_valid_call_or_text(client, choice):
+    extra = {} if choice is None else {"tool_choice": choice}
+    for prompt in ("What is the weather in Paris?", "Say hello."):
+        r = chat(client, prompt, tools=[WEATHER, TIME], temperature=0, max_tokens=48, **extra)
+        c = r.choices[0]
+        if c.message.tool_calls:
+            assert c.finish_reason == "tool_calls"
+            (call,) = c.message.tool_calls
+            spec = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
+            jsonschema.validate(json.loads(call.function.arguments), spec["function"]["parameters"])
+        else:
+            assert c.finish_reason in ("stop", "length") and isinstance(c.message.content, str)
+            assert not c.message.content.lstrip().startswith("{")
+
+
+def test_auto_tool_choice_streams(client):
+    chunks = list(
+        chat(client, "Weather in Oslo?", tools=[WEATHER], tool_choice="auto", temperature=0, stream=True)
+    )
+    assert chunks and chunks[-1].choices[0].finish_reason in ("tool_calls", "stop", "length")
+
+
 def test_tool_choice_none_answers_in_text(client):
     r = chat(client, "Hello", tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=8)
     assert r.choices[0].message.tool_calls is None and isinstance(r.choices[0].message.content, str)

@@ -19,10 +19,19 @@ from .openapi import error_response
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, ring: KeyRing, *, metrics_open: bool, realm: str = "themis") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        ring: KeyRing,
+        *,
+        metrics_open: bool,
+        docs_open: bool = False,
+        realm: str = "themis",
+    ) -> None:
         self.app = app
         self.ring = ring
         self.metrics_open = metrics_open
+        self.docs_open = docs_open
         self.realm = realm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -30,7 +39,10 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         needed = required_role(
-            scope.get("method", "GET"), scope.get("path", ""), metrics_open=self.metrics_open
+            scope.get("method", "GET"),
+            scope.get("path", ""),
+            metrics_open=self.metrics_open,
+            docs_open=self.docs_open,
         )
         if needed is None:
             await self.app(scope, receive, send)

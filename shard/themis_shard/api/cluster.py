@@ -20,6 +20,7 @@ from ..cluster.status_model import (
     PlanAdapters,
     RingInfo,
     Speculation,
+    StorageStatus,
 )
 from ..node import ShardNode
 from .deps import current_node
@@ -63,6 +64,7 @@ async def cluster_status(shard: Node) -> ClusterStatus:
         draining=list(topo.plan.draining),
         migration=MigrationStatus.model_validate(cluster.migration.as_dict()),
         speculation=_speculation(shard),
+        storage=StorageStatus.model_validate(shard.store.health.status()),
     )
 
 

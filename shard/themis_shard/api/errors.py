@@ -11,11 +11,12 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic_core import PydanticSerializationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Router
 from starlette.types import Scope
 
-from ..errors import ThemisError, error_body
+from ..errors import ThemisError, error_body, lone_surrogate, surrogate_refusal
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,24 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=headers,
         )
+
+    @app.exception_handler(UnicodeEncodeError)
+    async def _unicode(request: Request, exc: UnicodeEncodeError) -> JSONResponse:
+        # A lone surrogate in any string of the request (a prompt, a key, a bind value) fails
+        # wherever it is first encoded as UTF-8: one answer for all of them.
+        bad = lone_surrogate(exc)
+        if bad is None:
+            return await _unexpected(request, exc)
+        return JSONResponse(error_body(bad.code, bad.message), status_code=bad.status)
+
+    @app.exception_handler(PydanticSerializationError)
+    async def _serialization(request: Request, exc: PydanticSerializationError) -> JSONResponse:
+        # Only a request's own text can hold a lone surrogate (nothing stored can): it reached an
+        # answer without being encoded on the way.
+        if "surrogates not allowed" not in str(exc):
+            return await _unexpected(request, exc)
+        bad = surrogate_refusal()
+        return JSONResponse(error_body(bad.code, bad.message), status_code=bad.status)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -25,6 +25,8 @@ async def health(request: Request) -> dict:
         "shard_id": settings.shard_id,
         "ring_version": shard.cluster.topology.version,
     }
+    if not shard.store.health.writable:
+        out["storage"] = shard.store.health.status()
     if shard.llm is not None:  # how each model runs on this CPU (repacking on, or the probe's fallback)
         out["llm_buffers"] = {name: d.as_dict() for name, d in shard.llm.buffers.items()}
     return out
@@ -33,7 +35,12 @@ async def health(request: Request) -> dict:
 @router.get(
     "/ready",
     response_model=Readiness,
-    responses={503: {"model": Readiness, "description": "Not ready: the node or its model is starting"}},
+    responses={
+        503: {
+            "model": Readiness,
+            "description": "Not ready: the node or its model is starting, or its disk does not take writes",
+        }
+    },
 )
 async def ready(request: Request) -> JSONResponse:
     shard = getattr(request.app.state, "node", None)

@@ -9,12 +9,24 @@ import time
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import error_body
 from ..metrics import ShardMetrics
 
 
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` once a body passes its limit. An ``HTTPException``, so a route
+    reading its body answers 413 through the app's handlers; a middleware reading it (the
+    ``/internal`` signature check) lets it rise to :class:`BodyLimitMiddleware`, which answers."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes")
+
+
 class BodyLimitMiddleware:
-    """413 for bodies over ``max_bytes``, declared (Content-Length) or streamed (chunked).
-    ``path_limits`` gives a few binary endpoints (KV-state import) their own, larger limit."""
+    """The one body limit of every route, public and ``/internal``: 413 for a body over
+    ``max_bytes``, declared (Content-Length: before reading) or streamed (chunked: as soon as
+    the bytes read pass it, never buffering more). ``path_limits`` gives a few binary
+    endpoints (KV-state import) their own, larger limit."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
         self.app = app
@@ -31,6 +43,7 @@ class BodyLimitMiddleware:
                 await _reply_413(send, limit)
                 return
         seen = 0
+        started = False
 
         async def limited() -> Message:
             nonlocal seen
@@ -38,22 +51,43 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise HTTPException(413, f"request body exceeds {limit} bytes")
+                    raise BodyTooLarge(limit)
             return message
 
-        await self.app(scope, limited, send)
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited, sending)
+        except BodyTooLarge:
+            if started:  # too late for a status: end the response (the server closes it)
+                raise
+            await _reply_413(send, limit)
 
 
 async def _reply_413(send: Send, limit: int) -> None:
-    body = b'{"error":{"code":"payload_too_large","message":"request body exceeds %d bytes"}}' % limit
+    await reply_unread(send, 413, "payload_too_large", f"request body exceeds {limit} bytes")
+
+
+async def reply_unread(send: Send, status: int, code: str, message: str) -> None:
+    """An error answered before the request's body is (fully) read: the connection closes after
+    it, so whatever the client still sends is never taken for the next request."""
+    payload = json.dumps(error_body(code, message)).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+            ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class MetricsMiddleware:
@@ -125,8 +159,10 @@ class ListenerGuard:
 
 class InternalAuth:
     """Refuses ``/internal/...`` requests not signed with the cluster secret (401), when the
-    node's ``InternalAuthPolicy`` requires it (a gossip secret and no mTLS). The body is read
-    here to check its hash and then handed on unchanged."""
+    node's ``InternalAuthPolicy`` requires it (a gossip secret and no mTLS). An unsigned or
+    expired request is refused on its headers, before a byte of its body is read; otherwise
+    the body (bounded by :class:`BodyLimitMiddleware`, outside this one) is read here to check
+    its hash and then handed on unchanged."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -137,6 +173,11 @@ class InternalAuth:
         policy = node.cluster.internal_auth if node is not None else None
         if not path.startswith("/internal/") or policy is None or not policy.required:
             await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        early = policy.early_refusal(headers)
+        if early is not None:
+            await _reply_401(send, early)
             return
         chunks, more = [], True
         while more:
@@ -150,23 +191,9 @@ class InternalAuth:
         target = raw.decode("latin-1") + (
             f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
         )
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         reason = policy.refusal(headers, scope.get("method", "GET"), target, body)
         if reason is not None:
-            payload = json.dumps(
-                {"error": {"code": "unauthenticated", "message": f"/internal: {reason}"}}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(payload)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": payload})
+            await _reply_401(send, reason)
             return
         replayed = False
 
@@ -178,3 +205,7 @@ class InternalAuth:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _reply_401(send: Send, reason: str) -> None:
+    await reply_unread(send, 401, "unauthenticated", f"/internal: {reason}")

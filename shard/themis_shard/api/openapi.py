@@ -41,10 +41,14 @@ STATUS_TEXT: dict[int, str] = {
     413: "Too large: the body (payload_too_large) or a batch beyond the shard's limits",
     429: "Overloaded (queue_full): retry after the Retry-After header's seconds",
     502: "A source the shard fetches (an http(s) URL) could not be fetched",
-    503: "Unavailable: the shard or its model is starting, a part is disabled, or too few owners answered",
+    503: "Unavailable: the shard or its model is starting, a part is disabled, too few owners answered, "
+    "a peer refused this shard's signed request (peer_auth_failed), or the disk failed the write "
+    "(storage_failed); the message says whether anything was written",
+    507: "The shard's disk is full (insufficient_storage): nothing was written; the shard is unready "
+    "until it takes writes again",
 }
 
-DOCUMENTS = (404, 409, 503)
+DOCUMENTS = (404, 409, 503, 507)
 INFERENCE = (404, 409, 429, 503)
 
 #: (method, path) → the statuses beyond 200 a public operation answers with the error body
@@ -55,7 +59,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/metrics"): (),
     # documents
     ("GET", "/v1/collections"): (),
-    ("PUT", "/v1/collections/{collection}"): (409,),
+    ("PUT", "/v1/collections/{collection}"): (409, 507),
     ("GET", "/v1/collections/{collection}"): (404,),
     ("PUT", "/v1/collections/{collection}/documents/{key}"): DOCUMENTS,
     ("GET", "/v1/collections/{collection}/documents/{key}"): (404,),
@@ -63,7 +67,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/v1/collections/{collection}/documents:batch"): DOCUMENTS,
     ("POST", "/v1/transactions"): DOCUMENTS,
     ("POST", "/v1/collections/{collection}/search"): (404,),
-    ("POST", "/v1/aql"): (404, 409, 429),
+    ("POST", "/v1/aql"): (404, 409, 429, 507),
     # cluster and RAID weights (503 raid_disabled on a shard without RAID)
     ("GET", "/v1/cluster/status"): (),
     ("GET", "/v1/raid/status"): (),
@@ -105,6 +109,18 @@ STREAM_ITEM: dict[str, dict[str, Any]] = {
     },
     "application/x-ndjson": {"type": "object", "description": "{index, ...result} per item"},
 }
+
+#: Operations that generate tokens: their ``max_tokens`` fields document the shard's limit.
+GENERATES = frozenset(
+    {
+        ("POST", "/v1/infer"),
+        ("POST", "/v1/infer:batch"),
+        ("POST", "/v1/rag"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/chat/completions"),
+    }
+)
+TOKEN_BUDGETS = ("max_tokens", "max_completion_tokens")
 
 #: Open even while the node starts: they answer from the app alone.
 NO_NODE = frozenset({("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics")})
@@ -150,4 +166,55 @@ def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
                 responses.setdefault(str(status), error_response(status))
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
+    return schema
+
+
+def _refs(node: Any) -> set[str]:
+    """Component names a schema fragment refers to (``#/components/schemas/<name>``)."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                found.add(ref.rsplit("/", 1)[1])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def document_engine_limits(
+    schema: dict[str, Any], *, max_tokens: int, embedding_dimension: int | None
+) -> dict[str, Any]:
+    """``schema`` with what this shard's engine accepts, which only its settings and models know:
+    ``maximum: max_tokens`` on every token budget of the generating operations' bodies (a larger
+    one is 400 ``max_tokens_too_large``; 0 = no limit), and the one ``dimensions`` the embedding
+    model gives (another is 400 ``unsupported_parameter``)."""
+    components = schema.get("components", {}).get("schemas", {})
+    prop = components.get("EmbeddingsBody", {}).get("properties", {}).get("dimensions")
+    if prop is not None and embedding_dimension is not None:
+        prop.pop("anyOf", None)
+        prop["anyOf"] = [{"type": "integer", "enum": [embedding_dimension]}, {"type": "null"}]
+    if not max_tokens:
+        return schema
+    limit = max_tokens
+    todo: set[str] = set()
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            if (method.upper(), path) in GENERATES and isinstance(operation, dict):
+                todo |= _refs(operation.get("requestBody", {}))
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in components:
+            continue
+        seen.add(name)
+        todo |= _refs(components[name])
+        for field in TOKEN_BUDGETS:
+            prop = components[name].get("properties", {}).get(field)
+            for branch in [prop, *(prop or {}).get("anyOf", [])] if prop else []:
+                if branch.get("type") == "integer":
+                    branch["maximum"] = min(limit, branch.get("maximum", limit))
     return schema

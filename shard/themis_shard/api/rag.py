@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..errors import BadRequest
 from ..inference.local import InferRequest
 from ..inference.service import InferenceService
+from ..llm.sampling import generation_budget
 from ..node import ShardNode
 from ..rag.service import RagService, rag_result, rag_stream
 from ..storage.names import check_collection
@@ -72,6 +73,8 @@ async def rag(
     check_collection(body.collection)
     if body.k > shard.settings.max_search_k:
         raise BadRequest(f"k may be at most {shard.settings.max_search_k}", code="k_too_large")
+    llm = shard.settings.llm  # a max_tokens over the limit is refused before any retrieval
+    generation_budget(body.max_tokens, llm.default_max_tokens, llm.max_tokens_limit)
     retrieved = await service.retrieve(body.query, body.collection, body.k, body.filter)
     req = InferRequest(
         prompt=retrieved.prompt,

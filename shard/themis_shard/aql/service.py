@@ -14,7 +14,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import ThemisError
+from ..errors import ThemisError, check_unicode
+from ..storage.codec import check_depth
 from . import ast
 from .data import NodeData, decode_scan
 from .errors import limit_exceeded, type_error
@@ -102,7 +103,11 @@ class AqlService:
                 binds = {}
             if not isinstance(binds, Mapping):
                 raise type_error("bind_vars must be an object")
+            check_unicode([text, binds])
             check_bind_values(binds)
+            max_depth = self.node.settings.max_document_depth
+            for value in binds.values():
+                check_depth(value, max_depth, "bind_value")
             the_plan = await self.plan(text, binds)
             kind = "explain" if the_plan.explain else the_plan.kind
             planned = time.perf_counter()
@@ -112,6 +117,8 @@ class AqlService:
                 stats: dict[str, Any] = {}
             else:
                 result, stats = await self.executor(authorization).run(the_plan, binds)
+                for row in result:  # a deep literal or a nesting built by the query itself
+                    check_depth(row, max_depth, "result")
         except RecursionError:  # a pathological nesting that slipped past the parser's guard
             self.metrics.queries.labels(kind=kind, outcome="rejected").inc()
             raise limit_exceeded("the query is nested too deeply", "query_too_complex") from None

@@ -1,8 +1,9 @@
 """Which role a public route needs: one table, one pure function.
 
 Roles are ordered: ``admin`` may do everything ``client`` may. ``None`` means the route is open
-(health and readiness, always; metrics when configured so). Shard-to-shard routes under
-``/internal/`` are not governed by API keys: they are the cluster's own (mTLS when TLS is on).
+(health and readiness, always; metrics and the API description when configured so).
+Shard-to-shard routes under ``/internal/`` are not governed by API keys: they are the cluster's
+own (mTLS when TLS is on).
 A public route the table does not name needs ``admin``, so a route added later is closed until
 someone decides who may call it.
 """
@@ -27,7 +28,8 @@ class Role(IntEnum):
 
 
 ALWAYS_OPEN = frozenset({"/health", "/ready"})
-#: The API's own description: readable by anyone who can reach the shard (it holds no data).
+#: The API's own description. It holds no data but names every route, the admin ones included:
+#: any valid key may read it, or anyone when ``docs_open`` (``THEMIS_AUTH_DOCS_OPEN``).
 DOCS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 #: (methods or "*", path prefix, role), first match wins; prefixes end at a path boundary.
@@ -60,18 +62,22 @@ def _under(path: str, prefix: str) -> bool:
     return rest == "" or rest[0] in "/:"
 
 
-def is_governed(path: str, *, metrics_open: bool) -> bool:
+def is_governed(path: str, *, metrics_open: bool, docs_open: bool = False) -> bool:
     """Does this path need an API key at all?"""
-    if path in ALWAYS_OPEN or path in DOCS or _under(path, "/internal"):
+    if path in ALWAYS_OPEN or _under(path, "/internal"):
         return False
+    if path in DOCS:
+        return not docs_open
     return not (path == "/metrics" and metrics_open)
 
 
-def required_role(method: str, path: str, *, metrics_open: bool = True) -> Role | None:
+def required_role(
+    method: str, path: str, *, metrics_open: bool = True, docs_open: bool = False
+) -> Role | None:
     """The least role that may call ``method path``; None when the route is open."""
-    if not is_governed(path, metrics_open=metrics_open):
+    if not is_governed(path, metrics_open=metrics_open, docs_open=docs_open):
         return None
-    if path == "/metrics":
+    if path == "/metrics" or path in DOCS:
         return Role.client
     method = method.upper()
     for methods, prefix, role in POLICY:

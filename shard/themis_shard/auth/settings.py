@@ -24,6 +24,9 @@ class AuthSettings(BaseSettings):
     keys: str = ""
     #: Serve ``/metrics`` without a key (Prometheus scrapes inside the cluster); false: client role.
     metrics_open: bool = True
+    #: Serve ``/openapi.json``, ``/docs`` and ``/redoc`` without a key; false: any valid key
+    #: (the schema names every route, the admin ones included).
+    docs_open: bool = False
     #: The realm named in ``WWW-Authenticate``.
     realm: str = Field("themis", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import BadRequest, Conflict, NotFound, ThemisError, Unavailable
+from ..errors import BadRequest, Conflict, InsufficientStorage, NotFound, ThemisError, Unavailable
 from ..ring import HashRing
 from ..storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
 from ..storage.inflight import InflightLog
@@ -109,11 +110,17 @@ NOTHING_WRITTEN_CODES = frozenset(
 )
 
 
-def forward_failure(target: str, what: str, exc: PeerUnavailable) -> Unavailable:
+#: Codes of a storage refusal (``storage/health.py``): nothing was written on that disk.
+STORAGE_CODES = frozenset({"insufficient_storage", "storage_failed"})
+
+
+def forward_failure(target: str, what: str, exc: PeerUnavailable) -> ThemisError:
     """The 503 for a forwarded write the coordinator did not answer: "nothing was written"
     only when the request provably never reached it."""
     if exc.status == 503 and exc.code in NOTHING_WRITTEN_CODES:  # the coordinator refused it
         return Unavailable(exc.message, code=exc.code)
+    if exc.code in STORAGE_CODES:  # its disk refused it (507 / 503): nothing was written
+        return ThemisError(exc.message, code=exc.code, status=exc.status or 507)
     if exc.reason in NOT_SENT_REASONS:
         return Unavailable(
             f"the coordinator of {what} ({target}) is unavailable ({exc.reason}); nothing was written",
@@ -124,6 +131,18 @@ def forward_failure(target: str, what: str, exc: PeerUnavailable) -> Unavailable
         "not have been applied: read the document before retrying",
         code="write_outcome_unknown",
     )
+
+
+async def after_commit(what: str, step: Awaitable[Any]) -> None:
+    """Bookkeeping after a write is durable (the in-flight log, hints): a disk that refuses it
+    now must not turn an applied write into a failure (crash recovery and anti-entropy redo
+    what it would have done)."""
+    try:
+        await step
+    except (InsufficientStorage, Unavailable) as exc:
+        if exc.code not in STORAGE_CODES:
+            raise
+        log.warning("after an applied write, the %s failed: %s", what, exc.message)
 
 
 def relay(exc: PeerError) -> ThemisError:
@@ -369,6 +388,7 @@ class DistributedDocuments:
     ) -> list[Change]:
         """Coordinate locally: replicate the stamped records, then install and acknowledge."""
         checks = checks or []
+        self.store.health.check()  # 507 before anything is sent while this disk refuses writes
         topo = self.topology
         if self.handoff is not None and self.handoff.handoff_active:
             for w in writes:  # keys not handed off yet: continue from their newest version
@@ -429,9 +449,14 @@ class DistributedDocuments:
             for r in records
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
-            changes = await self.store.apply_replicated_async(records)
+            try:
+                changes = await self.store.apply_replicated_async(records)
+            except (InsufficientStorage, Unavailable) as exc:
+                if exc.code not in STORAGE_CODES:
+                    raise
+                return await self._install_refused(topo, records, concern, delivered, burns, exc)
             if logged is not None:
-                await run_in_threadpool(self.inflight.remove, logged)
+                await after_commit("in-flight log", run_in_threadpool(self.inflight.remove, logged))
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
                 changes = self._installed(records, changes, burns)
             if changes is None:
@@ -440,7 +465,7 @@ class DistributedDocuments:
                 )
             for peer in peers:  # owners that missed a write acknowledged at a lower concern
                 if delivered[peer] is not Delivery.HELD:
-                    await self.replication.hint(peer, per_peer[peer])
+                    await after_commit("hint", self.replication.hint(peer, per_peer[peer]))
             return changes
         await self._burn(topo, records, delivered, burns)
         if logged is not None:
@@ -486,6 +511,59 @@ class DistributedDocuments:
         """Until the w=1 replication started so far has been delivered or hinted."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def _install_refused(
+        self,
+        topo: Topology,
+        records: list[Replicated],
+        concern: WriteConcern,
+        delivered: dict[str, Delivery],
+        burns: list[Replicated],
+        refused: ThemisError,
+    ) -> list[Change]:
+        """This disk refused a write the other owners took. Enough of them for the concern: it
+        is applied (this copy is repaired by anti-entropy once the disk takes writes). Too few:
+        it is undone on them (the burn, sent from here) and the answer is this disk's refusal,
+        nothing written; an owner that cannot be told leaves the outcome unknown."""
+        need = required_acks(concern, topo.plan.copies)
+        held = {
+            (r.collection, r.key): [
+                o
+                for o in topo.owners(r.collection, r.key)
+                if o != topo.self_id and delivered[o] is Delivery.HELD
+            ]
+            for r in records
+        }
+        if all(len(owners) >= need for owners in held.values()):
+            log.warning("write held by %d owner(s) but refused by this disk: %s", need, refused.message)
+            return [
+                Change(
+                    r.collection,
+                    r.key,
+                    r.version,
+                    r.document,
+                    b.version - 2 if b.document else 0,
+                    r.hlc,
+                    r.origin,
+                )
+                for r, b in zip(records, burns, strict=True)
+            ]
+        per_peer: dict[str, list[Replicated]] = {}
+        for b in burns:
+            for owner in held[(b.collection, b.key)]:
+                per_peer.setdefault(owner, []).append(b)
+        try:
+            await asyncio.gather(
+                *(self.replication.push(p, items, retries=1) for p, items in per_peer.items())
+            )
+        except (PeerUnavailable, PeerError) as exc:
+            raise Unavailable(
+                f"{refused.message.replace('; nothing was written', '')}, after {exc.peer} took the "
+                "write and could not be told to undo it: the write may or may not be applied; read the "
+                "document before retrying",
+                code="write_outcome_unknown",
+            ) from None
+        raise refused
 
     def _installed(
         self, records: list[Replicated], changes: list[Change], burns: list[Replicated]

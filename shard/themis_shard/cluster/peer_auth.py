@@ -4,10 +4,13 @@ gossip secret, even without TLS.
 Every internal request carries ``X-Themis-Peer`` (the sender), ``X-Themis-Timestamp`` (unix
 seconds), ``X-Themis-Nonce`` (random) and ``X-Themis-Signature``: HMAC-SHA256 over method, path
 with query, timestamp, nonce and the SHA-256 of the body. A receiver accepts a request only with
-a valid signature, a timestamp within ``max_age_s`` of its clock and a nonce it has not seen in
-that window — so a request cannot be forged, altered, or replayed. With mTLS (the internal
-listener demands a cluster certificate) the certificate is the proof and signatures are not
-checked. ``PeerAuth`` signs (an ``httpx.Auth``: sync and async clients); ``verify`` and
+a valid signature, a timestamp at most ``max_age_s`` old (plus ``clock_skew_s``, and at most
+``clock_skew_s`` ahead of its clock) and a nonce it has not seen in that window — so a request
+cannot be forged, altered, or replayed. The two are separate settings, far above any request
+timeout: a request queued at a paused or busy receiver is still a peer's when it is read, and
+a sender whose request is refused sees a peer fault (``remote.py``), never a client's 401.
+With mTLS (the internal listener demands a cluster certificate) the certificate is the proof
+and signatures are not checked. ``PeerAuth`` signs (an ``httpx.Auth``: sync and async clients); ``verify`` and
 ``NonceWindow`` check.
 """
 
@@ -74,6 +77,24 @@ class NonceWindow:
         return True
 
 
+def header_refusal(
+    headers: Mapping[str, str], now: float, max_age_s: float, clock_skew_s: float
+) -> str | None:
+    """Why this request must be refused on its headers alone, before its body is read."""
+    if not all(headers.get(h) for h in (PEER, TIMESTAMP, NONCE, SIGNATURE)):
+        return "unsigned shard-to-shard request"
+    try:
+        stamped = int(headers[TIMESTAMP])
+    except ValueError:
+        return "malformed timestamp"
+    age = now - stamped
+    if age < -clock_skew_s:
+        return f"request signed {-age:.0f} s in the future; clocks may differ by at most {clock_skew_s:.0f} s"
+    if age > max_age_s + clock_skew_s:
+        return f"request signed {age:.0f} s ago; at most {max_age_s + clock_skew_s:.0f} s"
+    return None
+
+
 def verify(
     secret: bytes,
     headers: Mapping[str, str],
@@ -83,16 +104,12 @@ def verify(
     now: float,
     max_age_s: float,
     nonces: NonceWindow,
+    clock_skew_s: float = 0.0,
 ) -> str | None:
     """Why this request must be refused (None: it is a peer's)."""
-    if not all(headers.get(h) for h in (PEER, TIMESTAMP, NONCE, SIGNATURE)):
-        return "unsigned shard-to-shard request"
-    try:
-        stamped = int(headers[TIMESTAMP])
-    except ValueError:
-        return "malformed timestamp"
-    if abs(now - stamped) > max_age_s:
-        return f"request signed {now - stamped:.0f} s ago; at most {max_age_s:.0f} s"
+    refused = header_refusal(headers, now, max_age_s, clock_skew_s)
+    if refused is not None:
+        return refused
     expected = signature(secret, method, target, headers[TIMESTAMP], headers[NONCE], body)
     if not hmac.compare_digest(expected, headers[SIGNATURE]):
         return "bad signature"
@@ -132,23 +149,35 @@ class InternalAuthPolicy:
     """What a shard demands of ``/internal/...`` callers: a signature when it has a gossip
     secret and no mTLS (``internal_auth`` setting on), nothing otherwise."""
 
-    def __init__(self, secret: str | None, max_age_s: float) -> None:
+    def __init__(self, secret: str | None, max_age_s: float, clock_skew_s: float = 0.0) -> None:
         self.secret = secret.encode() if secret else None
         self.max_age_s = max_age_s
-        self.nonces = NonceWindow(max_age_s)
+        self.clock_skew_s = clock_skew_s
+        self.nonces = NonceWindow(max_age_s + 2 * clock_skew_s)  # every timestamp still accepted
 
     @classmethod
     def of(cls, settings) -> InternalAuthPolicy:
         enforce = settings.internal_auth and settings.gossip_secret is not None and not settings.tls_enabled
         return cls(
-            settings.gossip_secret.get_secret_value() if enforce else None, settings.gossip_max_message_age_s
+            settings.gossip_secret.get_secret_value() if enforce else None,
+            settings.internal_signature_max_age_s,
+            settings.internal_clock_skew_s,
         )
 
     @property
     def required(self) -> bool:
         return self.secret is not None
 
+    def early_refusal(self, headers: Mapping[str, str]) -> str | None:
+        """The refusal a request earns before its body is read (unsigned, expired)."""
+        if self.secret is None:
+            return None
+        return header_refusal(headers, time.time(), self.max_age_s, self.clock_skew_s)
+
     def refusal(self, headers: Mapping[str, str], method: str, target: str, body: bytes) -> str | None:
         if self.secret is None:
             return None
-        return verify(self.secret, headers, method, target, body, time.time(), self.max_age_s, self.nonces)
+        now = time.time()
+        return verify(
+            self.secret, headers, method, target, body, now, self.max_age_s, self.nonces, self.clock_skew_s
+        )

@@ -8,7 +8,8 @@ backoff and full jitter for idempotent calls (3), and a circuit breaker per peer
 Outcomes are typed so callers can decide without parsing strings:
 
 * :class:`PeerUnavailable` — no usable answer (breaker open, connect failure, timeout,
-  transport error, 5xx, or a body that is not what was asked for). Another shard may serve the
+  transport error, 5xx, a 401 refusing this shard's signature on ``/internal``, or a body that
+  is not what was asked for). Another shard may serve the
   request: fail over. Counts against the peer's breaker.
 * :class:`PeerError` — the peer answered with a 4xx (``{"error": {"code", "message"}}``). That
   is an answer, not a fault: relay it. It does not count against the breaker.
@@ -299,18 +300,21 @@ class RemoteExecutor:
                 self.metrics.latency.labels(peer=peer).observe(self._clock() - started)
                 if resp.status_code >= 500:
                     answer = _peer_error(peer, resp)
-                    if resp.status_code == 503 and answer.code != "http_error":
-                        # A deliberate refusal (our error body): the peer is healthy, the breaker
-                        # must not count it, and the caller gets its code.
+                    if resp.status_code in (503, 507) and answer.code != "http_error":
+                        # A deliberate refusal (our error body: starting, a full disk): the peer
+                        # is healthy, the breaker must not count it, and the caller gets its code.
                         breaker.record_success()
                         self.metrics.requests.labels(peer=peer, outcome="refused").inc()
-                        last = PeerUnavailable(peer, "server_error", answer.message, status=503)
+                        last = PeerUnavailable(peer, "server_error", answer.message, status=resp.status_code)
                         last.code = answer.code
                     else:
                         last = self._fail(
                             peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
                         )
                     retry_ok = idem
+                elif refused_signature(path, resp):
+                    last = self._refused_signature(peer, resp)
+                    retry_ok = True  # refused before it ran; a retry carries a fresh signature
                 elif resp.status_code >= 400:
                     breaker.record_success()  # the peer is healthy; the request was refused
                     self.metrics.requests.labels(peer=peer, outcome="client_error").inc()
@@ -385,6 +389,9 @@ class RemoteExecutor:
                     raise self._fail(
                         peer, "server_error", f"HTTP {resp.status_code}", status=resp.status_code
                     )
+                if refused_signature(path, resp):
+                    await resp.aread()
+                    raise self._refused_signature(peer, resp)
                 if resp.status_code >= 400:
                     await resp.aread()
                     breaker.record_success()
@@ -414,6 +421,17 @@ class RemoteExecutor:
         self.metrics.requests.labels(peer=peer, outcome=reason).inc()
         text = detail if isinstance(detail, str) else (f"{type(detail).__name__}: {detail}".rstrip(": "))
         return PeerUnavailable(peer, reason, text, status=status)
+
+    def _refused_signature(self, peer: str, resp: httpx.Response) -> PeerUnavailable:
+        """A peer's 401 on ``/internal``: it refused this shard's signature (clock skew, a stale
+        request it read late, another cluster secret). A fault between shards, never the
+        client's own 401: the caller fails over or answers 503 ``peer_auth_failed``."""
+        detail = _peer_error(peer, resp).message
+        exc = self._fail(
+            peer, "peer_auth", f"{peer} refused this shard's signed request: {detail}", status=401
+        )
+        exc.code = "peer_auth_failed"
+        return exc
 
     def _accept(self, peer: str, resp: httpx.Response, expect: Expect, model: type[M] | None) -> Any:
         breaker = self.breakers.get(peer)
@@ -477,6 +495,10 @@ def internal_path(*segments: str) -> str:
     return "/internal/" + "/".join(
         quote(s, safe="").replace(".", "%2E") if s in (".", "..") else quote(s, safe="") for s in segments
     )
+
+
+def refused_signature(path: str, resp: httpx.Response) -> bool:
+    return resp.status_code == 401 and path.startswith("/internal/")
 
 
 def _peer_error(peer: str, resp: httpx.Response) -> PeerError:

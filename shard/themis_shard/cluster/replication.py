@@ -31,8 +31,11 @@ log = logging.getLogger(__name__)
 
 #: Hint records taken per read while replaying to one peer.
 REPLAY_BATCH = 100
-#: PeerUnavailable reasons that prove the request never reached the peer.
-NOT_SENT_REASONS = frozenset({"circuit_open", "connect_error", "unknown_peer"})
+#: PeerUnavailable reasons that prove the request never reached the peer (or, ``peer_auth``,
+#: was refused before anything ran: the peer did not accept its signature).
+NOT_SENT_REASONS = frozenset({"circuit_open", "connect_error", "unknown_peer", "peer_auth"})
+#: A peer's deliberate 5xx codes that say it applied nothing (starting; its disk refused the write).
+REFUSED_CODES = frozenset({"starting", "insufficient_storage", "storage_failed"})
 
 
 def delivery_of(exc: PeerUnavailable | PeerError | None) -> Delivery:
@@ -41,7 +44,7 @@ def delivery_of(exc: PeerUnavailable | PeerError | None) -> Delivery:
         return Delivery.HELD
     if isinstance(exc, PeerError) and getattr(exc, "code", None) in FENCE_CODES:
         return Delivery.FENCED
-    if isinstance(exc, PeerError) or exc.reason in NOT_SENT_REASONS or exc.code == "starting":
+    if isinstance(exc, PeerError) or exc.reason in NOT_SENT_REASONS or exc.code in REFUSED_CODES:
         return Delivery.NOT_APPLIED
     return Delivery.UNKNOWN
 

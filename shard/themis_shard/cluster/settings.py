@@ -104,6 +104,13 @@ class ClusterSettings(BaseSettings):
     #: Without mTLS, ``/internal/...`` answers only requests signed with ``gossip_secret``
     #: (``peer_auth.py``); off leaves them open to anyone who can reach the port.
     internal_auth: bool = True
+    #: The oldest signature an ``/internal/...`` request may carry when the receiver reads it:
+    #: it must cover a request queued while the receiver was paused or busy, so it is not a
+    #: request timeout (replays inside it are refused by nonce).
+    internal_signature_max_age_s: float = Field(300.0, gt=0)
+    #: How far two shards' clocks may disagree: a signature up to this far ahead of the
+    #: receiver's clock is accepted, and the age limit is extended by it.
+    internal_clock_skew_s: float = Field(30.0, ge=0)
     #: Messages whose sent_at is further than this from our clock are dropped (replay/skew).
     gossip_max_message_age_s: float = Field(30.0, gt=0)
     #: Announcements stamped further than this in the future are dropped (clock skew guard).

@@ -98,6 +98,16 @@ class RingInfo(_Part):
     version: int = 0
 
 
+class StorageStatus(_Part):
+    """Whether the answering shard's disk takes writes (``storage/health.py``)."""
+
+    writable: bool = True
+    #: insufficient_storage (full) or storage_failed (another IO error); None while writable.
+    code: str | None = None
+    reason: str | None = None
+    unwritable_s: float = 0.0
+
+
 class ClusterStatus(_Part):
     shard_id: str = ""
     cluster: str = ""
@@ -117,6 +127,8 @@ class ClusterStatus(_Part):
     migration: MigrationStatus = Field(default_factory=MigrationStatus)
     #: None on a shard without an LLM.
     speculation: Speculation | None = None
+    #: The answering shard's own disk: not writable makes it unready until a probe write succeeds.
+    storage: StorageStatus = Field(default_factory=StorageStatus)
 
     def member(self, shard_id: str) -> MemberStatus | None:
         return next((m for m in self.members if m.shard_id == shard_id), None)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ThemisError
 from ..llm.generation import Generation, GenerationFailed, generation_result
 from ..llm.sequence import DoneEvent, TokenEvent
+from ..wire import JsonInt
 
 if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
     from ..llm.runtime import LLMRuntime
@@ -46,11 +47,11 @@ class InferRequest(BaseModel):
     adapter: str | None = None
     # The sampling limits are the engine's (``SamplingParams.validate``: 400 invalid_sampling, in
     # place for a batch item); the schema states them so a client knows what is valid.
-    max_tokens: int | None = Field(None, json_schema_extra={"minimum": 1})
+    max_tokens: JsonInt | None = Field(None, json_schema_extra={"minimum": 1})
     temperature: float | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 5})
     top_p: float | None = Field(None, json_schema_extra={"exclusiveMinimum": 0, "maximum": 1})
-    top_k: int | None = Field(None, json_schema_extra={"minimum": 0})
-    seed: int | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 2**64 - 1})
+    top_k: JsonInt | None = Field(None, json_schema_extra={"minimum": 0})
+    seed: JsonInt | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 2**53 - 1})
     stop: str | list[str] | None = Field(None, json_schema_extra=lambda s: _stop_schema(s))
     stream: bool = False
     speculative: bool | None = Field(
@@ -58,7 +59,7 @@ class InferRequest(BaseModel):
         description="speculative decoding (draft + exact verification; same output distribution); "
         "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
     )
-    priority: int = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
+    priority: JsonInt = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
 
     def to_json(self) -> dict[str, Any]:
         """The body a peer's ``/internal/infer`` takes (unset fields left out)."""

@@ -68,7 +68,7 @@ class _Common(_Strict):
     model: str | None = None
     temperature: float | None = Field(1.0, ge=0, le=2)
     top_p: float | None = Field(1.0, gt=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**53 - 1)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -280,10 +280,17 @@ class ChatBody(_Common):
         return self.max_completion_tokens or self.max_tokens
 
 
+def _text_input_schema(schema: dict[str, Any]) -> None:
+    """Text or texts: token ids are refused by name (they would be another tokenizer's)."""
+    schema.pop("anyOf", None)
+    schema["anyOf"] = [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]
+
+
 class EmbeddingsBody(_Strict):
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str] | list[int] | list[list[int]] = Field(..., json_schema_extra=_text_input_schema)
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
+    #: the schema names the embedding model's one dimension (``api/openapi.py``)
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
 

@@ -37,6 +37,15 @@ def schema_grammar(schema: dict[str, Any]) -> str:
         raise GrammarError(f"unsupported JSON schema: {exc}") from None
 
 
+def join_rules(*grammars: str) -> str:
+    """One GBNF text from rule sets: each rule set ends on its own line, whatever its source left.
+
+    The converter's output may or may not end with a newline; plain concatenation would put the
+    next set's first rule on the previous set's last line, which llama.cpp refuses to parse.
+    """
+    return "".join(g.rstrip("\n") + "\n" for g in grammars)
+
+
 class GrammarConstraint:
     """One sequence's grammar state. Engine thread only after construction."""
 

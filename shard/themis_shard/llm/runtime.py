@@ -36,7 +36,7 @@ from .metrics import LLMMetrics
 from .model import fingerprint, resolve_model_path
 from .native import NativeModel
 from .prefix_hook import build_for as build_prefix_hook
-from .sampling import SamplingError, SamplingParams
+from .sampling import SamplingError, SamplingParams, generation_budget
 from .scheduler import Limits
 from .seams import PrefixPuller
 from .sequence import ErrorEvent, Sequence
@@ -283,10 +283,9 @@ class LLMRuntime:
         """Validated parameters; ``model`` (its vocabulary) bounds ``logit_bias`` token ids."""
         if isinstance(stop, str):
             stop = [stop]
-        if max_tokens is None:
-            max_tokens = self.settings.default_max_tokens
-        if self.settings.max_tokens_limit and isinstance(max_tokens, int):
-            max_tokens = min(max_tokens, self.settings.max_tokens_limit)
+        max_tokens = generation_budget(
+            max_tokens, self.settings.default_max_tokens, self.settings.max_tokens_limit
+        )
         n_vocab = self.model(model).native.n_vocab if logit_bias else 2**31
         if grammar is not None:  # compiled once here so a bad grammar is a 400 on every path
             native = self.model(model).native
@@ -430,7 +429,7 @@ class LLMRuntime:
         loop = asyncio.get_running_loop()
         gens = [Generation(loop) for _ in range(n)]
         each = [
-            params if params.seed is None else replace(params, seed=(params.seed + i) % 2**64)
+            params if params.seed is None else replace(params, seed=(params.seed + i) % 2**53)
             for i in range(n)
         ]
         with self._engine_errors():

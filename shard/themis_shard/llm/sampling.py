@@ -18,12 +18,32 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import BadRequest
+
 #: Nucleus search starts with this many candidates and doubles until it covers top_p.
 _NUCLEUS_START = 256
 
 
 class SamplingError(ValueError):
     """Invalid sampling parameters (rendered as 400 by the API)."""
+
+
+def generation_budget(asked: object, default: int, limit: int) -> object:
+    """The tokens a request may generate: ``asked``, else ``default`` (lowered to ``limit``).
+
+    Asking for more than ``limit`` (0: no limit) is a 400 that names it: a generation is never
+    silently shortened, and an unbounded one cannot hold a slot for minutes. Anything not an
+    int is returned unchanged for ``SamplingParams.validate`` to refuse.
+    """
+    if asked is None:
+        return min(default, limit) if limit else default
+    if limit and isinstance(asked, int) and not isinstance(asked, bool) and asked > limit:
+        raise BadRequest(
+            f"max_tokens is {asked}; this shard generates at most {limit} tokens per request "
+            "(THEMIS_LLM_MAX_TOKENS_LIMIT)",
+            code="max_tokens_too_large",
+        )
+    return asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +99,10 @@ class SamplingParams:
             raise SamplingError("top_k must be >= 0 (0 = disabled)")
         if not (0.0 < self.top_p <= 1.0):
             raise SamplingError("top_p must be within (0, 1]")
-        if self.seed is not None and not (0 <= self.seed < 2**64):
-            raise SamplingError("seed must be within [0, 2^64)")
+        # 2^53 (JSON's largest exact integer): a client reading numbers as doubles (JavaScript,
+        # many JSON Schema validators) can check the documented limit exactly
+        if self.seed is not None and not (0 <= self.seed < 2**53):
+            raise SamplingError("seed must be within [0, 2^53)")
         if len(self.stop) > max_stop_strings:
             raise SamplingError(f"at most {max_stop_strings} stop strings")
         if any(not isinstance(s, str) or not s for s in self.stop):

@@ -48,9 +48,10 @@ class LLMSettings(BaseSettings):
     kv_page_size: int = Field(16, ge=1)
     #: Sampling defaults and limits.
     default_max_tokens: int = Field(256, ge=1)
-    #: The longest generation one request gets: a larger max_tokens is clamped to it (finish
-    #: reason "length"), as llama-server's --n-predict does; 0 = bounded by the context only.
-    max_tokens_limit: int = Field(0, ge=0)
+    #: The longest generation one request may ask for: a larger ``max_tokens`` is a 400
+    #: ``max_tokens_too_large`` naming this limit (on every generation route, AQL INFER and RAG
+    #: included), and the default above is lowered to it; 0 = bounded by the context only.
+    max_tokens_limit: int = Field(4096, ge=0)
     max_stop_strings: int = Field(8, ge=0)
     #: Seconds a 429 asks the client to wait.
     retry_after_s: int = Field(1, ge=0)

@@ -12,10 +12,10 @@ import json
 import re
 from typing import Any
 
-from .grammar import schema_grammar
+from .grammar import join_rules, schema_grammar
 
 #: Text the model writes instead of a call under ``tool_choice: auto``.
-_FREE_TEXT = "root ::= tool-call | themis-text\nthemis-text ::= [^{ \\t\\n] [^\\x00]*\n"
+_FREE_TEXT = "root ::= tool-call | themis-text\nthemis-text ::= [^{ \\t\\n] [^\\x00]*"
 
 
 def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def tool_grammar(tools: list[dict[str, Any]], *, required: bool) -> str:
     call = schema_grammar(call_schema(tools))
     if required:
         return call
-    return re.sub(r"^root ::=", "tool-call ::=", call, count=1, flags=re.M) + _FREE_TEXT
+    return join_rules(re.sub(r"^root ::=", "tool-call ::=", call, count=1, flags=re.M), _FREE_TEXT)
 
 
 def parse_call(text: str) -> tuple[str, str] | None:

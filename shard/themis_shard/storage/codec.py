@@ -20,7 +20,7 @@ import json
 import math
 from typing import Any
 
-from ..errors import BadRequest, PayloadTooLarge
+from ..errors import BadRequest, PayloadTooLarge, lone_surrogate
 from .stamps import Stamp
 
 _VERSION_BYTES = 8
@@ -44,11 +44,14 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def check_depth(document: Any, max_depth: int) -> None:
-    found = depth(document)
+def check_depth(value: Any, max_depth: int, what: str = "document") -> None:
+    """400 ``<what>_too_deep`` past ``max_depth``: a value nested deeper than the API can
+    serialise back is refused by name wherever it enters (documents, AQL values and results)."""
+    found = depth(value)
     if found > max_depth:
         raise BadRequest(
-            f"document nesting depth is {found}; the limit is {max_depth}", code="document_too_deep"
+            f"{what.replace('_', ' ')} nesting depth is {found}; the limit is {max_depth}",
+            code=f"{what}_too_deep",
         )
 
 
@@ -76,6 +79,8 @@ def encode_body(document: dict[str, Any], max_bytes: int, max_depth: int = DEFAU
     check_depth(document, max_depth)
     try:
         body = json.dumps(document, allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:  # a ValueError too: before the NaN case
+        raise lone_surrogate(exc) or BadRequest(str(exc), code="invalid_document") from None
     except ValueError as exc:
         raise BadRequest("documents may not contain NaN or Infinity", code="invalid_number") from exc
     except TypeError as exc:

@@ -42,6 +42,7 @@ from ..errors import BadRequest, Conflict, NotFound, ThemisError
 from . import codec
 from .collections import CollectionConfig
 from .group_commit import GroupCommit, Op, Ops
+from .health import GuardedDB, StorageHealth
 from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
 from .wal_sync import WalSync
@@ -160,8 +161,10 @@ class DocumentStore:
         origin: str = "",
         max_document_depth: int = codec.DEFAULT_MAX_DEPTH,
         clock: HybridClock | None = None,
+        health: StorageHealth | None = None,
     ) -> None:
-        """``origin``: this shard's id, stamped on the versions it mints (with ``clock``)."""
+        """``origin``: this shard's id, stamped on the versions it mints (with ``clock``);
+        ``health``: where storage faults of every write are mapped and remembered."""
         self.path = Path(path)
         self.max_document_bytes = max_document_bytes
         self.max_document_depth = max_document_depth
@@ -171,8 +174,10 @@ class DocumentStore:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
-        self._db = Rdict(
-            str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS}
+        self.health = health or StorageHealth()
+        self._db = GuardedDB(
+            Rdict(str(self.path), options=opts, column_families={cf: Options(raw_mode=True) for cf in _CFS}),
+            self.health,
         )
         self._docs = self._db.get_column_family("docs")
         self._colls = self._db.get_column_family("collections")
@@ -200,6 +205,7 @@ class DocumentStore:
         self._staged_seq = 0
         self._group = GroupCommit(self._write_ops, self._lock, self._forget_planned)
         self.last_group_size = 0
+        self.health.attach_probe(self._probe_write)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -212,6 +218,12 @@ class DocumentStore:
             self._handles = {}
             self._db.close()
             self._db = None
+
+    def _probe_write(self) -> None:
+        """One tiny synced write: does the disk take writes again? (``StorageHealth.probe``)"""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(b"probe", _counter_bytes(time.time_ns()), self._handles["meta"])
+        self._db.write(batch, self._sync)
 
     def column_family(self, name: str):
         """(column family, handle, synced write options) for a neighbour such as the hint log."""
@@ -462,7 +474,8 @@ class DocumentStore:
                 batch.delete(key, handle)
         if self.wal_fsync_unlocked:
             self._db.write(batch, self._unsynced)
-            self._wal.sync()
+            with self.health.guard():  # an fsync error is the disk's refusal too
+                self._wal.sync()
         else:
             self._db.write(batch, self._sync)
 

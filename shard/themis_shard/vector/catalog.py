@@ -202,7 +202,10 @@ class VectorCatalog(StoreObserver):
                     )
             self._dirty[collection] = self._dirty.get(collection, 0) + len(group)
             if self._dirty[collection] >= self.persist_every:
-                self.persist(collection)
+                try:
+                    self.persist(collection)
+                except OSError as exc:  # after a durable write: never its failure (a full disk)
+                    log.warning("vector index %s not persisted (%s); it is rebuilt on start", collection, exc)
 
     # -- queries -----------------------------------------------------------------------------
     def index(self, collection: str) -> VectorIndex:
