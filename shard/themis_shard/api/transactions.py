@@ -10,11 +10,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, Field
-from starlette.convertors import Convertor, register_url_convertor
+from starlette.convertors import register_url_convertor
 
+from ..cluster.transactions.admin import Answer
 from ..errors import BadRequest
 from ..node import ShardNode
 from .deps import node
+from .params import NameBeforeAction
 
 router = APIRouter(prefix="/v1")
 Node = Annotated[ShardNode, Depends(node)]
@@ -34,19 +36,7 @@ def txn_id_field() -> Any:
     )
 
 
-class TxnIdConvertor(Convertor):
-    """A transaction id in a path: no ``/`` and no ``:`` (so ``{id}:resolve`` is the action)."""
-
-    regex = "[^/:]+"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("txnid", TxnIdConvertor())
+register_url_convertor("txnid", NameBeforeAction())  # {id}:resolve
 
 
 def _check(txn: str) -> str:
@@ -69,19 +59,22 @@ class TransactionOutcome(BaseModel):
     unanswered: list[str] = Field(default_factory=list, description="shards that did not answer")
 
 
-@router.get("/transactions/{txn_id}", response_model=TransactionOutcome, tags=["documents"])
-async def transaction_outcome(
-    shard: Node, txn_id: Annotated[str, Path(description="the id sent with POST /v1/transactions")]
-) -> TransactionOutcome:
-    """What became of the transaction with this id. An id no shard knows is fenced on every
-    shard first, so it can never commit afterwards: "aborted" is then definite."""
-    answer = await shard.cluster.transactions.cluster.outcome(_check(txn_id))
+def _outcome(answer: Answer) -> TransactionOutcome:
     return TransactionOutcome(
         id=answer.txn,
         outcome=answer.outcome.value,
         message=answer.message,
         unanswered=list(answer.unanswered),
     )
+
+
+@router.get("/transactions/{txn_id}", response_model=TransactionOutcome, tags=["documents"])
+async def transaction_outcome(
+    shard: Node, txn_id: Annotated[str, Path(description="the id sent with POST /v1/transactions")]
+) -> TransactionOutcome:
+    """What became of the transaction with this id. An id no shard knows is fenced on every
+    shard first, so it can never commit afterwards: "aborted" is then definite."""
+    return _outcome(await shard.cluster.transactions.cluster.outcome(_check(txn_id)))
 
 
 class HeldBy(BaseModel):
@@ -131,10 +124,4 @@ async def resolve_transaction(shard: Node, txn_id: str) -> TransactionOutcome:
     """Settle a transaction now: every shard holding it runs termination without waiting for the
     timeout (its deciders are fenced, so a coordinator still running it aborts it), then the
     outcome is answered. ``unknown``/``in_progress`` name what it still waits for."""
-    answer = await shard.cluster.transactions.cluster.resolve(_check(txn_id))
-    return TransactionOutcome(
-        id=answer.txn,
-        outcome=answer.outcome.value,
-        message=answer.message,
-        unanswered=list(answer.unanswered),
-    )
+    return _outcome(await shard.cluster.transactions.cluster.resolve(_check(txn_id)))
