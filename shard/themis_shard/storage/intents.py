@@ -270,10 +270,17 @@ class TxnLog:
             return entry
 
     def settle(
-        self, txn: str, decision: Decision, participants: Iterable[str] = (), redrive: bool = False
+        self,
+        txn: str,
+        decision: Decision,
+        participants: Iterable[str] = (),
+        redrive: bool = False,
+        sync: bool = True,
     ) -> LogEntry:
         """Record the final ``decision`` (``redrive``: this shard coordinates it and re-sends
-        phase 2 until every participant acknowledged). A final entry already here stands."""
+        phase 2 until every participant acknowledged). A final entry already here stands.
+        ``sync=False``: through the WAL, not fsynced (survives ``kill -9``, not a power loss):
+        for an ABORT whose loss only costs a participant that asks the fencing round."""
         with self._lock:
             found = self.get(txn)
             if found is not None and found.decision.final:
@@ -283,7 +290,7 @@ class TxnLog:
                     )
                 return found
             entry = LogEntry(txn, decision, tuple(sorted(participants)), done=not redrive)
-            self._write(entry)
+            self._write(entry, sync)
             if decision is Decision.COMMIT and redrive:
                 self._pending.add(txn)
             return entry

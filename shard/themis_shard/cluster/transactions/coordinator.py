@@ -107,8 +107,8 @@ class Coordinator:
                 decision = await self._decide(txn, list(groups), decider_ids)
                 await self._pause(txn, self.settings.pause_after_decision_s, "decided", "logging it")
                 await run_in_threadpool(self.log.settle, txn, decision, groups, decision is Decision.COMMIT)
-            elif txn_id is not None:  # the client may ask about its id: say so here too
-                await run_in_threadpool(self.log.settle, txn, Decision.ABORT)
+            else:  # a participant that misses phase 2, or a client with the id, asks here
+                await run_in_threadpool(lambda: self.log.settle(txn, Decision.ABORT, sync=False))
         except Unavailable:
             self.metrics.outcomes.labels(kind="cross", outcome="unknown").inc()
             raise
@@ -125,7 +125,8 @@ class Coordinator:
         self.metrics.outcomes.labels(kind="cross", outcome="aborted").inc()
         if not errors:
             raise Unavailable(
-                f"transaction {txn} outlived its timeout and was aborted by its participants; "
+                f"transaction {txn} prepared everywhere but could not be made final: its deciders "
+                "were fenced (it outlived its timeout) or none could be reached; it was aborted, "
                 "nothing was written",
                 code="transaction_timeout",
             )
