@@ -25,6 +25,11 @@ TXN_ID_PATTERN = r"^[A-Za-z0-9._~-]{1,64}$"
 _TXN_ID = re.compile(TXN_ID_PATTERN)
 
 
+TXN_ID_TEXT = "the id sent with POST /v1/transactions: 1-64 of A-Z a-z 0-9 . _ ~ -"
+#: described in the schema; the handler's own check refuses (400 ``invalid_transaction_id``)
+TxnId = Annotated[str, Path(description=TXN_ID_TEXT, json_schema_extra={"pattern": TXN_ID_PATTERN})]
+
+
 def txn_id_field() -> Any:
     return Field(
         None,
@@ -69,9 +74,7 @@ def _outcome(answer: Answer) -> TransactionOutcome:
 
 
 @router.get("/transactions/{txn_id}", response_model=TransactionOutcome, tags=["documents"])
-async def transaction_outcome(
-    shard: Node, txn_id: Annotated[str, Path(description="the id sent with POST /v1/transactions")]
-) -> TransactionOutcome:
+async def transaction_outcome(shard: Node, txn_id: TxnId) -> TransactionOutcome:
     """What became of the transaction with this id. An id no shard knows is fenced on every
     shard first, so it can never commit afterwards: "aborted" is then definite."""
     return _outcome(await shard.cluster.transactions.cluster.outcome(_check(txn_id)))
@@ -120,7 +123,7 @@ async def list_transactions(shard: Node) -> TransactionList:
 @router.post(
     "/cluster/transactions/{txn_id:txnid}:resolve", response_model=TransactionOutcome, tags=["cluster"]
 )
-async def resolve_transaction(shard: Node, txn_id: str) -> TransactionOutcome:
+async def resolve_transaction(shard: Node, txn_id: TxnId) -> TransactionOutcome:
     """Settle a transaction now: every shard holding it runs termination without waiting for the
     timeout (its deciders are fenced, so a coordinator still running it aborts it), then the
     outcome is answered. ``unknown``/``in_progress`` name what it still waits for."""
