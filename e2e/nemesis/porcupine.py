@@ -4,7 +4,7 @@ versioned register model of our semantics: reads, blind writes, If-Match CAS; an
 operation has an unknown return and may or may not have applied, and an indeterminate CAS may
 also have been burned, exported as a second indeterminate operation).
 
-The Go program is built once per source into ``~/.cache/themis/porcupine/`` (Debian's Go,
+The Go program is built once per source into ``$THEMIS_CACHE_DIR/porcupine/`` (Debian's Go,
 ``make test-tools``; Porcupine itself is vendored under ``tools/porcupine/vendor``, so the build
 needs no network). Our own checker (``linearizable.py``) and this one must agree: a run is an
 anomaly when either says so.
@@ -26,7 +26,14 @@ from .history import Op, Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tools" / "porcupine"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "themis" / "porcupine"
+#: ``$THEMIS_CACHE_DIR`` (default ``$XDG_CACHE_HOME/themis``, else ``~/.cache/themis``)
+CACHE = (
+    Path(
+        os.environ.get("THEMIS_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "themis"
+    )
+    / "porcupine"
+)
 
 
 def _ns(t: float) -> int:
