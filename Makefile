@@ -67,9 +67,11 @@ status: install
 demo: install
 	$(VENV)/bin/themis demo
 
-# Tests also need a real Prometheus (dashboards are evaluated against it): Debian's package.
+# Tests also need a real Prometheus (dashboards are evaluated against it) and Go (the nemesis
+# histories are checked by Porcupine too: tools/porcupine, vendored, built by the tests): Debian's packages.
 test-tools:
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+	@command -v go >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; }
 	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
 
 test: install test-tools
@@ -79,7 +81,7 @@ test-fast: install
 	$(PY) -m pytest -q -m "not llm and not e2e"
 
 # The nemesis suite alone, its table printed (THEMIS_NEMESIS_SECONDS / _SEED / _UNSAFE: e2e/nemesis/README.md).
-nemesis: install
+nemesis: install test-tools
 	$(PY) -m pytest -q -s -m nemesis e2e/nemesis
 
 # bench/storage.py compares with a 3-member etcd (Debian's etcd-server), which it starts itself.

@@ -5,6 +5,7 @@ metrics)."""
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from .calls import new_txn_id
 from .client import AsyncInferStream, AsyncThemisClient, InferStream, ThemisClient
 from .errors import (
     BadRequest,
@@ -39,6 +40,7 @@ from .models import (
     SearchHit,
     SearchResult,
     StreamToken,
+    TransactionOutcome,
     TransactionResult,
     WriteResult,
 )
@@ -94,10 +96,12 @@ __all__ = [
     "ThemisClient",
     "ThemisConnectionError",
     "ThemisError",
+    "TransactionOutcome",
     "TransactionResult",
     "Unauthorized",
     "Unavailable",
     "VersionConflict",
     "WriteResult",
     "__version__",
+    "new_txn_id",
 ]

@@ -5,6 +5,7 @@ execute calls, so both get each operation, its signature and its docstring from 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from .models import (
     Operation,
     RagResult,
     SearchResult,
+    TransactionOutcome,
     TransactionResult,
     WriteResult,
 )
@@ -160,10 +162,29 @@ def batch(
     return Call("POST", f"/v1/collections/{_seg(collection)}/documents:batch", _model(BatchResult), body)
 
 
-def transaction(operations: Iterable[Operation | Mapping[str, Any]]) -> Call[TransactionResult]:
-    """All or nothing; a stale ``if_version`` raises ``VersionConflict`` with nothing applied."""
+def transaction(
+    operations: Iterable[Operation | Mapping[str, Any]], *, txn_id: str | None = None
+) -> Call[TransactionResult]:
+    """All or nothing; a stale ``if_version`` raises ``VersionConflict`` with nothing applied.
+    ``txn_id`` (``new_txn_id()``): chosen before sending, so that ``transaction_outcome`` can
+    tell the outcome when the response is lost (a broken connection, a 503
+    ``transaction_outcome_unknown``). Never retried here: resending an id is refused (409)."""
     ops = [Operation.model_validate(o).model_dump(exclude_none=True) for o in operations]
-    return Call("POST", "/v1/transactions", _model(TransactionResult), {"operations": ops})
+    body: dict[str, Any] = {"operations": ops}
+    if txn_id is not None:
+        body["id"] = txn_id
+    return Call("POST", "/v1/transactions", _model(TransactionResult), body)
+
+
+def new_txn_id() -> str:
+    """A fresh transaction id for ``transaction(..., txn_id=...)``."""
+    return uuid.uuid4().hex
+
+
+def transaction_outcome(txn_id: str) -> Call[TransactionOutcome]:
+    """``GET /v1/transactions/{id}``: committed, aborted, in_progress or unknown. Asking about
+    an id no shard knows makes it abort for good, so "aborted" is definite."""
+    return Call("GET", f"/v1/transactions/{_seg(txn_id)}", _model(TransactionOutcome), idempotent=True)
 
 
 # -- search and AQL ----------------------------------------------------------------------------------

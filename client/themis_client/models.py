@@ -69,6 +69,21 @@ class TransactionItem(_Model):
 class TransactionResult(_Model):
     committed: bool
     results: list[TransactionItem]
+    id: str | None = None
+
+
+class TransactionOutcome(_Model):
+    """``GET /v1/transactions/{id}``: what became of a transaction sent with that id."""
+
+    id: str
+    outcome: Literal["committed", "aborted", "in_progress", "unknown"]
+    message: str
+    unanswered: list[str] = Field(default_factory=list)
+
+    @property
+    def settled(self) -> bool:
+        """Committed or aborted: the answer will not change."""
+        return self.outcome in ("committed", "aborted")
 
 
 class Collection(_Model):

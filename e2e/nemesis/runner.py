@@ -20,7 +20,7 @@ import httpx
 from themis_client import ThemisClient
 
 from ..conftest import LocalCluster, peer_auth, wait_ready
-from . import checkers
+from . import checkers, porcupine
 from .faults import KINDS, Fault, Nemesis, schedule
 from .history import History, Op, Outcome
 from .proxy import Mesh
@@ -204,6 +204,7 @@ def _run(cluster, mesh, rng, seed, seconds, fencing, kinds, workers, say) -> Rep
         + checkers.bank_anomalies(ops, bank.totals)
         + checkers.set_anomalies(ops, final_sets)
         + checkers.replica_anomalies(copies)
+        + porcupine.anomalies(ops, initial, cluster.root / "porcupine.jsonl")  # the independent check
     )
     return Report(seed, seconds, fencing, ops, nemesis.injected, anomalies, undecided, len(bank.groups))
 

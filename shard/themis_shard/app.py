@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from . import __version__
 from .api import aql, cluster, documents, health, internal, search
 from .api import raid as raid_api
+from .api import transactions as transactions_api
 from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(documents.router)
+    app.include_router(transactions_api.router)
     app.include_router(search.router)
     app.include_router(cluster.router)
     app.include_router(internal.router)

@@ -29,6 +29,7 @@ from . import __version__
 from .auth.keys import bearer_headers
 from .cli_help import COMMANDS, DESCRIPTION
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
+from .cluster.transactions.cli import add_txn_commands  # themis txn list/resolve
 from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
@@ -651,6 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(func=demo)
     add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
     add_adapter_commands(sub)  # themis adapters federate
+    add_txn_commands(sub)  # themis txn list/resolve
     return parser
 
 

@@ -22,6 +22,7 @@ CLIENT_ROUTES = [
     ("PUT", "/v1/collections/books"),
     ("GET", "/v1/collections"),
     ("POST", "/v1/transactions"),
+    ("GET", "/v1/transactions/client-chosen-id"),
     ("POST", "/v1/aql"),
     ("GET", "/v1/adapters"),
     ("GET", "/v1/adapters/legal"),
@@ -34,6 +35,8 @@ ADMIN_ROUTES = [
     ("POST", "/v1/raid/models"),
     ("POST", "/v1/raid/verify"),
     ("GET", "/v1/cluster/status"),
+    ("GET", "/v1/cluster/transactions"),
+    ("POST", "/v1/cluster/transactions/some-id:resolve"),
 ]
 
 

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from themis_client import (
     BadRequest,
+    Conflict,
     InferBatchResult,
     InferItemError,
     InferResult,
@@ -25,6 +26,7 @@ from themis_client import (
     Unavailable,
     VersionConflict,
     calls,
+    new_txn_id,
 )
 from themis_client.errors import RateLimited, ServerError, error_from_response
 from themis_client.sse import sse_events
@@ -240,6 +242,17 @@ def test_a_check_operation_asserts_a_version_without_writing(themis: ThemisClien
         themis.transaction([Operation.check("books", "d", 0), Operation.put("books", "e", {})])
     with pytest.raises(NotFound):
         themis.get("books", "e")
+
+
+def test_a_transaction_id_chosen_before_sending_tells_the_outcome(themis: ThemisClient) -> None:
+    txn_id = new_txn_id()
+    done = themis.transaction([Operation.put("books", "f", {"n": 1})], txn_id=txn_id)
+    assert done.committed and done.id == txn_id
+    outcome = themis.transaction_outcome(txn_id)
+    assert (outcome.id, outcome.outcome, outcome.settled) == (txn_id, "committed", True)
+    with pytest.raises(Conflict) as again:  # one attempt per id: a resend is refused, not applied
+        themis.transaction([Operation.put("books", "f", {"n": 2})], txn_id=txn_id)
+    assert again.value.code == "transaction_id_in_use" and themis.get("books", "f").version == 1
 
 
 # -- metrics, RAID, batches, adapters, RAG streams -------------------------------------------------

@@ -76,15 +76,22 @@ def test_the_signer_covers_the_query_string() -> None:
     assert verify(b"k", seen, "GET", target, b"", float(seen[TIMESTAMP]), 30, NonceWindow(30)) is None
 
 
-@pytest.mark.parametrize("route", ["prepare", "replica", "commit", "abort", "decision"])
+@pytest.mark.parametrize(
+    "route", ["prepare", "replica", "commit", "abort", "accept", "status", "fence", "settle", "list"]
+)
 def test_two_phase_commit_routes_are_the_clusters_own(secured: TestClient, route: str) -> None:
-    r = secured.post(f"/internal/txn/{route}", json={"txn": "t1"})
+    r = secured.request("GET" if route == "list" else "POST", f"/internal/txn/{route}", json={"txn": "t1"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
 
 
-def test_a_signed_decision_query_about_an_unknown_transaction_hears_abort(secured: TestClient) -> None:
-    r = secured.post("/internal/txn/decision", json={"txn": "t1"}, auth=PeerAuth("cluster-secret", "s-1"))
-    assert r.status_code == 200 and r.json() == {"decision": "abort"}  # presumed abort
+def test_a_signed_fence_of_an_unknown_transaction_is_a_promise_never_to_accept_its_commit(
+    secured: TestClient,
+) -> None:
+    peer = PeerAuth("cluster-secret", "s-1")
+    r = secured.post("/internal/txn/fence", json={"txn": "t1"}, auth=peer)
+    assert r.status_code == 200 and r.json() == {"decision": "fenced", "running": False, "prepared": False}
+    r = secured.post("/internal/txn/accept", json={"txn": "t1", "participants": ["s-1"]}, auth=peer)
+    assert r.status_code == 200 and r.json() == {"decision": "fenced"}  # a late COMMIT loses
 
 
 def test_age_limit_and_clock_skew_are_separate_settings_far_above_request_timeouts() -> None:

@@ -1,7 +1,8 @@
-"""Spec: two-phase commit — who takes part, what is decided, what an asking participant is told,
-and how a participant that restarts with prepared intents finishes them (presumed abort when the
-coordinator has no decision, commit when it logged one). The multi-process protocol, with kills,
-is in e2e/test_cross_shard_transactions.py."""
+"""Spec: two-phase commit — who takes part and decides, what a terminator concludes from the
+deciders' answers, what a client is told about its id, and how a participant with prepared
+intents finishes them without its coordinator (commit when a decider or the coordinator logged
+COMMIT, abort once every decider is fenced). The multi-process protocol, with kills, is in
+e2e/test_cross_shard_transactions.py and e2e/test_txn_termination.py."""
 
 from __future__ import annotations
 
@@ -18,21 +19,25 @@ from themis_shard.cluster.placement import Topology
 from themis_shard.cluster.remote import RemoteExecutor
 from themis_shard.cluster.replication import Replication
 from themis_shard.cluster.transactions.decisions import (
-    Answer,
-    answer_for,
+    Outcome,
+    Status,
     client_error,
     coordinator_decision,
+    deciders,
     enough_copies,
     in_doubt,
     kind,
+    outcome,
+    outcome_after_fence,
     participant_groups,
+    termination,
 )
 from themis_shard.cluster.transactions.service import Transactions
 from themis_shard.cluster.transactions.settings import TxnSettings
 from themis_shard.errors import Conflict, NotFound, Unavailable
 from themis_shard.storage.documents import Check, DocumentStore, Write
 from themis_shard.storage.hints import HintLog
-from themis_shard.storage.intents import Decision, Intent, Role
+from themis_shard.storage.intents import Decision, Intent, Role, now_ms
 
 from .fakes import live, plan_of
 
@@ -63,18 +68,45 @@ def test_the_coordinator_commits_only_when_every_participant_prepared() -> None:
     assert coordinator_decision([True, False]) is Decision.ABORT
 
 
+def test_the_deciders_are_the_participants_then_the_other_owners_never_the_coordinator() -> None:
+    [a] = keys_of("s-1", 1)
+    [b] = keys_of("s-2", 1)
+    found = deciders("s-0", ["s-1", "s-2"], [("acc", a), ("acc", b)], ME)
+    assert found[:2] == ("s-1", "s-2") and "s-0" not in found
+    [c] = keys_of("s-0", 1)
+    assert deciders("s-0", ["s-0"], [("acc", c)], ME) == tuple(o for o in ME.owners("acc", c) if o != "s-0")
+    assert deciders("s-0", ["s-0"], [], ME) == ("s-0",)  # nobody else takes part
+
+
+FENCED, COMMIT, ABORT = (Status(Decision.FENCED), Status(Decision.COMMIT), Status(Decision.ABORT))
+
+
 @pytest.mark.parametrize(
-    ("logged", "started", "answer"),
+    ("answers", "decision"),
     [
-        (Decision.COMMIT, None, Answer.COMMIT),  # logged: final, whatever else
-        (Decision.ABORT, 99.0, Answer.ABORT),
-        (None, 95.0, Answer.PENDING),  # still running here within its timeout
-        (None, 80.0, None),  # past its timeout: presume abort
-        (None, None, None),  # unknown (never started, or before a restart): presume abort
+        ({"s-1": COMMIT, "s-2": None}, Decision.COMMIT),  # the coordinator made it final there
+        ({"s-1": FENCED, "s-2": COMMIT}, Decision.COMMIT),  # it got there before the fence
+        ({"s-1": FENCED, "s-2": ABORT}, Decision.ABORT),  # someone concluded before
+        ({"s-1": FENCED, "s-2": FENCED}, Decision.ABORT),  # no COMMIT can be logged any more
+        ({"s-1": FENCED, "s-2": None}, None),  # the silent one may hold the COMMIT
+        ({"s-1": FENCED, "s-2": Status(None, running=True)}, None),  # coordinating, promised nothing
     ],
 )
-def test_what_an_asking_participant_is_told(logged, started, answer) -> None:
-    assert answer_for(logged, started, now_s=100.0, timeout_s=10.0) == answer
+def test_what_a_terminator_concludes_from_the_deciders(answers, decision) -> None:
+    assert termination(answers, ["s-1", "s-2"]) == decision
+
+
+def test_what_a_client_is_told_about_its_id() -> None:
+    assert outcome({"s-0": None, "s-1": COMMIT}) is Outcome.COMMITTED
+    assert outcome({"s-0": ABORT, "s-1": Status()}) is Outcome.ABORTED
+    assert outcome({"s-0": Status(prepared=True), "s-1": None}) is Outcome.IN_PROGRESS
+    assert outcome({"s-0": Status(), "s-1": Status(running=True)}) is Outcome.IN_PROGRESS
+    assert outcome({"s-0": Status(), "s-1": None}) is Outcome.UNKNOWN
+    # once every shard but one is fenced, it can never commit
+    assert outcome_after_fence({"s-0": FENCED, "s-1": FENCED, "s-2": None}, copies=2) is Outcome.ABORTED
+    assert outcome_after_fence({"s-0": FENCED, "s-1": None, "s-2": None}, copies=2) is Outcome.UNKNOWN
+    assert outcome_after_fence({"s-0": FENCED, "s-1": None}, copies=1) is Outcome.UNKNOWN
+    assert outcome_after_fence({"s-0": Status(running=True), "s-1": FENCED}, copies=2) is Outcome.IN_PROGRESS
 
 
 def test_an_intent_is_in_doubt_once_old_enough() -> None:
@@ -213,20 +245,46 @@ def test_a_prepare_without_the_concerns_copies_votes_no_and_keeps_nothing(shard:
     assert shard.txns.intents.all() == [] and shard.txns.intents.holders([("acc", a)]) == {}
 
 
-def test_the_coordinator_presumes_abort_for_a_transaction_it_does_not_know(shard: Shard) -> None:
-    coordinator = shard.txns.coordinator
-    assert coordinator.decision("never-seen") is Answer.ABORT
-    assert shard.txns.log.get("never-seen").decision is Decision.ABORT  # logged: a late commit loses
-    assert shard.txns.log.decide("never-seen", Decision.COMMIT).decision is Decision.ABORT
-    shard.txns.log.decide("t-commit", Decision.COMMIT, ["s-1"])
-    assert coordinator.decision("t-commit") is Answer.COMMIT
+def test_a_shard_fences_a_transaction_unless_it_is_coordinating_it(shard: Shard) -> None:
+    txns = shard.txns
+    assert asyncio.run(txns.fence("never-seen")) == Status(Decision.FENCED)
+    assert txns.log.accept("never-seen", ["s-1"]).decision is Decision.FENCED  # a late commit loses
+    txns.coordinator._in_flight["running"] = 0.0
+    assert asyncio.run(txns.fence("running")) == Status(None, running=True)
+    assert txns.log.get("running") is None
+
+
+def test_a_known_transaction_id_is_never_prepared_again(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)
+    prepare(shard, "t1", [Write("acc", a, {"n": 1})])
+    asyncio.run(shard.txns.participant.commit("t1"))
+    assert shard.txns.status("t1") == Status(Decision.COMMIT)  # the participant remembers it
+    with pytest.raises(Conflict) as again:
+        prepare(shard, "t1", [Write("acc", a, {"n": 2})])
+    assert again.value.code == "transaction_id_in_use"
+    asyncio.run(shard.txns.fence("t2"))
+    with pytest.raises(Conflict) as fenced:
+        prepare(shard, "t2", [Write("acc", a, {"n": 2})])
+    assert fenced.value.code == "transaction_id_in_use" and shard.store.get("acc", a).version == 1
+
+
+def test_a_transaction_no_decider_can_log_aborts_and_its_id_is_spent(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)  # its replica, the one decider, refuses connections
+    with pytest.raises(Unavailable) as aborted:
+        asyncio.run(shard.txns.run([Write("acc", a, {"n": 1})], [], WriteConcern.ONE, "client-id"))
+    assert aborted.value.code == "transaction_timeout"
+    assert shard.store.get("acc", a) is None and shard.txns.intents.all() == []
+    assert shard.txns.status("client-id").decision is Decision.ABORT
+    with pytest.raises(Conflict) as again:
+        asyncio.run(shard.txns.run([Write("acc", a, {"n": 1})], [], WriteConcern.ONE, "client-id"))
+    assert again.value.code == "transaction_id_in_use"
 
 
 def test_a_restarted_participant_commits_what_its_coordinator_logged(tmp_path: Path) -> None:
     shard = Shard(tmp_path / "db")
     a, b = keys_of("s-0")
     prepare(shard, "t1", [Write("acc", a, {"n": 1}), Write("acc", b, {"n": 2})])
-    shard.txns.log.decide("t1", Decision.COMMIT, ["s-0"])
+    shard.txns.log.settle("t1", Decision.COMMIT, ["s-0"], redrive=True)
     shard.close()  # "kill -9" after the decision, before phase 2
     shard = Shard(tmp_path / "db")
     try:
@@ -238,7 +296,7 @@ def test_a_restarted_participant_commits_what_its_coordinator_logged(tmp_path: P
         shard.close()
 
 
-def test_a_restarted_participant_aborts_what_no_coordinator_decided(tmp_path: Path) -> None:
+def test_a_restarted_participant_aborts_what_its_restarted_coordinator_did_not_decide(tmp_path: Path) -> None:
     shard = Shard(tmp_path / "db")
     [a] = keys_of("s-0", 1)
     prepare(shard, "t1", [Write("acc", a, {"n": 1})])
@@ -259,3 +317,39 @@ def test_an_intent_whose_coordinator_is_unreachable_stays_in_doubt(shard: Shard)
     shard.txns.intents.put(Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0"))
     assert asyncio.run(shard.txns.resolver.resolve()) == 0
     assert shard.txns.intents.holders([("acc", a)]) == {("acc", a): "t1"}
+
+
+def old_intent(shard: Shard, txn: str, key: str, coordinator: str, deciders: tuple[str, ...]) -> None:
+    records = shard.store.prepare([Write("acc", key, {"n": 1})])
+    shard.txns.intents.put(
+        Intent(
+            txn, coordinator, ME.version, Role.PRIMARY, tuple(records), (), "s-0", now_ms() - 60_000, deciders
+        )
+    )
+
+
+def test_an_intent_whose_coordinator_is_gone_aborts_once_every_decider_is_fenced(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)
+    old_intent(shard, "t1", a, coordinator="s-2", deciders=("s-0",))  # s-2 never answers
+    assert asyncio.run(shard.txns.resolver.resolve()) == 1
+    assert shard.store.get("acc", a) is None and shard.txns.intents.holders([("acc", a)]) == {}
+    assert shard.txns.status("t1").decision is Decision.ABORT
+
+
+def test_an_intent_whose_coordinator_is_gone_commits_what_a_decider_accepted(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)
+    old_intent(shard, "t1", a, coordinator="s-2", deciders=("s-0",))
+    shard.txns.log.accept("t1", ["s-0"])  # the coordinator made COMMIT final here, then died
+    assert asyncio.run(shard.txns.resolver.resolve()) == 1
+    assert shard.store.get("acc", a).document == {"n": 1} and shard.txns.intents.all() == []
+
+
+def test_an_operator_resolve_fences_at_once_without_waiting_for_the_timeout(shard: Shard) -> None:
+    [a] = keys_of("s-0", 1)
+    records = shard.store.prepare([Write("acc", a, {"n": 1})])
+    shard.txns.intents.put(
+        Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0", deciders=("s-0",))
+    )
+    assert asyncio.run(shard.txns.resolver.resolve()) == 0  # young, coordinator silent: wait
+    assert asyncio.run(shard.txns.resolver.settle("t1", force=True)) is Decision.ABORT
+    assert shard.txns.intents.all() == []

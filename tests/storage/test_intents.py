@@ -1,6 +1,7 @@
-"""Spec: two-phase-commit state is durable — prepare intents and coordinator decisions survive a
-reopen of the store (as after ``kill -9``), locks come back with them, and a decision, once
-logged, is the only one. Read checks validate versions without writing."""
+"""Spec: two-phase-commit state is durable — prepare intents and the transaction log survive a
+reopen of the store (as after ``kill -9``), locks come back with them; a decider's log is
+first-writer-wins between the coordinator's COMMIT and a terminator's fence, and a final
+decision, once logged, is the only one. Read checks validate versions without writing."""
 
 from __future__ import annotations
 
@@ -69,9 +70,9 @@ def test_one_shard_keeps_its_own_intent_and_replica_intents_of_one_transaction(s
 def test_the_first_logged_decision_stands_and_survives_a_reopen(tmp_path: Path) -> None:
     store = DocumentStore(tmp_path / "db")
     log = TxnLog(store)
-    assert log.decide("t1", Decision.ABORT).decision is Decision.ABORT  # e.g. presumed abort
-    assert log.decide("t1", Decision.COMMIT, ["s-1", "s-2"]).decision is Decision.ABORT
-    log.decide("t2", Decision.COMMIT, ["s-2", "s-1"])
+    assert log.settle("t1", Decision.ABORT).decision is Decision.ABORT
+    assert log.settle("t1", Decision.COMMIT, ["s-1", "s-2"]).decision is Decision.ABORT
+    log.settle("t2", Decision.COMMIT, ["s-2", "s-1"], redrive=True)
     del log  # column-family handles hold the DB lock
     store = reopen(store)
     log = TxnLog(store)
@@ -83,6 +84,25 @@ def test_the_first_logged_decision_stands_and_survives_a_reopen(tmp_path: Path) 
     store = reopen(store)
     assert TxnLog(store).pending_commits() == [] and TxnLog(store).get("t3") is None
     store.close()
+
+
+def test_a_decider_accepts_a_commit_or_a_fence_whichever_comes_first(store: DocumentStore) -> None:
+    log = TxnLog(store)
+    assert log.accept("t1", ["s-1"]).decision is Decision.COMMIT
+    assert log.fence("t1").decision is Decision.COMMIT  # the terminator learns the commit
+    assert log.fence("t2").decision is Decision.FENCED
+    assert log.accept("t2", ["s-1"]).decision is Decision.FENCED  # the late coordinator aborts
+    assert log.pending_commits() == []  # a decider re-drives nothing: its coordinator or terminators do
+
+
+def test_a_fence_gives_way_to_a_learned_decision_but_a_final_one_never_changes(store: DocumentStore) -> None:
+    log = TxnLog(store)
+    log.fence("t1")
+    assert log.settle("t1", Decision.COMMIT).decision is Decision.COMMIT  # committed through another decider
+    log.fence("t2")
+    assert log.settle("t2", Decision.ABORT).decision is Decision.ABORT
+    assert log.settle("t2", Decision.COMMIT).decision is Decision.ABORT
+    assert log.fence("t2").decision is Decision.ABORT
 
 
 def test_a_check_passes_on_the_version_it_names_and_writes_nothing(store: DocumentStore) -> None:
@@ -106,11 +126,12 @@ def test_a_failed_check_aborts_the_whole_commit(store: DocumentStore) -> None:
 
 def test_finished_decisions_are_pruned_after_their_retention(store: DocumentStore) -> None:
     log = TxnLog(store)
-    log.decide("aborted", Decision.ABORT)
-    log.decide("finished", Decision.COMMIT, ["s-1"])
+    log.settle("aborted", Decision.ABORT)
+    log.fence("fenced")
+    log.settle("finished", Decision.COMMIT, ["s-1"], redrive=True)
     log.mark_done("finished")
-    log.decide("unfinished", Decision.COMMIT, ["s-1"])  # a participant still owes its ack
+    log.settle("unfinished", Decision.COMMIT, ["s-1"], redrive=True)  # a participant still owes its ack
     assert log.prune(older_than_ms=0) == 0  # nothing is old enough yet
-    assert log.prune(older_than_ms=now_ms() + 1) == 2
-    assert log.get("aborted") is None and log.get("finished") is None
+    assert log.prune(older_than_ms=now_ms() + 1) == 3
+    assert log.get("aborted") is None and log.get("finished") is None and log.get("fenced") is None
     assert [e.txn for e in log.pending_commits()] == ["unfinished"]

@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from starlette.convertors import Convertor, register_url_convertor
+from starlette.convertors import register_url_convertor
 
 from ..errors import BadRequest
 from ..llm.fetch import is_url
 from ..training.federation import FederateBody
 from ..training.service import TrainBody
 from .deps import node, runtime
+from .params import NameBeforeAction
 from .types import AdapterBody
 
 router = APIRouter(tags=["inference"])
 
 
-class AdapterNameConvertor(Convertor):
-    """An adapter's name in a path: no ``/`` and no ``:``, so ``/v1/adapters/x:federate`` is the
-    federate call only (Starlette's plain ``{name}`` would match it too, and a 405 there would
-    advertise GET and DELETE). Names the engine refuses still reach it for a clear 400."""
-
-    regex = "[^/:]+"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
 # Starlette's table of path convertors is by name; registering the same one again is harmless.
-register_url_convertor("adapter", AdapterNameConvertor())
+register_url_convertor("adapter", NameBeforeAction())  # /v1/adapters/{name}:federate
 
 
 @router.get("/v1/adapters")

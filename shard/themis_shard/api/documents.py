@@ -17,6 +17,7 @@ from ..storage.documents import Change, Check, Write
 from ..storage.names import check_collection, check_key, urn
 from .deps import current_node, document_service, parse_if_match
 from .params import CollectionName, DocumentKey, IfMatch, collection_field, key_field
+from .transactions import txn_id_field
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 Node = Annotated[ShardNode, Depends(current_node)]
@@ -105,6 +106,7 @@ class Operation(BaseModel):
 class TransactionRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     operations: list[Operation] = Field(..., json_schema_extra={"minItems": 1})  # else empty_transaction
+    id: str | None = txn_id_field()
 
 
 class TransactionResult(BaseModel):
@@ -116,6 +118,7 @@ class TransactionResult(BaseModel):
 class TransactionResponse(BaseModel):
     committed: bool
     results: list[TransactionResult]
+    id: str | None = None
 
 
 def _info(shard: ShardNode, config: CollectionConfig) -> CollectionInfo:
@@ -270,11 +273,16 @@ async def transaction(body: TransactionRequest, shard: Node, concern: Concern) -
         [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks],
         shard.cluster.topology,
     )
+    if body.id is not None:  # its outcome is logged by two-phase commit, whatever its keys
+        kind = "cross"
     outcomes = shard.cluster.transactions.metrics.outcomes
     # Embedded before the commit is tried: a write refused here counts as no aborted transaction.
     writes = await document_service(shard).embed_missing(writes)
     try:
-        changes = await shard.cluster.documents.commit(writes, concern, checks)
+        if body.id is not None:
+            changes = await shard.cluster.transactions.run(writes, checks, concern, body.id)
+        else:
+            changes = await shard.cluster.documents.commit(writes, concern, checks)
     except Exception:
         shard.metrics.transactions.labels(outcome="aborted").inc()
         if kind == "single":  # cross-shard outcomes are counted by their coordinator
@@ -300,4 +308,4 @@ async def transaction(body: TransactionRequest, shard: Node, concern: Concern) -
                 version=c.version,
             )
         )
-    return TransactionResponse(committed=True, results=results)
+    return TransactionResponse(committed=True, results=results, id=body.id)

@@ -75,6 +75,7 @@ class PrepareBody(BaseModel):
     writes: list[dict[str, Any]]
     checks: list[dict[str, Any]] = Field(default_factory=list)
     concern: WriteConcern = DEFAULT_CONCERN
+    deciders: list[str] = Field(default_factory=list)
 
 
 class ReplicaIntentBody(BaseModel):
@@ -84,6 +85,13 @@ class ReplicaIntentBody(BaseModel):
     primary: str
     epoch: int
     records: list[dict[str, Any]]
+    deciders: list[str] = Field(default_factory=list)
+
+
+class AcceptBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    txn: str = Field(..., min_length=1, max_length=64)
+    participants: list[str] = Field(default_factory=list)
 
 
 class TxnBody(BaseModel):
@@ -96,7 +104,7 @@ async def txn_prepare(body: PrepareBody, shard: Node) -> dict:
     """Phase 1 on a participant (the primary of these keys): vote yes with the stamped records."""
     writes, checks = _writes_and_checks(body.writes, body.checks)
     records = await shard.cluster.transactions.participant.prepare(
-        body.txn, body.coordinator, body.epoch, writes, checks, body.concern
+        body.txn, body.coordinator, body.epoch, writes, checks, body.concern, tuple(body.deciders)
     )
     return {"records": encode_items(records)}
 
@@ -109,7 +117,7 @@ async def txn_replica(body: ReplicaIntentBody, shard: Node) -> dict:
     except (KeyError, TypeError, ValueError) as exc:
         raise BadRequest(f"malformed records: {exc}", code="invalid_request") from exc
     await shard.cluster.transactions.participant.prepare_replica(
-        body.txn, body.coordinator, body.primary, body.epoch, records
+        body.txn, body.coordinator, body.primary, body.epoch, records, tuple(body.deciders)
     )
     return {"prepared": True}
 
@@ -128,11 +136,38 @@ async def txn_abort(body: TxnBody, shard: Node) -> dict:
     return {"aborted": True}
 
 
-@router.post("/txn/decision")
-async def txn_decision(body: TxnBody, shard: Node) -> dict:
-    """The coordinator's answer about a transaction: commit, abort (logged or presumed) or pending."""
-    answer = await run_in_threadpool(shard.cluster.transactions.coordinator.decision, body.txn)
-    return {"decision": answer.value}
+@router.post("/txn/accept")
+async def txn_accept(body: AcceptBody, shard: Node) -> dict:
+    """As a decider: make the coordinator's COMMIT final here, unless fenced or decided before;
+    answers the entry that stands."""
+    entry = await run_in_threadpool(shard.cluster.transactions.log.accept, body.txn, body.participants)
+    return {"decision": entry.decision.value}
+
+
+@router.post("/txn/status")
+async def txn_status(body: TxnBody, shard: Node) -> dict:
+    """What this shard knows of a transaction: logged decision or fence, running, prepared."""
+    return (await run_in_threadpool(shard.cluster.transactions.status, body.txn)).as_json()
+
+
+@router.post("/txn/fence")
+async def txn_fence(body: TxnBody, shard: Node) -> dict:
+    """Promise never to accept this transaction's COMMIT (unless accepted already, or it is
+    being coordinated here); answers the status after it."""
+    return (await shard.cluster.transactions.fence(body.txn)).as_json()
+
+
+@router.post("/txn/settle")
+async def txn_settle(body: TxnBody, shard: Node) -> dict:
+    """An operator's resolve: run termination for the transaction's intents here now."""
+    decision = await shard.cluster.transactions.resolver.settle(body.txn, force=True)
+    return {"decision": decision.value if decision else None}
+
+
+@router.get("/txn/list")
+async def txn_list(shard: Node) -> dict:
+    """This shard's intents, running and re-driven transactions (``themis txn list``)."""
+    return await run_in_threadpool(shard.cluster.transactions.listing)
 
 
 class KeysBody(BaseModel):

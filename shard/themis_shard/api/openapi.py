@@ -66,10 +66,13 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("DELETE", "/v1/collections/{collection}/documents/{key}"): DOCUMENTS,
     ("POST", "/v1/collections/{collection}/documents:batch"): DOCUMENTS,
     ("POST", "/v1/transactions"): DOCUMENTS,
+    ("GET", "/v1/transactions/{txn_id}"): (),
     ("POST", "/v1/collections/{collection}/search"): (404,),
     ("POST", "/v1/aql"): (404, 409, 429, 507),
     # cluster and RAID weights (503 raid_disabled on a shard without RAID)
     ("GET", "/v1/cluster/status"): (),
+    ("GET", "/v1/cluster/transactions"): (),
+    ("POST", "/v1/cluster/transactions/{txn_id}:resolve"): (),
     ("GET", "/v1/raid/status"): (),
     ("POST", "/v1/raid/verify"): (409,),
     ("POST", "/v1/raid/rebuild"): (409,),

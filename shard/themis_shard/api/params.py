@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import Header, Path
 from pydantic import Field
+from starlette.convertors import Convertor
 
 from ..storage.names import COLLECTION_PATTERN, KEY_PATTERN
 from .deps import IF_MATCH_PATTERN
@@ -50,3 +51,18 @@ def exactly_one_of(**fields: dict[str, Any]) -> dict[str, Any]:
 
 def key_field() -> Any:
     return Field(..., description=KEY_TEXT, json_schema_extra={"pattern": KEY_PATTERN})
+
+
+class NameBeforeAction(Convertor):
+    """A name in a path followed by ``:action``: no ``/`` and no ``:``, so ``/x/{name}:action``
+    is the action only (Starlette's plain ``{name}`` would match it too, and a 405 there would
+    advertise the plain route's methods). Names the handler refuses still reach it for a clear
+    400. Register it under a name (``register_url_convertor``): registering again is harmless."""
+
+    regex = "[^/:]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value

@@ -44,14 +44,14 @@ POLICY: tuple[tuple[frozenset[str] | str, str, Role], ...] = (
     ("*", "/v1/models", Role.client),
     # documents, search, transactions, AQL
     ("*", "/v1/collections", Role.client),
-    ("*", "/v1/transactions", Role.client),
+    ("*", "/v1/transactions", Role.client),  # and GET /v1/transactions/{id}: a client's own outcome
     ("*", "/v1/aql", Role.client),
     # adapters: listing is a client's question, loading and unloading is an operator's act
     (frozenset({"GET", "HEAD"}), "/v1/adapters", Role.client),
     ("*", "/v1/adapters", Role.admin),
     # RAID weights and cluster operations
     ("*", "/v1/raid", Role.admin),
-    ("*", "/v1/cluster", Role.admin),
+    ("*", "/v1/cluster", Role.admin),  # status, and /v1/cluster/transactions (list, {id}:resolve)
 )
 
 

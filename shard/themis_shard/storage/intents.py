@@ -8,10 +8,14 @@ synced ``WriteBatch`` as documents, so they survive ``kill -9`` exactly as ackno
   prepared in and when. A *primary* intent locks its keys (no other write or prepare may touch
   them until it is resolved); a *replica* intent is the copy an owner keeps so that a commit
   acknowledged at the write concern has that many durable copies even if the primary dies.
-* ``txn_log``: txn id → a :class:`LogEntry` (the coordinator's decision and its participants).
-  ``decide`` is first-writer-wins: a COMMIT that loses to a presumed ABORT (a participant asked
-  after the coordinator's timeout) stays an abort, so a transaction has one outcome. Finished
-  entries are pruned after a retention period (``prune``), so the log stays bounded.
+* ``txn_log``: txn id → a :class:`LogEntry`, what this shard knows of the transaction's fate, in
+  one of three roles (``cluster.transactions`` has the protocol):
+  - a *decider* (``accept``): the coordinator makes COMMIT final by logging it, first writer
+    wins, on one decider; a ``FENCED`` entry (``fence``: written by whoever terminates a
+    transaction whose coordinator went quiet) makes this shard refuse that COMMIT for good;
+  - the *coordinator* and every *participant* (``settle``, ``settle_into``): the final decision
+    once known (a ``FENCED`` entry gives way to it; a final one never changes);
+  Finished entries are pruned after a retention period (``prune``), so the log stays bounded.
 
 The classes do I/O only; the decisions are in ``cluster.transactions.decisions``.
 """
@@ -19,9 +23,10 @@ The classes do I/O only; the decisions are in ``cluster.transactions.decisions``
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -30,6 +35,8 @@ from rocksdict import WriteBatch, WriteOptions
 
 from .documents import Check, DocumentStore, Replicated
 from .hints import decode_items, encode_items
+
+log = logging.getLogger(__name__)
 
 
 class Role(StrEnum):
@@ -40,6 +47,12 @@ class Role(StrEnum):
 class Decision(StrEnum):
     COMMIT = "commit"
     ABORT = "abort"
+    #: not a decision: a promise by this shard never to accept COMMIT as a decider
+    FENCED = "fenced"
+
+    @property
+    def final(self) -> bool:
+        return self is not Decision.FENCED
 
 
 def now_ms() -> int:
@@ -58,6 +71,9 @@ class Intent:
     #: shard may hold a primary intent and replica intents of several primaries in one txn
     primary: str = ""
     created_ms: int = field(default_factory=now_ms)
+    #: the shards that may hold the final COMMIT (``decisions.deciders``), in the order the
+    #: coordinator tries them: a terminator fences all of them
+    deciders: tuple[str, ...] = ()
 
     @property
     def ident(self) -> bytes:
@@ -90,6 +106,7 @@ def encode_intent(i: Intent) -> bytes:
             "checks": encode_checks(i.checks),
             "primary": i.primary,
             "created_ms": i.created_ms,
+            "deciders": list(i.deciders),
         }
     ).encode()
 
@@ -105,6 +122,7 @@ def decode_intent(raw: bytes) -> Intent:
         tuple(decode_checks(d["checks"])),
         d.get("primary", ""),
         int(d["created_ms"]),
+        tuple(d.get("deciders", ())),
     )
 
 
@@ -139,10 +157,12 @@ class IntentStore:
         """Every intent of ``txn`` held here (its own primary one, replica ones of others)."""
         return [i for i in list(self._intents.values()) if i.txn == txn]
 
-    def delete(self, intent: Intent) -> None:
-        """Drop the intent (aborted) and release its locks."""
+    def delete(self, intent: Intent, also: Callable[[WriteBatch], None] | None = None) -> None:
+        """Drop the intent (aborted) and release its locks; ``also`` adds to the same batch."""
         batch = WriteBatch(raw_mode=True)
         self.drop_into(intent, batch)
+        if also is not None:
+            also(batch)
         self._db.write(batch, self._sync)
         self.forget(intent)
 
@@ -165,6 +185,10 @@ class IntentStore:
 
     def all(self) -> list[Intent]:
         return list(self._intents.values())
+
+    def prepared(self, txn: str) -> bool:
+        """Does this shard hold any intent of ``txn``?"""
+        return any(i.txn == txn for i in list(self._intents.values()))
 
     def __len__(self) -> int:
         return len(self._intents)
@@ -200,7 +224,7 @@ def decode_entry(raw: bytes) -> LogEntry:
 
 
 class TxnLog:
-    """The coordinator log: one durable decision per transaction, first writer wins."""
+    """What this shard knows of each transaction's fate (see the module docstring)."""
 
     def __init__(self, store: DocumentStore) -> None:
         self._cf, self._handle, self._db, self._sync = store.column_family("txn_log")
@@ -222,17 +246,64 @@ class TxnLog:
         raw = self._cf.get(txn.encode())
         return None if raw is None else decode_entry(raw)
 
-    def decide(self, txn: str, decision: Decision, participants: Iterable[str] = ()) -> LogEntry:
-        """Log ``decision`` durably unless one is logged already; return the one that stands."""
+    def accept(self, txn: str, participants: Iterable[str] = ()) -> LogEntry:
+        """As a decider: make COMMIT final here unless something is logged already (a fence, or
+        a decision); return the entry that stands (COMMIT only if this call or an earlier one
+        logged it)."""
         with self._lock:
             found = self.get(txn)
             if found is not None:
                 return found
-            entry = LogEntry(txn, decision, tuple(sorted(participants)))
+            entry = LogEntry(txn, Decision.COMMIT, tuple(sorted(participants)), done=True)
             self._write(entry)
-            if decision is Decision.COMMIT:
+            return entry
+
+    def fence(self, txn: str) -> LogEntry:
+        """Promise never to accept COMMIT for ``txn`` (unless this shard already did: then the
+        COMMIT is returned); return the entry that stands."""
+        with self._lock:
+            found = self.get(txn)
+            if found is not None:
+                return found
+            entry = LogEntry(txn, Decision.FENCED, done=True)
+            self._write(entry)
+            return entry
+
+    def settle(
+        self,
+        txn: str,
+        decision: Decision,
+        participants: Iterable[str] = (),
+        redrive: bool = False,
+        sync: bool = True,
+    ) -> LogEntry:
+        """Record the final ``decision`` (``redrive``: this shard coordinates it and re-sends
+        phase 2 until every participant acknowledged). A final entry already here stands.
+        ``sync=False``: through the WAL, not fsynced (survives ``kill -9``, not a power loss):
+        for an ABORT whose loss only costs a participant that asks the fencing round."""
+        with self._lock:
+            found = self.get(txn)
+            if found is not None and found.decision.final:
+                if found.decision is not decision:
+                    log.error(
+                        "txn %s: told %s but %s is logged here; keeping it", txn, decision, found.decision
+                    )
+                return found
+            entry = LogEntry(txn, decision, tuple(sorted(participants)), done=not redrive)
+            self._write(entry, sync)
+            if decision is Decision.COMMIT and redrive:
                 self._pending.add(txn)
             return entry
+
+    def settle_into(self, batch: WriteBatch, txn: str, decision: Decision) -> None:
+        """Add ``settle``'s record to ``batch`` (a participant's install or drop), unless a final
+        entry is here already."""
+        found = self.get(txn)
+        if found is not None and found.decision.final:
+            if found.decision is not decision:
+                log.error("txn %s: told %s but %s is logged here; keeping it", txn, decision, found.decision)
+            return
+        batch.put(txn.encode(), encode_entry(LogEntry(txn, decision, done=True)), self._handle)
 
     def mark_done(self, txn: str) -> None:
         with self._lock:
@@ -244,15 +315,15 @@ class TxnLog:
             self._pending.discard(txn)
 
     def prune(self, older_than_ms: int) -> int:
-        """Forget finished decisions logged before ``older_than_ms`` (aborts, and commits every
-        participant acknowledged): no primary intent can still ask about them, and a replica
-        that asks later hears abort and drops only a copy its primary already hinted to it."""
+        """Forget finished entries logged before ``older_than_ms`` (fences, aborts, and commits
+        every participant acknowledged). An id is remembered this long: asked about later, it
+        is unknown."""
         with self._lock:
             batch = WriteBatch(raw_mode=True)
             dropped = 0
             for raw_key, raw in self._cf.items():
                 e = decode_entry(raw)
-                if e.at_ms < older_than_ms and (e.done or e.decision is Decision.ABORT):
+                if e.at_ms < older_than_ms and (e.done or e.decision is not Decision.COMMIT):
                     batch.delete(raw_key, self._handle)
                     dropped += 1
             if dropped:

@@ -1,11 +1,14 @@
 """The coordinator: the shard that received a cross-shard transaction runs both phases.
 
 Phase 1 asks every participant (the primary of each key group, this shard included when it is
-one) to prepare, in parallel. Only when all voted yes does it log COMMIT durably (``TxnLog``,
-first decision wins); then phase 2 tells every participant. The client's 200 comes after the
-logged decision and one round of phase 2: a participant that missed it gets it from the re-drive
-loop (``redrive``) or asks (``decision``). Any refusal aborts; aborts are not logged (presumed
-abort), so an unknown transaction is an aborted one once it is not running here any more.
+one) to prepare, in parallel. Only when all voted yes does it make COMMIT final, by logging it
+on one *decider* (another shard, ``decisions.deciders``; first writer wins against a
+terminator's fence), then in its own log for the re-drive; then phase 2 tells every
+participant. The client's 200 comes after the decision and one round of phase 2: a participant
+that missed it gets it from the re-drive loop (``redrive``) or finds it itself
+(``recovery.py``). Any refusal aborts. A decider that cannot say whether it logged the COMMIT
+leaves the outcome to the participants' termination: the client hears 503
+``transaction_outcome_unknown`` and can ask ``GET /v1/transactions/{id}``.
 """
 
 from __future__ import annotations
@@ -18,15 +21,17 @@ from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 
-from ...errors import Unavailable
+from ...errors import Conflict, Unavailable
 from ...storage.documents import Change, Check, Replicated, Write
 from ...storage.hints import decode_items
 from ...storage.intents import Decision, TxnLog
 from ..documents import check_to_json, refusal, write_to_json
 from ..fencing import WriteConcern
+from ..placement import candidates
 from ..remote import PeerError, PeerUnavailable, RemoteExecutor
+from ..replication import NOT_SENT_REASONS
 from ..views import TopologySource
-from .decisions import Answer, Group, answer_for, client_error, coordinator_decision, participant_groups
+from .decisions import Group, client_error, coordinator_decision, deciders, participant_groups
 from .metrics import TxnMetrics
 from .participant import Participant
 from .settings import TxnSettings
@@ -63,27 +68,50 @@ class Coordinator:
         self._finishing: set[str] = set()
 
     # -- the two phases --------------------------------------------------------------------
-    async def run(self, writes: list[Write], checks: list[Check], concern: WriteConcern) -> list[Change]:
-        """Commit on every participant or on none; results in the order of ``writes``."""
+    def running(self, txn: str) -> bool:
+        return txn in self._in_flight
+
+    def running_ids(self) -> list[str]:
+        return sorted(self._in_flight)
+
+    async def run(
+        self, writes: list[Write], checks: list[Check], concern: WriteConcern, txn_id: str | None = None
+    ) -> list[Change]:
+        """Commit on every participant or on none; results in the order of ``writes``.
+        ``txn_id``: the client's id for the transaction (else a fresh one): one attempt per id."""
         topo = self._plan.topology
         groups = participant_groups(writes, checks, topo)
-        txn = uuid.uuid4().hex
+        keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
+        decider_ids = deciders(topo.self_id, groups, keys, topo)
+        txn = txn_id or uuid.uuid4().hex
+        # checked and claimed with no await in between: a fence here either sees it running or
+        # is seen (the same id again, or asked about before it arrived: never started)
+        found = self.log.get(txn)
+        if found is not None or txn in self._in_flight:
+            raise Conflict(
+                f"transaction id {txn} is taken ({found.decision.value if found else 'running'}); "
+                "nothing was written: GET /v1/transactions/{id} tells its outcome, a new attempt "
+                "needs a new id",
+                code="transaction_id_in_use",
+            )
         self._in_flight[txn] = self._clock()
         try:
             votes = await asyncio.gather(
-                *(self._prepare(p, g, txn, topo.version, concern) for p, g in groups.items()),
+                *(self._prepare(p, g, txn, topo.version, concern, decider_ids) for p, g in groups.items()),
                 return_exceptions=True,
             )
             errors = [v for v in votes if isinstance(v, BaseException)]
             decision = coordinator_decision(not isinstance(v, BaseException) for v in votes)
             if decision is Decision.COMMIT:
-                if self.settings.pause_after_prepare_s:  # fault injection (off by default)
-                    pause = self.settings.pause_after_prepare_s
-                    log.warning(
-                        "txn %s prepared; pausing %.1f s before deciding (fault injection)", txn, pause
-                    )
-                    await asyncio.sleep(pause)
-                decision = (await run_in_threadpool(self.log.decide, txn, Decision.COMMIT, groups)).decision
+                await self._pause(txn, self.settings.pause_after_prepare_s, "prepared", "deciding")
+                decision = await self._decide(txn, list(groups), decider_ids)
+                await self._pause(txn, self.settings.pause_after_decision_s, "decided", "logging it")
+                await run_in_threadpool(self.log.settle, txn, decision, groups, decision is Decision.COMMIT)
+            else:  # a participant that misses phase 2, or a client with the id, asks here
+                await run_in_threadpool(lambda: self.log.settle(txn, Decision.ABORT, sync=False))
+        except Unavailable:
+            self.metrics.outcomes.labels(kind="cross", outcome="unknown").inc()
+            raise
         finally:
             self._in_flight.pop(txn, None)
         await self._phase_two(txn, decision, list(groups))
@@ -97,17 +125,68 @@ class Coordinator:
         self.metrics.outcomes.labels(kind="cross", outcome="aborted").inc()
         if not errors:
             raise Unavailable(
-                f"transaction {txn} outlived its timeout and was presumed aborted; nothing was written",
+                f"transaction {txn} prepared everywhere but could not be made final: its deciders "
+                "were fenced (it outlived its timeout) or none could be reached; it was aborted, "
+                "nothing was written",
                 code="transaction_timeout",
             )
         raise client_error(errors)
 
+    async def _pause(self, txn: str, seconds: float, what: str, before: str) -> None:
+        """Fault injection, off by default: the e2e tests kill shards in this window."""
+        if seconds:
+            log.warning("txn %s %s; pausing %.1f s before %s (fault injection)", txn, what, seconds, before)
+            await asyncio.sleep(seconds)
+
+    async def _decide(self, txn: str, participants: list[str], decider_ids: tuple[str, ...]) -> Decision:
+        """Make COMMIT final on the first decider that answers (those believed down last); a
+        decider fenced by a terminator answers otherwise, and it is ABORT. A request that may
+        have been logged without an answer leaves the outcome to the terminators (503)."""
+        me = self._plan.topology.self_id
+        for decider in candidates(decider_ids, self.executor.open_peers()):
+            if decider == me:
+                entry = await run_in_threadpool(self.log.accept, txn, participants)
+                return Decision.COMMIT if entry.decision is Decision.COMMIT else Decision.ABORT
+            try:
+                reply = await self.executor.request(
+                    decider,
+                    "POST",
+                    "/internal/txn/accept",
+                    json_body={"txn": txn, "participants": participants},
+                    idempotent=False,
+                    retries=0,
+                    timeout_s=self.settings.call_timeout_s,
+                )
+            except PeerError as exc:  # refused: nothing logged there
+                log.warning("decider %s refused the commit of %s: %s", decider, txn, str(exc))
+                continue
+            except PeerUnavailable as exc:
+                if exc.reason in NOT_SENT_REASONS:
+                    continue
+                raise Unavailable(
+                    f"every participant prepared transaction {txn}, but decider {decider} did not "
+                    f"confirm its commit ({exc.reason}); its participants settle it within "
+                    f"{self.settings.in_doubt_bound_s:.0f} s: GET /v1/transactions/{txn} tells the outcome",
+                    code="transaction_outcome_unknown",
+                ) from None
+            logged = Decision(reply["decision"])
+            return Decision.COMMIT if logged is Decision.COMMIT else Decision.ABORT
+        return Decision.ABORT  # no decider was reached: nothing is logged anywhere
+
     async def _prepare(
-        self, participant: str, group: Group, txn: str, epoch: int, concern: WriteConcern
+        self,
+        participant: str,
+        group: Group,
+        txn: str,
+        epoch: int,
+        concern: WriteConcern,
+        decider_ids: tuple[str, ...],
     ) -> list[Replicated]:
         me = self._plan.topology.self_id
         if participant == me:
-            return await self.participant.prepare(txn, me, epoch, group.writes, group.checks, concern)
+            return await self.participant.prepare(
+                txn, me, epoch, group.writes, group.checks, concern, decider_ids
+            )
         # A participant is the keys' one primary (no failover): a breaker opened by failures that
         # are over (it restarted) must not abort every transaction for a minute.
         await self.executor.revive(participant)
@@ -123,6 +202,7 @@ class Coordinator:
                     "writes": [write_to_json(w) for w in group.writes],
                     "checks": [check_to_json(c) for c in group.checks],
                     "concern": concern.value,
+                    "deciders": list(decider_ids),
                 },
                 idempotent=False,
                 retries=0,
@@ -172,19 +252,6 @@ class Coordinator:
             return False
 
     # -- recovery --------------------------------------------------------------------------
-    def decision(self, txn: str) -> Answer:
-        """What a participant asking about ``txn`` is told (blocking: may log a presumed abort)."""
-        logged = self.log.get(txn)
-        answer = answer_for(
-            logged.decision if logged else None,
-            self._in_flight.get(txn),
-            self._clock(),
-            self.settings.timeout_s,
-        )
-        if answer is None:
-            answer = Answer(self.log.decide(txn, Decision.ABORT).decision.value)
-        return answer
-
     async def redrive(self) -> None:
         """Send phase 2 again for every logged COMMIT some participant has not acknowledged
         (after a restart: all of them)."""

@@ -14,12 +14,35 @@ from ..fencing import FENCE_CODES, Delivery
 from ..placement import Topology
 
 
-class Answer(StrEnum):
-    """What a coordinator tells a participant about a transaction."""
+class Outcome(StrEnum):
+    """What a client is told about its transaction id (``GET /v1/transactions/{id}``)."""
 
-    COMMIT = "commit"
-    ABORT = "abort"
-    PENDING = "pending"  # still running here, within its timeout: ask again later
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    IN_PROGRESS = "in_progress"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Status:
+    """One shard's knowledge of a transaction: its log entry (a final decision, a fence, or
+    none), whether it is coordinating it right now, and whether it holds an intent of it."""
+
+    decision: Decision | None = None
+    running: bool = False
+    prepared: bool = False
+
+    def as_json(self) -> dict:
+        return {
+            "decision": self.decision.value if self.decision else None,
+            "running": self.running,
+            "prepared": self.prepared,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Status:
+        raw = d.get("decision")
+        return cls(Decision(raw) if raw else None, bool(d.get("running")), bool(d.get("prepared")))
 
 
 @dataclass
@@ -59,24 +82,65 @@ def coordinator_decision(prepared: Iterable[bool]) -> Decision:
     return Decision.COMMIT if all(prepared) else Decision.ABORT
 
 
-def answer_for(
-    logged: Decision | None, started_s: float | None, now_s: float, timeout_s: float
-) -> Answer | None:
-    """The coordinator's answer to "what became of this transaction?".
+def deciders(
+    coordinator: str, participants: Iterable[str], keys: Iterable[tuple[str, str]], topology: Topology
+) -> tuple[str, ...]:
+    """The shards that may hold a transaction's final COMMIT: its participants, then every other
+    owner of its keys, never the coordinator (whose loss this protects against) — unless no
+    other shard takes part at all (one shard, or copies=1 on the coordinator alone)."""
+    first = sorted(set(participants) - {coordinator})
+    rest = sorted({o for c, k in keys for o in topology.owners(c, k)} - set(first) - {coordinator})
+    return tuple(first + rest) or (coordinator,)
 
-    A logged decision is final. A transaction still running here within its timeout is pending.
-    Anything else — unknown here (never started, or started before a restart), or past its
-    timeout — is presumed aborted: None tells the caller to log ABORT (first decision wins, so a
-    COMMIT logged in the meantime still stands) and answer what was logged."""
-    if logged is not None:
-        return Answer(logged.value)
-    if started_s is not None and now_s - started_s < timeout_s:
-        return Answer.PENDING
+
+def termination(fenced: Mapping[str, Status | None], decider_ids: Sequence[str]) -> Decision | None:
+    """The decision a terminator reaches from every decider's answer to a fence (None: no
+    answer). A COMMIT anywhere was made final by the coordinator; an ABORT anywhere was reached
+    by someone before; once every decider is fenced no COMMIT can ever be logged, so it is
+    ABORT; otherwise (a decider did not answer, or is the coordinator and still running) it
+    waits."""
+    known = [s for s in fenced.values() if s is not None]
+    if any(s.decision is Decision.COMMIT for s in known):
+        return Decision.COMMIT
+    if any(s.decision is Decision.ABORT for s in known):
+        return Decision.ABORT
+    if all(fenced.get(d) is not None and fenced[d].decision is Decision.FENCED for d in decider_ids):
+        return Decision.ABORT
     return None
 
 
+def outcome(statuses: Mapping[str, Status | None]) -> Outcome:
+    """What the cluster's answers (None: a shard that did not answer) tell a client: a decision
+    anywhere is final; a shard coordinating or holding an intent means it is in progress."""
+    known = [s for s in statuses.values() if s is not None]
+    if any(s.decision is Decision.COMMIT for s in known):
+        return Outcome.COMMITTED
+    if any(s.decision is Decision.ABORT for s in known):
+        return Outcome.ABORTED
+    if any(s.running or s.prepared for s in known):
+        return Outcome.IN_PROGRESS
+    return Outcome.UNKNOWN
+
+
+def outcome_after_fence(fenced: Mapping[str, Status | None], copies: int) -> Outcome:
+    """The answer once every shard was asked to fence a transaction nobody knew. With every
+    shard but at most one fenced, it can never commit: if the silent one coordinates it, all
+    its deciders are fenced; if not, its coordinator answered and runs nothing (a later start
+    finds the fence). So it is aborted, definitely, unless someone decided or runs it. (With one
+    copy a coordinator may be its own only decider: then everyone must answer.)"""
+    known = [s for s in fenced.values() if s is not None]
+    decided = outcome(fenced)
+    if decided is not Outcome.UNKNOWN and decided is not Outcome.IN_PROGRESS:
+        return decided
+    if any(s.running for s in known):
+        return Outcome.IN_PROGRESS
+    if len(fenced) - len(known) <= (1 if copies > 1 else 0) and all(s.decision is not None for s in known):
+        return Outcome.ABORTED
+    return Outcome.UNKNOWN
+
+
 def in_doubt(intent: Intent, now_ms: int, after_s: float) -> bool:
-    """Is this intent old enough that its participant should ask the coordinator about it?"""
+    """Is this intent old enough that its participant should ask about it?"""
     return now_ms - intent.created_ms >= after_s * 1000
 
 

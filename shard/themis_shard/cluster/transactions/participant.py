@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Check, DocumentStore, Replicated, Write
 from ...storage.hints import encode_items
-from ...storage.intents import Intent, IntentStore, Role
+from ...storage.intents import Decision, Intent, IntentStore, Role, TxnLog
 from ..fencing import Delivery, KeyLocks, WriteConcern, fence_refusal, required_acks
 from ..remote import PeerError, PeerUnavailable, RemoteExecutor
 from ..replication import Replication, delivery_of
@@ -34,6 +34,7 @@ class Participant:
         self,
         store: DocumentStore,
         intents: IntentStore,
+        txn_log: TxnLog,
         locks: KeyLocks,
         executor: RemoteExecutor,
         topology: TopologySource,
@@ -45,6 +46,7 @@ class Participant:
         """``locks``: the same per-key locks single-shard writes take (``DistributedDocuments``)."""
         self.store = store
         self.intents = intents
+        self.log = txn_log
         self.locks = locks
         self.executor = executor
         self._plan = topology
@@ -75,17 +77,21 @@ class Participant:
         writes: list[Write],
         checks: list[Check],
         concern: WriteConcern,
+        deciders: tuple[str, ...] = (),
     ) -> list[Replicated]:
         """Vote yes (return the stamped records) or raise: 409 on a failed condition or a key
-        locked by another transaction, 409 fence codes from another epoch, 503 when too few
-        owners could keep the intent. A refusal leaves nothing prepared here."""
+        locked by another transaction, 409 fence codes from another epoch, 409
+        ``transaction_id_in_use`` for an id this shard has seen before, 503 when too few owners
+        could keep the intent. A refusal leaves nothing prepared here."""
         topo = self._plan.topology
+        self._refuse_known(txn)
         keys = sorted({(w.collection, w.key) for w in writes} | {(c.collection, c.key) for c in checks})
         refusal = fence_refusal(topo, epoch, topo.self_id, keys)
         if refusal is not None:
             raise refusal
         async with self.locks.hold(keys):
-            held = {k: t for k, t in self.intents.holders(keys).items() if t != txn}
+            self._refuse_known(txn)
+            held = self.intents.holders(keys)
             if held:
                 (collection, key), other = next(iter(held.items()))
                 raise Conflict(
@@ -94,7 +100,14 @@ class Participant:
                 )
             records = await run_in_threadpool(self.store.prepare, writes, checks)
             intent = Intent(
-                txn, coordinator, epoch, Role.PRIMARY, tuple(records), tuple(checks), topo.self_id
+                txn,
+                coordinator,
+                epoch,
+                Role.PRIMARY,
+                tuple(records),
+                tuple(checks),
+                topo.self_id,
+                deciders=tuple(deciders),
             )
             per_peer = self._others(records)
             peers = sorted(per_peer)
@@ -129,6 +142,7 @@ class Participant:
                     "primary": self._plan.topology.self_id,
                     "epoch": intent.epoch,
                     "records": encode_items(records),
+                    "deciders": list(intent.deciders),
                 },
                 idempotent=True,  # storing the same intent twice is harmless
                 retries=0,
@@ -139,14 +153,34 @@ class Participant:
             return delivery_of(exc)
         return Delivery.HELD
 
+    def _refuse_known(self, txn: str) -> None:
+        """409 for a transaction id this shard has a fate for, or already prepared: an id is
+        one attempt (a resent request must not apply twice; a fenced one never starts)."""
+        found = self.log.get(txn)
+        if found is not None or any(i.primary == self._plan.topology.self_id for i in self.intents.of(txn)):
+            state = found.decision.value if found is not None else "prepared"
+            raise Conflict(
+                f"transaction id {txn} is taken ({state} here); nothing was written: "
+                "GET /v1/transactions/{id} tells its outcome, a new attempt needs a new id",
+                code="transaction_id_in_use",
+            )
+
     async def prepare_replica(
-        self, txn: str, coordinator: str, primary: str, epoch: int, records: list[Replicated]
+        self,
+        txn: str,
+        coordinator: str,
+        primary: str,
+        epoch: int,
+        records: list[Replicated],
+        deciders: tuple[str, ...] = (),
     ) -> None:
         """Keep a copy of a primary's intent (fenced like a replicated write; locks nothing)."""
         refusal = fence_refusal(self._plan.topology, epoch, primary, [(r.collection, r.key) for r in records])
         if refusal is not None:
             raise refusal
-        intent = Intent(txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary)
+        intent = Intent(
+            txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary, deciders=tuple(deciders)
+        )
         await run_in_threadpool(self.intents.put, intent)  # the same again is harmless
         self.refresh()
 
@@ -166,11 +200,14 @@ class Participant:
                 await asyncio.gather(*(self._commit_replica(p, txn, per_peer[p]) for p in sorted(per_peer)))
 
     def _install(self, intent: Intent) -> None:
-        """The records and the intent's removal in one synced batch: installed and unlocked, or
-        (after a crash) still prepared — never half."""
-        self.store.apply_replicated(
-            list(intent.records), also=lambda batch: self.intents.drop_into(intent, batch)
-        )
+        """The records, the intent's removal and the decision in one synced batch: installed,
+        unlocked and known, or (after a crash) still prepared — never half."""
+
+        def also(batch) -> None:
+            self.intents.drop_into(intent, batch)
+            self.log.settle_into(batch, intent.txn, Decision.COMMIT)
+
+        self.store.apply_replicated(list(intent.records), also=also)
         self.intents.forget(intent)
 
     async def _commit_replica(self, peer: str, txn: str, records: list[Replicated]) -> None:
@@ -182,9 +219,13 @@ class Participant:
 
     async def abort(self, txn: str) -> None:
         """Drop every intent of ``txn`` here and release its keys (idempotent); replicas are
-        told, best effort (one that misses it asks the coordinator and hears abort)."""
+        told, best effort (one that misses it finds the decision itself: ``recovery.py``)."""
         for intent in self.intents.of(txn):
-            await run_in_threadpool(self.intents.delete, intent)
+            await run_in_threadpool(
+                self.intents.delete,
+                intent,
+                lambda batch, t=txn: self.log.settle_into(batch, t, Decision.ABORT),
+            )
             self.refresh()
             if intent.role is Role.PRIMARY:
                 for peer in sorted(self._others(intent.records)):

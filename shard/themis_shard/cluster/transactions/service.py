@@ -1,5 +1,6 @@
-"""The transactions part of a cluster member: participant, coordinator and recovery, built with
-their collaborators, and their background task (in-doubt resolution and commit re-drive)."""
+"""The transactions part of a cluster member: participant, coordinator and termination, built
+with their collaborators, this shard's answers about a transaction (status, fence, listing), and
+their background task (in-doubt resolution and commit re-drive)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from ..remote import RemoteExecutor
 from ..replication import Replication
 from ..tasks import Tasks
 from ..views import TopologySource
+from .admin import ClusterTransactions
 from .coordinator import Coordinator
+from .decisions import Status
 from .metrics import TxnMetrics
 from .participant import Participant
 from .recovery import InDoubtResolver
@@ -32,12 +35,14 @@ class Transactions:
         registry: CollectorRegistry,
     ) -> None:
         self.settings = settings
+        self._plan = topology
         self.metrics = TxnMetrics(registry)
         self.intents = IntentStore(store)
         self.log = TxnLog(store)
         self.participant = Participant(
             store,
             self.intents,
+            self.log,
             locks,
             executor,
             topology,
@@ -49,19 +54,70 @@ class Transactions:
         self.resolver = InDoubtResolver(
             self.participant,
             self.intents,
+            self.log,
             executor,
             topology,
-            self.coordinator.decision,
+            self.status,
+            self.fence,
             self.metrics,
             resolve_after_s=settings.resolve_after_s,
+            timeout_s=settings.timeout_s,
             call_timeout_s=settings.call_timeout_s,
+        )
+        self.cluster = ClusterTransactions(
+            self,
+            executor,
+            topology,
+            call_timeout_s=settings.call_timeout_s,
+            bound_s=settings.in_doubt_bound_s,
         )
         self._tasks = Tasks()
 
-    async def run(self, writes: list[Write], checks: list[Check], concern: WriteConcern) -> list[Change]:
-        """A cross-shard transaction, coordinated here (``DistributedDocuments`` calls it)."""
-        return await self.coordinator.run(writes, checks, concern)
+    async def run(
+        self, writes: list[Write], checks: list[Check], concern: WriteConcern, txn_id: str | None = None
+    ) -> list[Change]:
+        """A transaction coordinated here by two-phase commit (``DistributedDocuments`` calls
+        it for keys on several primaries; a client's transaction id always takes it)."""
+        return await self.coordinator.run(writes, checks, concern, txn_id)
 
+    # -- this shard's answers ----------------------------------------------------------------
+    def status(self, txn: str) -> Status:
+        """What this shard knows of ``txn`` (blocking: reads the log)."""
+        found = self.log.get(txn)
+        return Status(
+            found.decision if found else None, self.coordinator.running(txn), self.intents.prepared(txn)
+        )
+
+    async def fence(self, txn: str) -> Status:
+        """Promise never to accept COMMIT for ``txn`` as a decider — unless this shard is
+        coordinating it right now (then it says so and promises nothing)."""
+        if self.coordinator.running(txn):
+            return await run_in_threadpool(self.status, txn)
+        entry = await run_in_threadpool(self.log.fence, txn)
+        return Status(entry.decision, self.coordinator.running(txn), self.intents.prepared(txn))
+
+    def listing(self) -> dict:
+        """This shard's part of ``themis txn list``: its intents, the transactions it is
+        coordinating, and the commits whose phase 2 it is still re-sending."""
+        now = now_ms()
+        return {
+            "intents": [
+                {
+                    "txn": i.txn,
+                    "role": i.role.value,
+                    "primary": i.primary,
+                    "coordinator": i.coordinator,
+                    "deciders": list(i.deciders),
+                    "keys": [f"{c}/{k}" for c, k in i.keys],
+                    "age_s": round((now - i.created_ms) / 1000, 3),
+                }
+                for i in self.intents.all()
+            ],
+            "running": self.coordinator.running_ids(),
+            "committing": [e.txn for e in self.log.pending_commits()],
+        }
+
+    # -- background ----------------------------------------------------------------------------
     async def recover(self) -> None:
         await self.coordinator.redrive()
         await self.resolver.resolve()
