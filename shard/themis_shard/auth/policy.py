@@ -49,6 +49,7 @@ POLICY: tuple[tuple[frozenset[str] | str, str, Role], ...] = (
     ("*", "/v1/adapters", Role.admin),
     # RAID weights and cluster operations
     ("*", "/v1/raid", Role.admin),
+    ("*", "/v1/cluster/backups", Role.admin),  # gates, snapshots and their files: the whole data
     ("*", "/v1/cluster", Role.admin),
 )
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from rocksdict import WriteBatch, WriteOptions
 
+from .decision_gate import DecisionGate
 from .documents import Check, DocumentStore, Replicated
 from .hints import decode_items, encode_items
 
@@ -200,9 +201,11 @@ def decode_entry(raw: bytes) -> LogEntry:
 
 
 class TxnLog:
-    """The coordinator log: one durable decision per transaction, first writer wins."""
+    """The coordinator log: one durable decision per transaction, first writer wins. COMMIT
+    decisions pass ``gate`` (closed while a backup takes its cut: ``storage/decision_gate.py``)."""
 
-    def __init__(self, store: DocumentStore) -> None:
+    def __init__(self, store: DocumentStore, gate: DecisionGate | None = None) -> None:
+        self.gate = gate or DecisionGate()
         self._cf, self._handle, self._db, self._sync = store.column_family("txn_log")
         self._unsynced = WriteOptions()  # still through the WAL (never disabled), not fsynced
         self._lock = threading.Lock()
@@ -224,6 +227,12 @@ class TxnLog:
 
     def decide(self, txn: str, decision: Decision, participants: Iterable[str] = ()) -> LogEntry:
         """Log ``decision`` durably unless one is logged already; return the one that stands."""
+        if decision is Decision.COMMIT:
+            with self.gate.passage():
+                return self._decide(txn, decision, participants)
+        return self._decide(txn, decision, participants)
+
+    def _decide(self, txn: str, decision: Decision, participants: Iterable[str]) -> LogEntry:
         with self._lock:
             found = self.get(txn)
             if found is not None:
