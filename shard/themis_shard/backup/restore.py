@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -36,6 +37,8 @@ from ..storage.names import split_storage_key
 from .cut import committed_txns, rolled_forward
 from .destinations import Destination, ObjectMissing, open_destination, split_ref
 from .manifest import MANIFEST, BackupInvalid, FileEntry, Manifest, parse_manifest
+
+log = logging.getLogger(__name__)
 
 BATCH = 512
 MARKER = "restored.json"
@@ -201,9 +204,18 @@ def restore_on_start(
     open_store: Callable[[Path], DocumentStore],
     adapters_dir: Path,
 ) -> RestoreStats | None:
-    """Restore ``DEST/ID`` into this shard's empty data directory, once (None: done before)."""
+    """Restore ``DEST/ID`` into this shard's empty data directory, once (None: done before, or
+    this shard joins a restored cluster whose ring moved on: a later member gets its keys by
+    handoff from the others, never from the older backup)."""
     marker = data_dir / MARKER
     if marker.exists():
+        return None
+    if plan.ring_version != 1:
+        log.info(
+            "not restoring %s: the cluster's ring is at version %d; joining by handoff",
+            ref,
+            plan.ring_version,
+        )
         return None
     if not data_dir_empty(data_dir):
         raise RestoreRefused(
