@@ -7,7 +7,6 @@ anything starts, and a non-empty data root is refused by name."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import subprocess
@@ -19,24 +18,14 @@ import httpx
 import pytest
 from themis_client import NO_RETRY, NotFound, Operation, ThemisClient, ThemisError
 
-from .conftest import free_port
+from .conftest import free_port, run_themis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DIM = 8
 
 
-def themis(
-    *args: str, cwd: Path, env: dict | None = None, timeout: float = 240
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "themis_shard.local_cluster", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+themis = run_themis
 
 
 def up(cwd: Path, shards: int, *extra: str, env: dict | None = None) -> list[str]:
