@@ -64,16 +64,18 @@ def test_closing_waits_for_a_decision_being_logged() -> None:
     assert gate.holder == "b1"
 
 
-def test_one_backup_at_a_time_and_a_dead_backups_lease_runs_out() -> None:
+def test_one_backup_at_a_time_a_dead_backups_lease_runs_out_and_a_lapse_shows() -> None:
     clock = FakeClock()
     gate = DecisionGate(clock)
-    gate.close("b1", lease_s=30)
-    gate.close("b1", lease_s=30)  # the same backup again: renews
+    first = gate.close("b1", lease_s=30)
+    assert gate.close("b1", lease_s=30) == first  # the same backup again: renews, no gap
     with pytest.raises(GateHeld, match="b1"):
         gate.close("b2", lease_s=30)
     assert not gate.open("b2") and gate.holder == "b1"
     clock.now = 31
     assert gate.holder is None
+    assert gate.close("b1", lease_s=30) != first  # a lapse shows: the cut would not hold
+    assert gate.open("b1")
     with gate.passage():
         pass
     gate.close("b2", lease_s=30)

@@ -36,6 +36,8 @@ class GateAnswer(BaseModel):
     shard_id: str
     ring_version: int
     closed: bool
+    #: which closing of the gate this is: the same on a renewal only if the gate never lapsed
+    closing: int = 0
     #: the shard's cluster plan (when closing): the backup records the source ring from it
     plan: dict | None = None
 
@@ -63,13 +65,14 @@ def _refuse_while_resharding(shard: ShardNode) -> None:
 
 @router.post("/{backup_id}/gate", response_model=GateAnswer)
 async def close_gate(backup_id: BackupId, shard: Node, body: GateRequest | None = None) -> GateAnswer:
-    """Hold new cross-shard COMMIT decisions on this shard until the snapshot is taken (409
+    """Hold new cross-shard COMMIT decisions on this shard until the snapshot is taken; again:
+    renew the lease (``closing`` stays the same unless the gate lapsed in between) (409
     ``backup_in_progress`` while another backup holds it; 503 when decisions being logged do not
     finish in ``drain_s``)."""
     body = body or GateRequest()
     _refuse_while_resharding(shard)
     try:
-        await asyncio.to_thread(_gate(shard).close, backup_id, body.lease_s, body.drain_s)
+        closing = await asyncio.to_thread(_gate(shard).close, backup_id, body.lease_s, body.drain_s)
     except GateHeld as exc:
         raise Conflict(str(exc), code="backup_in_progress") from None
     except DecisionsInFlight as exc:
@@ -79,6 +82,7 @@ async def close_gate(backup_id: BackupId, shard: Node, body: GateRequest | None 
         shard_id=shard.settings.shard_id,
         ring_version=topo.version,
         closed=True,
+        closing=closing,
         plan=topo.plan.model_dump(mode="json"),
     )
 

@@ -4,8 +4,10 @@
 (``storage/decision_gate.py``): from then on no coordinator logs a COMMIT, and ``close`` returns
 only once none is being logged; (2) while every gate is closed, every shard takes a RocksDB
 checkpoint — one atomic point across its column families (documents, intents, coordinator log);
-(3) every gate opens. Single-shard writes, prepares, aborts and phase 2 of decisions already
-logged go on throughout; only the logging of new COMMITs waits, for as long as (2) takes.
+(3) every gate is renewed — the same closing number on every shard proves no lease ran out
+between (1) and the last checkpoint, else the backup fails — and opens. Single-shard writes,
+prepares, aborts and phase 2 of decisions already logged go on throughout; only the logging of
+new COMMITs waits, for as long as (2) takes.
 
 **Restore reads** (``restore.py``), for each key, only the copy of the key's *primary* in the
 source ring, plus the primary intents of transactions whose COMMIT some coordinator's log in the

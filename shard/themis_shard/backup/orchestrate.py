@@ -117,8 +117,16 @@ class ClusterBackup:
             taken = self._each(lambda s: self._call(s, "POST", f"{backup_id}/snapshot"))
             parts = [ShardSnapshot.model_validate(p) for p in taken]
             snapshot_ms = _now_ms()
+            # every gate held from its closing until after the last snapshot, or no cut
+            renewed = self._each(lambda s: self._call(s, "POST", f"{backup_id}/gate", json=lease))
         finally:
             self._each_quietly(lambda s: self._call(s, "DELETE", f"{backup_id}/gate"))
+        lapsed = [g["shard_id"] for g, r in zip(gates, renewed, strict=True) if g["closing"] != r["closing"]]
+        if lapsed:
+            raise BackupFailed(
+                f"the decision gate of {', '.join(lapsed)} lapsed before every snapshot was taken "
+                f"(lease {self.lease_s} s); retry with a longer lease"
+            )
         versions = {g["ring_version"] for g in gates} | {p.ring_version for p in parts}
         if len(versions) != 1:
             raise BackupFailed(

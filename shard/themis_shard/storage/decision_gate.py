@@ -37,6 +37,9 @@ class DecisionGate:
         self._passing = 0
         self._holder: str | None = None
         self._until = 0.0
+        #: counts fresh closes: a holder that closes again and gets the same number has held the
+        #: gate without a gap (its lease never ran out in between)
+        self._closes = 0
 
     def _held(self) -> bool:
         """Under the condition's lock: closed and its lease not yet run out."""
@@ -64,13 +67,17 @@ class DecisionGate:
                 self._passing -= 1
                 self._cond.notify_all()
 
-    def close(self, holder: str, lease_s: float, drain_s: float = 10.0) -> None:
-        """Close the gate for ``holder`` (again: renews the lease) once no decision is passing.
+    def close(self, holder: str, lease_s: float, drain_s: float = 10.0) -> int:
+        """Close the gate for ``holder`` (again: renews the lease) once no decision is passing;
+        the number of this closing (unchanged by a renewal, new after a lapse).
         Raises :class:`GateHeld` when another holder has it, :class:`DecisionsInFlight` when the
         passing ones do not finish within ``drain_s`` (the gate is then left open)."""
         with self._cond:
-            if self._held() and self._holder != holder:
+            held = self._held()
+            if held and self._holder != holder:
                 raise GateHeld(f"backup {self._holder} holds the decision gate")
+            if not held:
+                self._closes += 1
             self._holder, self._until = holder, self._clock() + lease_s
             deadline = self._clock() + drain_s
             while self._passing:
@@ -82,6 +89,7 @@ class DecisionGate:
                         f"{self._passing} commit decision(s) still being logged after {drain_s} s"
                     )
                 self._cond.wait(timeout=left)
+            return self._closes
 
     def open(self, holder: str) -> bool:
         """Open the gate if ``holder`` has it; False when it did not (already open, or another's)."""
