@@ -4,6 +4,7 @@ before anything is restored; retention deletes all but the newest complete backu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from themis_shard.backup.destinations import DirectoryDestination, open_destinat
 from themis_shard.backup.manifest import FORMAT_VERSION, BackupInvalid
 from themis_shard.backup.restore import fetch_backup
 from themis_shard.backup.retention import apply_retention, expired
+from themis_shard.backup.snapshot import STALE_S, SnapshotStore
 from themis_shard.storage.documents import DocumentStore
 
 
@@ -80,3 +82,15 @@ def test_destinations_are_directories_or_s3_urls(tmp_path: Path) -> None:
         open_destination("gs://bucket/x")
     with pytest.raises(ValueError, match="not DEST/ID"):
         split_ref("only-an-id")
+
+
+def test_a_snapshot_a_dead_backup_left_staged_is_dropped_by_the_next(tmp_path) -> None:
+    store = DocumentStore(tmp_path / "db")
+    snapshots = SnapshotStore(tmp_path / "stage", store, tmp_path / "adapters")
+    snapshots.take("old")
+    old = tmp_path / "stage" / "old"
+    os.utime(old, (0, os.path.getmtime(old) - STALE_S - 1))
+    snapshots.take("recent")
+    snapshots.take("new")
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["new", "recent"]
+    store.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from pathlib import Path
 
 from rocksdict import Checkpoint
@@ -19,6 +20,8 @@ from ..storage.documents import DocumentStore
 from .manifest import FileEntry, check_backup_id
 
 CHUNK = 1 << 20
+#: a staged snapshot this old belongs to a backup that died
+STALE_S = 24 * 3600.0
 
 
 def sha256_of(path: Path) -> str:
@@ -41,7 +44,10 @@ class SnapshotStore:
         return self.root / check_backup_id(backup_id)
 
     def take(self, backup_id: str) -> list[FileEntry]:
-        """Checkpoint the store and copy the adapters (again, if this id was taken before)."""
+        """Checkpoint the store and copy the adapters (again, if this id was taken before).
+        Snapshots staged more than ``STALE_S`` ago are dropped first: their backup died before
+        it dropped them, and their hard links would keep deleted SST files on disk."""
+        self._drop_stale()
         target = self._dir(backup_id)
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
@@ -56,6 +62,14 @@ class SnapshotStore:
             for p in sorted(target.rglob("*"))
             if p.is_file()
         ]
+
+    def _drop_stale(self) -> None:
+        if not self.root.is_dir():
+            return
+        cutoff = time.time() - STALE_S
+        for staged in self.root.iterdir():
+            if staged.is_dir() and staged.stat().st_mtime < cutoff:
+                shutil.rmtree(staged, ignore_errors=True)
 
     def file(self, backup_id: str, path: str) -> Path:
         """A staged file, or 404 (never a path outside the snapshot)."""
