@@ -1,5 +1,6 @@
 """Spec: a backup that is missing, partial, corrupt or from a newer format is refused by name
-before anything is restored; retention deletes all but the newest complete backups."""
+before anything is restored; retention deletes all but the newest complete backups; a snapshot a
+dead backup left staged on a shard is dropped by a later one."""
 
 from __future__ import annotations
 
