@@ -59,7 +59,7 @@ def main() -> None:
         src, dst, empty = Path(tmp) / "src", Path(tmp) / "dst", Path(tmp) / "empty"
         for d in (src, dst, empty):
             d.mkdir()
-        themis(src, "up", "--shards", "3", "--no-llm", "--base-port", "0")
+        themis(src, "up", "--shards", "3", "--no-llm", "--base-port", "0", "--timeout", "3600")
         try:
             urls = [line.split()[1] for line in themis(src, "status").splitlines()]
             load_s, _ = timed(lambda: load(urls[0], args.docs))
@@ -80,6 +80,8 @@ def main() -> None:
                 "--no-llm",
                 "--base-port",
                 "0",
+                "--timeout",
+                "3600",
                 "--restore-from",
                 f"{Path(tmp) / 'backups'}/{backup_id}",
             )

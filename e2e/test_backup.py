@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import random
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 from themis_client import NO_RETRY, NotFound, Operation, ThemisClient, ThemisError
+from themis_testing.s3 import moto_s3, s3_env
 
-from .conftest import free_port, run_themis
+from .conftest import run_themis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -78,33 +76,9 @@ def state(url: str) -> tuple[dict, list]:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory) -> dict:
-    """moto's S3 server on a free port, a bucket in it, and the environment that points boto3 there."""
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    try:
-        for _ in range(300):
-            try:
-                httpx.get(env["AWS_ENDPOINT_URL"], timeout=1)
-                break
-            except httpx.HTTPError:
-                threading.Event().wait(0.1)
-        httpx.put(f"{env['AWS_ENDPOINT_URL']}/backups", timeout=5).raise_for_status()  # create the bucket
-        yield env
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
+    """moto's S3 server with a bucket ``backups``, and the environment that points boto3 there."""
+    with moto_s3(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield s3_env(endpoint)
 
 
 @pytest.fixture(scope="module")

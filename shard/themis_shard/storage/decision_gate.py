@@ -2,9 +2,11 @@
 
 A backup closes the gate on every shard, snapshots every shard while all gates are closed, then
 opens them (``backup/cut.py`` argues why that cut holds every transaction entirely or not at
-all). While the gate is closed, a coordinator that wants to log COMMIT waits (prepares, phase 2
-of decisions already logged, aborts and single-shard writes go on). ``close`` returns only once
-no decision is being logged, so "closed" means "no COMMIT is durable that was not before".
+all). While the gate is closed, no COMMIT entry becomes durable in the shard's transaction log
+(``TxnLog`` passes the gate for each one it writes, whatever role logs it), and the log's other
+writes wait behind a held COMMIT; prepares, phase 2 of decisions already logged and single-shard
+writes go on. ``close`` returns only once no COMMIT is being written, so "closed" means "no
+COMMIT is durable that was not before".
 
 A gate closed by a client that then vanished must not block transactions for ever: it opens by
 itself once its lease runs out. Thread-based, because ``TxnLog.decide`` runs in a worker thread.

@@ -201,10 +201,10 @@ def decode_entry(raw: bytes) -> LogEntry:
 
 
 class TxnLog:
-    """The coordinator log: one durable decision per transaction, first writer wins. COMMIT
-    decisions pass ``gate`` (closed while a backup takes its cut: ``storage/decision_gate.py``)."""
+    """The coordinator log: one durable decision per transaction, first writer wins."""
 
     def __init__(self, store: DocumentStore, gate: DecisionGate | None = None) -> None:
+        #: no COMMIT entry becomes durable while it is closed (a backup's cut: decision_gate.py)
         self.gate = gate or DecisionGate()
         self._cf, self._handle, self._db, self._sync = store.column_family("txn_log")
         self._unsynced = WriteOptions()  # still through the WAL (never disabled), not fsynced
@@ -219,7 +219,11 @@ class TxnLog:
     def _write(self, entry: LogEntry, sync: bool = True) -> None:
         batch = WriteBatch(raw_mode=True)
         batch.put(entry.txn.encode(), encode_entry(entry), self._handle)
-        self._db.write(batch, self._sync if sync else self._unsynced)
+        if entry.decision is Decision.COMMIT:  # every COMMIT this shard logs, whatever its role
+            with self.gate.passage():
+                self._db.write(batch, self._sync if sync else self._unsynced)
+        else:
+            self._db.write(batch, self._sync if sync else self._unsynced)
 
     def get(self, txn: str) -> LogEntry | None:
         raw = self._cf.get(txn.encode())
@@ -227,12 +231,6 @@ class TxnLog:
 
     def decide(self, txn: str, decision: Decision, participants: Iterable[str] = ()) -> LogEntry:
         """Log ``decision`` durably unless one is logged already; return the one that stands."""
-        if decision is Decision.COMMIT:
-            with self.gate.passage():
-                return self._decide(txn, decision, participants)
-        return self._decide(txn, decision, participants)
-
-    def _decide(self, txn: str, decision: Decision, participants: Iterable[str]) -> LogEntry:
         with self._lock:
             found = self.get(txn)
             if found is not None:
