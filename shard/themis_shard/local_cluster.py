@@ -27,7 +27,11 @@ from rich.console import Console
 
 from . import __version__
 from .auth.keys import bearer_headers
-from .backup.cli import add_backup_commands, prepare_restore  # themis backup …; up --restore-from
+from .backup.cli import (  # themis backup, up --restore-from
+    RESTORE_TIMEOUT_S,
+    add_backup_commands,
+    prepare_restore,
+)
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
@@ -411,6 +415,7 @@ def up(args: argparse.Namespace) -> int:
     alive = state and any(_alive(s["pid"]) for s in state["shards"])
     if args.restore_from:  # checked before anything starts: empty data root, a whole backup
         args.restore_from = prepare_restore(args.restore_from, args.data_root, args.console, bool(alive))
+        args.timeout = max(args.timeout, RESTORE_TIMEOUT_S)  # shards are ready once restored
     if alive and bool(state["launch"].get("auth")) != args.auth:
         running = "with" if state["launch"].get("auth") else "without"
         raise SystemExit(f"the running cluster was started {running} --auth: themis down first")

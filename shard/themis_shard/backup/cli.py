@@ -23,6 +23,10 @@ from .orchestrate import BackupFailed, BackupProgress, ClusterBackup, ShardTarge
 from .restore import data_dir_empty, fetch_backup
 from .retention import apply_retention
 
+#: ``themis up --restore-from`` waits at least this long for ready shards: each restores its
+#: part (checks, copies, re-places, rebuilds vectors) before it answers /ready
+RESTORE_TIMEOUT_S = 3600.0
+
 
 def _destination(url: str) -> Destination:
     try:
