@@ -124,6 +124,7 @@ class ShardNode:
                 metrics.registry,
                 settings.llm.model_path,
                 assemble=settings.llm.enabled,
+                use_gpu=settings.use_gpu,
             )
             if settings.llm.enabled:
                 from .llm.runtime import LLMRuntime  # llama.cpp loads only when inference is on

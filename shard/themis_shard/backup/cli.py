@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from ..auth.keys import bearer_headers
+from ..cli_help import COMMANDS
 from ..cli_progress import TransferView
 from .destinations import Destination, ObjectMissing, open_destination, split_ref
 from .manifest import MANIFEST, BackupInvalid, Manifest, parse_manifest
@@ -168,9 +169,7 @@ def prepare_restore(ref: str, data_root: Path, console, running: bool) -> str:
 
 
 def add_backup_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "backup", help="back up the local cluster to a directory or S3, list and delete backups"
-    )
+    p = sub.add_parser("backup", help=COMMANDS["backup"])
     bsub = p.add_subparsers(dest="backup_command", required=True)
 
     def dest_arg(parser: argparse.ArgumentParser) -> None:
