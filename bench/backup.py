@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from _local import themis
-from themis_client import ThemisClient
+from themis_client import ThemisClient, Unavailable
 
 DIM = 384
 
@@ -31,17 +31,18 @@ def load(url: str, n: int, batch: int = 500) -> None:
     with ThemisClient(url, timeout=300) as client:
         client.declare_collection("bench", dimension=DIM, index="flat")
         for start in range(0, n, batch):
-            client.batch(
-                "bench",
-                {
-                    f"d{i}": {
-                        "i": i,
-                        "title": f"document {i}",
-                        "embedding": [rng.random() for _ in range(DIM)],
-                    }
-                    for i in range(start, min(start + batch, n))
-                },
-            )
+            docs = {
+                f"d{i}": {"i": i, "title": f"document {i}", "embedding": [rng.random() for _ in range(DIM)]}
+                for i in range(start, min(start + batch, n))
+            }
+            for attempt in range(5):  # an overloaded machine: a replica that timed out wrote nothing
+                try:
+                    client.batch("bench", docs)
+                    break
+                except Unavailable:
+                    if attempt == 4:
+                        raise
+                    time.sleep(2)
 
 
 def timed(fn) -> tuple[float, object]:
