@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from themis_shard.backup.manifest import BACKUP_ID, Manifest
 from themis_shard.backup.orchestrate import BackupProgress
@@ -66,6 +66,16 @@ class ThemisScheduledBackupSpec(_Model):
 class FromBackup(_Model):
     destination: Destination
     backup_id: str = Field(pattern=BACKUP_ID)
+
+    @field_validator("destination")
+    @classmethod
+    def _object_store(cls, d: Destination) -> Destination:
+        if not d.s3:
+            raise ValueError(
+                "bootstrap.fromBackup needs an s3:// destination: the shards restore themselves and "
+                "cannot see a directory mounted into the operator"
+            )
+        return d
 
     @property
     def ref(self) -> str:

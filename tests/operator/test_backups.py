@@ -203,3 +203,11 @@ def test_a_themisbackup_of_a_missing_cluster_or_secret_fails_saying_why(tmp_path
     )
     status = run_backup(kube, ShardProber(), "prod", "b", backups.ThemisBackupSpec.model_validate(s3))
     assert status["phase"] == "Failed" and "has no key AWS_SECRET_ACCESS_KEY" in status["message"]
+
+
+def test_bootstrap_from_a_directory_is_refused_by_name() -> None:
+    local = copy.deepcopy(RESTORE)
+    local["spec"]["bootstrap"]["fromBackup"]["destination"] = {"url": "/backups"}
+    assert any("does not match" in e for e in custom_resource_errors(local))
+    with pytest.raises(ValueError, match="needs an s3:// destination"):
+        backups.BootstrapSpec.model_validate(local["spec"]["bootstrap"])
