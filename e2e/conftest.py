@@ -80,6 +80,20 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
     raise TimeoutError(f"{url} not ready after {timeout}s")
 
 
+def run_themis(
+    *args: str, cwd: Path, env: dict | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    """The `themis` CLI (``themis_shard.local_cluster``) run in ``cwd``, with ``env`` added."""
+    return subprocess.run(
+        [sys.executable, "-m", "themis_shard.local_cluster", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
 @pytest.fixture
 def spawn_shard():
     """The :func:`shard_process` context manager, for tests to start real shards."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 from themis_client import ThemisClient
@@ -15,17 +14,13 @@ from themis_shard.cluster.placement import Topology
 from themis_shard.demo.corpus import load_corpus
 from themis_shard.plan import ClusterPlan
 
+from .conftest import run_themis
+
 pytestmark = [pytest.mark.e2e, pytest.mark.llm, pytest.mark.slow]
 
 
 def themis(*args: str, cwd, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "themis_shard.local_cluster", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_themis(*args, cwd=cwd, timeout=timeout)
 
 
 def test_demo_loads_the_corpus_and_answers_from_it(tmp_path) -> None:

@@ -27,6 +27,8 @@ PLURALS: dict[tuple[str, str], str] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
     (API_VERSION, "ThemisCluster"): "themisclusters",
     (API_VERSION, "LoRAAdapter"): "loraadapters",
+    (API_VERSION, "ThemisBackup"): "themisbackups",
+    (API_VERSION, "ThemisScheduledBackup"): "themisscheduledbackups",
 }
 
 #: Fields that cannot change after creation (or that the server assigns); never patched.

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
 
+from .backups import BootstrapSpec
+
 PVC_SOURCE = _SOURCE_PVC = re.compile(
     r"^pvc://(?P<claim>[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?)/(?P<path>\S+)$"
 )
@@ -173,6 +175,8 @@ class ThemisClusterSpec(_Model):
     image_pull_secrets: tuple[LocalObjectReference, ...] = ()
     pod_annotations: dict[str, str] = Field(default_factory=dict)
     priority_class_name: str | None = None
+    #: a new cluster's data: ``fromBackup`` restores a ThemisBackup's backup on first start
+    bootstrap: BootstrapSpec | None = None
     #: Pod scheduling; merged with (and taking precedence over) ``resources.nodeSelector``
     #: and ``resources.tolerations``, which older specs use.
     node_selector: dict[str, str] = Field(default_factory=dict)

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from . import __version__
-from .api import aql, cluster, documents, health, internal, search
+from .api import aql, backup, cluster, documents, health, internal, search
 from .api import raid as raid_api
 from .api import transactions as transactions_api
 from .api.access_log import AccessLogMiddleware
@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     app.include_router(transactions_api.router)
     app.include_router(search.router)
     app.include_router(cluster.router)
+    app.include_router(backup.router)  # /v1/cluster/backups/...: this shard's part of a backup
     app.include_router(internal.router)
     app.include_router(aql.router)
     app.include_router(raid_api.router)

@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "demo": "load the sample corpus, ask one RAG question and run one AQL query",
     "raid": "RAID model-weight storage: status, verify, rebuild, ingest",
     "adapters": "LoRA adapters of the local cluster",
+    "txn": "cross-shard transactions: list those in doubt, resolve one",
+    "backup": "back up the local cluster to a directory or S3; list, verify and delete backups",
 }
 
 

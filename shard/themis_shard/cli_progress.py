@@ -1,5 +1,5 @@
 """What the ``themis`` CLI shows during long work (rich): shard start-up as a live table, keys
-moved during a reshard with an ETA, RAID rebuild progress per shard.
+moved during a reshard with an ETA, RAID rebuild progress per shard, a backup's bytes.
 
 The views only render what they are given; polling stays in the commands. They write to the
 console they are handed (stderr in the CLI, so stdout stays machine-readable; a recording
@@ -16,12 +16,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 from rich.table import Table
 
@@ -165,6 +167,34 @@ class RebuildView:
         )
 
     def __enter__(self) -> RebuildView:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+
+class TransferView:
+    """One bar of bytes (a backup's copy, a backup's check): done of total, rate and ETA."""
+
+    def __init__(self, console: Console, description: str) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task: TaskID = self.progress.add_task(description, total=None)
+
+    def update(self, done: int, total: int | None, description: str | None = None) -> None:
+        fields = {"description": description} if description else {}
+        self.progress.update(self.task, completed=done, total=total, **fields)
+
+    def __enter__(self) -> TransferView:
         self.progress.start()
         return self
 

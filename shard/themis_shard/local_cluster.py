@@ -27,6 +27,11 @@ from rich.console import Console
 
 from . import __version__
 from .auth.keys import bearer_headers
+from .backup.cli import (  # themis backup, up --restore-from
+    RESTORE_TIMEOUT_S,
+    add_backup_commands,
+    prepare_restore,
+)
 from .cli_help import COMMANDS, DESCRIPTION
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .cluster.transactions.cli import add_txn_commands  # themis txn list/resolve
@@ -193,6 +198,8 @@ def start_shard(
         env["THEMIS_LLM_ENABLED"] = "false"
     if launch.get("raid_weights"):
         env["THEMIS_RAID_ENABLED"] = "true"  # model weights striped with parity across the shards
+    if launch.get("restore_from"):
+        env["THEMIS_RESTORE_FROM"] = launch["restore_from"]  # each shard restores its part on first start
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "themis_shard"],
@@ -444,6 +451,9 @@ def up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     state = _read_state(state_dir)
     alive = state and any(_alive(s["pid"]) for s in state["shards"])
+    if args.restore_from:  # checked before anything starts: empty data root, a whole backup
+        args.restore_from = prepare_restore(args.restore_from, args.data_root, args.console, bool(alive))
+        args.timeout = max(args.timeout, RESTORE_TIMEOUT_S)  # shards are ready once restored
     if alive and bool(state["launch"].get("auth")) != args.auth:
         running = "with" if state["launch"].get("auth") else "without"
         raise SystemExit(f"the running cluster was started {running} --auth: themis down first")
@@ -491,6 +501,7 @@ def up(args: argparse.Namespace) -> int:
         "raid_mode": args.raid_mode,
         "raid_weights": args.raid_weights,
         "auth": args.auth,
+        "restore_from": args.restore_from,
     }
     shards = [
         start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
@@ -628,6 +639,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the router's accuracy thresholds θ1 ≥ θ2 ≥ θ3 (default: the paper's 0.8 0.6 0.4)",
     )
+    p_up.add_argument(
+        "--restore-from",
+        default=None,
+        metavar="DEST/ID",
+        help="start a new cluster from a backup (a directory or s3://bucket/prefix, then its id)",
+    )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
     p_down = sub.add_parser("down", help=COMMANDS["down"])
@@ -653,6 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_raid_commands(sub)  # themis raid status/verify/rebuild/ingest
     add_adapter_commands(sub)  # themis adapters federate
     add_txn_commands(sub)  # themis txn list/resolve
+    add_backup_commands(sub)  # themis backup create/list/delete/verify
     return parser
 
 

@@ -13,9 +13,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .aql.service import AqlService
+from .backup.restore import restore_on_start
 from .cluster.announcer import LoadSampler
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
@@ -171,12 +173,27 @@ class ShardNode:
     ) -> tuple[DocumentStore, VectorCatalog, ClusterPlan, ClusterService]:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
-        store = DocumentStore(
-            data / "documents",
-            max_document_bytes=settings.max_document_bytes,
-            origin=settings.shard_id,
-            max_document_depth=settings.max_document_depth,
+        plan = (
+            ClusterPlan.load(settings.plan_path)
+            if settings.plan_path and settings.plan_path.exists()
+            else single_shard_plan(settings.shard_id, settings.url)
         )
+
+        def open_store(path: Path) -> DocumentStore:
+            return DocumentStore(
+                path,
+                max_document_bytes=settings.max_document_bytes,
+                origin=settings.shard_id,
+                max_document_depth=settings.max_document_depth,
+            )
+
+        if settings.restore_from:  # a new cluster's first start: this shard's part of a backup
+            trained = settings.weights_path / "trained"
+            shard_id = settings.shard_id
+            restored = restore_on_start(settings.restore_from, data, plan, shard_id, open_store, trained)
+            if restored is not None:
+                log.info("restored %s: %s", settings.restore_from, restored)
+        store = open_store(data / "documents")
         try:  # before anything reads or writes it: newer data stops the shard, older moves forward
             open_formats(store)
         except BaseException:
@@ -186,11 +203,6 @@ class ShardNode:
         use_gpu = settings.use_gpu if settings.use_gpu is not None else gpu_count() > 0
         vectors = VectorCatalog(
             store, data / "vectors", use_gpu=use_gpu, persist_every=settings.vector_persist_every
-        )
-        plan = (
-            ClusterPlan.load(settings.plan_path)
-            if settings.plan_path and settings.plan_path.exists()
-            else single_shard_plan(settings.shard_id, settings.url)
         )
         tls = (
             {

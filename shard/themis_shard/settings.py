@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     #: Persist vector indexes after this many changes (and always on clean shutdown).
     vector_persist_every: int = Field(10_000, ge=1)
     use_gpu: bool | None = Field(None, description="None = auto-detect (faiss GPUs / CUDA)")
+    #: ``DEST/ID`` (a directory or ``s3://bucket/prefix``, then the backup id): on first start,
+    #: restore this shard's part of that backup into the empty data directory (``backup/restore.py``).
+    restore_from: str | None = None
     llm: LLMSettings = Field(default_factory=LLMSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     domains: DomainSettings = Field(default_factory=DomainSettings)

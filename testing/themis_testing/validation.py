@@ -124,7 +124,9 @@ def schema_defaults(kind: str) -> dict:
 
     def defaults(node: dict) -> object:
         if node.get("type") == "object" and "properties" in node:
-            return {k: d for k, v in node["properties"].items() if (d := defaults(v)) is not None}
+            # an object none of whose fields has a default has none itself
+            found = {k: d for k, v in node["properties"].items() if (d := defaults(v)) is not None}
+            return found or None
         return node.get("default")
 
     return defaults(spec)  # type: ignore[return-value]

@@ -17,10 +17,12 @@ from themis_testing.validation import (
 
 def test_crds_declare_group_version_names_and_status_subresource():
     crds = load_crds()
-    assert set(crds) == {"ThemisCluster", "LoRAAdapter"}
+    assert set(crds) == {"ThemisCluster", "LoRAAdapter", "ThemisBackup", "ThemisScheduledBackup"}
     for kind, short, plural in (
         ("ThemisCluster", "tc", "themisclusters"),
         ("LoRAAdapter", "lora", "loraadapters"),
+        ("ThemisBackup", "tbk", "themisbackups"),
+        ("ThemisScheduledBackup", "tsbk", "themisscheduledbackups"),
     ):
         crd = crds[kind]
         assert crd["metadata"]["name"] == f"{plural}.themisdb.io"

@@ -7,6 +7,13 @@
   - apiGroups: [themisdb.io]
     resources: [themisclusters/status, loraadapters/status]
     verbs: [get, patch, update]
+  # Backups: a schedule creates ThemisBackups; the operator runs them and reports their status.
+  - apiGroups: [themisdb.io]
+    resources: [themisbackups, themisscheduledbackups]
+    verbs: [get, list, watch, create, patch, update]
+  - apiGroups: [themisdb.io]
+    resources: [themisbackups/status, themisscheduledbackups/status]
+    verbs: [get, patch, update]
   # The children of every ThemisCluster.
   - apiGroups: [""]
     resources: [configmaps, secrets, services]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import names
+from ..backups import restore_env
 from ..spec import PVC_SOURCE, ModelRef, ThemisClusterSpec
 from .auth import DIGESTS as API_KEY_DIGESTS
 from .context import ClusterContext
@@ -122,6 +123,7 @@ def _operator_env(ctx: ClusterContext) -> list[dict]:
             var("THEMIS_TLS_CERT_PATH", f"{TLS_DIR}/$(THEMIS_SHARD_ID).crt"),
             var("THEMIS_TLS_KEY_PATH", f"{TLS_DIR}/$(THEMIS_SHARD_ID).key"),
         ]
+    env += restore_env(spec.bootstrap)  # spec.bootstrap.fromBackup: each shard restores its part
     return env
 
 

@@ -1,5 +1,5 @@
 """Thin kopf entry points; importing this package registers every handler."""
 
-from . import adapter, cluster, startup
+from . import adapter, backup, cluster, startup
 
-__all__ = ["adapter", "cluster", "startup"]
+__all__ = ["adapter", "backup", "cluster", "startup"]

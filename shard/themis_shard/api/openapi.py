@@ -73,6 +73,12 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/v1/cluster/status"): (),
     ("GET", "/v1/cluster/transactions"): (),
     ("POST", "/v1/cluster/transactions/{txn_id}:resolve"): (),
+    # a shard's part in a backup (409 another backup, gate not held, resharding; 503 decisions in flight)
+    ("POST", "/v1/cluster/backups/{backup_id}/gate"): (409,),
+    ("DELETE", "/v1/cluster/backups/{backup_id}/gate"): (),
+    ("POST", "/v1/cluster/backups/{backup_id}/snapshot"): (409,),
+    ("GET", "/v1/cluster/backups/{backup_id}/files/{path}"): (404,),
+    ("DELETE", "/v1/cluster/backups/{backup_id}"): (),
     ("GET", "/v1/raid/status"): (),
     ("POST", "/v1/raid/verify"): (409,),
     ("POST", "/v1/raid/rebuild"): (409,),

@@ -51,6 +51,7 @@ POLICY: tuple[tuple[frozenset[str] | str, str, Role], ...] = (
     ("*", "/v1/adapters", Role.admin),
     # RAID weights and cluster operations
     ("*", "/v1/raid", Role.admin),
+    ("*", "/v1/cluster/backups", Role.admin),  # gates, snapshots and their files: the whole data
     ("*", "/v1/cluster", Role.admin),  # status, and /v1/cluster/transactions (list, {id}:resolve)
 )
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from rocksdict import WriteBatch, WriteOptions
 
+from .decision_gate import DecisionGate
 from .documents import Check, DocumentStore, Replicated
 from .hints import decode_items, encode_items
 
@@ -226,7 +227,9 @@ def decode_entry(raw: bytes) -> LogEntry:
 class TxnLog:
     """What this shard knows of each transaction's fate (see the module docstring)."""
 
-    def __init__(self, store: DocumentStore) -> None:
+    def __init__(self, store: DocumentStore, gate: DecisionGate | None = None) -> None:
+        #: no COMMIT entry becomes durable while it is closed (a backup's cut: decision_gate.py)
+        self.gate = gate or DecisionGate()
         self._cf, self._handle, self._db, self._sync = store.column_family("txn_log")
         self._unsynced = WriteOptions()  # still through the WAL (never disabled), not fsynced
         self._lock = threading.Lock()
@@ -240,7 +243,11 @@ class TxnLog:
     def _write(self, entry: LogEntry, sync: bool = True) -> None:
         batch = WriteBatch(raw_mode=True)
         batch.put(entry.txn.encode(), encode_entry(entry), self._handle)
-        self._db.write(batch, self._sync if sync else self._unsynced)
+        if entry.decision is Decision.COMMIT:  # every COMMIT this shard logs, whatever its role
+            with self.gate.passage():
+                self._db.write(batch, self._sync if sync else self._unsynced)
+        else:
+            self._db.write(batch, self._sync if sync else self._unsynced)
 
     def get(self, txn: str) -> LogEntry | None:
         raw = self._cf.get(txn.encode())
