@@ -25,11 +25,11 @@ def test_a_commit_waits_while_the_gate_is_closed_and_goes_on_when_it_opens(tmp_p
     store = DocumentStore(tmp_path / "db")
     log = TxnLog(store)
     log.gate.close("b1", lease_s=60)
-    assert log.decide("t2", Decision.ABORT).decision is Decision.ABORT  # aborts pass
+    assert log.settle("t2", Decision.ABORT).decision is Decision.ABORT  # aborts pass
     decided = threading.Event()
 
     def commit() -> None:
-        log.decide("t1", Decision.COMMIT)
+        log.settle("t1", Decision.COMMIT)
         decided.set()
 
     worker = threading.Thread(target=commit)

@@ -13,8 +13,6 @@ import shutil
 import time
 from pathlib import Path
 
-from rocksdict import Checkpoint
-
 from ..errors import NotFound
 from ..storage.documents import DocumentStore
 from .manifest import FileEntry, check_backup_id
@@ -51,8 +49,7 @@ class SnapshotStore:
         target = self._dir(backup_id)
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        _, _, db, _ = self.store.column_family("docs")
-        Checkpoint(db).create_checkpoint(str(target / "db"))
+        self.store.checkpoint(target / "db")
         if self.adapters_dir.is_dir():
             (target / "adapters").mkdir()
             for adapter in sorted(self.adapters_dir.glob("*.gguf")):

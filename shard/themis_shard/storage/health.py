@@ -156,6 +156,11 @@ class GuardedDB:
         self._db = db
         self._health = health
 
+    @property
+    def raw(self) -> Any:
+        """The Rdict itself, for calls that take one (a checkpoint): never for writes."""
+        return self._db
+
     def write(self, batch: Any, options: Any = None) -> None:
         with self._health.guard():
             if options is None:
