@@ -5,6 +5,11 @@ to ``.themis/plan.json``, starts one ``themis_shard`` process per member, waits 
 shard answers ``/ready``, prints ``<shard_id> <url>`` lines (also written to
 ``.themis/cluster.json``) and returns with the shards running in the background.
 ``themis down`` stops them (SIGTERM, then SIGKILL after a grace period).
+
+With two shards or more (and no ``--tls``) it also starts the local plan authority
+(``supervisor.py``): it fails a dead shard's keys over to their in-sync copies within seconds,
+restarts the shard, and readmits it once it caught up (``isr.py``). ``themis down`` stops it
+before the shards.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from . import __version__
 from .auth.keys import bearer_headers
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .local_auth import resolve_api_key, write_local_keys
-from .plan import ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
+from .plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, RouterSettings, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 from .training.cli import add_adapter_commands  # themis adapters federate
 
@@ -176,6 +181,29 @@ def start_shard(
         "data_dir": str(data_dir),
         "log": str(log_path),
     }
+
+
+def start_supervisor(state_dir: Path, restart: bool) -> int:
+    """Start the plan authority (``python -m themis_shard.supervisor``) in the background."""
+    log_path = (state_dir / "logs" / "supervisor.log").resolve()
+    command = [sys.executable, "-m", "themis_shard.supervisor", "--state-dir", str(state_dir.resolve())]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            command + ([] if restart else ["--no-restart"]),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def ensure_supervisor(state_dir: Path, state: dict) -> None:
+    """(Re)start the cluster's supervisor when it has one and its process is gone."""
+    sup = state.get("supervisor")
+    if sup and not _alive(sup["pid"]):
+        sup["pid"] = start_supervisor(state_dir, sup.get("restart", True))
+        (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
 
 
 def write_plan(path: Path, plan: ClusterPlan) -> None:
@@ -389,6 +417,7 @@ def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -
         state["shards"][i] = start_shard(state_dir, plan_path, state["launch"], member, tls)
         restarted.append(state["shards"][i])
     (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+    ensure_supervisor(state_dir, state)
     print(f"restarting {', '.join(missing)} (the other shards kept running)", file=sys.stderr)
     wait_ready(
         [s["url"] for s in restarted],
@@ -412,6 +441,7 @@ def up(args: argparse.Namespace) -> int:
     if state:
         missing = missing_shards(state["shards"], _alive)
         if not missing:
+            ensure_supervisor(state_dir, state)
             for s in state["shards"]:
                 print(f"{s['shard_id']} {s['url']}")
             return 0
@@ -436,9 +466,20 @@ def up(args: argparse.Namespace) -> int:
         router = RouterSettings(thresholds=tuple(args.thresholds)) if args.thresholds else RouterSettings()
     except ValueError as exc:
         raise SystemExit(f"--thresholds: {exc}") from None
-    plan = build_plan(
-        ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls, router=router)
-    )
+    failover = args.failover and args.shards >= 2 and not args.tls
+    try:
+        spec = ClusterSpec(
+            name="local",
+            members=members,
+            raid_mode=args.raid_mode,
+            tls=args.tls,
+            router=router,
+            failover=FailoverSettings() if failover else None,
+            min_insync=args.min_insync,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"themis up: {exc}") from None
+    plan = build_plan(spec)
     tls_env = (
         write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
     )
@@ -458,9 +499,12 @@ def up(args: argparse.Namespace) -> int:
         for member in members
     ]
     ca = str((state_dir / "tls" / "ca.crt").resolve()) if args.tls else None
-    (state_dir / "cluster.json").write_text(
-        json.dumps({"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2)
-    )
+    state = {"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}
+    (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+    if failover:  # probing (and granting leases) while the shards start
+        restart = args.restart_dead
+        state["supervisor"] = {"pid": start_supervisor(state_dir, restart), "restart": restart}
+        (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
     try:
         with StartupView(args.console, [(s["shard_id"], s["url"]) for s in shards]) as view:
             wait_ready(
@@ -492,6 +536,10 @@ def down(args: argparse.Namespace) -> int:
     if not state:
         print("no local cluster is running")
         return 0
+    sup = state.get("supervisor")
+    if sup and _alive(sup["pid"]):  # first: it would restart the shards being stopped
+        _stop([sup["pid"]], args.grace)
+    state = _read_state(args.state_dir) or state  # the pids of shards it restarted
     _stop([s["pid"] for s in state["shards"] if _alive(s["pid"])], args.grace)
     (args.state_dir / "cluster.json").unlink(missing_ok=True)
     print(f"stopped {len(state['shards'])} shard(s)")
@@ -588,6 +636,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("T1", "T2", "T3"),
         default=None,
         help="the router's accuracy thresholds θ1 ≥ θ2 ≥ θ3 (default: the paper's 0.8 0.6 0.4)",
+    )
+    p_up.add_argument(
+        "--failover",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the local plan authority: a dead shard's keys fail over to their in-sync copies "
+        "within seconds (default: on with 2+ shards; off with --tls)",
+    )
+    p_up.add_argument(
+        "--restart-dead",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the plan authority restarts a shard whose process died (default: on)",
+    )
+    p_up.add_argument(
+        "--min-insync",
+        type=int,
+        default=1,
+        help="refuse w=all/majority writes of keys with fewer in-sync copies than this (default 1)",
     )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)

@@ -304,7 +304,7 @@ def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_p
             assert peers[topo.owners("c", k)[1]].store.get_entry("c", k) == store.get_entry("c", k)
 
 
-def test_reads_fall_back_to_a_replica_unless_they_must_be_linearizable(tmp_path, store) -> None:
+def test_reads_go_to_the_primary_only_unless_replica_fallback_is_asked_for(tmp_path, store) -> None:
     current = live(plan_of(3))
     key = next(k for k in (f"k{i}" for i in range(200)) if current.topology.owners("c", k) == ["s-1", "s-2"])
     with fake_peers(tmp_path, "s-1", "s-2") as peers:
@@ -312,11 +312,12 @@ def test_reads_fall_back_to_a_replica_unless_they_must_be_linearizable(tmp_path,
         peers["s-1"].up = False  # the primary
         executor = peers.executor(current)
         replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        available = DistributedDocuments(store, executor, replication, current)
+        available = DistributedDocuments(store, executor, replication, current, read_from_replicas=True)
         assert asyncio.run(available.get("c", key)).document == {"n": 1}
-        primary_only = DistributedDocuments(store, executor, replication, current, read_from_replicas=False)
-        with pytest.raises(Unavailable):
+        primary_only = DistributedDocuments(store, executor, replication, current)
+        with pytest.raises(Unavailable) as refused:
             asyncio.run(primary_only.get("c", key))
+        assert refused.value.code == "primary_unavailable"
 
 
 def _racing_repair(peers, owner: str, coordinator_store, fail: bool) -> None:

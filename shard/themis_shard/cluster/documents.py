@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
@@ -40,9 +42,12 @@ from .fencing import (
     WriteConcern,
     decide,
     fence_refusal,
+    floor_refusal,
     primary,
     required_acks,
+    write_owners,
 )
+from .lease import AuthorityLease, lease_refusal
 from .placement import Topology, candidates
 from .remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from .replication import NOT_SENT_REASONS, Replication
@@ -99,13 +104,64 @@ def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Wr
     return groups
 
 
+def by_peer(
+    topology: Topology, records: list[Replicated], owners: Callable[[str, str], list[str]]
+) -> dict[str, list[Replicated]]:
+    """Records grouped by the other shards ``owners(collection, key)`` names for them."""
+    out: dict[str, list[Replicated]] = {}
+    for r in records:
+        for owner in owners(r.collection, r.key):
+            if owner != topology.self_id:
+                out.setdefault(owner, []).append(r)
+    return out
+
+
+class Burned(StrEnum):
+    """What a failed write left behind (``_burn``)."""
+
+    NOTHING = "nothing"  # no owner may hold it: nothing was written anywhere
+    EVERYWHERE = "everywhere"  # every owner that may hold it holds the burn that outranks it
+    PARTLY = "partly"  # an owner that may hold it has not confirmed the burn yet
+
+
+def burn_failure(short: str, burned: Burned, burns: list[Replicated]) -> Unavailable:
+    """The 503 of a write short of its concern, saying truly what it left behind."""
+    if burned is Burned.NOTHING:
+        return Unavailable(f"{short}; nothing was written", code="replicas_unavailable")
+    if burned is Burned.EVERYWHERE:
+        first = burns[0]
+        return Unavailable(
+            f"{short}; the write was not applied, and its version was burned: the document keeps "
+            f"its content at a new version ({first.collection}/{first.key} v{first.version})",
+            code="replicas_unavailable",
+        )
+    return Unavailable(
+        f"{short}, and an owner that may hold it has not confirmed the burn that cancels it: the "
+        "write may or may not take effect; read the document before retrying",
+        code="write_outcome_unknown",
+    )
+
+
 #: How long a write keeps being retried while owners disagree on the epoch (plans are re-read
 #: every second) or a new owner of a handoff is still starting (seconds, on a busy machine).
 EPOCH_RETRY_S = 15.0
 
+#: How long a read keeps being retried while the key's primary changes (a new epoch spreading,
+#: a lease being renewed).
+READ_RETRY_S = 3.0
+#: 503s of a primary that will answer again in a moment.
+RETRY_READ_CODES = frozenset({"lease_expired", "starting"})
+
 #: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
 NOTHING_WRITTEN_CODES = frozenset(
-    {"replicas_unavailable", "coordinator_unavailable", "epoch_changed", "starting"}
+    {
+        "replicas_unavailable",
+        "coordinator_unavailable",
+        "epoch_changed",
+        "starting",
+        "lease_expired",
+        "not_enough_replicas",
+    }
 )
 
 
@@ -196,13 +252,16 @@ class DistributedDocuments:
         held: KeyHolders | None = None,
         fencing: bool = True,
         inflight: InflightLog | None = None,
-        read_from_replicas: bool = True,
+        read_from_replicas: bool = False,
+        lease: AuthorityLease | None = None,
     ) -> None:
         """``cross_shard`` commits transactions over several primaries (None: refused, 400
         ``cross_shard_transaction``); ``held`` names the keys their prepared intents lock.
         ``fencing=False`` is ``THEMIS_UNSAFE_DISABLE_FENCING``: the nemesis suite's
         deliberate failure, never a production setting. ``inflight``: the log that makes a
-        write to owners reached in separate messages atomic across a crash (None: not kept)."""
+        write to owners reached in separate messages atomic across a crash (None: not kept).
+        ``lease``: the plan authority's lease, without which this shard neither coordinates nor
+        serves primary reads when the plan has failover on (``lease.py``)."""
         self.store = store
         self.executor = executor
         self.replication = replication
@@ -216,8 +275,9 @@ class DistributedDocuments:
         self.held = held
         self.fencing = fencing
         self.inflight = inflight
-        #: False: reads go to the primary only (``ClusterSettings.read_from_replicas``).
+        #: False (the default): reads go to the primary only (``ClusterSettings.read_from_replicas``).
         self.read_from_replicas = read_from_replicas
+        self.lease = lease
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
         """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
@@ -287,7 +347,7 @@ class DistributedDocuments:
                 target,
                 "POST",
                 "/internal/commit",
-                json_body=commit_body(writes, topo.version, concern, checks),
+                json_body=commit_body(writes, topo.epoch, concern, checks),
                 idempotent=False,
                 retries=0,
             )
@@ -323,7 +383,7 @@ class DistributedDocuments:
                     owner,
                     "POST",
                     "/internal/commit",
-                    json_body=commit_body(writes, topo.version, concern),
+                    json_body=commit_body(writes, topo.epoch, concern),
                     idempotent=False,
                     retries=0,
                 )
@@ -375,6 +435,9 @@ class DistributedDocuments:
         if not topo.clustered:
             return await run_in_threadpool(self.store.commit, writes, None, checks)
         keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
+        refused = lease_refusal(topo, self.lease) or floor_refusal(topo, concern, keys)
+        if refused is not None and self.fencing:
+            raise refused
         async with self.locks.hold(keys):
             self._refuse_held(keys)
             records = await run_in_threadpool(self.store.prepare, writes, checks)
@@ -399,26 +462,25 @@ class DistributedDocuments:
     async def _replicate_and_install(
         self, topo: Topology, records: list[Replicated], concern: WriteConcern, burns: list[Replicated]
     ) -> list[Change]:
-        per_peer: dict[str, list[Replicated]] = {}
-        for r in records:
-            for owner in topo.owners(r.collection, r.key):
-                if owner != topo.self_id:
-                    per_peer.setdefault(owner, []).append(r)
+        per_peer = by_peer(topo, records, lambda c, k: write_owners(topo, c, k))
+        lagging = by_peer(
+            topo, records, lambda c, k: [o for o in topo.owners(c, k) if o not in topo.in_sync(c, k)]
+        )
         peers = sorted(per_peer)
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
             logged = await run_in_threadpool(self.inflight.add, records, burns)
         answers = await asyncio.gather(
-            *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
+            *(self.replication.deliver(p, per_peer[p], topo.epoch, topo.self_id) for p in peers)
         )
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
         newer = [r for _, found in answers for r in found]
         if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
             await run_in_threadpool(self.store.apply_replicated, newer)
-        need = required_acks(concern, topo.plan.copies)
         outcomes = {
             (r.collection, r.key): decide(
-                [delivered[o] for o in topo.owners(r.collection, r.key) if o != topo.self_id], need
+                [delivered[o] for o in write_owners(topo, r.collection, r.key) if o != topo.self_id],
+                required_acks(concern, len(write_owners(topo, r.collection, r.key))),
             )
             for r in records
         }
@@ -435,12 +497,15 @@ class DistributedDocuments:
             for peer in peers:  # owners that missed a write acknowledged at a lower concern
                 if delivered[peer] is not Delivery.HELD:
                     await self.replication.hint(peer, per_peer[peer])
+            for peer, missed in lagging.items():  # out of sync: they catch up before rejoining
+                await self.replication.hint(peer, missed)
             return changes
-        await self._burn(topo, records, delivered, burns)
+        burned = await self._burn(topo, records, delivered, burns)
         if logged is not None:
             await run_in_threadpool(self.inflight.remove, logged)
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
-        if newer or (clean and (any(d is Delivery.FENCED for d in delivered.values()) or self._moving())):
+        fenced = any(d is Delivery.FENCED for d in delivered.values())
+        if burned is Burned.NOTHING and (newer or (clean and (fenced or self._moving()))):
             raise Unavailable(
                 "the key's owners are changing (a plan change is spreading or a new owner is still "
                 "starting); nothing was written",
@@ -449,15 +514,17 @@ class DistributedDocuments:
         held = min(
             1
             + sum(
-                delivered[o] is Delivery.HELD for o in topo.owners(r.collection, r.key) if o != topo.self_id
+                delivered[o] is Delivery.HELD
+                for o in write_owners(topo, r.collection, r.key)
+                if o != topo.self_id
             )
             for r in records
         )
-        raise Unavailable(
-            f"only {held} of the {topo.plan.copies} owners could take this write and w={concern.value} needs "
-            f"{need}; nothing was written",
-            code="replicas_unavailable",
+        short = (
+            f"only {held} of the key's in-sync owners could take this write and w={concern.value} needs "
+            f"{max(required_acks(concern, len(write_owners(topo, r.collection, r.key))) for r in records)}"
         )
+        raise burn_failure(short, burned, burns)
 
     def _installed(
         self, records: list[Replicated], changes: list[Change], burns: list[Replicated]
@@ -484,23 +551,29 @@ class DistributedDocuments:
         records: list[Replicated],
         delivered: dict[str, Delivery],
         burns: list[Replicated],
-    ) -> None:
+    ) -> Burned:
         """After a failed write that some owner may hold: install the previous document again,
         everywhere, one version above the failed record, so the failed record never wins. A
         version of its own, not the failed record's with a later stamp: a client may have read
         the failed record from an owner that took it, and its ``If-Match`` on that version
         must be refused, not applied on top of a document that never committed."""
+        maybe: set[str] = set()
         newest: dict[tuple[str, str], Replicated] = {}
         for r in records:
-            owners = [o for o in topo.owners(r.collection, r.key) if o != topo.self_id]
-            if any(delivered[o] in (Delivery.HELD, Delivery.UNKNOWN) for o in owners):
+            owners = [o for o in write_owners(topo, r.collection, r.key) if o != topo.self_id]
+            took = [o for o in owners if delivered.get(o) in (Delivery.HELD, Delivery.UNKNOWN)]
+            if took:
                 newest[(r.collection, r.key)] = r
+                maybe.update(took)
         if not newest:
-            return
+            return Burned.NOTHING
         burns = [b for b in burns if (b.collection, b.key) in newest]
         await run_in_threadpool(self.store.apply_replicated, burns)
         log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
-        await self.replicate_repairs(burns)
+        reached = await self.replicate_repairs(burns)
+        # Until every owner that may hold the failed record holds the burn, a failover to one
+        # of them could still serve the failed record: the client must not be told it failed.
+        return Burned.EVERYWHERE if maybe <= reached else Burned.PARTLY
 
     def _burns_of(self, topo: Topology, records: list[Replicated]) -> list[Replicated]:
         """For each record, the previous document again one version above it, stamped now."""
@@ -527,6 +600,12 @@ class DistributedDocuments:
             return []
         entries = await run_in_threadpool(self.inflight.entries)
         send: list[Replicated] = []
+        if not self.topology.in_sync_self:
+            # Fenced while it was down: its keys' in-sync owners decide what these writes
+            # became (a new primary may have served or overwritten them); catch-up takes theirs.
+            for logged, _, _ in entries:
+                await run_in_threadpool(self.inflight.remove, logged)
+            return send
         for logged, records, burns in entries:
             held = self.store.stamps([(r.collection, r.key) for r in records])
             installed = all(h == r.stamp for h, r in zip(held, records, strict=True))
@@ -541,15 +620,13 @@ class DistributedDocuments:
             )
         return send
 
-    async def replicate_repairs(self, items: list[Replicated]) -> None:
-        """Send records to their other owners now, or as hints (stamps decide on arrival)."""
+    async def replicate_repairs(self, items: list[Replicated]) -> set[str]:
+        """Send records to their other owners now, or as hints (stamps decide on arrival);
+        answers the owners that took them now."""
         topo = self.topology
-        per_peer: dict[str, list[Replicated]] = {}
-        for r in items:
-            for owner in topo.owners(r.collection, r.key):
-                if owner != topo.self_id:
-                    per_peer.setdefault(owner, []).append(r)
-        await asyncio.gather(*(self.replication.send(peer, batch) for peer, batch in per_peer.items()))
+        per_peer = by_peer(topo, items, topo.owners)
+        sent = await asyncio.gather(*(self.replication.send(peer, batch) for peer, batch in per_peer.items()))
+        return {peer for peer, ok in zip(per_peer, sent, strict=True) if ok}
 
     async def local_entry(self, collection: str, key: str, epoch: int | None) -> Any:
         """This shard's record of a key for a read-through during a handoff: refused (409
@@ -588,17 +665,81 @@ class DistributedDocuments:
         raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
 
     async def _get(self, collection: str, key: str) -> StoredDocument:
-        """First owner that has it. An owner answering 404 does not end the search: a replica
-        can hold a version whose delivery to that owner is still a pending hint. Without
-        ``read_from_replicas`` only the primary is asked: it installs a write only once it is
-        committed, so what it serves is linearizable."""
+        """The key's primary answers (linearizable: it installs a write only once it is
+        committed, and answers only while it is the primary of the current epoch and holds its
+        lease); with ``read_from_replicas`` any owner does."""
         topo = self.topology
         if not topo.clustered:
-            order = [topo.self_id]
-        elif self.read_from_replicas:
-            order = candidates(topo.owners(collection, key), self._down())
-        else:
-            order = [primary(topo, collection, key)]
+            return self._found(collection, key, self.store.get(collection, key))
+        if self.read_from_replicas:
+            return await self._get_any_owner(collection, key)
+        delay, deadline = 0.05, asyncio.get_running_loop().time() + READ_RETRY_S
+        while True:  # another epoch or a lapsed lease: retried while the plan spreads
+            try:
+                return await self._get_primary(collection, key)
+            except Unavailable as exc:
+                if exc.code != "epoch_changed" or asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def primary_read(self, collection: str, key: str, epoch: int) -> StoredDocument | None:
+        """This shard's copy, served as the key's primary in ``epoch``: refused (409 fence
+        code) when that is not what it is here, 503 when its lease lapsed."""
+        refused = self.fence_refusal(epoch, self.topology.self_id, [(collection, key)])
+        if refused is not None:
+            raise refused
+        lapsed = lease_refusal(self.topology, self.lease) if self.fencing else None
+        if lapsed is not None:
+            raise lapsed
+        return self.store.get(collection, key)
+
+    @staticmethod
+    def _found(collection: str, key: str, doc: StoredDocument | None) -> StoredDocument:
+        if doc is None:
+            raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+        return doc
+
+    async def _get_primary(self, collection: str, key: str) -> StoredDocument:
+        topo = self.topology
+        target = primary(topo, collection, key)
+        changing = "the key's primary is changing; nothing was read"
+        try:
+            if target == topo.self_id:
+                return self._found(collection, key, self.primary_read(collection, key, topo.epoch))
+            reply = await self.executor.request(
+                target,
+                "GET",
+                internal_path("documents", collection, key),
+                params={"primary_epoch": str(topo.epoch)},
+                retries=0,
+            )
+        except Conflict as exc:  # this shard's own fence
+            raise Unavailable(f"{changing} ({exc})", code="epoch_changed") from None
+        except PeerUnavailable as exc:
+            if exc.code in RETRY_READ_CODES:
+                raise Unavailable(f"{changing} ({exc.message})", code="epoch_changed") from None
+            raise Unavailable(
+                f"the primary of {collection}/{key} ({target}) is unreachable ({exc.reason}); its keys "
+                "are readable again once the plan authority fails them over to an in-sync copy",
+                code="primary_unavailable",
+            ) from None
+        except PeerError as exc:
+            if exc.status == 404:
+                raise NotFound(
+                    f"document {collection}/{key} does not exist", code="document_not_found"
+                ) from None
+            if getattr(exc, "code", None) in FENCE_CODES:
+                raise Unavailable(f"{changing} ({exc.message})", code="epoch_changed") from None
+            raise relay(exc) from None
+        return StoredDocument(collection, key, int(reply["version"]), reply["document"])
+
+    async def _get_any_owner(self, collection: str, key: str) -> StoredDocument:
+        """First owner that has it (``read_from_replicas``: available, not linearizable). An
+        owner answering 404 does not end the search: a replica can hold a version whose
+        delivery to that owner is still a pending hint."""
+        topo = self.topology
+        order = candidates(topo.owners(collection, key), self._down())
         reached = False
         for target in order:
             if target == topo.self_id:
