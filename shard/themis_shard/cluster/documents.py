@@ -6,7 +6,8 @@ owners first and installs and acknowledges them only once the write concern's nu
 hold them durably (default: all copies). A write that cannot get there is a 503 and is never
 served afterwards. A forwarded write is never retried, on the primary or anywhere else: a
 failure that may have reached the primary is reported as such (503 ``write_outcome_unknown``),
-not guessed at. Reads go to the primary and fall back to the other owners when it is down.
+not guessed at. Reads go to the primary (linearizable: it answers only as the key's primary in
+the reader's epoch, holding its lease), or to any owner with ``read_from_replicas``.
 Forwarded calls land on ``/internal/...`` endpoints that never forward again, so a request
 makes at most one hop whatever the shards believe about each other.
 
@@ -15,7 +16,7 @@ through two-phase commit (``transactions/``, ``CrossShardCommit``) with this sha
 coordinator; everything else keeps the single-coordinator path. A key locked by a prepared
 cross-shard transaction refuses writes (409 ``transaction_in_progress``) until it is decided.
 A batch is atomic per coordinator. Keys whose primary is down cannot be written until the plan
-changes.
+authority fails them over to an in-sync copy (``isr.py``).
 """
 
 from __future__ import annotations

@@ -36,13 +36,19 @@ a durable hint. A write that cannot reach enough owners fails with 503 and insta
   bank workload lost money that way). Its document is the one the key had when the write was
   prepared, not when it failed: a repair may copy the failed record back here meanwhile.
 
+Failover. The epoch is the *plan* epoch: the ring version, bumped again whenever the plan
+authority changes the in-sync set (``isr.py`` argues why that cannot split the brain). A key's
+primary is its first in-sync owner that is not rejoining, and a write waits for its in-sync
+owners only (``write_owners``): ``w=all`` means every in-sync copy, as Kafka's ``acks=all``
+does; out-of-sync owners get hints. ``min_insync`` is the floor below which ``w=all`` and
+``majority`` are refused (503 ``not_enough_replicas``, naming it).
+
 Why not Raft per range. A consensus group per vnode range (thousands per shard) with a Python
 library (pysyncobj, raftos) means a log, elections and snapshots per range on the write path and
 a new failure model for every part that reads the store directly (vector index, AQL, RAID). The
 plan is already a single agreed sequence of epochs written by one party (the operator or
-``themis``), so leadership per key is taken from it: the price is that a dead primary's keys are
-unwritable until the plan drops it, where Raft would elect a new leader in seconds. Reads stay
-available (they fall back to the other owners).
+``themis``'s supervisor), so leadership per key is taken from it: a dead primary's keys move to
+an in-sync copy when the authority fences it (seconds: its lease, then one plan write).
 
 Everything here is pure; ``documents.DistributedDocuments`` drives it.
 """
