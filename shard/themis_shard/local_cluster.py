@@ -561,12 +561,25 @@ def status(args: argparse.Namespace) -> int:
             except (httpx.HTTPError, ValueError):
                 health = {"status": "down"}
             rows.append({"shard_id": s["shard_id"], "url": s["url"], "pid": s["pid"], **health})
+    plan = ClusterPlan.load(state["plan"])
+    sup = state.get("supervisor")
+    isr = {
+        "epoch": plan.plan_epoch,
+        "out_of_sync": list(plan.out_of_sync),
+        "rejoining": list(plan.rejoining),
+        "supervisor": ("running" if _alive(sup["pid"]) else "down") if sup else "off",
+    }
     if args.json:
-        print(json.dumps({"running": True, "shards": rows}))
+        print(json.dumps({"running": True, "shards": rows, **isr}))
     else:
         for r in rows:
             print(f"{r['shard_id']} {r['url']} pid={r['pid']} {r['status']}")
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+        print(
+            f"epoch {isr['epoch']}: out of sync {', '.join(isr['out_of_sync']) or '-'}; rejoining "
+            f"{', '.join(isr['rejoining']) or '-'}; plan authority {isr['supervisor']}"
+        )
+    healthy = all(r["status"] == "ok" for r in rows) and not plan.out_of_sync and isr["supervisor"] != "down"
+    return 0 if healthy else 1
 
 
 def demo(args: argparse.Namespace) -> int:
