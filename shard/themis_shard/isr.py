@@ -46,6 +46,9 @@ from .plan import ClusterPlan, FailoverSettings, with_in_sync
 #: After its lease ran out, how long the authority still waits before fencing a member
 #: (scheduling slack between the shard's check and the authority's).
 FENCE_MARGIN_S = 0.25
+#: A member that has not answered once since the authority started is still starting (a
+#: shard loads its model and catches up first): it is fenced only after this long.
+STARTUP_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class Member:
     granting: bool = True
     last_grant_sent: float = 0.0
     report: Report | None = None
+    #: it answered at least once (before that it may still be starting)
+    seen: bool = False
 
     @classmethod
     def new(cls, now: float) -> Member:
@@ -78,7 +83,7 @@ class Member:
         return replace(self, last_grant_sent=at) if self.granting else self
 
     def answered(self, at: float, report: Report) -> Member:
-        return replace(self, last_answer=at, granting=True, report=report)
+        return replace(self, last_answer=at, granting=True, report=report, seen=True)
 
     def missed(self) -> Member:
         return replace(self, granting=False, report=None)
@@ -91,10 +96,12 @@ def lease_until(member: Member, sent_at: float, settings: FailoverSettings) -> f
 
 
 def fenceable(member: Member, now: float, settings: FailoverSettings) -> bool:
-    """Down long enough, and past the last lease granted to it."""
+    """Down long enough (much longer when it never answered: it may be starting), and past the
+    last lease granted to it."""
+    silent_for = settings.failover_after_s if member.seen else STARTUP_GRACE_S
     return (
         not member.granting
-        and now - member.last_answer > settings.failover_after_s
+        and now - member.last_answer > silent_for
         and now > member.last_grant_sent + settings.lease_s + FENCE_MARGIN_S
     )
 

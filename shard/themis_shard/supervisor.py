@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-restart", action="store_true", help="never restart a dead shard")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per probe
     state = json.loads((args.state_dir / "cluster.json").read_text())
     supervisor = Supervisor(
         FilePlan(Path(state["plan"])),

@@ -16,7 +16,7 @@ from themis_shard.cluster.fencing import (
 )
 from themis_shard.cluster.lease import AuthorityLease, lease_refusal
 from themis_shard.cluster.placement import Topology
-from themis_shard.isr import FENCE_MARGIN_S, Member, Report, decide, fenceable, lease_until
+from themis_shard.isr import FENCE_MARGIN_S, STARTUP_GRACE_S, Member, Report, decide, fenceable, lease_until
 from themis_shard.plan import FailoverSettings, build_plan, is_rollback, with_in_sync
 
 from .fakes import plan_of, spec
@@ -126,7 +126,7 @@ def test_a_primary_without_its_lease_refuses_only_when_failover_is_on() -> None:
 
 # -- the authority's decisions --------------------------------------------------------------------
 def test_a_member_is_fenced_only_after_the_last_lease_granted_to_it_ran_out() -> None:
-    member = Member.new(0.0).sent(10.0).missed()
+    member = Member.new(0.0).answered(0.0, Report(1, 1, True)).sent(10.0).missed()
     assert lease_until(member, 10.5, SETTINGS) == 0  # no lease to a member that missed a probe
     assert not fenceable(member, 10.0 + SETTINGS.lease_s, SETTINGS)
     late = 10.0 + max(SETTINGS.lease_s + FENCE_MARGIN_S, SETTINGS.failover_after_s) + 0.01
@@ -140,6 +140,12 @@ def test_a_dead_member_leaves_the_in_sync_set_under_a_new_epoch() -> None:
     assert decide(plan, members, 2.0) is None
     nxt = decide(plan, members, 10.0)
     assert nxt.out_of_sync == ("s-1",) and nxt.plan_epoch == plan.plan_epoch + 1
+
+
+def test_a_member_that_never_answered_is_given_time_to_start() -> None:
+    member = Member.new(0.0).missed()
+    assert not fenceable(member, 30.0, SETTINGS)
+    assert fenceable(member, STARTUP_GRACE_S + 1, SETTINGS)
 
 
 def test_a_second_death_in_raid1_leaves_the_set_alone() -> None:
