@@ -88,6 +88,7 @@ bench: install
 	$(PY) bench/batch.py
 	$(PY) bench/aql.py
 	$(PY) bench/raid.py
+	$(PY) bench/failover.py
 	$(PY) bench/engine.py
 	$(PY) bench/repack.py
 	$(PY) bench/prefix.py

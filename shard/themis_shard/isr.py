@@ -23,9 +23,10 @@ epochs cannot disagree with itself.
   probes grant (``cluster/lease.py``); the authority fences a member only after the last lease
   it granted it has run out. So when the new epoch hands a key to another owner, the old
   primary has already stopped serving it, even if it never saw the new plan.
-* Every key keeps an in-sync owner: at most ``copies - 1`` members are out of sync (a second
-  death in RAID1 leaves the set alone and those keys' writes fail, 503, rather than lose a
-  copy that may hold the only committed data).
+* Every key keeps a settled in-sync owner: at most ``copies - 1`` members are out of sync or
+  rejoining together (a second death in RAID1 leaves the set alone and those keys' writes
+  fail, 503, rather than hand them to a copy that may miss committed writes: an out-of-sync or
+  rejoining member can lack writes still hinted to it).
 * A member returns only caught up. Out of sync it takes the in-sync owners' records (even over
   its own: Kafka's truncation) and drops its hints; it is readmitted as *rejoining* once one
   catch-up round completed at the current epoch, and becomes primary again only after every
@@ -115,9 +116,11 @@ def decide(plan: ClusterPlan, members: Mapping[str, Member], now: float) -> Clus
     ring = list(plan.ring_spec.shards)
     out, back = set(plan.out_of_sync), set(plan.rejoining)
     down = [s for s in ring if s not in out and s in members and fenceable(members[s], now, settings)]
-    if down and len(out) < plan.copies - 1:
-        s = down[0]
-        return with_in_sync(plan, tuple(out | {s}), tuple(back - {s}))
+    for s in down:
+        # Every key must keep a settled in-sync owner: a rejoining one may still miss writes
+        # hinted to it, so it never becomes a key's only copy (it would serve without them).
+        if len(out | back | {s}) <= plan.copies - 1:
+            return with_in_sync(plan, tuple(out | {s}), tuple(back - {s}))
     epoch = plan.plan_epoch
     reports = {s: m.report for s, m in members.items() if m.report is not None}
     in_sync = [s for s in ring if s not in out]

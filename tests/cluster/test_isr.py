@@ -142,6 +142,15 @@ def test_a_dead_member_leaves_the_in_sync_set_under_a_new_epoch() -> None:
     assert nxt.out_of_sync == ("s-1",) and nxt.plan_epoch == plan.plan_epoch + 1
 
 
+def test_a_death_while_another_member_rejoins_leaves_the_set_alone() -> None:
+    """The rejoining member may still miss writes hinted to it: it must not become the only
+    in-sync copy of the dead member's keys."""
+    plan = with_in_sync(failover_plan(), (), ("s-1",))
+    members = healthy(plan, 0.0)
+    members["s-0"] = members["s-0"].missed()
+    assert decide(plan, members, 100.0) is None
+
+
 def test_a_member_that_never_answered_is_given_time_to_start() -> None:
     member = Member.new(0.0).missed()
     assert not fenceable(member, 30.0, SETTINGS)
