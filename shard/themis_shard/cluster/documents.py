@@ -713,13 +713,18 @@ class DistributedDocuments:
                 "GET",
                 internal_path("documents", collection, key),
                 params={"primary_epoch": str(topo.epoch)},
-                retries=0,
+                idempotent=True,
+                retries=1,  # a read may be sent again: a torn keep-alive connection is no answer
             )
         except Conflict as exc:  # this shard's own fence
             raise Unavailable(f"{changing} ({exc})", code="epoch_changed") from None
         except PeerUnavailable as exc:
             if exc.code in RETRY_READ_CODES:
                 raise Unavailable(f"{changing} ({exc.message})", code="epoch_changed") from None
+            if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
+                # A new owner of a handoff not serving yet has written nothing: its keys are
+                # still where the previous ring put them (the handoff's read-through).
+                return await self._get_previous(collection, key)
             raise Unavailable(
                 f"the primary of {collection}/{key} ({target}) is unreachable ({exc.reason}); its keys "
                 "are readable again once the plan authority fails them over to an in-sync copy",
