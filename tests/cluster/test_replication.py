@@ -357,3 +357,30 @@ def test_a_repair_racing_a_write_neither_fails_a_committed_one_nor_keeps_a_faile
         else:
             [change] = asyncio.run(documents.commit_here(write))
             assert change.version == 2 and store.get("c", key).document == {"balance": 90}
+
+
+def test_a_primary_read_is_served_only_by_the_keys_primary_while_it_holds_its_lease(store) -> None:
+    from themis_shard.cluster.lease import AuthorityLease
+    from themis_shard.plan import FailoverSettings
+
+    current = live(plan_of(3, failover=FailoverSettings()), "s-0")
+    topo = current.topology
+    mine = next(k for k in (f"k{i}" for i in range(500)) if topo.owners("c", k)[0] == "s-0")
+    theirs = next(k for k in (f"k{i}" for i in range(500)) if topo.owners("c", k)[1:] == ["s-0"])
+    store.apply_replicated([v(mine, 1), v(theirs, 1)])
+    now = [0.0]
+    lease = AuthorityLease(clock=lambda: now[0])
+    docs = DistributedDocuments(
+        store, None, Replication(None, HintLog(store), current, CollectorRegistry()), current, lease=lease
+    )
+    with pytest.raises(Unavailable) as lapsed:  # no lease granted yet
+        docs.primary_read("c", mine, topo.epoch)
+    assert lapsed.value.code == "lease_expired"
+    lease.renew(2.0)
+    assert docs.primary_read("c", mine, topo.epoch).version == 1
+    with pytest.raises(Conflict) as refused:  # a replica never answers as the primary
+        docs.primary_read("c", theirs, topo.epoch)
+    assert refused.value.code == "not_coordinator"
+    now[0] = 2.5
+    with pytest.raises(Unavailable):
+        docs.primary_read("c", mine, topo.epoch)

@@ -685,14 +685,23 @@ class DistributedDocuments:
             delay = min(delay * 2, 0.5)
 
     def primary_read(self, collection: str, key: str, epoch: int) -> StoredDocument | None:
-        """This shard's copy, served as the key's primary in ``epoch``: refused (409 fence
-        code) when that is not what it is here, 503 when its lease lapsed."""
-        refused = self.fence_refusal(epoch, self.topology.self_id, [(collection, key)])
-        if refused is not None:
-            raise refused
-        lapsed = lease_refusal(self.topology, self.lease) if self.fencing else None
-        if lapsed is not None:
-            raise lapsed
+        """This shard's copy, served as the key's primary: refused (409 ``not_coordinator``)
+        when this shard's plan does not make it that, 503 when its lease lapsed. The reader's
+        ``epoch`` may differ from ours while a plan spreads: what matters is that we are the
+        primary in our epoch and, with failover, hold the lease the authority outlives before
+        it moves the key (``lease.py``); a handoff's new primary reads through before it writes."""
+        topo = self.topology
+        if self.fencing:
+            coordinator = primary(topo, collection, key) if topo.in_sync_self else None
+            if coordinator != topo.self_id:
+                raise Conflict(
+                    f"{topo.self_id} is not the primary of {collection}/{key} in epoch {topo.epoch} "
+                    f"(the reader is at {epoch}; {coordinator or 'another owner'} is)",
+                    code="not_coordinator",
+                )
+            lapsed = lease_refusal(topo, self.lease)
+            if lapsed is not None:
+                raise lapsed
         return self.store.get(collection, key)
 
     @staticmethod
