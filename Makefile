@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast nemesis bench lint dashboards clean kube-up kube-down images image-e2e dist
+.PHONY: help install up down status demo test test-tools test-fast nemesis bench lint dashboards clean kube-up kube-down images image-e2e dist gpu-install gpu-check
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -20,6 +20,8 @@ help:
 	@echo "make kube-up - a local Kubernetes (API emulator, process node, operator); kubeconfig in .themis/kube/"
 	@echo "make kube-down - stop it (and its shard pods)"
 	@echo "make images  - build the CPU shard image and the operator image with buildah (images/)"
+	@echo "make images IMAGES=shard-cuda - the CUDA shard image (llama.cpp CUDA, faiss-gpu, cupy; long)"
+	@echo "make gpu-check [DRY=1] - one GPU table: engine vs llama-server, faiss-gpu, cupy parity, VRAM (DRY=1: CPU plumbing)"
 	@echo "make image-e2e - run the operator and a shard pod from those images (not in make test)"
 	@echo "make dist    - build the wheels and sdists: themisdb, themisdb-operator, themisdb-client (dist/)"
 
@@ -106,7 +108,7 @@ lint: install
 # (~20 min on 2 cores the first time), so neither target is part of `make test`.
 images:
 	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >/dev/null; }
-	images/build.sh all
+	images/build.sh $(or $(IMAGES),all)
 
 image-e2e: install images
 	$(PY) -m themis_testing.image_e2e
@@ -114,6 +116,17 @@ image-e2e: install images
 dist: install
 	rm -rf dist
 	for project in . operator client; do $(PY) -m build --outdir dist $$project || exit 1; done
+
+# The GPU check (bench/gpu_check.py): one table on a GPU host; DRY=1 runs its plumbing on the CPU.
+# gpu-install turns the venv into a GPU one once (tools/gpu_install.sh); then the check is offline.
+$(VENV)/.gpu-installed: $(VENV)/.installed tools/gpu_install.sh images/cuda_toolkit.sh
+	tools/gpu_install.sh $(PY)
+	touch $@
+
+gpu-install: $(VENV)/.gpu-installed
+
+gpu-check: $(if $(DRY),install,gpu-install)
+	$(PY) bench/gpu_check.py $(if $(DRY),--dry-run)
 
 dashboards: install
 	$(PY) tools/build_dashboards.py

@@ -7,6 +7,9 @@ into ~/.cache/themis/tools/ (≈15 min on 2 cores the first time). Bench-only: n
 `make install`'s or `make test`'s path calls it.
 
 Usage: .venv/bin/python bench/llama_server_build.py   (the binary's path on the last line)
+       --cuda         the CUDA build (bench/gpu_check.py's peer), for the GPU's compute capability,
+                      with the build image's toolkit or NVIDIA's PyPI wheels (images/cuda_toolkit.sh)
+       --cached-only  print the cached binary's path, or exit 1: never build
 """
 
 from __future__ import annotations
@@ -51,7 +54,40 @@ def cmake_flags(tool) -> list[str]:
     ]
 
 
-def build(target: Path, tool) -> None:
+def cuda_flags(architectures: str) -> list[str]:
+    """CMake flags for the CUDA backend, with the toolkit images/cuda_toolkit.sh provides."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "images" / "cuda_toolkit.sh")],
+        env={**os.environ, "PYTHON": sys.executable},
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    root = done.stdout.strip().splitlines()[-1]
+    flags = [
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_ARCHITECTURES={architectures}",
+        f"-DCUDAToolkit_ROOT={root}",
+        f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc",
+        f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath,{root}/lib",  # the PyPI cudart/cuBLAS, at run time
+    ]
+    if not Path(root, "lib64", "stubs", "libcuda.so").exists():
+        flags.append("-DGGML_CUDA_NO_VMM=ON")  # the PyPI wheels ship no driver stub
+    return flags
+
+
+def gpu_architecture() -> str:
+    """The first GPU's compute capability as CMake wants it ("90"), from nvidia-smi."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().splitlines()[0].replace(".", "")
+
+
+def build(target: Path, tool, extra: tuple[str, ...] | list[str] = ()) -> None:
     cmake = shutil.which("cmake")
     if cmake is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "cmake", "ninja"], check=True)
@@ -68,7 +104,7 @@ def build(target: Path, tool) -> None:
         src = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
         out = Path(tmp) / "build"
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        subprocess.run([cmake, "-S", str(src), "-B", str(out), *gen, *cmake_flags(tool)], check=True)
+        subprocess.run([cmake, "-S", str(src), "-B", str(out), *gen, *cmake_flags(tool), *extra], check=True)
         jobs = str(os.cpu_count() or 2)
         subprocess.run([cmake, "--build", str(out), "--target", "llama-server", "-j", jobs], check=True)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -76,14 +112,18 @@ def build(target: Path, tool) -> None:
 
 
 def main() -> int:
+    cuda = "--cuda" in sys.argv[1:]
     tool = wheel_tool()
-    key = tool.cpu_key(Path("/proc/cpuinfo").read_text(), " ".join(cmake_flags(tool)))
+    variant = f"cuda{gpu_architecture()}" if cuda else ""
+    key = tool.cpu_key(Path("/proc/cpuinfo").read_text(), " ".join(cmake_flags(tool)) + variant)
     cache = Path(os.environ.get("THEMIS_TOOL_CACHE", Path.home() / ".cache" / "themis" / "tools"))
-    target = cache / f"llama-server-{tool.VERSION}-{key}" / "llama-server"
+    target = cache / "-".join(filter(None, ("llama-server", tool.VERSION, variant, key))) / "llama-server"
     if not target.exists():
+        if "--cached-only" in sys.argv[1:]:
+            return 1
         print(f"building llama-server (llama.cpp of llama-cpp-python {tool.VERSION}) into {target}",
               file=sys.stderr)  # fmt: skip
-        build(target, tool)
+        build(target, tool, cuda_flags(variant.removeprefix("cuda")) if cuda else [])
     print(target)
     return 0
 

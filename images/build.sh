@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Build the images locally with buildah (no daemon, no registry): `make images`.
 #
-#   images/build.sh [base|python|shard|operator|all]     (default: all)
+#   images/build.sh [base|python|shard|shard-cuda|operator|all]     (default: all)
 #
 # base      Ubuntu 24.04 rootfs made by mmdebstrap, imported as localhost/themis-base:ubuntu24.04
 # python    base + Python 3.12 (localhost/themis-python:3.12, the operator's PYTHON_IMAGE)
 # shard     Dockerfile.shard, CPU variant  -> localhost/themis-shard:cpu
+# shard-cuda Dockerfile.shard, CUDA variant -> localhost/themis-shard:cuda (not in "all": llama.cpp's
+#           CUDA backend compiles for hours on 2 cores; CUDA toolkit from NVIDIA's PyPI wheels, no
+#           GPU or driver needed; THEMIS_CUDA_ARCHITECTURES, default "80;86;89;90")
 # operator  Dockerfile.operator            -> localhost/themis-operator:dev
 #
 # Storage is buildah's vfs driver (no overlay or fuse needed); layers are cached (--layers) and
@@ -25,6 +28,7 @@ UBUNTU_KEY=F6ECB3762474EDA9D21B7022871920D1991BC93C
 BASE=localhost/themis-base:ubuntu24.04
 PYTHON=localhost/themis-python:3.12
 SHARD=${THEMIS_SHARD_IMAGE:-localhost/themis-shard:cpu}
+SHARD_CUDA=${THEMIS_SHARD_CUDA_IMAGE:-localhost/themis-shard:cuda}
 OPERATOR=${THEMIS_OPERATOR_IMAGE:-localhost/themis-operator:dev}
 BUD=(nice -n 19 "${BUILDAH[@]}" bud --isolation chroot --layers --format docker
      --build-arg "VERSION=$(cat VERSION)"
@@ -93,6 +97,17 @@ build_shard() {
     report "$SHARD" $((SECONDS - t0))
 }
 
+build_shard_cuda() {
+    build_base
+    local t0=$SECONDS
+    "${BUD[@]}" -f Dockerfile.shard \
+        --build-arg "BUILD_IMAGE=$BASE" --build-arg "RUNTIME_IMAGE=$BASE" \
+        --build-arg ACCELERATOR=cuda --build-arg USE_GPU=true --build-arg N_GPU_LAYERS=-1 \
+        --build-arg "CUDA_ARCHITECTURES=${THEMIS_CUDA_ARCHITECTURES:-80;86;89;90}" \
+        -t "$SHARD_CUDA" .
+    report "$SHARD_CUDA" $((SECONDS - t0))
+}
+
 build_operator() {
     build_python
     local t0=$SECONDS
@@ -105,7 +120,8 @@ case "${1:-all}" in
     base) build_base ;;
     python) build_python ;;
     shard) build_shard ;;
+    shard-cuda) build_shard_cuda ;;
     operator) build_operator ;;
     all) build_operator && build_shard ;;
-    *) echo "usage: $0 [base|python|shard|operator|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [base|python|shard|shard-cuda|operator|all]" >&2; exit 2 ;;
 esac

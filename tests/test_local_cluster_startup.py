@@ -1,4 +1,5 @@
-"""`themis up` start-up: a shard that dies before it is ready is named, with the end of its log.
+"""`themis up` start-up: a shard that dies before it is ready is named in one line, with its cause
+and its log file, then the end of its log.
 
 The shard's own start-up errors name their cause (say, a llama.cpp build needing AVX-512 on an
 AVX2 host), so the user sees that instead of "see the logs".
@@ -27,10 +28,28 @@ def test_a_shard_that_exits_during_start_up_is_named_with_its_last_log_lines(tmp
         )
     proc.wait(30)
     with pytest.raises(SystemExit) as failed:
-        wait_ready(["http://127.0.0.1:9"], 30, [proc.pid], logs=[str(log)])
-    message = str(failed.value)
-    assert "exited during start-up (http://127.0.0.1:9)" in message
-    assert str(log) in message and "AVX512 (avx512f)" in message
+        wait_ready(["http://127.0.0.1:9"], 30, [proc.pid], logs=[str(log)], shard_ids=["shard-1"])
+    first, *tail = str(failed.value).splitlines()
+    assert first == (
+        f"shard-1 exited during start-up: UnsupportedCPU: this build needs AVX512 (avx512f) (log: {log})"
+    )
+    assert tail, "the end of the log follows"
+
+
+def test_the_cause_is_the_error_line_not_uvicorns_epilogue():
+    from themis_shard.local_cluster import start_failure_cause
+
+    log = (
+        "INFO: Waiting for application startup.\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "FileExistsError: /c/model.gguf already exists with an unexpected sha256\n"
+        "ERROR:    Application startup failed. Exiting.\n"
+    )
+    cause = "FileExistsError: /c/model.gguf already exists with an unexpected sha256"
+    assert start_failure_cause(log) == cause
+    assert start_failure_cause("") == "it exited without writing to its log"
+    assert start_failure_cause("loading\nKilled\n") == "Killed"
 
 
 def test_up_restarts_only_the_shards_whose_process_is_gone() -> None:

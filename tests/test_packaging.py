@@ -161,6 +161,26 @@ def test_the_themis_cli_says_its_version_without_the_engine():
     assert (done.returncode, done.stdout.strip()) == (0, f"themis {VERSION}")
 
 
+def test_the_themis_cli_lists_its_commands_without_the_engine():
+    code = (
+        "import sys\nfor m in ('fastapi', 'faiss', 'llama_cpp', 'httpx', 'rich'): sys.modules[m] = None\n"
+        "sys.argv = ['themis', '--help']\nfrom themis_shard.launch import cli\nsys.exit(cli())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for command in ("up", "down", "scale", "status", "demo", "raid", "adapters"):
+        assert f"\n  {command} " in done.stdout
+    assert "pip install 'themisdb[cpu]'" in done.stdout
+
+
+def test_the_light_help_names_exactly_the_commands_the_real_parser_has():
+    from themis_shard.cli_help import COMMANDS
+    from themis_shard.local_cluster import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
+    assert {c.dest: c.help for c in sub._choices_actions} == COMMANDS
+
+
 # ---- built wheels -------------------------------------------------------------------------------
 def _copy_project(folder: str, dest: Path) -> Path:
     """The project's folder alone (plus the VERSION its link points at), so the build writes

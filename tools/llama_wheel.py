@@ -15,10 +15,12 @@ Usage: python tools/llama_wheel.py PYTHON   (prints the wheel's path on the last
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 VERSION = "0.3.36"
@@ -47,38 +49,54 @@ def wheelhouse(cache_root: Path, cpuinfo: str) -> Path:
     return cache_root / f"llama-cpp-python-{VERSION}-{cpu_key(cpuinfo, CMAKE_ARGS)}"
 
 
+def build_once(house: Path, python: str) -> Path:
+    """The wheel in ``house``, compiled by one process at a time: a second `make install` (another
+    checkout, a CI run) waits on the lock instead of compiling the same wheel alongside, and a
+    killed build leaves only its temporary folder behind, never a wheel that looks finished."""
+    house.mkdir(parents=True, exist_ok=True)
+    with (house.parent / f"{house.name}.lock").open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another build of llama-cpp-python into {house}", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        wheels = sorted(house.glob("llama_cpp_python-*.whl"))
+        if wheels:
+            return wheels[-1]
+        print(
+            f"building llama-cpp-python {VERSION} for this CPU (~15 min on 2 cores) into {house}",
+            file=sys.stderr,
+        )
+        with tempfile.TemporaryDirectory(dir=house.parent, prefix=f".{house.name}-") as tmp:
+            subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-cache-dir",
+                    "--no-binary",
+                    "llama-cpp-python",
+                    "-w",
+                    tmp,
+                    f"llama-cpp-python=={VERSION}",
+                ],
+                env={**os.environ, "CMAKE_ARGS": CMAKE_ARGS},
+                check=True,
+            )
+            (built,) = Path(tmp).glob("llama_cpp_python-*.whl")
+            os.replace(built, house / built.name)
+        return house / built.name
+
+
 def main(argv: list[str]) -> int:
     python = argv[1] if len(argv) > 1 else sys.executable
     cache_root = Path(os.environ.get("THEMIS_WHEEL_CACHE", Path.home() / ".cache" / "themis" / "wheels"))
     house = wheelhouse(cache_root, Path("/proc/cpuinfo").read_text())
     wheels = sorted(house.glob("llama_cpp_python-*.whl"))
-    if not wheels:
-        print(
-            f"building llama-cpp-python {VERSION} for this CPU (~15 min on 2 cores) into {house}",
-            file=sys.stderr,
-        )
-        house.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS}
-        subprocess.run(
-            [
-                python,
-                "-m",
-                "pip",
-                "wheel",
-                "--quiet",
-                "--no-deps",
-                "--no-cache-dir",
-                "--no-binary",
-                "llama-cpp-python",
-                "-w",
-                str(house),
-                f"llama-cpp-python=={VERSION}",
-            ],
-            env=env,
-            check=True,
-        )
-        wheels = sorted(house.glob("llama_cpp_python-*.whl"))
-    print(wheels[-1])
+    print(wheels[-1] if wheels else build_once(house, python))
     return 0
 
 

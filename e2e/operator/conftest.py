@@ -130,3 +130,16 @@ def api_key(kubectl: Kubectl, cluster: str, role: str = "admin") -> dict[str, st
 
     data = kubectl.json("secret", f"{cluster}-api-keys")["data"]
     return {"Authorization": f"Bearer {base64.b64decode(data[f'{role}.key']).decode().strip()}"}
+
+
+@contextmanager
+def kubectl_on_stack(binary: str, directory: Path, prefix: str) -> Iterator[Kubectl]:
+    """A kube stack in a fresh namespace ``prefix-xxxxxx`` with the CRDs applied (plain
+    ``kubectl apply``: the emulator serves OpenAPI), and kubectl bound to that namespace."""
+    import uuid
+
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    with kube_stack(directory, namespace) as stack:
+        kubectl = Kubectl(binary, stack.kubeconfig, namespace)
+        kubectl.run("apply", "-f", str(ROOT / "crds"))
+        yield kubectl

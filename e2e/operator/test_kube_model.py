@@ -67,8 +67,8 @@ def test_make_kube_up_then_the_example_cluster_answers_a_completion_through_its_
     assert f"kubeconfig {kube_dir / 'kubeconfig'}" in out
     try:
         kubectl = Kubectl(kubectl_binary, kube_dir / "kubeconfig", namespace)
-        kubectl.run("apply", "--validate=false", "-f", str(ROOT / "crds"))
-        kubectl.run("apply", "--validate=false", "-f", str(ROOT / "examples/themiscluster.yaml"))
+        kubectl.run("apply", "-f", str(ROOT / "crds"))
+        kubectl.run("apply", "-f", str(ROOT / "examples/themiscluster.yaml"))
         eventually(lambda: kubectl.exists("statefulset", "demo"))
         eventually(lambda: pods_ready(kubectl, 3), timeout=420, interval=2)
         kubectl.run("wait", "--for=condition=Ready", "tc/demo", "--timeout=120s")

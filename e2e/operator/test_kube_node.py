@@ -95,7 +95,7 @@ def node(kubectl_binary, tmp_path_factory):
                 "spec": {"selector": {"app": "web"}, "ports": [{"port": 8080, "targetPort": "http"}]},
             },
         ):
-            kubectl.run("create", "--validate=false", "-f", "-", input=json.dumps(obj))
+            kubectl.run("create", "-f", "-", input=json.dumps(obj))
         yield kubectl
 
 
@@ -152,7 +152,7 @@ def test_a_container_that_keeps_exiting_goes_into_crash_loop_back_off(node):
     crash = statefulset(
         "crash", ["python", "-c", "import sys; print('bye'); sys.exit(3)"], replicas=1, probe=False
     )
-    kubectl.run("create", "--validate=false", "-f", "-", input=json.dumps(crash))
+    kubectl.run("create", "-f", "-", input=json.dumps(crash))
 
     def crash_looping():
         status = pod(kubectl, "crash-0")["status"]["containerStatuses"][0]

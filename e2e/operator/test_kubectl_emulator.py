@@ -10,7 +10,6 @@ node's /etc/hosts names apart from any other run on the machine.
 import base64
 import json
 import ssl
-import uuid
 
 import httpx
 import pytest
@@ -19,7 +18,7 @@ from themis_client import ThemisClient
 from themis_shard.plan import ClusterPlan
 from themis_testing.validation import validate_manifest
 
-from .conftest import ROOT, Kubectl, api_key, eventually, kube_stack, light
+from .conftest import ROOT, Kubectl, api_key, eventually, kubectl_on_stack, light
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -59,11 +58,8 @@ SERVICE_MONITOR_CRD = {
 @pytest.fixture(scope="module")
 def cluster(kubectl_binary, tmp_path_factory):
     """Emulator + CRDs + operator + node; kubectl bound to a fresh namespace."""
-    namespace = f"e2e-{uuid.uuid4().hex[:6]}"
-    with kube_stack(tmp_path_factory.mktemp("kube"), namespace) as stack:
-        kubectl = Kubectl(kubectl_binary, stack.kubeconfig, namespace)
-        kubectl.run("apply", "--validate=false", "-f", str(ROOT / "crds"))
-        kubectl.run("create", "--validate=false", "-f", "-", input=json.dumps(SERVICE_MONITOR_CRD))
+    with kubectl_on_stack(kubectl_binary, tmp_path_factory.mktemp("kube"), "e2e") as kubectl:
+        kubectl.run("create", "-f", "-", input=json.dumps(SERVICE_MONITOR_CRD))
         yield kubectl
 
 
@@ -114,7 +110,7 @@ def ready_pods(kubectl: Kubectl, count: int) -> bool:
 def test_apply_example_yields_real_shards_that_form_a_cluster(cluster):
     kubectl = cluster
     example = light(yaml.safe_load((ROOT / "examples/themiscluster.yaml").read_text()))
-    out = kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps(example)).stdout
+    out = kubectl.run("apply", "-f", "-", input=json.dumps(example)).stdout
     assert "themiscluster.themisdb.io/demo created" in out
     eventually(lambda: all(kubectl.exists(kind, name) for kind, name in CHILDREN))
     uid = kubectl.json("tc", "demo")["metadata"]["uid"]
@@ -214,7 +210,7 @@ def test_a_pod_deleted_with_its_pvc_comes_back_and_serves(cluster):
 
 def test_apply_lora_adapter_places_it_and_the_shards_see_the_plan(cluster):
     kubectl = cluster
-    kubectl.run("apply", "--validate=false", "-f", str(ROOT / "examples/loraadapter.yaml"))
+    kubectl.run("apply", "-f", str(ROOT / "examples/loraadapter.yaml"))
     placement = eventually(lambda: plan(kubectl).adapters)
     assert placement[0].name == "legal" and len(placement[0].shards) == 2
     eventually(lambda: kubectl.json("lora", "legal").get("status", {}).get("placed"))
@@ -238,7 +234,7 @@ def test_schema_violations_are_rejected_by_the_api_server(cluster):
         "metadata": {"name": "bad"},
         "spec": {"shards": 0, "raidMode": "raid10"},
     }
-    done = kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps(bad), check=False)
+    done = kubectl.run("apply", "-f", "-", input=json.dumps(bad), check=False)
     assert done.returncode != 0
     assert "is invalid" in done.stderr and "spec.raidMode" in done.stderr and "spec.shards" in done.stderr
     assert not kubectl.exists("tc", "bad")
@@ -252,7 +248,7 @@ def test_semantically_invalid_cluster_is_degraded_with_no_children(cluster):
         "metadata": {"name": "broken"},
         "spec": {"shards": 2, "raidMode": "raid5"},
     }
-    kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps(broken), check=False)
+    kubectl.run("apply", "-f", "-", input=json.dumps(broken), check=False)
     if kubectl.exists("tc", "broken"):  # where the CRD's CEL rule is not enforced, the operator refuses
         kubectl.run("wait", "--for=condition=Degraded", "tc/broken", "--timeout=20s")
         message = kubectl.run(
@@ -280,7 +276,7 @@ def test_a_model_source_that_cannot_be_fetched_degrades_the_cluster_with_the_rea
             "tls": {"enabled": False},
         },
     }
-    kubectl.run("apply", "--validate=false", "-f", "-", input=json.dumps(unfetchable))
+    kubectl.run("apply", "-f", "-", input=json.dumps(unfetchable))
 
     def degraded():
         """Degraded with the reason the shards gave"""

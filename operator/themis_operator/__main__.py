@@ -5,14 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from pathlib import Path
 
-from themis_shard.version import distribution_version
-
-
-def _version() -> str:
-    """themisdb-operator's version: the repository's one VERSION (operator/VERSION links to it)."""
-    return distribution_version("themisdb-operator", Path(__file__).resolve().parents[1] / "VERSION")
+from .images import operator_version as _version
 
 
 def main(argv: list[str] | None = None) -> None:

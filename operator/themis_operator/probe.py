@@ -53,6 +53,7 @@ def parse_status(shard_id: str, url: str, role: str, payload: dict) -> ShardRepo
         migrationRingVersion=status.migration.ring_version,
         adapters=own_adapters(shard_id, status),
         capabilities=tuple(status.capabilities),
+        hintsPending=sum(status.hints_pending.values()),
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .images import default_shard_image
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="THEMIS_OPERATOR_", extra="ignore")
@@ -21,3 +23,10 @@ class OperatorSettings(BaseSettings):
     #: Port of the operator's own /metrics (reconcile counts, errors, durations); 0 = off
     #: (the chart and examples/operator.yaml turn it on).
     metrics_port: int = Field(0, ge=0, le=65535)
+    #: The shard image of clusters whose spec sets no ``image`` (a registry mirror, say);
+    #: unset: ``ghcr.io/themisdb/themis-shard:<this operator's version>``.
+    shard_image: str | None = None
+
+    @property
+    def default_shard_image(self) -> str:
+        return self.shard_image or default_shard_image()

@@ -123,10 +123,39 @@ class MonitoringSpec(_Model):
     interval: str = "30s"
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class EnvVar(_Model):
+    """One extra shard environment variable (Kubernetes' EnvVar: a value or a valueFrom)."""
+
+    name: str = Field(pattern=_ENV_NAME, max_length=256)
+    value: str | None = None
+    value_from: dict | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
+
+    def manifest(self) -> dict:
+        if self.value_from is not None:
+            return {"name": self.name, "valueFrom": dict(self.value_from)}
+        return {"name": self.name, "value": self.value or ""}
+
+
+class LoggingSpec(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+
+
 class ThemisClusterSpec(_Model):
     shards: int = Field(ge=1)
     raid_mode: RaidMode = "raid1"
-    image: str = "ghcr.io/themisdb/themis-shard:0.1.0"
+    #: None: the operator's own version of the shard image (``images.default_shard_image``),
+    #: so upgrading the operator rolls the shards; set it to pin a version.
+    image: str | None = None
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     model: ModelRef = ModelRef(alias="gemma3-270m")
     draft_model: ModelRef | None = None
@@ -148,6 +177,10 @@ class ThemisClusterSpec(_Model):
     #: and ``resources.tolerations``, which older specs use.
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: tuple[dict, ...] = ()
+    #: Extra shard environment (any ``THEMIS_*`` setting the spec has no field for, e.g. the
+    #: prefix cache's disk tier); a variable the operator sets itself is refused by name.
+    env: tuple[EnvVar, ...] = ()
+    logging: LoggingSpec = LoggingSpec()
 
     @property
     def raid_weights(self) -> bool:
@@ -192,6 +225,11 @@ class ThemisClusterSpec(_Model):
         t = self.router.thresholds
         if not t[0] >= t[1] >= t[2]:
             found.append(f"spec.router.thresholds must be descending, got {list(t)}")
+        seen: set[str] = set()
+        for i, var in enumerate(self.env):
+            if var.name in seen:
+                found.append(f"spec.env[{i}].name {var.name} is given twice")
+            seen.add(var.name)
         return found
 
 

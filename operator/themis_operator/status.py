@@ -84,6 +84,8 @@ class ShardReport(BaseModel):
     adapters: tuple[AdapterReport, ...] = ()
     #: Gossiped adapter announcements (cluster-wide), as /v1/cluster/status returns them.
     capabilities: tuple[AdapterCapability, ...] = ()
+    #: Hinted writes this shard still holds for its peers (a rolling upgrade waits for 0).
+    hintsPending: int = 0
 
     def summary(self) -> dict:
         return self.model_dump(exclude={"capabilities"}, exclude_none=True)

@@ -125,12 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--internal-port", type=int)
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--plan", type=Path, dest="plan_path")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-level", help="debug, info, ... (default: $THEMIS_LOG_LEVEL, else info)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "log_level"}
     settings = Settings(**overrides)
-    configure_logging(args.log_level, LogSettings().format)
-    asyncio.run(serve(settings, args.log_level))
+    logs = LogSettings()
+    level = args.log_level or logs.level
+    configure_logging(level, logs.format)
+    asyncio.run(serve(settings, level))
 
 
 if __name__ == "__main__":

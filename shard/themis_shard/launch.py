@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from .extras import ENGINE_MODULES, missing_extra_message, missing_modules
+from .extras import ENGINE_MODULES, INSTALL_HINT, missing_extra_message, missing_modules
 
 
 def _require(command: str) -> None:
@@ -29,6 +29,11 @@ def cli() -> int:
         from . import __version__
 
         print(f"themis {__version__}")
+        return 0
+    if sys.argv[1:] in ([], ["-h"], ["--help"]) and missing_modules(ENGINE_MODULES):
+        from .cli_help import brief_help
+
+        print(brief_help(INSTALL_HINT))
         return 0
     _require("themis")
     from .local_cluster import main

@@ -32,6 +32,7 @@ from rich.console import Console
 
 from . import __version__
 from .auth.keys import bearer_headers
+from .cli_help import COMMANDS, DESCRIPTION
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .local_auth import resolve_api_key, write_local_keys
 from .plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, RouterSettings, build_plan
@@ -98,6 +99,34 @@ def _log_tail(path: str | None, lines: int = 6) -> str:
     return "\n".join("    " + line for line in tail)
 
 
+_NOT_A_CAUSE = ("Application startup failed", "Waiting for application", "Traceback", "During handling")
+
+
+def start_failure_cause(log_text: str) -> str:
+    """The line of a dead shard's log that says why it died: the last exception or error line
+    (uvicorn's own "startup failed" epilogue is not the cause), else its last line."""
+    lines = [line.strip() for line in log_text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if any(marker in line for marker in _NOT_A_CAUSE):
+            continue
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception", "Exit")) or " ERROR " in f" {line} ":
+            return line[:400]
+    return lines[-1][:400] if lines else "it exited without writing to its log"
+
+
+def start_failure(shard_id: str, log: str | None, what: str = "exited during start-up") -> str:
+    """One line naming the shard, the cause and the log file, then the log's tail."""
+    try:
+        text = Path(log).read_text(errors="replace") if log else ""
+    except OSError:
+        text = ""
+    where = log or ".themis/logs/"
+    return f"{shard_id} {what}: {start_failure_cause(text)} (log: {where})" + (
+        f"\n{_log_tail(log)}" if text else ""
+    )
+
+
 def wait_ready(
     urls: list[str],
     timeout: float,
@@ -110,20 +139,23 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     pending = list(urls)
     ids = dict(zip(urls, shard_ids or urls, strict=True))
+    log_of = dict(zip(urls, logs or [None] * len(urls), strict=True))
     context = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
     with httpx.Client(timeout=2.0, verify=context) as client:
         while pending:
             if time.monotonic() > deadline:
-                raise SystemExit(f"shards not ready after {timeout:.0f}s: {', '.join(pending)}")
+                raise SystemExit(
+                    "\n".join(
+                        start_failure(ids[url], log_of[url], f"not ready after {timeout:.0f} s")
+                        for url in pending
+                    )
+                )
             dead = [i for i, p in enumerate(pids or []) if not _alive(p)]
             if dead:
+                url = urls[dead[0]]
                 if view is not None:
-                    view.mark(ids[urls[dead[0]]], "exited")
-                log = logs[dead[0]] if logs else None
-                raise SystemExit(
-                    f"a shard process exited during start-up ({urls[dead[0]]}); see {log or '.themis/logs/'}"
-                    + (f":\n{_log_tail(log)}" if log else "")
-                )
+                    view.mark(ids[url], "exited")
+                raise SystemExit(start_failure(ids[url], log_of[url]))
             for url in list(pending):
                 try:
                     if client.get(f"{url}/ready").status_code == 200:
@@ -419,13 +451,18 @@ def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -
     (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
     ensure_supervisor(state_dir, state)
     print(f"restarting {', '.join(missing)} (the other shards kept running)", file=sys.stderr)
-    wait_ready(
-        [s["url"] for s in restarted],
-        args.timeout,
-        [s["pid"] for s in restarted],
-        verify=state.get("ca") or True,
-        logs=[s["log"] for s in restarted],
-    )
+    try:
+        wait_ready(
+            [s["url"] for s in restarted],
+            args.timeout,
+            [s["pid"] for s in restarted],
+            verify=state.get("ca") or True,
+            logs=[s["log"] for s in restarted],
+            shard_ids=[s["shard_id"] for s in restarted],
+        )
+    except SystemExit:
+        _stop([s["pid"] for s in restarted if _alive(s["pid"])], args.grace)  # only what we started
+        raise
     for s in state["shards"]:
         print(f"{s['shard_id']} {s['url']}")
     return 0
@@ -442,6 +479,7 @@ def up(args: argparse.Namespace) -> int:
         missing = missing_shards(state["shards"], _alive)
         if not missing:
             ensure_supervisor(state_dir, state)
+            print(f"all {len(state['shards'])} shards are already running", file=sys.stderr)
             for s in state["shards"]:
                 print(f"{s['shard_id']} {s['url']}")
             return 0
@@ -607,7 +645,7 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="themis", description="Run a local Themis cluster.")
+    parser = argparse.ArgumentParser(prog="themis", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"themis {__version__}")
     parser.add_argument(
         "--state-dir", type=Path, default=STATE_DIR, help="where cluster.json, plan and logs go"
@@ -618,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="API key for clusters with keys on (default: $THEMIS_API_KEY, else .themis/auth/admin.key)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p_up = sub.add_parser("up", help="start a local cluster and wait until it is ready")
+    p_up = sub.add_parser("up", help=COMMANDS["up"])
     p_up.add_argument("--shards", type=int, default=3)
     p_up.add_argument("--raid-mode", choices=["raid0", "raid1", "raid5", "raid6"], default=None)
     p_up.add_argument("--host", default="127.0.0.1")
@@ -671,20 +709,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)
-    p_down = sub.add_parser("down", help="stop the local cluster")
+    p_down = sub.add_parser("down", help=COMMANDS["down"])
     p_down.add_argument("--grace", type=float, default=10.0)
     p_down.set_defaults(func=down)
-    p_scale = sub.add_parser(
-        "scale", help="change the shard count of the running cluster (moves data online)"
-    )
+    p_scale = sub.add_parser("scale", help=COMMANDS["scale"])
     p_scale.add_argument("--shards", type=int, required=True)
     p_scale.add_argument("--timeout", type=float, default=600.0)
     p_scale.add_argument("--grace", type=float, default=10.0)
     p_scale.set_defaults(func=scale)
-    p_status = sub.add_parser("status", help="show the local cluster's shards")
+    p_status = sub.add_parser("status", help=COMMANDS["status"])
     p_status.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_status.set_defaults(func=status)
-    p_demo = sub.add_parser("demo", help="load the sample corpus, ask one RAG question and run one AQL query")
+    p_demo = sub.add_parser("demo", help=COMMANDS["demo"])
     p_demo.add_argument("--question", default="Why is the sky blue?")
     p_demo.add_argument("--max-tokens", type=int, default=48)
     p_demo.add_argument(

@@ -22,6 +22,8 @@ class LogSettings(BaseSettings):
 
     #: ``text`` for people at a terminal, ``json`` (one object per line) for log collectors.
     format: Literal["text", "json"] = "text"
+    #: The shard's level (``themis-shard --log-level`` wins over it).
+    level: Literal["debug", "info", "warning", "error", "critical"] = "info"
 
 
 class TraceFilter(logging.Filter):

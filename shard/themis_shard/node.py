@@ -30,8 +30,10 @@ from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
+from .storage.formats import open_formats
 from .tracing import NoSpans, Spans
 from .training.federation import Federation, LocalParticipant
+from .training.persisted import TrainedAdapters
 from .training.service import TrainingService, train_cache_dir
 from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
@@ -122,6 +124,7 @@ class ShardNode:
                 metrics.registry,
                 settings.llm.model_path,
                 assemble=settings.llm.enabled,
+                use_gpu=settings.use_gpu,
             )
             if settings.llm.enabled:
                 from .llm.runtime import LLMRuntime  # llama.cpp loads only when inference is on
@@ -139,6 +142,8 @@ class ShardNode:
                     validation_sets=adapter_validation_set,  # each adapter's held-out set
                 )
                 await llm.start()
+                # Trained and federated adapters, before gossip announces this shard's adapters.
+                await TrainedAdapters(settings.weights_path / "trained").reload(llm.model(None).adapters)
             await cluster.start(llm)  # adapters to announce through gossip
         except BaseException:
             if llm is not None:
@@ -172,6 +177,11 @@ class ShardNode:
             origin=settings.shard_id,
             max_document_depth=settings.max_document_depth,
         )
+        try:  # before anything reads or writes it: newer data stops the shard, older moves forward
+            open_formats(store)
+        except BaseException:
+            store.close()
+            raise
         use_gpu = settings.use_gpu if settings.use_gpu is not None else gpu_count() > 0
         vectors = VectorCatalog(
             store, data / "vectors", use_gpu=use_gpu, persist_every=settings.vector_persist_every

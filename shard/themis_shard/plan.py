@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .data_format import FormatTooNew
 from .ring import DEFAULT_VNODES, HashRing, RingSpec
 
 RaidMode = Literal["raid0", "raid1", "raid5", "raid6"]
@@ -32,6 +33,10 @@ COPIES_BY_RAID_MODE: dict[str, int] = {"raid0": 1, "raid1": 2, "raid5": 2, "raid
 MIN_SHARDS_BY_RAID_MODE: dict[str, int] = {"raid0": 1, "raid1": 2, "raid5": 3, "raid6": 4}
 #: Shards that may be down at once without losing data or weights.
 FAULT_TOLERANCE_BY_RAID_MODE: dict[str, int] = {"raid0": 0, "raid1": 1, "raid5": 1, "raid6": 2}
+
+
+#: The plan layout this code reads and writes.
+PLAN_FORMAT = 1
 
 
 class _Strict(BaseModel):
@@ -173,6 +178,9 @@ class ClusterPlan(_Strict):
     rejoining: tuple[str, ...] = ()
     failover: FailoverSettings | None = None
     min_insync: int = 1
+    #: The plan's format (``data_format``). Left out of the JSON while it is 1, so shards of
+    #: 0.1.0 (which forbid unknown fields) keep reading plans from a newer operator mid-upgrade.
+    format: int = PLAN_FORMAT
 
     @model_validator(mode="after")
     def _in_sync_kept(self) -> ClusterPlan:
@@ -213,11 +221,26 @@ class ClusterPlan(_Strict):
         raise KeyError(shard_id)
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True)
+        exclude = {"format"} if self.format == 1 else set()
+        # Failover's fields at their neutral values are left out too: a plan without them is
+        # what shards of 0.1.0 (which forbid unknown fields) read.
+        neutral = {
+            "epoch": not self.epoch,
+            "out_of_sync": not self.out_of_sync,
+            "rejoining": not self.rejoining,
+            "failover": self.failover is None,
+            "min_insync": self.min_insync == 1,
+        }
+        exclude |= {name for name, unset in neutral.items() if unset}
+        return json.dumps(self.model_dump(mode="json", exclude=exclude), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ClusterPlan:
-        return cls.model_validate(json.loads(text))
+        raw = json.loads(text)
+        found = raw.get("format", 1) if isinstance(raw, dict) else 1
+        if isinstance(found, int) and found > PLAN_FORMAT:
+            raise FormatTooNew("the cluster plan", found, PLAN_FORMAT)
+        return cls.model_validate(raw)
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterPlan:
@@ -257,7 +280,7 @@ def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> Cluste
         adapters=spec.adapters,
         tls=spec.tls,
         cluster_uid=spec.cluster_uid,
-        epoch=epoch,
+        epoch=epoch if epoch > version else 0,  # 0: the ring version is the epoch
         out_of_sync=out_of_sync,
         rejoining=rejoining,
         failover=spec.failover,

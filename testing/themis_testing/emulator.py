@@ -16,6 +16,12 @@ official Python client — work against it. What it adds (see ARCHITECTURE.md §
   schema (unknown fields rejected, 422 ``Invalid`` as from a real API server), and the status
   subresource is isolated from the main resource;
 * merge, JSON and (approximated as merge) strategic-merge patches.
+* CRDs with several served versions share one store (the storage version's), as with
+  ``conversion: None``: an object is the same whichever version asks.
+
+* ``/openapi/v3`` (JSON, per group-version) and ``/openapi/v2`` (protobuf) from the built-in
+  kinds' schemas and the installed CRDs' (``openapi.py``): plain ``kubectl apply`` validates
+  (server-side: the documents say PATCH takes ``fieldValidation``) and ``kubectl explain`` works.
 
 * the ``/scale`` subresource of CRDs that declare one (``kubectl scale``, HPAs): an
   ``autoscaling/v1`` Scale read from and written to the CRD's ``specReplicasPath``,
@@ -23,8 +29,8 @@ official Python client — work against it. What it adds (see ARCHITECTURE.md §
 
   StatefulSets and Deployments have it too (``.spec.replicas``, ``.status.replicas``).
 
-Still absent, by design: garbage collection, validation of built-in kinds, /openapi,
-protobuf, server-side apply.
+Still absent, by design: garbage collection, validation of built-in kinds, protobuf (other
+than the OpenAPI v2 document), server-side apply.
 
 Longer than our usual 500 lines on purpose: nearly all of it is one class whose handlers share
 one object store and its watch queues; split, a single request's path would span several files.
@@ -51,6 +57,7 @@ import jsonpatch
 import yaml
 from kmock import KubernetesEmulator, ResourceInfo, Server, resource
 
+from . import openapi
 from .merge import merge_patch
 from .validation import apply_defaults, error_path, structural_validator
 
@@ -228,6 +235,8 @@ class ThemisEmulator(KubernetesEmulator):
         self.namespaces: set[str] = {"default", "kube-system"}
         self.columns: dict[tuple[str, str, str], list[dict]] = {}  # CRD additionalPrinterColumns
         self.schemas: dict[tuple[str, str, str], dict] = {}  # CRD openAPIV3Schema per version
+        # A CRD's other served versions → its storage version: one store, conversion None
+        self.storage_of: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         # subresources.scale per CRD version, and the built-in workloads' (spec/status.replicas)
         self.scales: dict[tuple[str, str, str], dict] = {
             ("apps", "v1", plural): {
@@ -318,9 +327,45 @@ class ThemisEmulator(KubernetesEmulator):
         # kmock's request parser crashes on /api/v1/namespaces (no namespace after the word),
         # so namespaces are answered here, before it runs.
         parts = [p for p in raw_request.path.split("/") if p]
+        if parts[:1] == ["openapi"]:
+            return await self._serve_openapi(raw_request, parts[1:])
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
             return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
         return await super().__call__(raw_request)
+
+    # ---- OpenAPI documents (kubectl validation and explain) -----------------------------------
+    def _openapi_inputs(self) -> tuple[list[openapi.Resource], list[tuple[openapi.GVK, dict]]]:
+        resources = [(k.group, k.version, k.plural, k.kind, k.namespaced) for k in self.kinds.values()]
+        crds = [
+            ((g, v, self.kinds[(g, v, plural)].kind), schema)
+            for (g, v, plural), schema in self.schemas.items()
+        ]
+        return resources, crds
+
+    async def _serve_openapi(self, raw_request, rest: list[str]) -> aiohttp.web.StreamResponse:
+        await raw_request.read()
+        async with self._lock:
+            resources, crds = self._openapi_inputs()
+        if rest == ["v2"]:
+            defs = openapi.definitions(crds, openapi.V2_REF)
+            served = {(g, v, kind) for g, v, _, kind, _ in resources}
+            roots = [n for n, s in defs.items() if set(openapi.gvks_of(s)) & served]
+            body = openapi.v2_protobuf(openapi.closure(defs, roots, openapi.V2_REF))
+            return aiohttp.web.Response(
+                body=body, content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+            )
+        if rest == ["v3"]:
+            gvs = [(g, v) for g, v, *_ in resources]
+            return self._json(openapi.v3_discovery(gvs, openapi.digest([resources, crds])))
+        if rest[:1] == ["v3"] and len(rest) in (3, 4):
+            group, version = (
+                ("", rest[2]) if rest[1] == "api" else (rest[2], rest[3] if len(rest) == 4 else "")
+            )
+            if any((g, v) == (group, version) for g, v, *_ in resources):
+                defs = openapi.definitions(crds, openapi.V3_REF)
+                validated = [gvk for gvk, _ in crds]  # the emulator validates custom resources only
+                return self._json(openapi.v3_document(group, version, resources, defs, validated))
+        return ApiError(404, "NotFound", f"no OpenAPI document at /openapi/{'/'.join(rest)}").response()
 
     async def _serve_namespaces(self, raw_request, name: str | None) -> aiohttp.web.StreamResponse:
         await raw_request.read()
@@ -367,7 +412,8 @@ class ThemisEmulator(KubernetesEmulator):
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         plural, name, sub = rest[0], rest[1] if len(rest) > 1 else None, "/".join(rest[2:]) or None
-        kind = self.kinds.get((group, version, plural))
+        key = (group, version, plural)
+        kind = self.kinds.get(self.storage_of.get(key, key))
         if kind is None:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
         return kind, namespace, name, sub
@@ -578,7 +624,14 @@ class ThemisEmulator(KubernetesEmulator):
 
     def _register_crd(self, crd: dict) -> None:
         spec, names = crd["spec"], crd["spec"]["names"]
+        storage = next((v["name"] for v in spec.get("versions") or [] if v.get("storage")), None)
         for version in spec.get("versions") or []:
+            if storage and version["name"] != storage:  # conversion None: the storage version's objects
+                self.storage_of[(spec["group"], version["name"], names["plural"])] = (
+                    spec["group"],
+                    storage,
+                    names["plural"],
+                )
             self.columns[(spec["group"], version["name"], names["plural"])] = (
                 version.get("additionalPrinterColumns") or []
             )

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig.chmod(0o644)
         kubectl = Kubectl(kubeconfig)
         until("the emulator", lambda: kubectl("get", "namespaces", show=False), 30, 0.3)
-        kubectl("apply", "--validate=false", "-f", str(ROOT / "crds"))
+        kubectl("apply", "-f", str(ROOT / "crds"))
 
         say(f"\n# operator from {OPERATOR_IMAGE} on {OPERATOR_IP}")
         operator = ContainerSpec(
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         say(f"operator healthy after {time.monotonic() - t0:.1f} s")
 
-        kubectl("apply", "--validate=false", "-f", "-", input=yaml.safe_dump(cluster_manifest()))
+        kubectl("apply", "-f", "-", input=yaml.safe_dump(cluster_manifest()))
         until("the StatefulSet", lambda: kubectl.get("statefulset", names.statefulset(CLUSTER)), 60)
         kubectl("get", "statefulsets,services,configmaps,secrets")
 

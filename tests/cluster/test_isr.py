@@ -188,3 +188,15 @@ def test_without_failover_settings_the_authority_changes_nothing() -> None:
     plan = plan_of(3)
     members = {s: Member.new(0.0).missed() for s in plan.ring_spec.shards}
     assert decide(plan, members, 1000.0) is None
+
+
+def test_a_plan_without_failover_or_a_changed_set_writes_none_of_their_fields() -> None:
+    """Shards of 0.1.0 forbid unknown plan fields: what an operator without failover writes
+    must stay readable to them mid-upgrade."""
+    import json
+
+    written = json.loads(plan_of(3).to_json())
+    assert not {"epoch", "out_of_sync", "rejoining", "failover", "min_insync"} & set(written)
+    fenced = with_in_sync(failover_plan(), ("s-1",), ())
+    again = type(fenced).from_json(fenced.to_json())
+    assert again == fenced and again.plan_epoch == 2

@@ -103,3 +103,42 @@ def test_policies_the_node_cannot_honour_are_named():
     s["spec"]["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete"}
     assert problems(s) == ["persistentVolumeClaimRetentionPolicy.whenDeleted=Delete is not supported"]
     assert problems(sts()) == []
+
+
+def test_rolling_update_replaces_only_pods_at_or_above_the_partition_and_reports_both_revisions():
+    from themis_testing.kube_node.statefulset import REVISION_LABEL, decide, pod_manifest, revision, status
+
+    old = sts_with_partition(0)
+    pods = [ready_pod(pod_manifest(old, i)) for i in range(3)]
+    new = sts_with_partition(2, image="themis:2")
+    assert decide(new, pods, []).delete_pods == ["demo-2"]
+    pods[2] = ready_pod(pod_manifest(new, 2))
+    assert decide(new, pods, []).delete_pods == []  # demo-0 and demo-1 are below the partition
+    s = status(new, pods)
+    assert (s["currentRevision"], s["updateRevision"]) == (revision(old), revision(new))
+    assert (s["currentReplicas"], s["updatedReplicas"]) == (2, 1)
+    assert pods[2]["metadata"]["labels"][REVISION_LABEL] == revision(new)
+    done = [ready_pod(pod_manifest(new, i)) for i in range(3)]
+    assert status(new, done)["currentRevision"] == revision(new)
+
+
+def sts_with_partition(partition: int, image: str = "themis:1") -> dict:
+    return {
+        "metadata": {"name": "demo", "namespace": "default", "uid": "u", "generation": 1},
+        "spec": {
+            "replicas": 3,
+            "serviceName": "demo-headless",
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}},
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {
+                "metadata": {"labels": {"app": "demo"}},
+                "spec": {"containers": [{"name": "s", "image": image}]},
+            },
+        },
+    }
+
+
+def ready_pod(pod: dict) -> dict:
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return pod

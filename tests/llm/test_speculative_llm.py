@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.llm.engine import Engine, EngineConfig
@@ -129,16 +126,13 @@ def test_acceptance_metric_counts_exactly(native_model, rag):
 @pytest.fixture(scope="module")
 def draft_gguf(model_path):
     """The 15-of-18-layer draft, derived once (~30 s: GGUFReader parses the 262k vocabulary) and
-    kept in ~/.cache/themis keyed by the verify model's sha256."""
+    kept in the artifact cache keyed by the verify model's sha256."""
+    from themis_shard.llm.artifacts import cache_root, materialise
     from themis_shard.llm.model import sha256_file
     from themis_shard.llm.tools.draft_model import derive_draft
 
-    out = Path.home() / ".cache" / "themis" / f"draft15-{sha256_file(model_path)[:16]}.gguf"
-    if not out.exists():
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        derive_draft(model_path, tmp, 15)
-        tmp.replace(out)
-    return out
+    out = cache_root() / f"draft15-{sha256_file(model_path)[:16]}.gguf"
+    return materialise(out, lambda tmp: derive_draft(model_path, tmp, 15), what="the 15-layer draft")
 
 
 def test_draft_tool_records_what_it_is_a_draft_of(draft_gguf, model_path):

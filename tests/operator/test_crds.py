@@ -26,9 +26,15 @@ def test_crds_declare_group_version_names_and_status_subresource():
         assert crd["metadata"]["name"] == f"{plural}.themisdb.io"
         assert crd["spec"]["group"] == "themisdb.io"
         assert crd["spec"]["names"]["shortNames"] == [short]
-        (version,) = crd["spec"]["versions"]
-        assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
-        assert version["subresources"]["status"] == {}
+        alpha, beta = crd["spec"]["versions"]
+        assert alpha["name"] == "v1alpha1" and alpha["served"] and alpha["storage"]
+        assert alpha["subresources"]["status"] == {}
+        # v1beta1: served with the identical schema, conversion None, v1alpha1 stays the storage
+        assert beta["name"] == "v1beta1" and beta["served"] and not beta["storage"]
+        assert {k: v for k, v in beta.items() if k not in ("name", "storage")} == {
+            k: v for k, v in alpha.items() if k not in ("name", "storage")
+        }
+        assert crd["spec"]["conversion"] == {"strategy": "None"}
     scale = crds["ThemisCluster"]["spec"]["versions"][0]["subresources"]["scale"]
     assert scale == {  # kubectl scale and HPAs drive spec.shards
         "specReplicasPath": ".spec.shards",

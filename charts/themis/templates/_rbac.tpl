@@ -24,6 +24,10 @@
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch]
+  # The shards' volumes: grown when spec.storage sizes grow (never created or deleted).
+  - apiGroups: [""]
+    resources: [persistentvolumeclaims]
+    verbs: [get, list, watch, patch]
   # Events for transitions.
   - apiGroups: ["", events.k8s.io]
     resources: [events]

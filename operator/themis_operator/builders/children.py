@@ -47,6 +47,7 @@ def build_children(
     existing_gossip: dict | None = None,
     adapter_claims: Sequence[str] = (),
     existing_api_keys: dict | None = None,
+    partition: int = 0,
 ) -> Children:
     apply: list[dict] = [build_gossip_secret(ctx, existing_gossip)]
     remove: list[Ref] = []
@@ -67,7 +68,7 @@ def build_children(
         build_plan_configmap(ctx, plan),
         build_headless_service(ctx),
         build_client_service(ctx),
-        build_statefulset(ctx, replicas, adapter_claims),
+        build_statefulset(ctx, replicas, adapter_claims, partition),
         build_pdb(ctx),
     ]
     if ctx.spec.monitoring.service_monitor:

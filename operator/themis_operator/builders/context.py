@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import API_VERSION, names
+from ..images import default_shard_image
 from ..spec import ThemisClusterSpec
 
 
@@ -14,16 +15,24 @@ class ClusterContext:
     namespace: str
     uid: str
     spec: ThemisClusterSpec
+    #: The image of a spec that pins none (the operator's settings, else its own version).
+    default_image: str = field(default_factory=default_shard_image)
 
     @classmethod
-    def from_body(cls, body: dict) -> ClusterContext:
+    def from_body(cls, body: dict, default_image: str | None = None) -> ClusterContext:
         meta = body["metadata"]
         return cls(
             name=meta["name"],
             namespace=meta.get("namespace") or "default",
             uid=meta.get("uid", ""),
             spec=ThemisClusterSpec.model_validate(body.get("spec") or {}),
+            **({"default_image": default_image} if default_image else {}),
         )
+
+    @property
+    def image(self) -> str:
+        """The shard image: the spec's pin, else the operator's default."""
+        return self.spec.image or self.default_image
 
     def owner_reference(self) -> dict:
         return {

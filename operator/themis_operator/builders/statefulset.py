@@ -49,7 +49,7 @@ def _model_claims(spec: ThemisClusterSpec) -> list[str]:
     return list(dict.fromkeys(r.pvc[0] for r in refs if r is not None and r.kind == "pvc"))
 
 
-def _env(ctx: ClusterContext) -> list[dict]:
+def _operator_env(ctx: ClusterContext) -> list[dict]:
     spec = ctx.spec
 
     def var(name: str, value: object) -> dict:
@@ -81,6 +81,8 @@ def _env(ctx: ClusterContext) -> list[dict]:
         var("THEMIS_LLM_MAX_TOKENS_PER_BATCH", spec.engine.max_tokens_per_batch),
         var("THEMIS_LLM_CHUNKED_PREFILL_SIZE", spec.engine.chunked_prefill_size),
         var("THEMIS_LLM_N_DRAFT", spec.engine.n_draft),
+        var("THEMIS_LOG_LEVEL", spec.logging.level),
+        var("THEMIS_LOG_FORMAT", spec.logging.format),
     ]
     if spec.model.sha256:
         env.append(var("THEMIS_LLM_MODEL_SHA256", spec.model.sha256))
@@ -121,6 +123,22 @@ def _env(ctx: ClusterContext) -> list[dict]:
             var("THEMIS_TLS_KEY_PATH", f"{TLS_DIR}/$(THEMIS_SHARD_ID).key"),
         ]
     return env
+
+
+def _env(ctx: ClusterContext) -> list[dict]:
+    # spec.env last: its values may refer to the operator's variables as $(NAME).
+    return _operator_env(ctx) + [v.manifest() for v in ctx.spec.env]
+
+
+def env_conflicts(ctx: ClusterContext) -> list[str]:
+    """``spec.env`` entries that would override a variable the operator sets (refused by name:
+    each has a spec field, or is the operator's to manage)."""
+    managed = {e["name"] for e in _operator_env(ctx)}
+    return [
+        f"spec.env[{i}].name {v.name} is set by the operator (use the ThemisCluster field for it)"
+        for i, v in enumerate(ctx.spec.env)
+        if v.name in managed
+    ]
 
 
 def canonical_cpu(quantity: str) -> str:
@@ -196,7 +214,9 @@ def adapter_location(source: str) -> tuple[str | None, str]:
     return m["claim"], f"{ADAPTERS_DIR}/{m['claim']}/{m['path']}"
 
 
-def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequence[str] = ()) -> dict:
+def build_statefulset(
+    ctx: ClusterContext, replicas: int, adapter_claims: Sequence[str] = (), partition: int = 0
+) -> dict:
     """``replicas`` may exceed ``spec.shards`` while leaving shards hand off their data.
 
     ``adapter_claims`` (the cluster's ``pvc://`` LoRA adapters) are mounted into every pod, not
@@ -246,7 +266,7 @@ def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequen
 
     container = {
         "name": "shard",
-        "image": spec.image,
+        "image": ctx.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["themis-shard"],
         "ports": [{"name": "http", "containerPort": names.PORT, "protocol": "TCP"}]
@@ -306,7 +326,9 @@ def build_statefulset(ctx: ClusterContext, replicas: int, adapter_claims: Sequen
             "replicas": replicas,
             "serviceName": names.headless_service(ctx.name),
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            # The operator moves the partition (reconcile/rollout.py): one shard at a time, each
+            # step gated on readiness and replication catch-up.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}},
             # Data outlives scale-in and deletion: handing it off is the shards' job, and a
             # deleted cluster can be recreated over its volumes.
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},

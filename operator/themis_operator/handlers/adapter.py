@@ -31,7 +31,12 @@ def _replan(body, patch, memo, *, deleting: bool = False) -> None:
             )
         return
     with memo.metrics.reconcile("LoRAAdapter", "delete" if deleting else "change"):
-        outcome = reconcile_cluster(memo.kube, cluster, exclude_adapters=[name] if deleting else ())
+        outcome = reconcile_cluster(
+            memo.kube,
+            cluster,
+            exclude_adapters=[name] if deleting else (),
+            default_image=memo.settings.default_shard_image,
+        )
     if not outcome.built:
         if not deleting:
             patch.status.update(

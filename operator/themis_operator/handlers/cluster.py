@@ -18,7 +18,9 @@ def _reconcile(body, patch, memo, trigger: str, **kwargs) -> None:
     if body.metadata.get("deletionTimestamp"):
         return  # a tick racing the deletion must neither rebuild children nor patch the status
     with memo.metrics.reconcile("ThemisCluster", trigger):
-        outcome = reconcile_cluster(memo.kube, dict(body), **kwargs)
+        outcome = reconcile_cluster(
+            memo.kube, dict(body), default_image=memo.settings.default_shard_image, **kwargs
+        )
     memo.metrics.observe_status(body.metadata.namespace, body.metadata.name, outcome.status)
     patch.status.update(outcome.status)
     emit(body, outcome)

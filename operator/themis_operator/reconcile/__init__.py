@@ -47,9 +47,11 @@ def reconcile_cluster(
     *,
     reports: Mapping[str, ShardReport] | None = None,
     exclude_adapters: Collection[str] = (),
+    default_image: str | None = None,
 ) -> Outcome:
-    """Converge one ThemisCluster's children; ``reports`` are fresh probe results if any."""
-    ctx = admit(body)
+    """Converge one ThemisCluster's children; ``reports`` are fresh probe results if any;
+    ``default_image`` is the shard image of a spec that pins none."""
+    ctx = admit(body, default_image)
     if isinstance(ctx, Invalid):
         generation = (body.get("metadata") or {}).get("generation")
         return report_invalid(PriorStatus.of(body), generation, ctx, now=now_iso())

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..builders.children import all_child_refs
-from ..kube import Conflict, Kube
+from ..kube import Conflict, Kube, KubeError
 from .decide import Action, Create, Delete, Patch, change
+from .volumes import Resize, resize_patch
 
-Verb = Literal["created", "updated", "unchanged", "removed"]
+Verb = Literal["created", "updated", "unchanged", "removed", "resized", "refused"]
+#: What the API server answers a resize it will not do (e.g. a StorageClass without expansion).
+_REFUSED = (400, 403, 422)
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class Done:
     kind: str
     name: str
     verb: Verb
+    #: Why the API server refused it ("refused" only).
+    message: str = ""
 
 
 def _create(kube: Kube, obj: dict) -> Verb:
@@ -55,7 +60,20 @@ def act(kube: Kube, namespace: str, actions: Sequence[Action]) -> tuple[Done, ..
             case Delete(ref=ref):
                 kube.delete(ref.api_version, ref.kind, namespace, ref.name)
                 done.append(Done(ref.kind, ref.name, "removed"))
+            case Resize():
+                done.append(_resize(kube, namespace, action))
     return tuple(done)
+
+
+def _resize(kube: Kube, namespace: str, r: Resize) -> Done:
+    try:
+        kube.patch("v1", "PersistentVolumeClaim", namespace, r.claim, resize_patch(r.size))
+    except KubeError as e:
+        if e.status not in _REFUSED:
+            raise
+        why = f"{r.field} {r.size}: PersistentVolumeClaim {r.claim} cannot grow ({e})"
+        return Done("PersistentVolumeClaim", r.claim, "refused", why[:500])
+    return Done("PersistentVolumeClaim", r.claim, "resized")
 
 
 def delete_children(kube: Kube, namespace: str, cluster: str) -> list[str]:

@@ -24,12 +24,14 @@ from .. import names
 from ..builders import ClusterContext, build_children
 from ..builders.children import Ref
 from ..builders.plan import Placement, next_plan, recovered_previous
-from ..builders.statefulset import adapter_location
+from ..builders.statefulset import adapter_location, build_statefulset, env_conflicts
 from ..builders.tls import ca_material
 from ..kube import desired_patch, is_subset
 from ..spec import error_text
 from ..status import ShardReport
 from .observe import Snapshot
+from .rollout import next_rollout
+from .volumes import Resize, plan_resizes
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Delete:
     ref: Ref
 
 
-Action = Create | Patch | Delete
+Action = Create | Patch | Delete | Resize
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,19 @@ class Decision:
     waiting: tuple[str, ...]
     #: In the order they must be applied (Secrets and the plan before the StatefulSet).
     actions: tuple[Action, ...]
+    #: Spec changes refused by name (a storage size below the volumes'): reported as Degraded.
+    refusals: tuple[str, ...] = ()
+    #: Why a rolling upgrade waits before its next shard (None: not rolling, or stepping).
+    rollout_waiting: str | None = None
 
 
-def admit(body: dict) -> ClusterContext | Invalid:
+def admit(body: dict, default_image: str | None = None) -> ClusterContext | Invalid:
     """The cluster's typed context, or why its spec cannot be built."""
     try:
-        ctx = ClusterContext.from_body(body)
+        ctx = ClusterContext.from_body(body, default_image)
     except ValidationError as e:
         return Invalid("InvalidSpec", f"invalid spec: {error_text(e)}")
-    problems = ctx.spec.problems()
+    problems = ctx.spec.problems() + env_conflicts(ctx)
     if len(ctx.name) > names.MAX_CLUSTER_NAME:
         problems.append(f"metadata.name must be at most {names.MAX_CLUSTER_NAME} characters")
     return Invalid("InvalidSpec", "; ".join(problems)) if problems else ctx
@@ -134,6 +140,13 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
     if ctx.spec.tls.enabled:
         ca = ca_material(snapshot.child(Ref("v1", "Secret", names.ca_secret(ctx.name))), ctx.name)
         existing_tls = snapshot.child(Ref("v1", "Secret", names.tls_secret(ctx.name)))
+    claims = [c for a in snapshot.adapters if (c := adapter_location(a.spec.source)[0])]
+    rollout = next_rollout(
+        snapshot.child(Ref("apps/v1", "StatefulSet", names.statefulset(ctx.name))),
+        build_statefulset(ctx, replicas, claims),
+        snapshot.reports,
+        fresh=snapshot.fresh_reports,
+    )
     children = build_children(
         ctx,
         replicas=replicas,
@@ -141,15 +154,19 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         ca=ca,
         existing_tls=existing_tls,
         existing_gossip=snapshot.child(Ref("v1", "Secret", names.gossip_secret(ctx.name))),
-        adapter_claims=[c for a in snapshot.adapters if (c := adapter_location(a.spec.source)[0])],
+        adapter_claims=claims,
         existing_api_keys=snapshot.child(Ref("v1", "Secret", names.api_keys_secret(ctx.name))),
+        partition=rollout.partition,
     )
     actions: list[Action] = [a for obj in children.apply if (a := change(obj, snapshot.child(ref_of(obj))))]
     actions += [Delete(ref) for ref in children.remove if snapshot.child(ref) is not None]
+    resizes, refusals = plan_resizes(ctx.name, ctx.spec.storage, snapshot.claims)
     return Decision(
         replicas=replicas,
         plan=plan,
         placements=tuple(placements),
         waiting=tuple(waiting),
-        actions=tuple(actions),
+        actions=(*actions, *resizes),
+        refusals=tuple(refusals),
+        rollout_waiting=rollout.waiting,
     )

@@ -96,6 +96,10 @@ class Snapshot:
     prior: PriorStatus = PriorStatus()
     #: Shard pods that cannot start, and why (their termination messages).
     pod_problems: tuple[PodProblem, ...] = ()
+    #: The shards' PersistentVolumeClaims (data and weights), for storage size changes.
+    claims: tuple[dict, ...] = ()
+    #: ``reports`` come from a probe just now (not the status of an earlier one).
+    fresh_reports: bool = False
 
     def child(self, ref: Ref) -> dict | None:
         return self.children.get(ref)
@@ -152,6 +156,10 @@ def observe(
         force_scale_in=(meta.get("annotations") or {}).get(FORCE_SCALE_IN) == "true",
         prior=PriorStatus.of(body),
         pod_problems=pod_problems(kube.list("v1", "Pod", ctx.namespace, label_selector=selector(ctx.name))),
+        fresh_reports=reports is not None,
+        claims=tuple(
+            kube.list("v1", "PersistentVolumeClaim", ctx.namespace, label_selector=selector(ctx.name))
+        ),
     )
 
 

@@ -83,6 +83,8 @@ def _child_events(done: Sequence[Done], replicas: int, current: int) -> list[Eve
             events.append(Event("Normal", "RollingUpdate", "shard pod template changed; rolling update"))
         elif d.verb == "removed":
             events.append(Event("Normal", "Removed", f"removed {d.kind} {d.name} (turned off in spec)"))
+        elif d.verb == "resized":
+            events.append(Event("Normal", "VolumeResized", f"asked {d.kind} {d.name} to grow"))
     return events
 
 
@@ -140,6 +142,9 @@ def report(
     degraded_message = (
         "; ".join(p.line() for p in failing) if failing else f"unreachable shards: {', '.join(unreachable)}"
     )
+    storage_refusals = [*decision.refusals, *(d.message for d in done if d.verb == "refused")]
+    if storage_refusals and not degraded_reason:
+        degraded_reason, degraded_message = "StorageResizeRefused", "; ".join(storage_refusals)
     if waiting:
         phase, reason, message = (
             "Scaling",
@@ -155,7 +160,8 @@ def report(
     if sts.rolling and phase in ("Running", "Creating"):
         reason, message = (
             "RollingUpdate",
-            f"rolling update: {sts.updated}/{replicas} shards on the new revision",
+            f"rolling update: {sts.updated}/{replicas} shards on the new revision"
+            + (f"; {decision.rollout_waiting}" if decision.rollout_waiting else ""),
         )
 
     was_degraded = condition_status(list(prior.conditions), "Degraded") == "True"

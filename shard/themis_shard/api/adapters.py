@@ -78,6 +78,7 @@ async def get_adapter(name: str, request: Request, model: str | None = None):
 @router.delete("/v1/adapters/{name:adapter}")
 async def unload_adapter(name: str, request: Request, model: str | None = None):
     await runtime(request).model(model).adapters.unload(name)
+    node(request).training.loaded.forget(name)  # a trained adapter stays unloaded after a restart
     return {"unloaded": name}
 
 
@@ -100,6 +101,7 @@ async def train_adapter(body: TrainBody, request: Request):
         if body.name in {a.name for a in m.adapters.list()}:
             await m.adapters.unload(body.name)  # a new round replaces the previous one
         info = await m.adapters.load(body.name, str(trained.path), domain=body.domain, evaluate=body.evaluate)
+        node(request).training.loaded.record(body.name, body.domain)  # reloaded after a restart
         out["adapter"] = info.as_dict()
     return out
 

@@ -29,6 +29,7 @@ from typing import Literal
 
 import llama_cpp as L
 
+from .artifacts import cache_root, exclusive
 from .model import ModelError
 
 BufferMode = Literal["auto", "on", "off"]
@@ -237,6 +238,14 @@ class BufferPolicy:
         cached = self._recall(key)
         if cached is not None:
             return cached
+        if self.cache_dir is None:
+            return self._run(key, path, extra, gpu, embedding, fault)
+        # Shards starting together probe once: the others wait, then read the outcome.
+        with exclusive(self.cache_dir / f"{key}.lock", f"probing llama.cpp on {path.name}"):
+            cached = self._recall(key)
+            return cached if cached is not None else self._run(key, path, extra, gpu, embedding, fault)
+
+    def _run(self, key: str, path: Path, extra: bool, gpu: int, embedding: bool, fault: str) -> ProbeResult:
         result = run_probe(path, use_extra_bufts=extra, n_gpu_layers=gpu, embedding=embedding, fault=fault)
         if result.ok or result.signal_name not in (None, "SIGKILL"):  # a timeout is not remembered
             self._remember(key, result)
@@ -264,7 +273,7 @@ class BufferPolicy:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "themis" / "cpu-probe"
+    return cache_root() / "cpu-probe"
 
 
 def default_policy() -> BufferPolicy:

@@ -23,6 +23,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from .artifacts import cache_root, materialise
 from .bert_convert import bundled_model_dir, convert
 from .cpu_probe import BufferDecision
 from .metrics import LLMMetrics
@@ -38,21 +39,17 @@ BUNDLED_NAME = "all-MiniLM-L6-v2"
 def cache_dir(settings: LLMSettings) -> Path:
     if settings.embedding_cache_dir:
         return Path(settings.embedding_cache_dir).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "themis"
+    return cache_root()
 
 
 def bundled_embedding_gguf(settings: LLMSettings) -> Path:
-    """The bundled model as GGUF, converting it on first use (atomic rename: safe across shards)."""
+    """The bundled model as GGUF, converted once per cache (one writer, see ``artifacts``)."""
     src = bundled_model_dir()
     digest = sha256_file(src / "model.safetensors")[:12]
     out = cache_dir(settings) / f"{BUNDLED_NAME}-{digest}-f16.gguf"
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        log.info("converting %s to GGUF at %s", BUNDLED_NAME, out)
-        tmp_out = out.with_name(f"{out.name}.{os.getpid()}")
-        convert(src, tmp_out, name=BUNDLED_NAME)
-        tmp_out.replace(out)
-    return out
+    return materialise(
+        out, lambda tmp: convert(src, tmp, name=BUNDLED_NAME), what=f"the {BUNDLED_NAME} GGUF"
+    )
 
 
 def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:

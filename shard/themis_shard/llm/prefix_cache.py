@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data_format import FormatTooNew, directory_format
+
 log = logging.getLogger(__name__)
 
 
@@ -77,6 +79,21 @@ class Hit:
     n_tokens: int  # tokens to keep (≤ entry.n_tokens)
 
 
+#: The disk tier's file layout (``<key>.kvp``: token count, min_pos, tokens, state).
+DISK_FORMAT = 1
+
+
+def _usable_disk_tier(path: Path) -> Path | None:
+    """The disk tier's directory, or None (RAM only) when a newer Themis wrote it: a cache is
+    not worth stopping the shard for, and its files are never misread."""
+    try:
+        directory_format(path, f"KV-prefix cache {path}", DISK_FORMAT)
+    except FormatTooNew as exc:
+        log.warning("%s; the disk tier is off", exc)
+        return None
+    return path
+
+
 class PrefixCache:
     def __init__(
         self,
@@ -105,7 +122,7 @@ class PrefixCache:
         self.on_evict = on_evict
         self.version = 0  # bumps on every change (the gossip announcement rebuilds on change)
         if self.disk_dir:
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+            self.disk_dir = _usable_disk_tier(self.disk_dir)
 
     # -- identity ----------------------------------------------------------------------------
 

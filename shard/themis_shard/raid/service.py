@@ -36,7 +36,7 @@ from ..errors import ThemisError
 from .files import check_gguf, copy_file, pwrite_all
 from .layout import RaidLayout, UnitRef
 from .manifest import Manifest, ManifestError
-from .parity import NotEnoughUnits, crc32
+from .parity import NotEnoughUnits, array_module, crc32
 from .progress import Progress, RaidMetrics, RateLimit
 from .settings import RaidSettings
 from .store import UnitError, UnitStore
@@ -81,6 +81,8 @@ class RaidService:
         self._tasks: list[asyncio.Task] = []
         self._lock = asyncio.Lock()  # one rebuild/assembly/ingest at a time
         self._repair_soon = asyncio.Event()
+        #: numpy, or cupy when parity runs on the GPU: decided once, at start.
+        self.xp = array_module(prefer_gpu=settings.parity_device == "auto")
 
     @classmethod
     def for_shard(
@@ -343,7 +345,7 @@ class RaidService:
                     unit.tofile(staging / f"{stripe.index}.{u}")
             progress.stripes_done += 1
 
-        manifest = stripe_file(path, layout, name, keep)
+        manifest = stripe_file(path, layout, name, keep, self.xp)
         final = self.store.root / "units" / manifest.key
         shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)
@@ -360,7 +362,7 @@ class RaidService:
             path, name, temporary = await self.resolve_source(source)
             try:
                 layout = self.layout()
-                manifest = await asyncio.to_thread(stripe_file, path, layout, name)
+                manifest = await asyncio.to_thread(stripe_file, path, layout, name, None, self.xp)
                 body = manifest.canonical()
                 self.store.save_manifest(manifest)
                 for peer in self.peers(manifest):
@@ -541,7 +543,7 @@ class RaidService:
             down: list[str] = []
 
             async def worker() -> None:
-                codec = codec_for(layout)  # one per worker: the XOR output buffer is reused
+                codec = codec_for(layout, self.xp)  # one per worker: the XOR output buffer is reused
                 while True:
                     try:
                         s = todo.get_nowait()
@@ -743,10 +745,20 @@ class _PeersDown(Exception):
 
 
 async def start_raid(
-    data_dir: Path, shard_id: str, cluster: Any, registry: Any, source: str, *, assemble: bool
+    data_dir: Path,
+    shard_id: str,
+    cluster: Any,
+    registry: Any,
+    source: str,
+    *,
+    assemble: bool,
+    use_gpu: bool | None = None,
 ) -> tuple[RaidService | None, Path | None]:
-    """(service, verified model path) when THEMIS_RAID_ENABLED, else (None, None)."""
+    """(service, verified model path) when THEMIS_RAID_ENABLED, else (None, None).
+    ``use_gpu=False`` (THEMIS_USE_GPU=false) keeps parity on the CPU whatever the RAID setting."""
     settings = RaidSettings()
+    if use_gpu is False:
+        settings = settings.model_copy(update={"parity_device": "cpu"})
     if not settings.enabled:
         return None, None
     service = RaidService.for_shard(data_dir, shard_id, cluster, registry, settings)

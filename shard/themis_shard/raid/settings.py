@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,9 @@ class RaidSettings(BaseSettings):
     parallel_stripes: int = Field(4, ge=1, le=64)
     #: Background crc scrub + repair interval (0 = only at start and on demand).
     scrub_interval_s: float = Field(300.0, ge=0)
+    #: Where parity (XOR, Reed–Solomon) is computed: "auto" = on the GPU with cupy when a CUDA
+    #: device is usable, else the CPU; "cpu" = always the CPU. The bytes are the same either way.
+    parity_device: Literal["auto", "cpu"] = "auto"
     #: How long start-up waits for enough peers to rebuild from before giving up.
     startup_timeout_s: float = Field(600.0, gt=0)
 

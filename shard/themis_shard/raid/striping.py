@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -27,8 +27,9 @@ class Stripe:
     crcs: list[int]
 
 
-def codec_for(layout: RaidLayout) -> Codec:
-    return make_codec(layout.codec, layout.k, layout.m, layout.unit_size)
+def codec_for(layout: RaidLayout, xp: Any = np) -> Codec:
+    """The layout's codec; ``xp`` = cupy computes parity on the GPU (same bytes)."""
+    return make_codec(layout.codec, layout.k, layout.m, layout.unit_size, xp)
 
 
 def iter_stripes(
@@ -60,13 +61,13 @@ def iter_stripes(
         yield Stripe(s, units, [crc32(u) for u in units])
 
 
-def stripe_file(path: Path, layout: RaidLayout, name: str, on_stripe=None) -> Manifest:
+def stripe_file(path: Path, layout: RaidLayout, name: str, on_stripe=None, xp: Any = np) -> Manifest:
     """Stripe ``path``; ``on_stripe(stripe)`` sees every stripe (to store or send units)."""
     size = path.stat().st_size
     hasher = hashlib.sha256()
     rows = []
     with path.open("rb") as f:
-        for stripe in iter_stripes(f, layout, size, hasher=hasher):
+        for stripe in iter_stripes(f, layout, size, codec_for(layout, xp), hasher=hasher):
             rows.append(tuple(stripe.crcs))
             if on_stripe is not None:
                 on_stripe(stripe)

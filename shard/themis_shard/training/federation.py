@@ -185,6 +185,7 @@ class LocalParticipant:
         if name in {a.name for a in adapters.list()}:
             await adapters.unload(name)  # round r+1 replaces round r
         await adapters.load(name, str(path), domain=req.domain, evaluate=True)
+        self.training.loaded.record(name, req.domain)
         ev = await adapters.evaluated(name)
         return Published(
             shard_id=self.shard_id,

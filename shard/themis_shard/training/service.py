@@ -9,7 +9,6 @@ evaluation and gossip announcement say what it is worth on that domain.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..domains.sets import validation_set
 from ..errors import BadRequest, Conflict
+from ..llm.artifacts import cache_root
 from ..llm.settings import LLMSettings
 from ..storage.documents import DocumentStore, StoredDocument
 from ..storage.names import COLLECTION_PATTERN
 from .forward import GemmaWeights
 from .lora import LoraWeights, encode, read_lora_gguf, train, write_lora_gguf
+from .persisted import TrainedAdapters
 
 if TYPE_CHECKING:
     from ..llm.runtime import LLMRuntime
@@ -31,10 +32,8 @@ if TYPE_CHECKING:
 
 def train_cache_dir(llm: LLMSettings) -> Path:
     """Dequantised weights, shared by the shards of one machine (as the converted embedding model is)."""
-    base = (
-        llm.embedding_cache_dir or os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")) + "/themis"
-    )
-    return Path(base).expanduser() / "train"
+    base = Path(llm.embedding_cache_dir).expanduser() if llm.embedding_cache_dir else cache_root()
+    return base / "train"
 
 
 class TrainBody(BaseModel):
@@ -82,6 +81,8 @@ class TrainingService:
         self._runtime = runtime
         self.out_dir = out_dir
         self.cache_dir = cache_dir
+        #: Which trained adapters are loaded, reloaded after a restart.
+        self.loaded = TrainedAdapters(out_dir)
         self._weights: GemmaWeights | None = None
         self._busy = asyncio.Lock()
 

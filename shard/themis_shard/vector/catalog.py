@@ -23,12 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from ..data_format import UNMARKED
 from ..errors import BadRequest
 from ..storage import codec
 from ..storage.collections import CollectionConfig
 from ..storage.documents import Change, DocumentStore, StoredDocument, StoreObserver, Write
 from .filters import matches, validate_filter
-from .index import Hit, VectorIndex
+from .index import DeviceCopier, FaissGpu, Hit, VectorIndex, gpu_count
+
+#: The index file layout (header, meta, FAISS blob); another format is rebuilt from the store.
+INDEX_FORMAT = 1
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +61,20 @@ def check_vector(vector: Any, dimension: int) -> list[float]:
 
 class VectorCatalog(StoreObserver):
     def __init__(
-        self, store: DocumentStore, directory: Path, *, use_gpu: bool = False, persist_every: int = 10_000
+        self,
+        store: DocumentStore,
+        directory: Path,
+        *,
+        use_gpu: bool = False,
+        device: DeviceCopier | None = None,
+        persist_every: int = 10_000,
     ) -> None:
+        """``device`` serves searches from device copies (``use_gpu``: faiss-gpu's, made here)."""
         self.store = store
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.use_gpu = use_gpu
+        self.device = device if device is not None else (FaissGpu() if use_gpu and gpu_count() > 0 else None)
+        self.use_gpu = self.device is not None
         self.persist_every = persist_every
         self._indexes: dict[str, VectorIndex] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -79,7 +91,7 @@ class VectorCatalog(StoreObserver):
     def _open(self, config: CollectionConfig) -> None:
         index = self._load(config)
         if index is None:
-            index = VectorIndex(config, use_gpu=self.use_gpu)
+            index = VectorIndex(config, device=self.device)
             self._rebuild(index, config.name)
         self._indexes[config.name] = index
         self._locks.setdefault(config.name, threading.Lock())
@@ -93,10 +105,13 @@ class VectorCatalog(StoreObserver):
             raw = path.read_bytes()
             (meta_len,) = _HEADER.unpack_from(raw)
             meta = json.loads(raw[_HEADER.size : _HEADER.size + meta_len])
+            if meta.get("format", UNMARKED) != INDEX_FORMAT:  # derived data: rebuilt, never misread
+                log.info("vector index %s has format %s; rebuilding", config.name, meta.get("format"))
+                return None
             if meta.get("generation") != self.store.generation(config.name):
                 log.info("vector index %s is behind the store; rebuilding", config.name)
                 return None
-            return VectorIndex.loads(config, raw[_HEADER.size + meta_len :], meta, use_gpu=self.use_gpu)
+            return VectorIndex.loads(config, raw[_HEADER.size + meta_len :], meta, device=self.device)
         except Exception as exc:  # a torn or foreign file is rebuilt, never trusted
             log.warning("vector index %s unreadable (%s); rebuilding", config.name, exc)
             return None
@@ -119,6 +134,7 @@ class VectorCatalog(StoreObserver):
         with self._locks[collection]:
             blob, meta = index.dumps()
             meta["generation"] = self.store.generation(collection)
+            meta["format"] = INDEX_FORMAT
             self._dirty[collection] = 0
         header = json.dumps(meta).encode()
         path = self._path(collection)
@@ -140,7 +156,7 @@ class VectorCatalog(StoreObserver):
             return
         current = self._indexes.get(config.name)
         if current is None or current.config != config:
-            index = VectorIndex(config, use_gpu=self.use_gpu)
+            index = VectorIndex(config, device=self.device)
             self._rebuild(index, config.name)
             self._locks.setdefault(config.name, threading.Lock())
             with self._locks[config.name]:

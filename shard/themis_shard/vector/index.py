@@ -4,6 +4,13 @@ FAISS ids are internal labels (a counter), never document keys: every upsert get
 label and the old one is removed (flat/IVF) or tombstoned (HNSW cannot remove). Tombstones are
 filtered out at search time and the index asks to be rebuilt when they pile up.
 
+On a GPU host the CPU index stays the source of truth and a device copy serves searches. FAISS
+GPU indexes do not implement ``remove_ids``, so the copy is never asked to remove: an upsert adds
+the new label to it, a removed label becomes *stale* there (labels are never reused, so a stale
+hit maps to no key and is dropped like a tombstone), and the copy is refreshed from the CPU index,
+lazily at the next search, once the stale labels pass a fraction of the live ones or would push
+the over-fetch past what a GPU search may return.
+
 IVF needs training, which needs data: below ``ivf_train_min`` vectors it searches exactly
 (a flat index), then trains with nlist ≈ 4·√n (≤ 1024, ≥ 39 points per list) and asks for retraining when the
 collection grows 4× past the size it was trained on.
@@ -15,8 +22,10 @@ Scores are similarities, higher is better: cosine (vectors L2-normalised, inner 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,6 +39,11 @@ except ImportError as e:
 
 IVF_TRAIN_MIN = 2048
 TOMBSTONE_REBUILD_FRACTION = 0.25
+#: Stale labels in a device copy (removed on the CPU, still in the copy) above this fraction of
+#: the live entries make the next search refresh the copy: each stale label costs one over-fetch.
+DEVICE_STALE_REFRESH_FRACTION = 0.05
+#: Below this many stale labels the copy is never refreshed for staleness alone.
+DEVICE_STALE_MIN = 64
 
 
 def gpu_count() -> int:
@@ -39,6 +53,63 @@ def gpu_count() -> int:
         return 0
 
 
+class DeviceCopy(Protocol):
+    """What a device copy of a FAISS index offers: adds and searches, never removals."""
+
+    ntotal: int
+
+    def add_with_ids(self, x: np.ndarray, ids: np.ndarray) -> None: ...
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class DeviceCopier(Protocol):
+    """Makes device copies of CPU indexes (faiss-gpu; on CPU a stand-in with GPU's limits)."""
+
+    #: The largest k one search on the device may ask for.
+    max_k: int
+
+    def copy(self, index: Any) -> DeviceCopy: ...
+
+
+class FaissGpu:
+    """Copies indexes to one CUDA device with faiss-gpu; one resource object per shard.
+
+    A StandardGpuResources is not thread-safe (its scratch memory and streams are shared), and
+    collections are searched from several threads: every use of it goes through one lock.
+    """
+
+    max_k = 2048  # GPU k-selection limit in FAISS's GPU indexes
+
+    def __init__(self, device: int = 0) -> None:
+        self.device = device
+        self._resources = faiss.StandardGpuResources()
+        self._lock = threading.Lock()
+
+    def copy(self, index: Any) -> DeviceCopy:
+        with self._lock:
+            return _Serialized(faiss.index_cpu_to_gpu(self._resources, self.device, index), self._lock)
+
+
+class _Serialized:
+    """A device index whose calls hold its resources' lock."""
+
+    def __init__(self, index: Any, lock: threading.Lock) -> None:
+        self._index, self._lock = index, lock
+
+    @property
+    def ntotal(self) -> int:
+        return self._index.ntotal
+
+    def add_with_ids(self, x: np.ndarray, ids: np.ndarray) -> None:
+        with self._lock:
+            self._index.add_with_ids(x, ids)
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return self._index.search(x, k)
+
+
 @dataclass(frozen=True)
 class Hit:
     key: str
@@ -46,18 +117,26 @@ class Hit:
 
 
 class VectorIndex:
-    def __init__(self, config: CollectionConfig, use_gpu: bool = False) -> None:
+    def __init__(self, config: CollectionConfig, device: DeviceCopier | None = None) -> None:
         if config.dimension is None:
             raise ValueError("a vector index needs a dimension")
         self.config = config
         self.dimension = config.dimension
-        self.use_gpu = use_gpu and gpu_count() > 0 and config.index != "hnsw"
+        # HNSW has no GPU form in FAISS: it stays on the CPU.
+        self.device = device if config.index != "hnsw" else None
         self._next_label = 1
         self._label_key: dict[int, str] = {}
         self._key_label: dict[str, int] = {}
         self._tombstones: set[int] = set()
         self._trained_at = 0
-        self._index = self._new_index(trained_size=0)
+        self._index = self._new_index(trained_size=0)  # the source of truth, always on the CPU
+        self._copy: DeviceCopy | None = None  # None: (re)made from _index at the next search
+        self._stale: set[int] = set()  # labels still in _copy but no longer live
+        self.device_refreshes = 0
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.device is not None
 
     # -- construction ------------------------------------------------------------------------
     @property
@@ -79,13 +158,24 @@ class VectorIndex:
             ivf.train(training)
             ivf.nprobe = min(cfg.nprobe, nlist)
             self._trained_at = trained_size
-            return self._to_device(ivf)
-        return self._to_device(faiss.IndexIDMap2(faiss.IndexFlat(d, self._faiss_metric)))
+            return ivf
+        return faiss.IndexIDMap2(faiss.IndexFlat(d, self._faiss_metric))
 
-    def _to_device(self, index):
-        if self.use_gpu:
-            return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
-        return index
+    def _device_copy(self, fetch: int) -> DeviceCopy | None:
+        """The device copy to search for ``fetch`` results, refreshed if due; None = search the CPU."""
+        if self.device is None or fetch > self.device.max_k:
+            return None
+        live = len(self._key_label)
+        too_stale = len(self._stale) > max(DEVICE_STALE_MIN, DEVICE_STALE_REFRESH_FRACTION * live)
+        if self._copy is None or too_stale or fetch + len(self._stale) > self.device.max_k:
+            self._copy = self.device.copy(self._index)
+            self._stale.clear()
+            self.device_refreshes += 1
+        return self._copy
+
+    def _drop_copy(self) -> None:
+        self._copy = None
+        self._stale.clear()
 
     @property
     def kind(self) -> str:
@@ -116,6 +206,8 @@ class VectorIndex:
         labels = np.arange(self._next_label, self._next_label + len(keys), dtype=np.int64)
         self._next_label += len(keys)
         self._index.add_with_ids(x, labels)
+        if self._copy is not None:
+            self._copy.add_with_ids(x, labels)
         for key, label in zip(keys, labels.tolist(), strict=True):
             self._label_key[label] = key
             self._key_label[key] = label
@@ -130,6 +222,8 @@ class VectorIndex:
             self._tombstones.update(labels)
         else:
             self._index.remove_ids(np.asarray(labels, dtype=np.int64))
+            if self._copy is not None:  # never remove_ids on a device copy: stale until refreshed
+                self._stale.update(labels)
 
     @property
     def wants_rebuild(self) -> bool:
@@ -152,6 +246,7 @@ class VectorIndex:
         self._trained_at = 0
         self._next_label = 1
         self._index = self._new_index(len(keys), training=x if self.config.index == "ivf" else None)
+        self._drop_copy()  # labels restart at 1: the old copy's labels would alias
         if len(keys):
             labels = np.arange(1, len(keys) + 1, dtype=np.int64)
             self._index.add_with_ids(x, labels)
@@ -167,11 +262,15 @@ class VectorIndex:
             return []
         q = self.prepare(query)
         fetch = min(k + len(self._tombstones), live + len(self._tombstones))
-        scores, labels = self._index.search(q, fetch)
+        copy = self._device_copy(fetch)
+        if copy is None:
+            scores, labels = self._index.search(q, fetch)
+        else:
+            scores, labels = copy.search(q, min(fetch + len(self._stale), copy.ntotal))
         hits: list[Hit] = []
         for score, label in zip(scores[0].tolist(), labels[0].tolist(), strict=True):
             key = self._label_key.get(label)
-            if key is None:  # -1 (not enough results) or a tombstone
+            if key is None:  # -1 (not enough results), a tombstone or a stale device label
                 continue
             hits.append(Hit(key, -score if self.config.metric == "l2" else score))
             if len(hits) == k:
@@ -180,8 +279,7 @@ class VectorIndex:
 
     # -- persistence -------------------------------------------------------------------------
     def dumps(self) -> tuple[bytes, dict]:
-        index = faiss.index_gpu_to_cpu(self._index) if self.use_gpu else self._index
-        blob = faiss.serialize_index(index).tobytes()
+        blob = faiss.serialize_index(self._index).tobytes()
         meta = {
             "next_label": self._next_label,
             "labels": {str(label): key for label, key in self._label_key.items()},
@@ -192,12 +290,13 @@ class VectorIndex:
         return blob, meta
 
     @classmethod
-    def loads(cls, config: CollectionConfig, blob: bytes, meta: dict, use_gpu: bool = False) -> VectorIndex:
+    def loads(
+        cls, config: CollectionConfig, blob: bytes, meta: dict, device: DeviceCopier | None = None
+    ) -> VectorIndex:
         if meta.get("config") != config.model_dump(mode="json"):
             raise ValueError("persisted index was built for other collection settings")
-        self = cls(config, use_gpu=use_gpu)
-        index = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
-        self._index = self._to_device(index)
+        self = cls(config, device=device)
+        self._index = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
         self._next_label = int(meta["next_label"])
         self._label_key = {int(label): key for label, key in meta["labels"].items()}
         self._key_label = {key: label for label, key in self._label_key.items()}

@@ -11,7 +11,9 @@ Follows the StatefulSet controller's rules that our manifests rely on:
 * ``OrderedReady``: create ``i`` only when ``0..i-1`` are Running and Ready, remove the highest
   ordinal first, one at a time; ``Parallel``: all at once;
 * ``RollingUpdate``: when the template changed, delete the highest-ordinal pod of an old
-  revision once every pod is ready (its replacement is created from the new template);
+  revision at or above ``rollingUpdate.partition`` once every pod is ready (its replacement is
+  created from the new template); pods below the partition keep their revision, and the status
+  reports ``currentRevision`` (the old one) until every pod runs ``updateRevision``;
 * a missing pod (deleted, or failed) is created again.
 """
 
@@ -44,9 +46,14 @@ def problems(sts: Mapping) -> list[str]:
     strategy = (spec.get("updateStrategy") or {}).get("type", "RollingUpdate")
     if strategy not in ("RollingUpdate", "OnDelete"):
         found.append(f"updateStrategy.type={strategy} is not supported")
-    if ((spec.get("updateStrategy") or {}).get("rollingUpdate") or {}).get("partition", 0):
-        found.append("updateStrategy.rollingUpdate.partition > 0 is not supported")
     return found
+
+
+def partition(sts: Mapping) -> int:
+    return int(
+        (((sts.get("spec") or {}).get("updateStrategy") or {}).get("rollingUpdate") or {}).get("partition")
+        or 0
+    )
 
 
 def claim_name(template: Mapping, sts_name: str, ordinal: int) -> str:
@@ -161,7 +168,9 @@ def decide(sts: Mapping, pods: Sequence[Mapping], claims: Sequence[str]) -> Step
     current = revision(sts)
     if rolling and not step.create_pods and all(is_ready(p) for p in by_ordinal.values()):
         stale = [
-            o for o, p in by_ordinal.items() if p["metadata"].get("labels", {}).get(REVISION_LABEL) != current
+            o
+            for o, p in by_ordinal.items()
+            if o >= partition(sts) and p["metadata"].get("labels", {}).get(REVISION_LABEL) != current
         ]
         if stale:
             step.delete_pods = [by_ordinal[max(stale)]["metadata"]["name"]]
@@ -174,14 +183,17 @@ def status(sts: Mapping, pods: Sequence[Mapping]) -> dict:
     mine = [p for p in pods if ordinal_of(name, p["metadata"]["name"]) is not None]
     updated = [p for p in mine if p["metadata"].get("labels", {}).get(REVISION_LABEL) == current]
     ready = sum(1 for p in mine if is_ready(p))
+    old = sorted({p["metadata"].get("labels", {}).get(REVISION_LABEL) for p in mine} - {current} - {None})
+    current_revision = old[0] if old else current
+    on_current = [p for p in mine if p["metadata"].get("labels", {}).get(REVISION_LABEL) == current_revision]
     return {
         "observedGeneration": sts["metadata"].get("generation", 1),
         "replicas": len(mine),
         "readyReplicas": ready,
         "availableReplicas": ready,
-        "currentReplicas": len(updated),
+        "currentReplicas": len(on_current),
         "updatedReplicas": len(updated),
-        "currentRevision": current,
+        "currentRevision": current_revision,
         "updateRevision": current,
         "collisionCount": 0,
     }
