@@ -215,6 +215,25 @@ def start_shard(
     }
 
 
+def wait_leased(urls: list[str], timeout: float, verify: str | bool = True) -> None:
+    """Until every shard holds its lease from the plan authority (``/health``'s ``lease_s``):
+    before that a primary refuses (503 ``lease_expired``), so ``up`` returns once they serve."""
+    deadline = time.monotonic() + timeout
+    pending = list(urls)
+    with httpx.Client(timeout=2.0, verify=verify) as client:
+        while pending:
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"the plan authority granted no lease to {', '.join(pending)} in {timeout:.0f}s"
+                )
+            for url in list(pending):
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    if client.get(f"{url}/health").json().get("lease_s", 1) > 0:
+                        pending.remove(url)
+            if pending:
+                time.sleep(0.1)
+
+
 def start_supervisor(state_dir: Path, restart: bool) -> int:
     """Start the plan authority (``python -m themis_shard.supervisor``) in the background."""
     log_path = (state_dir / "logs" / "supervisor.log").resolve()
@@ -460,6 +479,8 @@ def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -
             logs=[s["log"] for s in restarted],
             shard_ids=[s["shard_id"] for s in restarted],
         )
+        if state.get("supervisor"):
+            wait_leased([s["url"] for s in restarted], args.timeout, verify=state.get("ca") or True)
     except SystemExit:
         _stop([s["pid"] for s in restarted if _alive(s["pid"])], args.grace)  # only what we started
         raise
@@ -554,6 +575,8 @@ def up(args: argparse.Namespace) -> int:
                 view=view,
                 shard_ids=[s["shard_id"] for s in shards],
             )
+        if failover:
+            wait_leased([s["url"] for s in shards], args.timeout)
     except SystemExit:
         down(args)
         raise

@@ -25,6 +25,8 @@ async def health(request: Request) -> dict:
         "shard_id": settings.shard_id,
         "ring_version": shard.cluster.topology.version,
     }
+    if shard.cluster.topology.failover:  # seconds left of its lease from the plan authority
+        out["lease_s"] = round(shard.cluster.lease.remaining_s(), 3)
     if shard.llm is not None:  # how each model runs on this CPU (repacking on, or the probe's fallback)
         out["llm_buffers"] = {name: d.as_dict() for name, d in shard.llm.buffers.items()}
     return out
