@@ -97,6 +97,7 @@ bench: install bench-tools
 	$(PY) bench/batch.py
 	$(PY) bench/aql.py
 	$(PY) bench/raid.py
+	$(PY) bench/failover.py
 	$(PY) bench/engine.py
 	$(PY) bench/repack.py
 	$(PY) bench/prefix.py

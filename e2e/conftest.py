@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -118,8 +120,10 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         adapters: tuple = (),
         shard_env: dict[str, dict[str, str]] | None = None,
+        failover=None,
     ) -> None:
-        """``env``: for every shard; ``shard_env``: shard id → more, for that shard only."""
+        """``env``: for every shard; ``shard_env``: shard id → more, for that shard only;
+        ``failover``: the plan's ``FailoverSettings`` (a test then runs the authority itself)."""
         from themis_shard.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
@@ -136,6 +140,7 @@ class LocalCluster:
                 raid_mode=raid_mode,
                 router=RouterSettings(**(router or {})),
                 adapters=adapters,
+                failover=failover,
             )
         )
         self.env = env or {}
@@ -195,6 +200,40 @@ class LocalCluster:
             self.kill(sid)
         for log in self._logs:
             log.close()
+
+
+class Authority:
+    """The plan authority's loop (``supervisor.Supervisor``) in a thread of the test, as
+    ``themis up`` runs it in a process; it never restarts shards (the test does)."""
+
+    def __init__(self, plans) -> None:
+        from themis_shard.supervisor import Supervisor
+
+        self.supervisor = Supervisor(plans, E2E_SECRET)
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        self._thread = threading.Thread(target=self._run, name="plan-authority", daemon=True)
+
+    @classmethod
+    def of(cls, cluster: LocalCluster) -> Authority:
+        from themis_shard.supervisor import FilePlan
+
+        return cls(FilePlan(cluster.plan_path))
+
+    def _run(self) -> None:
+        self._loop.run_until_complete(self.supervisor.run(self._stop))
+        self._loop.close()
+
+    def __enter__(self) -> Authority:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def plan(self):
+        return self.supervisor.plans.read()
 
 
 @pytest.fixture

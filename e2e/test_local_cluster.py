@@ -25,13 +25,16 @@ def themis(*args: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
-    up = themis("up", "--shards", "2", "--no-llm", "--base-port", "0", cwd=tmp_path)
+    # --no-restart-dead: the plan authority fails a dead shard over but leaves restarting to `up`
+    up = themis("up", "--shards", "2", "--no-llm", "--base-port", "0", "--no-restart-dead", cwd=tmp_path)
     try:
         assert up.returncode == 0, up.stderr
         lines = [line.split() for line in up.stdout.strip().splitlines()]
         assert [sid for sid, _ in lines] == ["shard-0", "shard-1"]
         state = json.loads((tmp_path / ".themis" / "cluster.json").read_text())
         assert [s["url"] for s in state["shards"]] == [url for _, url in lines]
+        supervisor = state["supervisor"]["pid"]  # the plan authority runs next to the shards
+        os.kill(supervisor, 0)
         plan = json.loads((tmp_path / ".themis" / "plan.json").read_text())
         assert plan["ring"]["shards"] == ["shard-0", "shard-1"] and plan["raid_mode"] == "raid1"
         url = lines[0][1]
@@ -56,6 +59,9 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
     finally:
         down = themis("down", cwd=tmp_path)
     assert down.returncode == 0 and "stopped 2" in down.stdout
+    from themis_shard.local_cluster import _alive
+
+    assert not _alive(supervisor)  # the plan authority stopped too
     with ThemisClient(lines[0][1], timeout=1) as gone, pytest.raises(ThemisConnectionError):
         gone.health()
 

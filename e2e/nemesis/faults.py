@@ -4,6 +4,8 @@ One fault at a time (a 3-shard RAID1 cluster tolerates one), each for a few seco
 few seconds of calm between them:
 
 * ``kill``: ``kill -9`` a shard, restart it after the fault's duration (same data directory);
+* ``crash``: ``kill -9`` a shard for good (at most once a run; restarted only when the run
+  heals): the plan authority fails its keys over and the rest of the run has two shards;
 * ``pause``: ``SIGSTOP`` a shard, ``SIGCONT`` it after the duration;
 * ``partition``: cut links of the :class:`~.proxy.Mesh` — one shard isolated, one pair split
   both ways (the third shard still sees both), or one direction only — by dropping or
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from .proxy import Mesh, Mode
 
-KINDS = ("kill", "pause", "partition")
+KINDS = ("kill", "pause", "partition", "crash")
 SHAPES = ("isolate", "split_pair", "one_way")
 
 
@@ -71,12 +73,18 @@ def schedule(
     """Faults for a run of ``seconds``, each over before the run ends: the seed fixes them all."""
     faults: list[Fault] = []
     t = rng.uniform(*gap)
+    alive = list(shards)
     while True:
-        kind = rng.choice(list(kinds))
-        target = rng.choice(list(shards))
+        choices = [k for k in kinds if k != "crash" or len(alive) == len(shards)]
+        if not choices:
+            return faults
+        kind = rng.choice(choices)
+        target = rng.choice(alive)
         length = round(rng.uniform(*duration), 2)
         if t + length > seconds:
             return faults
+        if kind == "crash":
+            alive.remove(target)
         if kind == "partition":
             shape = rng.choice(SHAPES)
             other = rng.choice([s for s in shards if s != target])
@@ -129,7 +137,10 @@ class Nemesis:
 
     def _inject(self, fault: Fault) -> None:
         end = fault.at + fault.duration
-        if fault.kind == "kill":
+        if fault.kind == "crash":  # for good: the run heals it at the end
+            self.cluster.kill(fault.target)
+            self._sleep_until(end)
+        elif fault.kind == "kill":
             self.cluster.kill(fault.target)
             self._sleep_until(end)
             self.cluster.start(fault.target, wait=True)

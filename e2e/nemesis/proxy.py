@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -129,7 +130,9 @@ class Mesh:
                 for m in plan.members
             )
             paths[src] = root / f"plan-{src}.json"
-            paths[src].write_text(plan.model_copy(update={"members": members}).to_json())
+            tmp = paths[src].with_suffix(".tmp")  # atomic: a shard never reads half a plan
+            tmp.write_text(plan.model_copy(update={"members": members}).to_json())
+            os.replace(tmp, paths[src])
         return paths
 
     def cut(self, pairs: Iterable[tuple[str, str]], mode: Mode) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from themis_client import ThemisClient
 
-from ..conftest import LocalCluster, peer_auth, wait_ready
+from ..conftest import Authority, LocalCluster, peer_auth, wait_ready
 from . import checkers, porcupine
 from .faults import KINDS, Fault, Nemesis, schedule
 from .history import History, Op, Outcome
@@ -37,8 +37,8 @@ from .workloads import (
 
 #: Shard settings of the run: short timeouts so faults of a few seconds are seen as such,
 #: anti-entropy often enough to converge within the check's wait, and linearizable reads (the
-#: default replica fallback serves stale reads under partitions; ``THEMIS_NEMESIS_READ_FALLBACK=1``
-#: keeps it, and the register checker then finds them).
+#: default; the replica fallback serves stale reads under partitions:
+#: ``THEMIS_NEMESIS_READ_FALLBACK=1`` turns it on, and the register checker then finds them).
 SHARD_ENV = {
     "THEMIS_CLUSTER_READ_FROM_REPLICAS": "false",
     "THEMIS_CLUSTER_REQUEST_TIMEOUT_S": "3",
@@ -60,6 +60,8 @@ class Report:
     anomalies: list[str] = field(default_factory=list)
     undecided: int = 0
     groups: int = 0
+    #: the plan authority's changes of the in-sync set, in order
+    epochs: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         fencing = "on" if self.fencing else "OFF (unsafe)"
@@ -77,6 +79,7 @@ class Report:
         lines.append(
             "faults: " + ", ".join(f"{k} {kinds[k]}" for k in KINDS) + f" (total {len(self.faults)})"
         )
+        lines.append(f"failovers: {len(self.epochs)} epoch(s): " + "; ".join(self.epochs[:12]))
         lines.append(
             f"anomalies: {len(self.anomalies)}"
             + (f" (registers undecided: {self.undecided})" if self.undecided else "")
@@ -119,20 +122,44 @@ def run(
         env["THEMIS_CLUSTER_READ_FROM_REPLICAS"] = "true"
     if not fencing:
         env["THEMIS_UNSAFE_DISABLE_FENCING"] = "true"
-    cluster = LocalCluster(root, 3, "raid1", env=env)
+    from themis_shard.plan import FailoverSettings
+
+    # With fencing on, the plan authority fails a dead shard's keys over (``isr.py``).
+    cluster = LocalCluster(root, 3, "raid1", env=env, failover=FailoverSettings() if fencing else None)
     mesh = Mesh(dict(zip(cluster.ids, cluster.ports, strict=True)))
     mesh.start()
     try:
         for sid, path in mesh.write_plans(cluster.plan, root).items():
             cluster.shard_env[sid] = {"THEMIS_PLAN_PATH": str(path)}
         cluster.start_all()
-        return _run(cluster, mesh, rng, seed, seconds, fencing, kinds, workers, say)
+        with Authority(MeshPlans(cluster, mesh, root)) as authority:
+            report = _run(cluster, mesh, rng, seed, seconds, fencing, kinds, workers, say)
+        report.epochs = [
+            f"e{p.plan_epoch}: out {','.join(p.out_of_sync) or '-'} rejoining {','.join(p.rejoining) or '-'}"
+            for p in authority.supervisor.changes
+        ]
+        return report
     finally:
         for proc in cluster.procs.values():  # a paused shard must wake to die cleanly
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
         cluster.stop()
         mesh.stop()
+
+
+class MeshPlans:
+    """The authority's plan store here: every shard has its own copy (the others through the
+    mesh), all rewritten at once (``supervisor.PlanStore``)."""
+
+    def __init__(self, cluster, mesh: Mesh, root: Path) -> None:
+        self.cluster, self.mesh, self.root = cluster, mesh, root
+
+    def read(self):
+        return self.cluster.plan
+
+    def write(self, plan) -> None:
+        self.cluster.plan = plan
+        self.mesh.write_plans(plan, self.root)
 
 
 def _run(cluster, mesh, rng, seed, seconds, fencing, kinds, workers, say) -> Report:

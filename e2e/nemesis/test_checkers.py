@@ -161,7 +161,18 @@ def test_a_seed_fixes_the_schedule_and_every_fault_ends_within_the_run() -> None
     assert a != schedule(random.Random(8), 60, shards)
     assert len(a) >= 6 and all(f.at + f.duration <= 60 for f in a)
     assert all(b.at >= f.at + f.duration for f, b in itertools.pairwise(a))
-    assert {f.kind for f in a} == {"kill", "pause", "partition"}
+    assert {f.kind for f in a} == {"kill", "pause", "partition", "crash"}
+
+
+def test_a_shard_crashes_for_good_at_most_once_and_no_later_fault_targets_it() -> None:
+    shards = ["shard-0", "shard-1", "shard-2"]
+    for seed in range(20):
+        faults = schedule(random.Random(seed), 120, shards)
+        crashes = [i for i, f in enumerate(faults) if f.kind == "crash"]
+        assert len(crashes) <= 1
+        if crashes:
+            dead = faults[crashes[0]].target
+            assert all(f.target != dead for f in faults[crashes[0] + 1 :])
 
 
 def test_partition_shapes_cut_the_named_links() -> None:

@@ -5,6 +5,11 @@ to ``.themis/plan.json``, starts one ``themis_shard`` process per member, waits 
 shard answers ``/ready``, prints ``<shard_id> <url>`` lines (also written to
 ``.themis/cluster.json``) and returns with the shards running in the background.
 ``themis down`` stops them (SIGTERM, then SIGKILL after a grace period).
+
+With two shards or more (and no ``--tls``) it also starts the local plan authority
+(``supervisor.py``): it fails a dead shard's keys over to their in-sync copies within seconds,
+restarts the shard, and readmits it once it caught up (``isr.py``). ``themis down`` stops it
+before the shards.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from .cli_help import COMMANDS, DESCRIPTION
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .cluster.transactions.cli import add_txn_commands  # themis txn list/resolve
 from .local_auth import resolve_api_key, write_local_keys
-from .plan import ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
+from .plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, RouterSettings, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 from .training.cli import add_adapter_commands  # themis adapters federate
 
@@ -216,6 +221,48 @@ def start_shard(
         "data_dir": str(data_dir),
         "log": str(log_path),
     }
+
+
+def wait_leased(urls: list[str], timeout: float, verify: str | bool = True) -> None:
+    """Until every shard holds its lease from the plan authority (``/health``'s ``lease_s``):
+    before that a primary refuses (503 ``lease_expired``), so ``up`` returns once they serve."""
+    deadline = time.monotonic() + timeout
+    pending = list(urls)
+    with httpx.Client(timeout=2.0, verify=verify) as client:
+        while pending:
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"the plan authority granted no lease to {', '.join(pending)} in {timeout:.0f}s"
+                )
+            for url in list(pending):
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    if client.get(f"{url}/health").json().get("lease_s", 1) > 0:
+                        pending.remove(url)
+            if pending:
+                time.sleep(0.1)
+
+
+def start_supervisor(state_dir: Path, restart: bool) -> int:
+    """Start the plan authority (``python -m themis_shard.supervisor``) in the background."""
+    log_path = (state_dir / "logs" / "supervisor.log").resolve()
+    command = [sys.executable, "-m", "themis_shard.supervisor", "--state-dir", str(state_dir.resolve())]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            command + ([] if restart else ["--no-restart"]),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def ensure_supervisor(state_dir: Path, state: dict) -> None:
+    """(Re)start the cluster's supervisor when it has one and its process is gone."""
+    sup = state.get("supervisor")
+    if sup and not _alive(sup["pid"]):
+        sup["pid"] = start_supervisor(state_dir, sup.get("restart", True))
+        (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
 
 
 def write_plan(path: Path, plan: ClusterPlan) -> None:
@@ -429,6 +476,7 @@ def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -
         state["shards"][i] = start_shard(state_dir, plan_path, state["launch"], member, tls)
         restarted.append(state["shards"][i])
     (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+    ensure_supervisor(state_dir, state)
     print(f"restarting {', '.join(missing)} (the other shards kept running)", file=sys.stderr)
     try:
         wait_ready(
@@ -439,6 +487,8 @@ def restart_missing(args: argparse.Namespace, state: dict, missing: list[str]) -
             logs=[s["log"] for s in restarted],
             shard_ids=[s["shard_id"] for s in restarted],
         )
+        if state.get("supervisor"):
+            wait_leased([s["url"] for s in restarted], args.timeout, verify=state.get("ca") or True)
     except SystemExit:
         _stop([s["pid"] for s in restarted if _alive(s["pid"])], args.grace)  # only what we started
         raise
@@ -460,6 +510,7 @@ def up(args: argparse.Namespace) -> int:
     if state:
         missing = missing_shards(state["shards"], _alive)
         if not missing:
+            ensure_supervisor(state_dir, state)
             print(f"all {len(state['shards'])} shards are already running", file=sys.stderr)
             for s in state["shards"]:
                 print(f"{s['shard_id']} {s['url']}")
@@ -485,9 +536,20 @@ def up(args: argparse.Namespace) -> int:
         router = RouterSettings(thresholds=tuple(args.thresholds)) if args.thresholds else RouterSettings()
     except ValueError as exc:
         raise SystemExit(f"--thresholds: {exc}") from None
-    plan = build_plan(
-        ClusterSpec(name="local", members=members, raid_mode=args.raid_mode, tls=args.tls, router=router)
-    )
+    failover = args.failover and args.shards >= 2 and not args.tls
+    try:
+        spec = ClusterSpec(
+            name="local",
+            members=members,
+            raid_mode=args.raid_mode,
+            tls=args.tls,
+            router=router,
+            failover=FailoverSettings() if failover else None,
+            min_insync=args.min_insync,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"themis up: {exc}") from None
+    plan = build_plan(spec)
     tls_env = (
         write_certificates(state_dir / "tls", [m.shard_id for m in members], args.host) if args.tls else {}
     )
@@ -508,9 +570,12 @@ def up(args: argparse.Namespace) -> int:
         for member in members
     ]
     ca = str((state_dir / "tls" / "ca.crt").resolve()) if args.tls else None
-    (state_dir / "cluster.json").write_text(
-        json.dumps({"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}, indent=2)
-    )
+    state = {"plan": str(plan_path), "ca": ca, "launch": launch, "shards": shards}
+    (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
+    if failover:  # probing (and granting leases) while the shards start
+        restart = args.restart_dead
+        state["supervisor"] = {"pid": start_supervisor(state_dir, restart), "restart": restart}
+        (state_dir / "cluster.json").write_text(json.dumps(state, indent=2))
     try:
         with StartupView(args.console, [(s["shard_id"], s["url"]) for s in shards]) as view:
             wait_ready(
@@ -522,6 +587,8 @@ def up(args: argparse.Namespace) -> int:
                 view=view,
                 shard_ids=[s["shard_id"] for s in shards],
             )
+        if failover:
+            wait_leased([s["url"] for s in shards], args.timeout)
     except SystemExit:
         down(args)
         raise
@@ -542,6 +609,10 @@ def down(args: argparse.Namespace) -> int:
     if not state:
         print("no local cluster is running")
         return 0
+    sup = state.get("supervisor")
+    if sup and _alive(sup["pid"]):  # first: it would restart the shards being stopped
+        _stop([sup["pid"]], args.grace)
+    state = _read_state(args.state_dir) or state  # the pids of shards it restarted
     _stop([s["pid"] for s in state["shards"] if _alive(s["pid"])], args.grace)
     (args.state_dir / "cluster.json").unlink(missing_ok=True)
     print(f"stopped {len(state['shards'])} shard(s)")
@@ -563,12 +634,25 @@ def status(args: argparse.Namespace) -> int:
             except (httpx.HTTPError, ValueError):
                 health = {"status": "down"}
             rows.append({"shard_id": s["shard_id"], "url": s["url"], "pid": s["pid"], **health})
+    plan = ClusterPlan.load(state["plan"])
+    sup = state.get("supervisor")
+    isr = {
+        "epoch": plan.plan_epoch,
+        "out_of_sync": list(plan.out_of_sync),
+        "rejoining": list(plan.rejoining),
+        "supervisor": ("running" if _alive(sup["pid"]) else "down") if sup else "off",
+    }
     if args.json:
-        print(json.dumps({"running": True, "shards": rows}))
+        print(json.dumps({"running": True, "shards": rows, **isr}))
     else:
         for r in rows:
             print(f"{r['shard_id']} {r['url']} pid={r['pid']} {r['status']}")
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+        print(
+            f"epoch {isr['epoch']}: out of sync {', '.join(isr['out_of_sync']) or '-'}; rejoining "
+            f"{', '.join(isr['rejoining']) or '-'}; plan authority {isr['supervisor']}"
+        )
+    healthy = all(r["status"] == "ok" for r in rows) and not plan.out_of_sync and isr["supervisor"] != "down"
+    return 0 if healthy else 1
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -644,6 +728,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DEST/ID",
         help="start a new cluster from a backup (a directory or s3://bucket/prefix, then its id)",
+    )
+    p_up.add_argument(
+        "--failover",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the local plan authority: a dead shard's keys fail over to their in-sync copies "
+        "within seconds (default: on with 2+ shards; off with --tls)",
+    )
+    p_up.add_argument(
+        "--restart-dead",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the plan authority restarts a shard whose process died (default: on)",
+    )
+    p_up.add_argument(
+        "--min-insync",
+        type=int,
+        default=1,
+        help="refuse w=all/majority writes of keys with fewer in-sync copies than this (default 1)",
     )
     p_up.add_argument("--grace", type=float, default=10.0)
     p_up.set_defaults(func=up)

@@ -77,6 +77,25 @@ class AdapterPlacement(_Strict):
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
 
 
+class FailoverSettings(_Strict):
+    """Automatic failover by the plan authority (``isr.py``): a ring member that has not
+    answered the authority's probes for ``failover_after_s``, and whose last lease (``lease_s``
+    from the last probe that granted one) has run out, leaves the in-sync set under a new
+    epoch. A shard acts as a primary only while its lease holds (``cluster/lease.py``)."""
+
+    lease_s: float = Field(2.0, gt=0)
+    failover_after_s: float = Field(3.0, gt=0)
+    #: The authority probes every member this often, each probe bounded by ``probe_timeout_s``.
+    probe_interval_s: float = Field(0.5, gt=0)
+    probe_timeout_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _lease_shorter(self) -> FailoverSettings:
+        if self.failover_after_s < self.lease_s:
+            raise ValueError("failover_after_s must be at least lease_s")
+        return self
+
+
 class Member(_Strict):
     shard_id: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     #: Public API (clients).
@@ -105,6 +124,11 @@ class ClusterSpec(_Strict):
     #: Identity of the cluster object (the ThemisCluster's uid): ring versions only ever grow
     #: within one uid, so a shard refuses a plan with a lower version for the same uid.
     cluster_uid: str = ""
+    #: Automatic failover (None: off; a dead primary's keys wait for the plan to drop it).
+    failover: FailoverSettings | None = None
+    #: The floor of in-sync copies below which ``w=all``/``majority`` writes are refused (503
+    #: ``not_enough_replicas``), like Kafka's ``min.insync.replicas``.
+    min_insync: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _satisfiable(self) -> ClusterSpec:
@@ -118,6 +142,8 @@ class ClusterSpec(_Strict):
         active = len(ids) - len(set(self.draining))
         if active < need:
             raise ValueError(f"{self.raid_mode} needs at least {need} shards in the ring, got {active}")
+        if self.min_insync > min(COPIES_BY_RAID_MODE[self.raid_mode], active):
+            raise ValueError(f"min_insync {self.min_insync} exceeds the {self.raid_mode} copies")
         return self
 
     @property
@@ -141,9 +167,38 @@ class ClusterPlan(_Strict):
     adapters: tuple[AdapterPlacement, ...] = ()
     tls: bool = False
     cluster_uid: str = ""
+    #: The plan epoch: grows whenever the ring or the in-sync set changes (0 in plans written
+    #: before epochs: the ring version stands in). Writes are fenced by it.
+    epoch: int = 0
+    #: Ring members out of the in-sync set: fenced (no writes, never primary) until they have
+    #: caught up; the authority (``isr.py``) moves them, never more than ``copies - 1``.
+    out_of_sync: tuple[str, ...] = ()
+    #: Back in the in-sync set (they take every write synchronously) but not primary yet: the
+    #: authority hands their keys back once nothing they missed is still pending for them.
+    rejoining: tuple[str, ...] = ()
+    failover: FailoverSettings | None = None
+    min_insync: int = 1
     #: The plan's format (``data_format``). Left out of the JSON while it is 1, so shards of
     #: 0.1.0 (which forbid unknown fields) keep reading plans from a newer operator mid-upgrade.
     format: int = PLAN_FORMAT
+
+    @model_validator(mode="after")
+    def _in_sync_kept(self) -> ClusterPlan:
+        shards = set(self.ring["shards"])
+        if not set(self.out_of_sync) | set(self.rejoining) <= shards:
+            raise ValueError("out_of_sync and rejoining name ring members only")
+        if set(self.out_of_sync) & set(self.rejoining):
+            raise ValueError("a shard is either out of sync or rejoining, not both")
+        if len(self.out_of_sync) > self.copies - 1:  # every key keeps an in-sync copy
+            raise ValueError(
+                f"at most {self.copies - 1} shard(s) may be out of sync, not {len(self.out_of_sync)}"
+            )
+        return self
+
+    @property
+    def plan_epoch(self) -> int:
+        """What writes are fenced by (the ring version in plans written before epochs)."""
+        return max(self.epoch, self.ring_version)
 
     @property
     def ring_spec(self) -> RingSpec:
@@ -167,6 +222,16 @@ class ClusterPlan(_Strict):
 
     def to_json(self) -> str:
         exclude = {"format"} if self.format == 1 else set()
+        # Failover's fields at their neutral values are left out too: a plan without them is
+        # what shards of 0.1.0 (which forbid unknown fields) read.
+        neutral = {
+            "epoch": not self.epoch,
+            "out_of_sync": not self.out_of_sync,
+            "rejoining": not self.rejoining,
+            "failover": self.failover is None,
+            "min_insync": self.min_insync == 1,
+        }
+        exclude |= {name for name, unset in neutral.items() if unset}
         return json.dumps(self.model_dump(mode="json", exclude=exclude), indent=2, sort_keys=True)
 
     @classmethod
@@ -187,11 +252,20 @@ def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> Cluste
     shard_ids = spec.ring_shards
     version = 1
     previous_ring = None
+    epoch = 1
+    out_of_sync: tuple[str, ...] = ()
+    rejoining: tuple[str, ...] = ()
     if previous is not None:
         old = previous.ring_spec
         same_ring = (old.shards, old.vnodes, old.seed) == (shard_ids, spec.vnodes, spec.ring_seed)
         version = old.version if same_ring else old.version + 1
         previous_ring = previous.previous_ring if same_ring else previous.ring
+        # The in-sync set is the authority's (isr.py), not the spec's: carried over, minus
+        # shards that left the ring.
+        out_of_sync = tuple(s for s in previous.out_of_sync if s in shard_ids)
+        rejoining = tuple(s for s in previous.rejoining if s in shard_ids)
+        changed = not same_ring or (out_of_sync, rejoining) != (previous.out_of_sync, previous.rejoining)
+        epoch = max(previous.plan_epoch + changed, version)
     ring = RingSpec(shard_ids, spec.vnodes, spec.ring_seed, version)
     return ClusterPlan(
         cluster=spec.name,
@@ -206,6 +280,23 @@ def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> Cluste
         adapters=spec.adapters,
         tls=spec.tls,
         cluster_uid=spec.cluster_uid,
+        epoch=epoch if epoch > version else 0,  # 0: the ring version is the epoch
+        out_of_sync=out_of_sync,
+        rejoining=rejoining,
+        failover=spec.failover,
+        min_insync=spec.min_insync,
+    )
+
+
+def with_in_sync(plan: ClusterPlan, out_of_sync: tuple[str, ...], rejoining: tuple[str, ...]) -> ClusterPlan:
+    """The next plan of the authority: the same ring, another in-sync set, the next epoch."""
+    return ClusterPlan.model_validate(
+        {
+            **plan.model_dump(),
+            "out_of_sync": tuple(sorted(out_of_sync)),
+            "rejoining": tuple(sorted(rejoining)),
+            "epoch": plan.plan_epoch + 1,
+        }
     )
 
 
@@ -213,7 +304,7 @@ def is_rollback(current: ClusterPlan, new: ClusterPlan) -> bool:
     """A plan for the same cluster (uid) with a lower ring version than the one in use: stale
     (a restored ConfigMap, an operator that lost its state) and never adopted."""
     same = bool(new.cluster_uid) and new.cluster_uid == current.cluster_uid
-    return same and new.ring_version < current.ring_version
+    return same and (new.ring_version, new.plan_epoch) < (current.ring_version, current.plan_epoch)
 
 
 def single_shard_plan(shard_id: str, url: str) -> ClusterPlan:

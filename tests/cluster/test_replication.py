@@ -331,7 +331,7 @@ def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_p
             assert peers[topo.owners("c", k)[1]].store.get_entry("c", k) == store.get_entry("c", k)
 
 
-def test_reads_fall_back_to_a_replica_unless_they_must_be_linearizable(tmp_path, store) -> None:
+def test_reads_go_to_the_primary_only_unless_replica_fallback_is_asked_for(tmp_path, store) -> None:
     current = live(plan_of(3))
     key = next(k for k in (f"k{i}" for i in range(200)) if current.topology.owners("c", k) == ["s-1", "s-2"])
     with fake_peers(tmp_path, "s-1", "s-2") as peers:
@@ -339,11 +339,12 @@ def test_reads_fall_back_to_a_replica_unless_they_must_be_linearizable(tmp_path,
         peers["s-1"].up = False  # the primary
         executor = peers.executor(current)
         replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        available = DistributedDocuments(store, executor, replication, current)
+        available = DistributedDocuments(store, executor, replication, current, read_from_replicas=True)
         assert asyncio.run(available.get("c", key)).document == {"n": 1}
-        primary_only = DistributedDocuments(store, executor, replication, current, read_from_replicas=False)
-        with pytest.raises(Unavailable):
+        primary_only = DistributedDocuments(store, executor, replication, current)
+        with pytest.raises(Unavailable) as refused:
             asyncio.run(primary_only.get("c", key))
+        assert refused.value.code == "primary_unavailable"
 
 
 def _racing_repair(peers, owner: str, coordinator_store, fail: bool) -> None:
@@ -388,3 +389,30 @@ def test_a_repair_racing_a_write_neither_fails_a_committed_one_nor_keeps_a_faile
         else:
             [change] = asyncio.run(documents.commit_here(write))
             assert change.version == 2 and store.get("c", key).document == {"balance": 90}
+
+
+def test_a_primary_read_is_served_only_by_the_keys_primary_while_it_holds_its_lease(store) -> None:
+    from themis_shard.cluster.lease import AuthorityLease
+    from themis_shard.plan import FailoverSettings
+
+    current = live(plan_of(3, failover=FailoverSettings()), "s-0")
+    topo = current.topology
+    mine = next(k for k in (f"k{i}" for i in range(500)) if topo.owners("c", k)[0] == "s-0")
+    theirs = next(k for k in (f"k{i}" for i in range(500)) if topo.owners("c", k)[1:] == ["s-0"])
+    store.apply_replicated([v(mine, 1), v(theirs, 1)])
+    now = [0.0]
+    lease = AuthorityLease(clock=lambda: now[0])
+    docs = DistributedDocuments(
+        store, None, Replication(None, HintLog(store), current, CollectorRegistry()), current, lease=lease
+    )
+    with pytest.raises(Unavailable) as lapsed:  # no lease granted yet
+        docs.primary_read("c", mine, topo.epoch)
+    assert lapsed.value.code == "lease_expired"
+    lease.renew(2.0)
+    assert docs.primary_read("c", mine, topo.epoch).version == 1
+    with pytest.raises(Conflict) as refused:  # a replica never answers as the primary
+        docs.primary_read("c", theirs, topo.epoch)
+    assert refused.value.code == "not_coordinator"
+    now[0] = 2.5
+    with pytest.raises(Unavailable):
+        docs.primary_read("c", mine, topo.epoch)

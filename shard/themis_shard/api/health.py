@@ -27,6 +27,8 @@ async def health(request: Request) -> dict:
     }
     if not shard.store.health.writable:
         out["storage"] = shard.store.health.status()
+    if shard.cluster.topology.failover:  # seconds left of its lease from the plan authority
+        out["lease_s"] = round(shard.cluster.lease.remaining_s(), 3)
     if shard.llm is not None:  # how each model runs on this CPU (repacking on, or the probe's fallback)
         out["llm_buffers"] = {name: d.as_dict() for name, d in shard.llm.buffers.items()}
     return out

@@ -241,16 +241,41 @@ def _error_result(exc: ThemisError) -> dict[str, Any]:
 
 @router.get("/documents/{collection}/{key}")
 async def local_document(
-    collection: str, key: str, shard: Node, tombstones: bool = False, epoch: int | None = None
+    collection: str,
+    key: str,
+    shard: Node,
+    tombstones: bool = False,
+    epoch: int | None = None,
+    primary_epoch: int | None = None,
 ) -> dict:
     """This shard's copy with its stamp; with ``tombstones`` a deleted key answers its delete
-    version. ``epoch`` (a handoff's read-through): answered only once this shard runs it too."""
+    version. ``epoch`` (a handoff's read-through): answered only once this shard runs it too.
+    ``primary_epoch`` (a linearizable read): answered only as the key's primary in that epoch,
+    holding its lease."""
     check_collection(collection)
     check_key(key)
-    found = await shard.cluster.documents.local_entry(collection, key, epoch)
+    if primary_epoch is not None:
+        found = shard.cluster.documents.primary_read(collection, key, primary_epoch)
+    else:
+        found = await shard.cluster.documents.local_entry(collection, key, epoch)
     if found is None or (found.document is None and not tombstones):
         raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
     return {"version": found.version, "document": found.document, "hlc": found.hlc, "origin": found.origin}
+
+
+class LeaseProbe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    #: the plan authority's epoch: renews the lease only when it is this shard's too
+    epoch: int = Field(..., ge=0)
+    #: when the lease runs out, in the monotonic clock shared with the authority (0: no lease)
+    until: float = Field(..., ge=0)
+
+
+@router.post("/lease")
+async def lease(body: LeaseProbe, shard: Node) -> dict:
+    """The plan authority's probe (``cluster/lease.py``): renew the primary lease, and report
+    what the authority decides the in-sync set on (epoch, catch-up, hints held for peers)."""
+    return shard.cluster.lease_probe(body.epoch, body.until)
 
 
 @router.get("/collections")
@@ -301,6 +326,8 @@ class AntiEntropyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     peer: str
     ring_version: int
+    #: the asking shard's plan epoch (both must agree on the in-sync set)
+    epoch: int | None = None
     buckets: list[int] = Field(default_factory=list, max_length=100_000)
 
 

@@ -3,9 +3,17 @@ records in the vnode ranges that differ (``merkle.py``); stamps decide every dif
 
 Runs once after start-up catch-up and then every ``anti_entropy_interval_s``, with each peer in
 turn, while no handoff is in progress (a ring change has its own protocol) and only between
-shards on the same ring version. It repairs what hints could not: a hint dropped at its budget,
+shards on the same plan epoch. It repairs what hints could not: a hint dropped at its budget,
 a replica restored from an old disk, a burn that was never delivered. Each round scans this
 shard's store once per peer (cost O(records)): the interval is the knob.
+
+Catch-up of a shard out of the in-sync set (``isr.py``) is one-way: it takes the in-sync
+peers' records for every key that differs, even where its own stamp is higher (a write it
+burned or acknowledged at ``w=1`` before it was fenced, which a new primary has since
+overwritten at a lower version), and drops the keys they do not hold, like a Kafka follower
+truncating to its leader's log; in-sync shards never take records from it. It runs every
+second until it completed a round at the current epoch (``caught_up_epoch``), which the
+authority waits for before readmitting the shard.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ from .tasks import Tasks
 from .views import TopologySource
 
 log = logging.getLogger(__name__)
+
+#: Pause between catch-up rounds of a shard out of sync or rejoining.
+CATCH_UP_PAUSE_S = 0.5
 
 
 class AntiEntropyMetrics:
@@ -70,6 +81,9 @@ class AntiEntropy:
         self.replication = replication
         self.metrics = AntiEntropyMetrics(registry)
         self.interval_s = interval_s
+        #: The epoch of the last round that compared with every in-sync peer it shares keys
+        #: with, from start to end (0: none yet).
+        self.caught_up_epoch = 0
         self._tasks = Tasks()
 
     # -- pure-ish helpers over the local store --------------------------------------------------
@@ -93,9 +107,14 @@ class AntiEntropy:
 
     def _check(self, request: dict[str, Any]) -> Pair:
         topo = self._plan.topology
-        if int(request["ring_version"]) != topo.version or topo.plan.previous_ring is not None:
+        epoch = request.get("epoch")
+        if (
+            int(request["ring_version"]) != topo.version
+            or (epoch is not None and int(epoch) != topo.epoch)
+            or topo.plan.previous_ring is not None
+        ):
             raise Conflict(
-                f"anti-entropy needs both shards settled on ring version {topo.version}",
+                f"anti-entropy needs both shards settled on ring version {topo.version}, epoch {topo.epoch}",
                 code="epoch_mismatch",
             )
         peer = str(request["peer"])
@@ -116,7 +135,7 @@ class AntiEntropy:
     async def exchange(self, peer: str) -> int:
         """One comparison with ``peer``; returns how many records moved (either way)."""
         topo = self._plan.topology
-        request = {"peer": self.self_id, "ring_version": topo.version}
+        request = {"peer": self.self_id, "ring_version": topo.version, "epoch": topo.epoch}
         pair = self._pair(peer)
         reply = await self.executor.request(
             peer, "POST", "/internal/anti-entropy/digests", json_body=request, idempotent=True, retries=0
@@ -137,6 +156,8 @@ class AntiEntropy:
             timeout_s=60,
         )
         theirs = decode_items(reply["items"])
+        if not topo.in_sync_self:
+            return await run_in_threadpool(self._truncate_to, pair, buckets, theirs, peer)
         pulled = await run_in_threadpool(self.store.apply_replicated, theirs)
         local = await run_in_threadpool(self._records, pair, buckets)
         their_stamps = {(i.collection, i.key): i.stamp for i in theirs}
@@ -152,19 +173,49 @@ class AntiEntropy:
             log.info("anti-entropy with %s: %d record(s) pulled, %d pushed", peer, len(pulled), len(push))
         return len(pulled) + len(push)
 
+    def _truncate_to(self, pair: Pair, buckets: set[int], theirs: list[Replicated], peer: str) -> int:
+        """Out of sync: make this shard's copies in ``buckets`` exactly the in-sync peer's."""
+        wanted = {(i.collection, i.key): i.stamp for i in theirs}
+        drop = [
+            (e.collection, e.key)
+            for e in self._records(pair, buckets)
+            if wanted.get((e.collection, e.key)) != Stamp(e.version, e.hlc, e.origin)
+        ]
+        self.store.purge(drop)
+        pulled = self.store.apply_replicated(theirs)
+        self.metrics.repaired.labels(direction="pulled").inc(len(pulled))
+        self.metrics.rounds.labels(outcome="repaired").inc()
+        log.info("catch-up from %s: %d record(s) taken, %d replaced or dropped", peer, len(pulled), len(drop))
+        return len(pulled) + len(drop)
+
     async def round(self) -> None:
-        """Compare with every peer, one at a time (skipped while a handoff is in progress)."""
+        """Compare with every peer, one at a time (skipped while a handoff is in progress).
+        Out of sync, only with in-sync peers; in sync, never with a peer out of sync (it
+        catches up from us on its own)."""
         topo = self._plan.topology
         if not topo.clustered or topo.plan.previous_ring is not None:
             return
+        complete = True
         for peer in topo.peers:
+            if peer in topo.plan.out_of_sync:
+                continue
             if peer in self.executor.open_peers() or not await self.executor.answers(peer):
+                complete = False
                 continue
             try:
                 await self.exchange(peer)
             except (PeerUnavailable, PeerError, KeyError, ValueError) as exc:
+                complete = False
                 self.metrics.rounds.labels(outcome="failed").inc()
                 log.info("anti-entropy with %s skipped: %s", peer, exc)
+        if complete and self._plan.topology.epoch == topo.epoch:
+            self.caught_up_epoch = topo.epoch
+
+    def _catching_up(self) -> bool:
+        """Out of sync or rejoining, and no complete round at this epoch yet: go again soon."""
+        topo = self._plan.topology
+        behind = not topo.in_sync_self or topo.self_id in topo.plan.rejoining
+        return behind and self.caught_up_epoch < topo.epoch
 
     def start(self, ready: Any) -> None:
         """``ready()``: true once start-up catch-up finished (the first round follows it)."""
@@ -177,7 +228,12 @@ class AntiEntropy:
                     await self.round()
                 except Exception:
                     log.exception("anti-entropy round failed")
-                await asyncio.sleep(self.interval_s)
+                waited = 0.0
+                while waited < self.interval_s and not self._catching_up():
+                    await asyncio.sleep(min(1.0, self.interval_s - waited))
+                    waited += 1.0
+                if self._catching_up():
+                    await asyncio.sleep(CATCH_UP_PAUSE_S)
 
         self._tasks.spawn(loop(), "anti-entropy")
 

@@ -6,7 +6,8 @@ owners first and installs and acknowledges them only once the write concern's nu
 hold them durably (default: all copies). A write that cannot get there is a 503 and is never
 served afterwards. A forwarded write is never retried, on the primary or anywhere else: a
 failure that may have reached the primary is reported as such (503 ``write_outcome_unknown``),
-not guessed at. Reads go to the primary and fall back to the other owners when it is down.
+not guessed at. Reads go to the primary (linearizable: it answers only as the key's primary in
+the reader's epoch, holding its lease), or to any owner with ``read_from_replicas``.
 Forwarded calls land on ``/internal/...`` endpoints that never forward again, so a request
 makes at most one hop whatever the shards believe about each other.
 
@@ -15,14 +16,15 @@ through two-phase commit (``transactions/``, ``CrossShardCommit``) with this sha
 coordinator; everything else keeps the single-coordinator path. A key locked by a prepared
 cross-shard transaction refuses writes (409 ``transaction_in_progress``) until it is decided.
 A batch is atomic per coordinator. Keys whose primary is down cannot be written until the plan
-changes.
+authority fails them over to an in-sync copy (``isr.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
@@ -41,9 +43,12 @@ from .fencing import (
     WriteConcern,
     decide,
     fence_refusal,
+    floor_refusal,
     primary,
     required_acks,
+    write_owners,
 )
+from .lease import AuthorityLease, lease_refusal
 from .placement import Topology, candidates
 from .remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from .replication import NOT_SENT_REASONS, Replication
@@ -100,13 +105,64 @@ def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Wr
     return groups
 
 
+def by_peer(
+    topology: Topology, records: list[Replicated], owners: Callable[[str, str], list[str]]
+) -> dict[str, list[Replicated]]:
+    """Records grouped by the other shards ``owners(collection, key)`` names for them."""
+    out: dict[str, list[Replicated]] = {}
+    for r in records:
+        for owner in owners(r.collection, r.key):
+            if owner != topology.self_id:
+                out.setdefault(owner, []).append(r)
+    return out
+
+
+class Burned(StrEnum):
+    """What a failed write left behind (``_burn``)."""
+
+    NOTHING = "nothing"  # no owner may hold it: nothing was written anywhere
+    EVERYWHERE = "everywhere"  # every owner that may hold it holds the burn that outranks it
+    PARTLY = "partly"  # an owner that may hold it has not confirmed the burn yet
+
+
+def burn_failure(short: str, burned: Burned, burns: list[Replicated]) -> Unavailable:
+    """The 503 of a write short of its concern, saying truly what it left behind."""
+    if burned is Burned.NOTHING:
+        return Unavailable(f"{short}; nothing was written", code="replicas_unavailable")
+    if burned is Burned.EVERYWHERE:
+        first = burns[0]
+        return Unavailable(
+            f"{short}; the write was not applied, and its version was burned: the document keeps "
+            f"its content at a new version ({first.collection}/{first.key} v{first.version})",
+            code="replicas_unavailable",
+        )
+    return Unavailable(
+        f"{short}, and an owner that may hold it has not confirmed the burn that cancels it: the "
+        "write may or may not take effect; read the document before retrying",
+        code="write_outcome_unknown",
+    )
+
+
 #: How long a write keeps being retried while owners disagree on the epoch (plans are re-read
 #: every second) or a new owner of a handoff is still starting (seconds, on a busy machine).
 EPOCH_RETRY_S = 15.0
 
+#: How long a read keeps being retried while the key's primary changes (a new epoch spreading,
+#: a lease being renewed).
+READ_RETRY_S = 3.0
+#: 503s of a primary that will answer again in a moment.
+RETRY_READ_CODES = frozenset({"lease_expired", "starting"})
+
 #: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
 NOTHING_WRITTEN_CODES = frozenset(
-    {"replicas_unavailable", "coordinator_unavailable", "epoch_changed", "starting"}
+    {
+        "replicas_unavailable",
+        "coordinator_unavailable",
+        "epoch_changed",
+        "starting",
+        "lease_expired",
+        "not_enough_replicas",
+    }
 )
 
 
@@ -215,13 +271,16 @@ class DistributedDocuments:
         held: KeyHolders | None = None,
         fencing: bool = True,
         inflight: InflightLog | None = None,
-        read_from_replicas: bool = True,
+        read_from_replicas: bool = False,
+        lease: AuthorityLease | None = None,
     ) -> None:
         """``cross_shard`` commits transactions over several primaries (None: refused, 400
         ``cross_shard_transaction``); ``held`` names the keys their prepared intents lock.
         ``fencing=False`` is ``THEMIS_UNSAFE_DISABLE_FENCING``: the nemesis suite's
         deliberate failure, never a production setting. ``inflight``: the log that makes a
-        write to owners reached in separate messages atomic across a crash (None: not kept)."""
+        write to owners reached in separate messages atomic across a crash (None: not kept).
+        ``lease``: the plan authority's lease, without which this shard neither coordinates nor
+        serves primary reads when the plan has failover on (``lease.py``)."""
         self.store = store
         self.executor = executor
         self.replication = replication
@@ -235,10 +294,11 @@ class DistributedDocuments:
         self.held = held
         self.fencing = fencing
         self.inflight = inflight
-        #: False: reads go to the primary only (``ClusterSettings.read_from_replicas``).
+        #: False (the default): reads go to the primary only (``ClusterSettings.read_from_replicas``).
         self.read_from_replicas = read_from_replicas
         #: w=1 replication still on its way to the other owners
         self._background: set[asyncio.Task] = set()
+        self.lease = lease
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
         """Why a write of ``keys`` coordinated by ``sender`` in ``epoch`` must be refused here."""
@@ -308,7 +368,7 @@ class DistributedDocuments:
                 target,
                 "POST",
                 "/internal/commit",
-                json_body=commit_body(writes, topo.version, concern, checks),
+                json_body=commit_body(writes, topo.epoch, concern, checks),
                 idempotent=False,
                 retries=0,
             )
@@ -344,7 +404,7 @@ class DistributedDocuments:
                     owner,
                     "POST",
                     "/internal/commit",
-                    json_body=commit_body(writes, topo.version, concern),
+                    json_body=commit_body(writes, topo.epoch, concern),
                     idempotent=False,
                     retries=0,
                 )
@@ -397,6 +457,9 @@ class DistributedDocuments:
         if not topo.clustered:
             return await run_in_threadpool(self.store.commit, writes, None, checks)
         keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
+        refused = lease_refusal(topo, self.lease) or floor_refusal(topo, concern, keys)
+        if refused is not None and self.fencing:
+            raise refused
         async with self.locks.hold(keys):
             self._refuse_held(keys)
             # Inline: validation and stamping under the store's lock take microseconds, and a
@@ -423,28 +486,30 @@ class DistributedDocuments:
     async def _replicate_and_install(
         self, topo: Topology, records: list[Replicated], concern: WriteConcern, burns: list[Replicated]
     ) -> list[Change]:
-        per_peer: dict[str, list[Replicated]] = {}
-        for r in records:
-            for owner in topo.owners(r.collection, r.key):
-                if owner != topo.self_id:
-                    per_peer.setdefault(owner, []).append(r)
+        per_peer = by_peer(topo, records, lambda c, k: write_owners(topo, c, k))
+        lagging = by_peer(
+            topo, records, lambda c, k: [o for o in topo.owners(c, k) if o not in topo.in_sync(c, k)]
+        )
         if concern is WriteConcern.ONE:
-            return await self._install_then_replicate(records, per_peer, burns)
+            changes = await self._install_then_replicate(records, per_peer, burns)
+            for peer, missed in lagging.items():  # out of sync: they catch up before rejoining
+                await after_commit("hint", self.replication.hint(peer, missed))
+            return changes
         peers = sorted(per_peer)
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
             logged = await run_in_threadpool(self.inflight.add, records, burns)
         answers = await asyncio.gather(
-            *(self.replication.deliver(p, per_peer[p], topo.version, topo.self_id) for p in peers)
+            *(self.replication.deliver(p, per_peer[p], topo.epoch, topo.self_id) for p in peers)
         )
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
         newer = [r for _, found in answers for r in found]
         if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
             await run_in_threadpool(self.store.apply_replicated, newer)
-        need = required_acks(concern, topo.plan.copies)
         outcomes = {
             (r.collection, r.key): decide(
-                [delivered[o] for o in topo.owners(r.collection, r.key) if o != topo.self_id], need
+                [delivered[o] for o in write_owners(topo, r.collection, r.key) if o != topo.self_id],
+                required_acks(concern, len(write_owners(topo, r.collection, r.key))),
             )
             for r in records
         }
@@ -466,12 +531,15 @@ class DistributedDocuments:
             for peer in peers:  # owners that missed a write acknowledged at a lower concern
                 if delivered[peer] is not Delivery.HELD:
                     await after_commit("hint", self.replication.hint(peer, per_peer[peer]))
+            for peer, missed in lagging.items():  # out of sync: they catch up before rejoining
+                await after_commit("hint", self.replication.hint(peer, missed))
             return changes
-        await self._burn(topo, records, delivered, burns)
+        burned = await self._burn(topo, records, delivered, burns)
         if logged is not None:
             await run_in_threadpool(self.inflight.remove, logged)
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
-        if newer or (clean and (any(d is Delivery.FENCED for d in delivered.values()) or self._moving())):
+        fenced = any(d is Delivery.FENCED for d in delivered.values())
+        if burned is Burned.NOTHING and (newer or (clean and (fenced or self._moving()))):
             raise Unavailable(
                 "the key's owners are changing (a plan change is spreading or a new owner is still "
                 "starting); nothing was written",
@@ -480,15 +548,17 @@ class DistributedDocuments:
         held = min(
             1
             + sum(
-                delivered[o] is Delivery.HELD for o in topo.owners(r.collection, r.key) if o != topo.self_id
+                delivered[o] is Delivery.HELD
+                for o in write_owners(topo, r.collection, r.key)
+                if o != topo.self_id
             )
             for r in records
         )
-        raise Unavailable(
-            f"only {held} of the {topo.plan.copies} owners could take this write and w={concern.value} needs "
-            f"{need}; nothing was written",
-            code="replicas_unavailable",
+        short = (
+            f"only {held} of the key's in-sync owners could take this write and w={concern.value} needs "
+            f"{max(required_acks(concern, len(write_owners(topo, r.collection, r.key))) for r in records)}"
         )
+        raise burn_failure(short, burned, burns)
 
     async def _install_then_replicate(
         self, records: list[Replicated], per_peer: dict[str, list[Replicated]], burns: list[Replicated]
@@ -525,17 +595,20 @@ class DistributedDocuments:
         is applied (this copy is repaired by anti-entropy once the disk takes writes). Too few:
         it is undone on them (the burn, sent from here) and the answer is this disk's refusal,
         nothing written; an owner that cannot be told leaves the outcome unknown."""
-        need = required_acks(concern, topo.plan.copies)
         held = {
             (r.collection, r.key): [
                 o
-                for o in topo.owners(r.collection, r.key)
-                if o != topo.self_id and delivered[o] is Delivery.HELD
+                for o in write_owners(topo, r.collection, r.key)
+                if o != topo.self_id and delivered.get(o) is Delivery.HELD
             ]
             for r in records
         }
-        if all(len(owners) >= need for owners in held.values()):
-            log.warning("write held by %d owner(s) but refused by this disk: %s", need, refused.message)
+        need = {
+            (r.collection, r.key): required_acks(concern, len(write_owners(topo, r.collection, r.key)))
+            for r in records
+        }
+        if all(len(owners) >= need[ck] for ck, owners in held.items()):
+            log.warning("write held by enough in-sync owners but refused by this disk: %s", refused.message)
             return [
                 Change(
                     r.collection,
@@ -590,23 +663,29 @@ class DistributedDocuments:
         records: list[Replicated],
         delivered: dict[str, Delivery],
         burns: list[Replicated],
-    ) -> None:
+    ) -> Burned:
         """After a failed write that some owner may hold: install the previous document again,
         everywhere, one version above the failed record, so the failed record never wins. A
         version of its own, not the failed record's with a later stamp: a client may have read
         the failed record from an owner that took it, and its ``If-Match`` on that version
         must be refused, not applied on top of a document that never committed."""
+        maybe: set[str] = set()
         newest: dict[tuple[str, str], Replicated] = {}
         for r in records:
-            owners = [o for o in topo.owners(r.collection, r.key) if o != topo.self_id]
-            if any(delivered[o] in (Delivery.HELD, Delivery.UNKNOWN) for o in owners):
+            owners = [o for o in write_owners(topo, r.collection, r.key) if o != topo.self_id]
+            took = [o for o in owners if delivered.get(o) in (Delivery.HELD, Delivery.UNKNOWN)]
+            if took:
                 newest[(r.collection, r.key)] = r
+                maybe.update(took)
         if not newest:
-            return
+            return Burned.NOTHING
         burns = [b for b in burns if (b.collection, b.key) in newest]
         await run_in_threadpool(self.store.apply_replicated, burns)
         log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
-        await self.replicate_repairs(burns)
+        reached = await self.replicate_repairs(burns)
+        # Until every owner that may hold the failed record holds the burn, a failover to one
+        # of them could still serve the failed record: the client must not be told it failed.
+        return Burned.EVERYWHERE if maybe <= reached else Burned.PARTLY
 
     def _burns_of(self, topo: Topology, records: list[Replicated]) -> list[Replicated]:
         """For each record, the previous document again one version above it, stamped now."""
@@ -633,6 +712,12 @@ class DistributedDocuments:
             return []
         entries = await run_in_threadpool(self.inflight.entries)
         send: list[Replicated] = []
+        if not self.topology.in_sync_self:
+            # Fenced while it was down: its keys' in-sync owners decide what these writes
+            # became (a new primary may have served or overwritten them); catch-up takes theirs.
+            for logged, _, _ in entries:
+                await run_in_threadpool(self.inflight.remove, logged)
+            return send
         for logged, records, burns in entries:
             held = self.store.stamps([(r.collection, r.key) for r in records])
             installed = all(h == r.stamp for h, r in zip(held, records, strict=True))
@@ -647,15 +732,13 @@ class DistributedDocuments:
             )
         return send
 
-    async def replicate_repairs(self, items: list[Replicated]) -> None:
-        """Send records to their other owners now, or as hints (stamps decide on arrival)."""
+    async def replicate_repairs(self, items: list[Replicated]) -> set[str]:
+        """Send records to their other owners now, or as hints (stamps decide on arrival);
+        answers the owners that took them now."""
         topo = self.topology
-        per_peer: dict[str, list[Replicated]] = {}
-        for r in items:
-            for owner in topo.owners(r.collection, r.key):
-                if owner != topo.self_id:
-                    per_peer.setdefault(owner, []).append(r)
-        await asyncio.gather(*(self.replication.send(peer, batch) for peer, batch in per_peer.items()))
+        per_peer = by_peer(topo, items, topo.owners)
+        sent = await asyncio.gather(*(self.replication.send(peer, batch) for peer, batch in per_peer.items()))
+        return {peer for peer, ok in zip(per_peer, sent, strict=True) if ok}
 
     async def local_entry(self, collection: str, key: str, epoch: int | None) -> Any:
         """This shard's record of a key for a read-through during a handoff: refused (409
@@ -694,17 +777,95 @@ class DistributedDocuments:
         raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
 
     async def _get(self, collection: str, key: str) -> StoredDocument:
-        """First owner that has it. An owner answering 404 does not end the search: a replica
-        can hold a version whose delivery to that owner is still a pending hint. Without
-        ``read_from_replicas`` only the primary is asked: it installs a write only once it is
-        committed, so what it serves is linearizable."""
+        """The key's primary answers (linearizable: it installs a write only once it is
+        committed, and answers only while it is the primary of the current epoch and holds its
+        lease); with ``read_from_replicas`` any owner does."""
         topo = self.topology
         if not topo.clustered:
-            order = [topo.self_id]
-        elif self.read_from_replicas:
-            order = candidates(topo.owners(collection, key), self._down())
-        else:
-            order = [primary(topo, collection, key)]
+            return self._found(collection, key, self.store.get(collection, key))
+        if self.read_from_replicas:
+            return await self._get_any_owner(collection, key)
+        delay, deadline = 0.05, asyncio.get_running_loop().time() + READ_RETRY_S
+        while True:  # another epoch or a lapsed lease: retried while the plan spreads
+            try:
+                return await self._get_primary(collection, key)
+            except Unavailable as exc:
+                if exc.code != "epoch_changed" or asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def primary_read(self, collection: str, key: str, epoch: int) -> StoredDocument | None:
+        """This shard's copy, served as the key's primary: refused (409 ``not_coordinator``)
+        when this shard's plan does not make it that, 503 when its lease lapsed. The reader's
+        ``epoch`` may differ from ours while a plan spreads: what matters is that we are the
+        primary in our epoch and, with failover, hold the lease the authority outlives before
+        it moves the key (``lease.py``); a handoff's new primary reads through before it writes."""
+        topo = self.topology
+        if self.fencing:
+            coordinator = primary(topo, collection, key) if topo.in_sync_self else None
+            if coordinator != topo.self_id:
+                raise Conflict(
+                    f"{topo.self_id} is not the primary of {collection}/{key} in epoch {topo.epoch} "
+                    f"(the reader is at {epoch}; {coordinator or 'another owner'} is)",
+                    code="not_coordinator",
+                )
+            lapsed = lease_refusal(topo, self.lease)
+            if lapsed is not None:
+                raise lapsed
+        return self.store.get(collection, key)
+
+    @staticmethod
+    def _found(collection: str, key: str, doc: StoredDocument | None) -> StoredDocument:
+        if doc is None:
+            raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
+        return doc
+
+    async def _get_primary(self, collection: str, key: str) -> StoredDocument:
+        topo = self.topology
+        target = primary(topo, collection, key)
+        changing = "the key's primary is changing; nothing was read"
+        try:
+            if target == topo.self_id:
+                return self._found(collection, key, self.primary_read(collection, key, topo.epoch))
+            reply = await self.executor.request(
+                target,
+                "GET",
+                internal_path("documents", collection, key),
+                params={"primary_epoch": str(topo.epoch)},
+                idempotent=True,
+                retries=1,  # a read may be sent again: a torn keep-alive connection is no answer
+            )
+        except Conflict as exc:  # this shard's own fence
+            raise Unavailable(f"{changing} ({exc})", code="epoch_changed") from None
+        except PeerUnavailable as exc:
+            if exc.code in RETRY_READ_CODES:
+                raise Unavailable(f"{changing} ({exc.message})", code="epoch_changed") from None
+            if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
+                # A new owner of a handoff not serving yet has written nothing: its keys are
+                # still where the previous ring put them (the handoff's read-through).
+                return await self._get_previous(collection, key)
+            raise Unavailable(
+                f"the primary of {collection}/{key} ({target}) is unreachable ({exc.reason}); its keys "
+                "are readable again once the plan authority fails them over to an in-sync copy",
+                code="primary_unavailable",
+            ) from None
+        except PeerError as exc:
+            if exc.status == 404:
+                raise NotFound(
+                    f"document {collection}/{key} does not exist", code="document_not_found"
+                ) from None
+            if getattr(exc, "code", None) in FENCE_CODES:
+                raise Unavailable(f"{changing} ({exc.message})", code="epoch_changed") from None
+            raise relay(exc) from None
+        return StoredDocument(collection, key, int(reply["version"]), reply["document"])
+
+    async def _get_any_owner(self, collection: str, key: str) -> StoredDocument:
+        """First owner that has it (``read_from_replicas``: available, not linearizable). An
+        owner answering 404 does not end the search: a replica can hold a version whose
+        delivery to that owner is still a pending hint."""
+        topo = self.topology
+        order = candidates(topo.owners(collection, key), self._down())
         reached = False
         for target in order:
             if target == topo.self_id:

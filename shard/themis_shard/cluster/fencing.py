@@ -36,13 +36,19 @@ a durable hint. A write that cannot reach enough owners fails with 503 and insta
   bank workload lost money that way). Its document is the one the key had when the write was
   prepared, not when it failed: a repair may copy the failed record back here meanwhile.
 
+Failover. The epoch is the *plan* epoch: the ring version, bumped again whenever the plan
+authority changes the in-sync set (``isr.py`` argues why that cannot split the brain). A key's
+primary is its first in-sync owner that is not rejoining, and a write waits for its in-sync
+owners only (``write_owners``): ``w=all`` means every in-sync copy, as Kafka's ``acks=all``
+does; out-of-sync owners get hints. ``min_insync`` is the floor below which ``w=all`` and
+``majority`` are refused (503 ``not_enough_replicas``, naming it).
+
 Why not Raft per range. A consensus group per vnode range (thousands per shard) with a Python
 library (pysyncobj, raftos) means a log, elections and snapshots per range on the write path and
 a new failure model for every part that reads the store directly (vector index, AQL, RAID). The
 plan is already a single agreed sequence of epochs written by one party (the operator or
-``themis``), so leadership per key is taken from it: the price is that a dead primary's keys are
-unwritable until the plan drops it, where Raft would elect a new leader in seconds. Reads stay
-available (they fall back to the other owners).
+``themis``'s supervisor), so leadership per key is taken from it: a dead primary's keys move to
+an in-sync copy when the authority fences it (seconds: its lease, then one plan write).
 
 Everything here is pure; ``documents.DistributedDocuments`` drives it.
 """
@@ -55,7 +61,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, Conflict, Unavailable
 from .placement import Topology
 
 
@@ -89,11 +95,39 @@ def required_acks(concern: WriteConcern, copies: int) -> int:
 
 
 def primary(topology: Topology, collection: str, key: str) -> str:
-    """The key's one coordinator in this epoch."""
-    return topology.owners(collection, key)[0]
+    """The key's one coordinator in this epoch: its first in-sync owner in ring order that is
+    not still rejoining (the plan keeps at least one in-sync owner per key)."""
+    in_sync = topology.in_sync(collection, key)
+    settled = [o for o in in_sync if o not in topology.plan.rejoining]
+    return (settled or in_sync)[0]
 
 
-FENCE_CODES = frozenset({"stale_epoch", "epoch_ahead", "not_coordinator", "not_owner"})
+def write_owners(topology: Topology, collection: str, key: str) -> list[str]:
+    """The owners a write of the key waits for: its in-sync owners (``w=all`` means all of
+    them, as Kafka's ``acks=all`` means every in-sync replica). Owners out of sync get hints."""
+    return topology.in_sync(collection, key)
+
+
+def floor_refusal(
+    topology: Topology, concern: WriteConcern, keys: Iterable[tuple[str, str]]
+) -> Unavailable | None:
+    """503 naming the floor when a key has fewer in-sync copies than ``min_insync`` (``w=1``
+    promises one copy only and is not held to it)."""
+    floor = topology.plan.min_insync
+    if concern is WriteConcern.ONE:
+        return None
+    for collection, key in keys:
+        n = len(write_owners(topology, collection, key))
+        if n < floor:
+            return Unavailable(
+                f"{collection}/{key} has {n} in-sync cop{'y' if n == 1 else 'ies'}, below the floor "
+                f"min_insync={floor} (w={concern.value}); nothing was written",
+                code="not_enough_replicas",
+            )
+    return None
+
+
+FENCE_CODES = frozenset({"stale_epoch", "epoch_ahead", "not_coordinator", "not_owner", "not_in_sync"})
 
 
 def fence_refusal(
@@ -101,7 +135,7 @@ def fence_refusal(
 ) -> Conflict | None:
     """Why this owner must refuse a write of ``keys`` coordinated by ``sender`` in ``epoch``
     (None: accept it)."""
-    mine = topology.version
+    mine = topology.epoch
     if epoch < mine:
         return Conflict(f"write from epoch {epoch}; this shard is at epoch {mine}", code="stale_epoch")
     if epoch > mine:
@@ -110,9 +144,12 @@ def fence_refusal(
         owners = topology.owners(collection, key)
         if topology.self_id not in owners:
             return Conflict(f"{topology.self_id} does not own {collection}/{key}", code="not_owner")
-        if owners[0] != sender:
+        if not topology.in_sync_self:
+            return Conflict(f"{topology.self_id} is out of sync in epoch {mine}", code="not_in_sync")
+        coordinator = primary(topology, collection, key)
+        if coordinator != sender:
             return Conflict(
-                f"{sender} is not the coordinator of {collection}/{key} in epoch {mine} ({owners[0]} is)",
+                f"{sender} is not the coordinator of {collection}/{key} in epoch {mine} ({coordinator} is)",
                 code="not_coordinator",
             )
     return None

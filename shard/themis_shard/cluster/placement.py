@@ -31,7 +31,23 @@ class Topology:
 
     @property
     def version(self) -> int:
+        """The ring version (what a handoff is about)."""
         return self.plan.ring_version
+
+    @property
+    def epoch(self) -> int:
+        """The plan epoch (what writes are fenced by): the ring version, bumped again by every
+        change of the in-sync set."""
+        return self.plan.plan_epoch
+
+    @property
+    def in_sync_self(self) -> bool:
+        return self.self_id not in self.plan.out_of_sync
+
+    @property
+    def failover(self) -> bool:
+        """Does a plan authority move the in-sync set (and so must a primary hold its lease)?"""
+        return self.plan.failover is not None
 
     @property
     def members(self) -> list[str]:
@@ -51,6 +67,11 @@ class Topology:
 
     def owners(self, collection: str, key: str) -> list[str]:
         return self.ring.owners(urn(collection, key), self.plan.copies)
+
+    def in_sync(self, collection: str, key: str) -> list[str]:
+        """The key's owners in the in-sync set, ring order: who must hold its writes."""
+        out = self.plan.out_of_sync
+        return [o for o in self.owners(collection, key) if o not in out]
 
     def owns(self, shard_id: str, collection: str, key: str) -> bool:
         return shard_id in self.owners(collection, key)

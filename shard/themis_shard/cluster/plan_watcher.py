@@ -146,7 +146,15 @@ class PlanWatcher:
 
     def adopt(self, plan: ClusterPlan) -> None:
         """Swap in ``plan``: topology, router settings, members, and a handoff if the ring moved."""
-        log.info("plan changed: ring version %d → %d", self.live.topology.version, plan.ring_version)
+        log.info(
+            "plan changed: ring version %d → %d, epoch %d → %d (out of sync: %s; rejoining: %s)",
+            self.live.topology.version,
+            plan.ring_version,
+            self.live.topology.epoch,
+            plan.plan_epoch,
+            ", ".join(plan.out_of_sync) or "-",
+            ", ".join(plan.rejoining) or "-",
+        )
         ring_changed = plan.ring_version != self.live.topology.version
         self.live.topology = Topology.of(plan, self.self_id)
         self._adapter_failures.clear()  # a new plan may have fixed a placement: try again

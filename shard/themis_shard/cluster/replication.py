@@ -120,14 +120,17 @@ class Replication:
             retries=retries,
         )
 
-    async def send(self, peer: str, items: list[Replicated]) -> None:
-        """Push to ``peer``; when it cannot be reached, keep a durable hint (replayed later)."""
+    async def send(self, peer: str, items: list[Replicated]) -> bool:
+        """Push to ``peer``; when it cannot be reached, keep a durable hint (replayed later).
+        True when ``peer`` took them now."""
         try:
             await self.push(peer, items, retries=1)
             self.metrics.replication.labels(outcome="replicated").inc(len(items))
+            return True
         except (PeerUnavailable, PeerError) as exc:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
             await self.hint(peer, items)
+            return False
 
     async def deliver(
         self, peer: str, items: list[Replicated], epoch: int, coordinator: str
@@ -167,6 +170,9 @@ class Replication:
     async def replay_hints(self) -> None:
         """Deliver the hints of every reachable peer, oldest first; stop at a peer's first failure."""
         self.metrics.refresh()
+        if not self._plan.topology.in_sync_self:
+            await self._drop_hints()
+            return
         for peer in self.hints.peers():
             if not worth_replaying(peer, self._plan.topology.members, self.executor.open_peers()):
                 continue
@@ -180,6 +186,18 @@ class Replication:
                     break
                 await run_in_threadpool(self.hints.done, peer, keys)
                 log.info("delivered %d hinted version(s) to %s", len(items), peer)
+
+    async def _drop_hints(self) -> None:
+        """This shard is out of sync: the hints it holds were minted while it was a primary in
+        an older epoch, and the in-sync owners' copies are the truth now (a hint replayed to
+        them could outrank a write they acknowledged since). Catch-up takes their records."""
+        for peer in self.hints.peers():
+            while True:
+                keys, items = await run_in_threadpool(self.hints.take, peer, REPLAY_BATCH)
+                if not keys:
+                    break
+                await run_in_threadpool(self.hints.done, peer, keys)
+                log.warning("out of sync: dropped %d hinted version(s) for %s", len(items), peer)
 
     def start(self, interval_s: float = 1.0) -> None:
         self._tasks.every(interval_s, self.replay_hints, "hint-replay")

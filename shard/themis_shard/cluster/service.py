@@ -43,6 +43,7 @@ from .documents import DistributedDocuments
 from .fencing import KeyLocks
 from .gossip_state import ShardLoad
 from .inference import InferenceRouting
+from .lease import AuthorityLease
 from .membership import Membership
 from .migration import Handoff, MigrationProgress
 from .peer_auth import InternalAuthPolicy, PeerAuth
@@ -139,6 +140,8 @@ class ClusterService:
                 "UNSAFE: THEMIS_UNSAFE_DISABLE_FENCING is on: writes are not fenced and replicas "
                 "coordinate when a primary looks down; acknowledged writes can be lost"
             )
+        #: renewed by the plan authority's probes; a primary acts only while it holds
+        self.lease = AuthorityLease()
         locks = KeyLocks()  # one per-key lock table for single-shard writes and 2PC prepares
         self.transactions = Transactions(
             store, locks, self.executor, self.live, self.replication, txn or TxnSettings(), registry
@@ -155,6 +158,7 @@ class ClusterService:
             fencing=not self.live.settings.unsafe_disable_fencing,
             inflight=InflightLog(store),
             read_from_replicas=self.live.settings.read_from_replicas,
+            lease=self.lease,
         )
         self.collections = ClusterCollections(store, vectors, self.executor, self.live, registry)
         self.membership = Membership(self_id, plan, self.live, self.executor, self._runtime, registry, load)
@@ -237,6 +241,24 @@ class ClusterService:
     # -- plan --------------------------------------------------------------------------------
     def reload_plan(self) -> bool:
         return self.plan_watcher.reload_plan()
+
+    def lease_probe(self, epoch: int, until: float) -> dict[str, Any]:
+        """The plan authority's probe: adopt its newer plan now (not at the next poll), renew
+        the lease when we then agree on the epoch, and report what it decides the in-sync set
+        on."""
+        if epoch > self.topology.epoch:
+            self.reload_plan()
+        renewed = epoch == self.topology.epoch and until > 0
+        if renewed:
+            self.lease.renew(until)
+        return {
+            "shard": self.self_id,
+            "epoch": self.topology.epoch,
+            "renewed": renewed,
+            "caught_up_epoch": self.anti_entropy.caught_up_epoch,
+            "ready": self.handoff.caught_up,
+            "hints": self.hints.pending(),
+        }
 
     def plan_adapters(self) -> dict[str, Any]:
         return self.plan_watcher.adapter_report()

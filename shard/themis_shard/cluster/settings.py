@@ -72,11 +72,12 @@ class ClusterSettings(BaseSettings):
     #: Tombstones are collected once below every member's watermark; a shard's watermark trails
     #: its clock by this much (longer than any request can be in flight) or its oldest hint.
     tombstone_grace_s: float = Field(3600.0, gt=0)
-    #: Reads of a key whose primary is unreachable fall back to its other owners (available,
-    #: not linearizable: a replica can serve a record older than one already read, or a failed
-    #: write before its burn reaches it). False: reads go to the primary only (linearizable;
-    #: a dead primary's keys are unreadable until the plan drops it, as they are unwritable).
-    read_from_replicas: bool = True
+    #: False (the default): reads go to the key's primary in the current epoch only, which
+    #: answers only while it is that primary and holds its lease (linearizable); a dead
+    #: primary's keys are readable again once the plan authority fails them over (seconds).
+    #: True: reads fall back to any owner (available, NOT linearizable: a replica can serve a
+    #: write its coordinator replicated but never committed, or a record older than one read).
+    read_from_replicas: bool = False
     #: UNSAFE, for the nemesis suite's deliberate failure only (``e2e/nemesis/README.md``):
     #: owners stop refusing writes from another epoch or coordinator, and a shard that cannot
     #: reach a key's primary coordinates the write on the next owner instead (the split brain

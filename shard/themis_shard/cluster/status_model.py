@@ -112,6 +112,11 @@ class ClusterStatus(_Part):
     shard_id: str = ""
     cluster: str = ""
     ring_version: int | None = None
+    #: The plan epoch and the in-sync set (failover: ``isr.py``).
+    epoch: int | None = None
+    out_of_sync: list[str] = Field(default_factory=list)
+    rejoining: list[str] = Field(default_factory=list)
+    min_insync: int = 1
     raid_mode: str = ""
     copies: int = 0
     #: None from a shard that predates it.

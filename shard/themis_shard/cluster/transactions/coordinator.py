@@ -97,7 +97,7 @@ class Coordinator:
         self._in_flight[txn] = self._clock()
         try:
             votes = await asyncio.gather(
-                *(self._prepare(p, g, txn, topo.version, concern, decider_ids) for p, g in groups.items()),
+                *(self._prepare(p, g, txn, topo.epoch, concern, decider_ids) for p, g in groups.items()),
                 return_exceptions=True,
             )
             errors = [v for v in votes if isinstance(v, BaseException)]

@@ -1,0 +1,50 @@
+"""The primary's lease from the plan authority: why a shard the authority fenced has already
+stopped acting as a primary.
+
+When the plan has ``failover`` settings, the authority (``themis up``'s supervisor; ``isr.py``
+decides) probes every member every ``probe_interval_s``. A probe grants a lease that runs out
+``lease_s`` after the authority *sent* it, in the machine's monotonic clock (on Linux
+``CLOCK_MONOTONIC`` is one clock for every process, and a paused process's clock keeps going),
+so a probe delivered late — to a shard paused with it queued — grants nothing stale. Once a
+member misses a probe the authority stops granting it leases, and it fences the member only
+after the last lease it granted has run out. A shard coordinates writes and serves primary
+reads only while its lease holds: by the time a new epoch gives its keys to another owner, it
+has stopped. (An authority on another machine than its shards, as the operator would be, needs
+a bound on clock drift instead; see ``isr.py``.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..errors import Unavailable
+from .placement import Topology
+
+
+class AuthorityLease:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until = float("-inf")
+
+    def renew(self, until: float) -> None:
+        """Hold until ``until`` (the monotonic clock shared with the authority)."""
+        self._until = max(self._until, until)
+
+    def holds(self) -> bool:
+        return self._clock() < self._until
+
+    def remaining_s(self) -> float:
+        return max(0.0, self._until - self._clock())
+
+
+def lease_refusal(topology: Topology, lease: AuthorityLease | None) -> Unavailable | None:
+    """503 when this shard may not act as a primary now: failover is on and its lease lapsed."""
+    if lease is None or not topology.failover or lease.holds():
+        return None
+    return Unavailable(
+        f"{topology.self_id} has not heard from the plan authority within its lease; it does not "
+        "act as a primary until it does (or until the authority fails its keys over); nothing was "
+        "written",
+        code="lease_expired",
+    )
