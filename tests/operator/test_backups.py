@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 from themis_operator import API_VERSION, backups
+from themis_operator.backup_jobs import run_backup, schedule_tick
 from themis_operator.builders import ClusterContext
 from themis_operator.builders.statefulset import build_statefulset
 from themis_operator.cron import Schedule
-from themis_operator.handlers.backup import run_backup, schedule_tick
 from themis_operator.probe import ShardProber
 from themis_shard.app import create_app
 from themis_shard.backup.destinations import DirectoryDestination
