@@ -8,13 +8,12 @@ check weights when it restores a KV state, so every model carries our own finger
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .artifacts import CacheSettings, cache_root, materialise
+from .artifacts import CacheSettings, cache_root, materialise, sha256_of
 
 BUNDLED = "bundled"
 
@@ -68,12 +67,7 @@ def resolve_model_path(path: str) -> Path:
     return p
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+sha256_file = sha256_of  # one streaming digest for every model file (artifacts.py)
 
 
 def read_gguf_metadata(path: Path) -> dict[str, object]:
