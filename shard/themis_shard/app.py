@@ -113,7 +113,10 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
             if rt is not None:
                 dimension = rt.embedder.dimension if rt.embedder is not None else None
                 schema = document_engine_limits(
-                    schema, max_tokens=settings.llm.max_tokens_limit, embedding_dimension=dimension
+                    schema,
+                    max_tokens=settings.llm.max_tokens_limit,
+                    embedding_dimension=dimension,
+                    n_vocab=rt.model(None).native.n_vocab if rt.ready else None,
                 )
             if settings.auth.enabled:
                 schema = document_security(schema, metrics_open=settings.auth.metrics_open)

@@ -20,3 +20,21 @@ def _integral(value: Any) -> Any:
 
 
 JsonInt = Annotated[int, BeforeValidator(_integral)]
+
+
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def json_bounds(schema: Any) -> Any:
+    """``schema`` with pydantic's bound names (which it leaves on constrained ``JsonInt`` fields)
+    renamed to JSON Schema's, in place, at any depth."""
+    if isinstance(schema, dict):
+        for ours, theirs in _BOUNDS.items():
+            if ours in schema and isinstance(schema[ours], int | float) and "type" in schema:
+                schema[theirs] = schema.pop(ours)
+        for value in schema.values():
+            json_bounds(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            json_bounds(item)
+    return schema

@@ -121,3 +121,17 @@ def test_a_prompt_with_a_lone_surrogate_is_a_400_that_says_so(server, path, raw)
     r = httpx.post(f"{server.url}{path}", content=raw, headers=headers, timeout=60)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "invalid_unicode" and "lone UTF-16 surrogate" in r.text
+
+
+@pytest.mark.llm
+def test_max_tokens_over_the_limit_is_refused_even_next_to_a_max_completion_tokens_within_it(server) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2, "max_tokens": 5}
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "max_tokens_too_large", r.text
+
+
+@pytest.mark.llm
+def test_legacy_completions_default_to_16_tokens_lowered_to_the_limit_not_refused(server) -> None:
+    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Once upon a time"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 3

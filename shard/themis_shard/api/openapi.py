@@ -194,14 +194,30 @@ def _refs(node: Any) -> set[str]:
     return found
 
 
+def _bound_token_ids(node: Any, n_vocab: int) -> None:
+    """``maximum: n_vocab - 1`` on every array of token ids under ``node``."""
+    if isinstance(node, dict):
+        items = node.get("items")
+        if node.get("type") == "array" and isinstance(items, dict) and items.get("type") == "integer":
+            items["maximum"] = n_vocab - 1
+        for value in node.values():
+            _bound_token_ids(value, n_vocab)
+    elif isinstance(node, list):
+        for item in node:
+            _bound_token_ids(item, n_vocab)
+
+
 def document_engine_limits(
-    schema: dict[str, Any], *, max_tokens: int, embedding_dimension: int | None
+    schema: dict[str, Any], *, max_tokens: int, embedding_dimension: int | None, n_vocab: int | None = None
 ) -> dict[str, Any]:
     """``schema`` with what this shard's engine accepts, which only its settings and models know:
     ``maximum: max_tokens`` on every token budget of the generating operations' bodies (a larger
-    one is 400 ``max_tokens_too_large``; 0 = no limit), and the one ``dimensions`` the embedding
-    model gives (another is 400 ``unsupported_parameter``)."""
+    one is 400 ``max_tokens_too_large``; 0 = no limit), the one ``dimensions`` the embedding
+    model gives (another is 400 ``unsupported_parameter``), and the model's vocabulary as the
+    bound of token-id prompts (another id is 400 ``invalid_token``)."""
     components = schema.get("components", {}).get("schemas", {})
+    if n_vocab:
+        _bound_token_ids(components.get("CompletionBody", {}).get("properties", {}).get("prompt"), n_vocab)
     prop = components.get("EmbeddingsBody", {}).get("properties", {}).get("dimensions")
     if prop is not None and embedding_dimension is not None:
         prop.pop("anyOf", None)

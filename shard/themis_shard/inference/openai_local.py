@@ -38,7 +38,14 @@ from ..llm.sampling import SamplingParams
 from ..llm.sequence import DoneEvent, TokenEvent
 from ..llm.tool_calls import parse_call, tool_grammar
 from .local import DONE, Disconnected, failure_to_error, sse
-from .openai_types import ChatBody, CompletionBody, EmbeddingsBody, NamedToolChoice, _Common
+from .openai_types import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    ChatBody,
+    CompletionBody,
+    EmbeddingsBody,
+    NamedToolChoice,
+    _Common,
+)
 
 if TYPE_CHECKING:
     from ..llm.runtime import LLMRuntime
@@ -142,7 +149,15 @@ def finish(reason: str) -> str:
 
 
 def sampling(
-    rt: LLMRuntime, body: _Common, target: Target, *, max_tokens, logprobs, grammar, prompt_logprobs=None
+    rt: LLMRuntime,
+    body: _Common,
+    target: Target,
+    *,
+    max_tokens,
+    logprobs,
+    grammar,
+    prompt_logprobs=None,
+    default_max_tokens=None,
 ) -> SamplingParams:
     if grammar is not None and body.stop:
         raise BadRequest(
@@ -163,6 +178,7 @@ def sampling(
         logit_bias=body.bias(),
         logprobs=logprobs,
         grammar=grammar,
+        default_max_tokens=default_max_tokens,
         prompt_logprobs=prompt_logprobs,
         model=target.alias,
     )
@@ -250,6 +266,7 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
         body,
         target,
         max_tokens=body.max_tokens,
+        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
         logprobs=body.logprobs,
         grammar=None,
         prompt_logprobs=body.logprobs if scored else None,
@@ -446,6 +463,9 @@ async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard
     messages = [m.as_template() for m in body.messages]
     prompt = rt.apply_chat_template(target.alias, messages, plan.tools)
     n_lp = (body.top_logprobs or 0) if body.logprobs else None
+    if body.max_tokens is not None and body.max_completion_tokens is not None:
+        # max_completion_tokens decides, but a max_tokens over the limit is refused all the same
+        rt.sampling(max_tokens=body.max_tokens)
     params = sampling(rt, body, target, max_tokens=body.limit, logprobs=n_lp, grammar=plan.grammar)
     gens = submit_n(rt, body, target, params, prompt=prompt, special=True)
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())

@@ -14,10 +14,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BadRequest
+from ..wire import JsonInt, json_bounds
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+        """Bounds on ``JsonInt`` fields come out as pydantic's own names (``ge``, ``le``); the
+        document says them in JSON Schema's (``minimum``, ``maximum``), which clients read."""
+        json_schema = handler(core_schema)
+        json_bounds(handler.resolve_ref_schema(json_schema))
+        return json_schema
 
 
 class StreamOptions(_Strict):
@@ -34,6 +43,15 @@ class JsonSchemaFormat(_Strict):
 
 
 class ResponseFormat(_Strict):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"type": {"const": "json_schema"}}},
+            "then": {"required": ["json_schema"], "properties": {"json_schema": {"type": "object"}}},
+        },
+    )
+
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -62,30 +80,103 @@ class NamedToolChoice(_Strict):
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
+# -- what the OpenAPI document says of the fields refused by name ----------------------------------
+# They are declared so that a request using them gets a 400 naming the field and the reason; the
+# schema admits only the values that are served (null, or the one served value), so a client (or
+# a fuzzer) reading the document knows what will be accepted.
+_REFUSED = "Refused by name (400 unsupported_parameter) unless "
+
+
+def _only_null(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update({"type": "null", "description": _REFUSED + "null: not served here."})
+
+
+def _only_empty_text(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update(
+        {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 0}], "description": _REFUSED + "empty."}
+    )
+
+
+def _only_empty_object(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update(
+        {
+            "anyOf": [{"type": "null"}, {"type": "object", "maxProperties": 0}],
+            "description": _REFUSED + "empty: completions are not stored.",
+        }
+    )
+
+
+def _not_stored(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update({"enum": [False, None], "description": _REFUSED + "false: completions are not stored."})
+
+
+def _served_tier(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update({"enum": ["auto", "default", None], "description": _REFUSED + "'auto' or 'default'."})
+
+
+def _text_modality(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update(
+        {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "array", "items": {"const": "text"}, "minItems": 1, "maxItems": 1},
+            ],
+            "description": _REFUSED + "['text']: text only.",
+        }
+    )
+
+
+def _best_of_schema(schema: dict[str, Any]) -> None:
+    schema["description"] = "Only equal to n (every candidate is returned); another value is refused by name."
+
+
+def _needs(field: str, then: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema for "when ``field`` is set (not null), ``then`` holds"."""
+    return {"if": {"required": [field], "properties": {field: {"not": {"type": "null"}}}}, "then": then}
+
+
+_STREAM_OPTIONS = _needs(
+    "stream_options", {"required": ["stream"], "properties": {"stream": {"const": True}}}
+)
+
+
 class _Common(_Strict):
     """What completions and chat completions share."""
 
     model: str | None = None
     temperature: float | None = Field(1.0, ge=0, le=2)
     top_p: float | None = Field(1.0, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, le=2**53 - 1)
+    seed: JsonInt | None = Field(None, ge=0, le=2**53 - 1)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=16)
+    n: JsonInt = Field(1, ge=1, le=16)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = None
+    #: token id (a decimal string, OpenAI's shape) → bias
+    logit_bias: dict[str, float] | None = Field(
+        None,
+        json_schema_extra={
+            "propertyNames": {"pattern": "^[0-9]{1,9}$"},
+            "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+        },
+    )
     #: end-user id: written to the shard's request log, nothing else
     user: str | None = None
     # -- extensions shared with vLLM / llama.cpp server ------------------------------------------
-    top_k: int | None = Field(None, ge=0)
+    top_k: JsonInt | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0, le=2)
     # -- Themis extensions (extra_body) ----------------------------------------------------------
     adapter: str | None = None
     domain: str | None = None
-    priority: int = Field(0, ge=-1000, le=1000)
+    priority: JsonInt = Field(0, ge=-1000, le=1000)
     speculative: bool | None = None
 
     def bias(self) -> dict[int, float] | None:
@@ -126,14 +217,33 @@ def _prompt_schema(schema: dict[str, Any]) -> None:
     ]
 
 
+def _best_of_equals_n(k: int) -> dict[str, Any]:
+    n: dict[str, Any] = {"properties": {"n": {"const": k}}}
+    if k != 1:  # n defaults to 1
+        n["required"] = ["n"]
+    return {"if": {"required": ["best_of"], "properties": {"best_of": {"const": k}}}, "then": n}
+
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
 class CompletionBody(_Common):
-    prompt: str | list[str] | list[int] | list[list[int]] = Field(..., json_schema_extra=_prompt_schema)
-    max_tokens: int | None = Field(16, ge=1)
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={"allOf": [_STREAM_OPTIONS, *(_best_of_equals_n(k) for k in range(1, 17))]},
+    )
+
+    prompt: str | list[str] | list[JsonInt] | list[list[JsonInt]] = Field(
+        ..., json_schema_extra=_prompt_schema
+    )
+    #: unset: OpenAI's default of 16 for legacy completions (lowered to the shard's limit)
+    max_tokens: JsonInt | None = Field(None, ge=1)
     echo: bool = False
     #: 0..5 alternatives per token (OpenAI's legacy completions limit)
-    logprobs: int | None = Field(None, ge=0, le=5)
-    best_of: int | None = Field(None, ge=1, le=16)
-    suffix: str | None = None
+    logprobs: JsonInt | None = Field(None, ge=0, le=5)
+    best_of: JsonInt | None = Field(None, ge=1, le=16, json_schema_extra=_best_of_schema)
+    suffix: str | None = Field(None, json_schema_extra=_only_empty_text)
 
     def refusals(self) -> None:
         self.check_stream_options()
@@ -171,6 +281,29 @@ class ToolCall(_Strict):
 
 
 class ChatMessage(_Strict):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                {  # a tool message answers a call: it names it
+                    "if": {"properties": {"role": {"const": "tool"}}},
+                    "then": {
+                        "required": ["tool_call_id"],
+                        "properties": {"tool_call_id": {"type": "string", "minLength": 1}},
+                    },
+                },
+                {  # only the assistant calls tools
+                    "if": {
+                        "required": ["tool_calls"],
+                        "properties": {"tool_calls": {"type": "array", "minItems": 1}},
+                    },
+                    "then": {"properties": {"role": {"const": "assistant"}}},
+                },
+            ]
+        },
+    )
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -202,31 +335,69 @@ class ChatMessage(_Strict):
 
 
 class ChatBody(_Common):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "description": "tool_choice naming a function must name one of tools, and tool names are "
+            "unique (400 invalid_request otherwise).",
+            "allOf": [
+                _STREAM_OPTIONS,
+                _needs(
+                    "top_logprobs", {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}}
+                ),
+                {  # a tool choice other than "none" needs tools
+                    "if": {
+                        "required": ["tool_choice"],
+                        "properties": {"tool_choice": {"not": {"enum": ["none", None]}}},
+                    },
+                    "then": {
+                        "required": ["tools"],
+                        "properties": {"tools": {"type": "array", "minItems": 1}},
+                    },
+                },
+                {  # with tools in play the tool call is the structured output
+                    "if": {
+                        "required": ["tools", "response_format"],
+                        "properties": {
+                            "tools": {"type": "array", "minItems": 1},
+                            "response_format": {
+                                "type": "object",
+                                "properties": {"type": {"not": {"const": "text"}}},
+                            },
+                        },
+                    },
+                    "then": {"required": ["tool_choice"], "properties": {"tool_choice": {"const": "none"}}},
+                },
+            ],
+        },
+    )
+
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: JsonInt | None = Field(None, ge=1)
+    max_completion_tokens: JsonInt | None = Field(None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: JsonInt | None = Field(None, ge=0, le=20)
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     # Declared so that a request using them is refused by name with the reason:
-    functions: list[dict[str, Any]] | None = None
-    function_call: Any = None
-    audio: dict[str, Any] | None = None
-    modalities: list[str] | None = None
-    prediction: dict[str, Any] | None = None
-    reasoning_effort: str | None = None
-    verbosity: str | None = None
-    web_search_options: dict[str, Any] | None = None
-    store: bool | None = None
-    metadata: dict[str, str] | None = None
-    service_tier: str | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    prompt_cache_options: dict[str, Any] | None = None
-    moderation: Any = None
+    functions: list[dict[str, Any]] | None = Field(None, json_schema_extra=_only_null)
+    function_call: Any = Field(None, json_schema_extra=_only_null)
+    audio: dict[str, Any] | None = Field(None, json_schema_extra=_only_null)
+    modalities: list[str] | None = Field(None, json_schema_extra=_text_modality)
+    prediction: dict[str, Any] | None = Field(None, json_schema_extra=_only_null)
+    reasoning_effort: str | None = Field(None, json_schema_extra=_only_null)
+    verbosity: str | None = Field(None, json_schema_extra=_only_null)
+    web_search_options: dict[str, Any] | None = Field(None, json_schema_extra=_only_null)
+    store: bool | None = Field(None, json_schema_extra=_not_stored)
+    metadata: dict[str, str] | None = Field(None, json_schema_extra=_only_empty_object)
+    service_tier: str | None = Field(None, json_schema_extra=_served_tier)
+    prompt_cache_key: str | None = Field(None, json_schema_extra=_only_null)
+    prompt_cache_retention: str | None = Field(None, json_schema_extra=_only_null)
+    prompt_cache_options: dict[str, Any] | None = Field(None, json_schema_extra=_only_null)
+    moderation: Any = Field(None, json_schema_extra=_only_null)
     safety_identifier: str | None = None
 
     def refusals(self) -> None:

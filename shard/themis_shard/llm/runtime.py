@@ -279,12 +279,15 @@ class LLMRuntime:
         grammar: str | None = None,
         prompt_logprobs: int | None = None,
         model: str | None = None,
+        default_max_tokens: int | None = None,
     ) -> SamplingParams:
-        """Validated parameters; ``model`` (its vocabulary) bounds ``logit_bias`` token ids."""
+        """Validated parameters; ``model`` (its vocabulary) bounds ``logit_bias`` token ids.
+        ``default_max_tokens``: the route's own default when the request sets none (legacy
+        completions: OpenAI's 16), lowered to the limit like the shard's default."""
         if isinstance(stop, str):
             stop = [stop]
         max_tokens = generation_budget(
-            max_tokens, self.settings.default_max_tokens, self.settings.max_tokens_limit
+            max_tokens, default_max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_limit
         )
         n_vocab = self.model(model).native.n_vocab if logit_bias else 2**31
         if grammar is not None:  # compiled once here so a bad grammar is a 400 on every path
