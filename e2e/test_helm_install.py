@@ -144,6 +144,8 @@ def test_helm_install_then_the_operator_reconciles_the_charts_cluster(emulator, 
     assert names(emulator, "apiextensions.k8s.io/v1", "customresourcedefinitions") == {
         "themisclusters.themisdb.io",
         "loraadapters.themisdb.io",
+        "themisbackups.themisdb.io",
+        "themisscheduledbackups.themisdb.io",
     }
     assert names(emulator, "rbac.authorization.k8s.io/v1", "clusterroles") == {"themis-operator"}
     assert names(emulator, "rbac.authorization.k8s.io/v1", "clusterrolebindings") == {"themis-operator"}

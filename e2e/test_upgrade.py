@@ -6,7 +6,11 @@ line's last commit before data-format markers), unpacked with ``git archive`` an
 shards' ``PYTHONPATH``; the new code is this tree. RAID1 (two copies) and ``?w=1`` writes: a write
 whose other owner is restarting is acknowledged with a hint, so each step waits, as the operator's
 rollout does, until the restarted shard is Ready (its start-up catch-up done) and no shard holds a
-hint any more. Reads of a restarting shard's keys go to the other copy.
+hint any more. Reads of a restarting shard's keys go to the other copy: the new code reads from
+the primary only by default (linearizable), and a step restarts primaries without a plan
+authority to fail them over, so the new shards opt into the replica fallback
+(``THEMIS_CLUSTER_READ_FROM_REPLICAS=true``, what the previous release did by default), as the
+README's upgrade procedure says.
 """
 
 from __future__ import annotations
@@ -145,7 +149,7 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_no_acknowledged_write
                 proc = cluster.procs.pop(sid)
                 proc.terminate()  # as a pod is deleted: SIGTERM, then a new pod on the same volume
                 proc.wait(60)
-                cluster.shard_env[sid] = {}  # this tree's code
+                cluster.shard_env[sid] = {"THEMIS_CLUSTER_READ_FROM_REPLICAS": "true"}  # this tree's code
                 cluster.start(sid, wait=False)
                 wait_ready(cluster.url(sid), 120, cluster.procs[sid])
                 eventually(lambda: no_hints_anywhere(cluster))
