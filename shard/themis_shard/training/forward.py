@@ -8,6 +8,8 @@ training needs: the activations entering the last block's ``ffn_down`` and the r
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,9 +92,12 @@ class GemmaWeights:
                 w = w.reshape([int(n) for n in reversed(t.shape)]) if w.ndim == 1 and len(t.shape) > 1 else w
                 if file is not None:
                     file.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = file.with_suffix(".tmp.npy")
+                    # Shards share the cache and dequantise at the same moment: each writes a
+                    # file of its own and renames it whole (one shared temporary name let one
+                    # shard truncate what another was about to rename: wrong weights).
+                    tmp = file.with_name(f".{file.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npy")
                     np.save(tmp, w)
-                    tmp.replace(file)
+                    os.replace(tmp, file)
             self._cache[name] = w
         return w
 
