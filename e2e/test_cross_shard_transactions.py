@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from themis_client import Conflict, Operation, ThemisClient, VersionConflict
+from themis_client import Conflict, Operation, ThemisClient, Unavailable, VersionConflict
 
 from .conftest import LocalCluster, peer_auth, wait_ready
 
@@ -80,7 +80,7 @@ def eventually(check: Callable[[], bool], timeout: float = 40.0, what: str = "")
         try:
             if check():
                 return
-        except httpx.HTTPError:
+        except (httpx.HTTPError, Unavailable):  # a restarted peer: breakers close on their next probe
             pass
         time.sleep(0.2)
     raise AssertionError(f"not within {timeout:.0f} s: {what}")
