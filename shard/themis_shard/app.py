@@ -14,7 +14,22 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from . import __version__
-from .api import aql, backup, cluster, documents, health, internal, search
+from .api import (
+    adapters,
+    aql,
+    backup,
+    cluster,
+    documents,
+    health,
+    inference,
+    internal,
+    kv_prefix,
+    no_model,
+    openai_compat,
+    search,
+)
+from .api import draft as draft_api
+from .api import rag as rag_api
 from .api import raid as raid_api
 from .api import transactions as transactions_api
 from .api.access_log import AccessLogMiddleware
@@ -75,21 +90,20 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     app.include_router(internal.router)
     app.include_router(aql.router)
     app.include_router(raid_api.router)
+    engine = (
+        inference.router,
+        rag_api.router,  # POST /v1/rag
+        adapters.router,
+        openai_compat.router,
+        kv_prefix.router,  # KV-prefix export/import between shards
+        draft_api.router,  # /internal/draft: this shard as a speculative draft source
+    )
     if settings.llm.enabled:
-        from .api import adapters, inference, openai_compat
-        from .api import rag as rag_api
-
-        app.include_router(inference.router)
-        app.include_router(rag_api.router)  # POST /v1/rag
-        app.include_router(adapters.router)
-        app.include_router(openai_compat.router)
-        from .api import kv_prefix
-
         app.state.kv_imports = kv_prefix.ImportGate(settings.llm.prefix_max_concurrent_imports)
-        app.include_router(kv_prefix.router)  # KV-prefix export/import between shards
-        from .api import draft as draft_api
-
-        app.include_router(draft_api.router)  # /internal/draft: this shard as a speculative draft source
+        for router in engine:
+            app.include_router(router)
+    else:  # the same paths answer 503 llm_disabled by name, never 404 (docs/API.md "Inference")
+        app.include_router(no_model.refusing_router(engine, settings.shard_id))
     app.add_middleware(InternalAuth)  # /internal/... signed with the cluster secret (without mTLS)
     app.add_middleware(
         BodyLimitMiddleware,
