@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from themis_client import ThemisClient, ThemisConnectionError
+from themis_client import ThemisClient, ThemisConnectionError, Unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +41,9 @@ def test_up_prints_urls_serves_documents_and_down_stops(tmp_path) -> None:
         with ThemisClient(url) as themis_db:
             assert themis_db.put("c", "k", {"a": 1}).version == 1
             assert themis_db.health().shard_id == "shard-0"
+            with pytest.raises(Unavailable) as no_model:  # --no-llm: the route is there, and says why not
+                themis_db.infer("The capital of France is", max_tokens=4)
+            assert no_model.value.code == "llm_disabled" and "shard-0" in no_model.value.message
         again = themis("up", "--shards", "2", "--no-llm", cwd=tmp_path)  # idempotent: same cluster
         assert again.stdout == up.stdout
         # One shard dies: `up` restarts that one only, and the other keeps its process.
