@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from themis_shard.app import create_app
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings
+
+from tests.llm.conftest import Server, free_port
 
 #: The engine's public routes (docs/API.md "Inference" and "Adapters").
 ENGINE_ROUTES = [
@@ -78,6 +81,17 @@ def test_documents_vectors_and_health_work_as_on_any_shard(shard: TestClient) ->
     )
     hits = shard.post("/v1/collections/books/search", json={"vector": [1.0, 0.0], "k": 1}).json()["results"]
     assert [h["urn"] for h in hits] == ["urn:themis:books:dune"]
+
+
+def test_aql_inference_on_a_shard_without_a_model_is_refused_by_the_same_name(tmp_path: Path) -> None:
+    """AQL's INFER reaches inference through the shard's own HTTP API: its caller gets the 503, named."""
+    port = free_port()
+    settings = Settings(data_dir=tmp_path / "shard", port=port, llm=LLMSettings(enabled=False))
+    with Server(create_app(settings), port) as srv, httpx.Client(base_url=srv.url) as http:
+        r = http.post(
+            "/v1/aql", json={"query": "INFER 'gemma' @p OPTIONS {max_tokens: 4}", "bind_vars": {"p": "Hi"}}
+        )
+        assert refusal(r)["message"].startswith("shard shard-0 runs without a model")
 
 
 def test_a_path_no_route_serves_is_still_404(shard: TestClient) -> None:

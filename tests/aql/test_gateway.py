@@ -1,5 +1,5 @@
 """The HTTP gateway speaks the public inference API (API.md "Inference") and maps its answers:
-4xx relayed as they are, no answer or a 5xx as 503."""
+4xx and the shard's own named 503s relayed as they are, no answer or another 5xx as 503."""
 
 from __future__ import annotations
 
@@ -62,6 +62,16 @@ def test_no_answer_is_503(handler):
     with pytest.raises(ThemisError) as info:
         asyncio.run(gateway(handler).infer({"prompt": "p"}))
     assert (info.value.status, info.value.code) == (503, "inference_unavailable")
+
+
+def test_a_named_503_is_relayed_by_its_name():
+    """A shard without a model (or still loading one) says so: AQL's caller learns the same."""
+    gw = gateway(
+        lambda r: httpx.Response(503, json={"error": {"code": "llm_disabled", "message": "no model"}})
+    )
+    with pytest.raises(ThemisError) as info:
+        asyncio.run(gw.embed(["t"]))
+    assert (info.value.status, info.value.code, info.value.message) == (503, "llm_disabled", "no model")
 
 
 def test_for_caller_sends_the_callers_authorization_and_nothing_without_one():

@@ -24,7 +24,8 @@ class InferenceGateway(Protocol):
 class HttpGateway:
     """Loopback calls to ``/v1/infer``, ``/v1/infer:batch`` and ``/v1/embed``.
 
-    4xx answers are relayed unchanged (code, message, status); no answer or a 5xx is a 503.
+    4xx answers and a shard's own 503 refusals (``llm_disabled``, ``llm_not_ready``) are relayed
+    unchanged (code, message, status); no answer or another 5xx is a 503 ``inference_unavailable``.
     One short-lived client per query: loopback connects are cheap next to inference.
     ``headers`` go with every call: ``for_caller`` carries the query's own ``Authorization``, so
     with API keys on, AQL's inference runs with the caller's key (and role), never a key of its own.
@@ -75,6 +76,10 @@ class HttpGateway:
             payload = response.json()
         except ValueError:
             payload = None
+        err = payload.get("error") if isinstance(payload, dict) else None
+        if response.status_code == 503 and isinstance(err, dict) and isinstance(err.get("code"), str):
+            # a deliberate refusal (the model is loading, or this shard runs none): relayed by name
+            raise Unavailable(err.get("message") or f"{path} is unavailable", code=err["code"])
         if response.status_code >= 500 or not isinstance(payload, dict):
             raise Unavailable(
                 f"inference call {path} answered {response.status_code}", code="inference_unavailable"
