@@ -1,9 +1,13 @@
 """Spec: the document store keeps the last ``history_versions`` superseded versions of each key
 (documents and tombstones, exactly as stored) and compacts older ones in the superseding write;
-purging a key or dropping its tombstone drops its history; with history off nothing is kept."""
+purging a key or dropping its tombstone drops its history; with history off nothing is kept.
+A version is picked among a key's held records by number (and stamp) or as of a hybrid time."""
 
 from __future__ import annotations
 
+import pytest
+from themis_shard.errors import NotFound, ThemisError
+from themis_shard.storage import history
 from themis_shard.storage.documents import DocumentStore, StoredDocument, Tombstone, Write
 from themis_shard.storage.formats import open_formats
 
@@ -75,3 +79,39 @@ def test_history_survives_a_restart_and_is_off_by_default(tmp_path):
     off.put("books", "emma", {"n": 2})
     assert off.get_version("books", "emma", 1) is None
     off.close()
+
+
+# -- picking a version among a key's held records (pure) ---------------------------------------
+def rec(version: int, hlc: int, document: dict | None = None) -> StoredDocument | Tombstone:
+    if document is None:
+        return Tombstone("books", "emma", version, None, hlc)
+    return StoredDocument("books", "emma", version, document, hlc)
+
+
+def test_at_version_finds_the_version_or_says_why_not_by_name():
+    held = [rec(2, 20, {"n": 2}), rec(3, 30), rec(4, 40, {"n": 4})]
+    assert history.at_version(held, "urn", 4, 40).document == {"n": 4}
+    with pytest.raises(ThemisError) as gone:
+        history.at_version(held, "urn", 1)
+    assert (gone.value.status, gone.value.code) == (
+        410,
+        "version_compacted",
+    ) and "urn@1" in gone.value.message
+    with pytest.raises(ThemisError) as reused:  # same number, other stamp: the number was reused
+        history.at_version(held, "urn", 2, 99)
+    assert reused.value.code == "version_compacted"
+    for version in (3, 5):  # a delete, and a version never written
+        with pytest.raises(NotFound) as missing:
+            history.at_version(held, "urn", version)
+        assert missing.value.code == "version_not_found"
+
+
+def test_as_of_is_the_newest_record_stamped_at_or_before_the_time():
+    held = [rec(1, 10, {"n": 1}), rec(2, 20), rec(3, 30, {"n": 3})]
+    assert history.as_of(held, "urn", 15).document == {"n": 1}
+    assert history.as_of(held, "urn", 25) is None  # deleted then
+    assert history.as_of(held, "urn", 35).document == {"n": 3}
+    assert history.as_of(held, "urn", 5) is None  # not yet written then
+    with pytest.raises(ThemisError) as gone:  # v1 and v2 compacted: v3 is all there is
+        history.as_of(held[2:], "urn", 15)
+    assert (gone.value.status, gone.value.code) == (410, "snapshot_unavailable")
