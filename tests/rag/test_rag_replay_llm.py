@@ -197,3 +197,21 @@ def test_aql_rag_cites_versions_and_its_replay_reproduces(shard) -> None:
     assert isinstance(answer["seed"], int) and "adapter" in answer
     out = replay(shard, answer["replay"]).json()
     assert out["reproduced"] is True and out["answer"] == answer["answer"]
+
+
+def test_an_owner_answers_a_key_as_it_stood_at_a_hybrid_time(shard) -> None:
+    """What a snapshot answer asks a source's owner (``/internal/history``, here unauthenticated:
+    a lone shard without TLS or a gossip secret serves its internal routes on the public port)."""
+    name = collection(shard, "asof")
+    v1 = shard.get(f"/internal/history/{name}/paris", params={"version": 1}).json()["record"]
+    assert v1["document"]["text"] == FACTS["paris"]
+    assert shard.put(f"/v1/collections/{name}/documents/paris", json={"text": "v2"}).status_code == 200
+
+    def as_of(hlc: int):
+        return shard.get(f"/internal/history/{name}/paris", params={"as_of": hlc}).json()["record"]
+
+    assert as_of(v1["hlc"])["version"] == 1
+    assert as_of(v1["hlc"] - 1) is None  # not yet written then
+    assert as_of(2**62)["document"]["text"] == "v2"
+    both = shard.get(f"/internal/history/{name}/paris", params={"version": 1, "as_of": 1})
+    assert error(both)[:2] == (400, "invalid_request")
