@@ -253,12 +253,16 @@ def rag_body(
     domain: str | None = None,
     max_tokens: int | None = None,
     temperature: float | None = None,
+    seed: int | None = None,
+    consistency: str | None = None,
 ) -> dict[str, Any]:
     body = _drop_none({"query": query, "collection": collection, "k": k, "domain": domain})
     return body | _drop_none(
         {
             "max_tokens": max_tokens,
             "temperature": temperature,
+            "seed": seed,
+            "consistency": consistency,
             "filter": dict(filter) if filter is not None else None,
         }
     )
@@ -273,8 +277,12 @@ def rag(
     domain: str | None = None,
     max_tokens: int | None = None,
     temperature: float | None = None,
+    seed: int | None = None,
+    consistency: str | None = None,
 ) -> Call[RagResult]:
-    """``POST /v1/rag``: retrieve ``k`` documents from ``collection`` and answer from them."""
+    """``POST /v1/rag``: retrieve ``k`` documents from ``collection`` and answer from them; the
+    result cites each source at its version and carries ``replay``. ``consistency="snapshot"``
+    reads every passage as it stood at one hybrid time."""
     body = rag_body(
         query,
         collection,
@@ -283,8 +291,16 @@ def rag(
         domain=domain,
         max_tokens=max_tokens,
         temperature=temperature,
+        seed=seed,
+        consistency=consistency,
     )
     return Call("POST", "/v1/rag", _model(RagResult), body)
+
+
+def rag_replay(record: Mapping[str, Any]) -> Call[RagResult]:
+    """``POST /v1/rag:replay``: re-run an answer (its ``replay``) against the document versions it
+    cited; ``reproduced`` says whether it came out the same. 410 once a version was compacted."""
+    return Call("POST", "/v1/rag:replay", _model(RagResult), dict(record))
 
 
 # -- adapters ----------------------------------------------------------------------------------------

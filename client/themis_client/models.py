@@ -168,7 +168,11 @@ class Embeddings(_Model):
 
 
 class RagSource(_Model):
+    """A passage an answer cites: the document at ``version`` (``hlc``: that version's stamp)."""
+
     urn: str
+    version: int | None = None
+    hlc: int | None = None
     score: float | None = None
 
 
@@ -177,6 +181,16 @@ class RagResult(_Model):
     sources: list[RagSource] = Field(default_factory=list)
     #: The shard that generated the answer (where most passages live, or the domain's shard).
     shard_id: str | None = None
+    model: str | None = None
+    adapter: str | None = None
+    #: The seed the generation ran with (the shard's pick when none was asked).
+    seed: int | None = None
+    #: ``consistency="snapshot"``: the hybrid time every passage was read at.
+    snapshot_hlc: int | None = None
+    #: The body ``rag_replay`` takes back, as is.
+    replay: dict[str, Any] | None = None
+    #: ``rag_replay``: whether the answer came out exactly as the recorded one (None: none sent).
+    reproduced: bool | None = None
     timings: dict[str, Any] = Field(default_factory=dict)
 
 

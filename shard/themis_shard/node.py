@@ -185,6 +185,7 @@ class ShardNode:
                 max_document_bytes=settings.max_document_bytes,
                 origin=settings.shard_id,
                 max_document_depth=settings.max_document_depth,
+                history_versions=settings.document_history_versions,
             )
 
         if settings.restore_from:  # a new cluster's first start: this shard's part of a backup

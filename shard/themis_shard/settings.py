@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     max_batch_documents: int = Field(10_000, ge=1)
     max_transaction_operations: int = Field(1_000, ge=1)
     max_search_k: int = Field(1_000, ge=1)
+    #: Superseded versions kept per document (``storage/history.py``) so an answer tied to
+    #: document versions can be replayed (``POST /v1/rag:replay``); older ones are compacted in
+    #: the write that supersedes them. 0 keeps none (replay then answers 410 version_compacted).
+    document_history_versions: int = Field(8, ge=0, le=1_000)
     #: Largest scatter-gather inference batch (split into engine calls of at most 256).
     max_batch_requests: int = Field(1_024, ge=1)
     #: Persist vector indexes after this many changes (and always on clean shutdown).

@@ -13,6 +13,7 @@ CLIENT_ROUTES = [
     ("POST", "/v1/embed"),
     ("POST", "/v1/embeddings"),
     ("POST", "/v1/rag"),
+    ("POST", "/v1/rag:replay"),
     ("POST", "/v1/completions"),
     ("POST", "/v1/chat/completions"),
     ("GET", "/v1/models"),

@@ -17,6 +17,7 @@ from ..cluster.gossip_wire import InvalidGossipMessage
 from ..cluster.migration import encode_entry
 from ..errors import BadRequest, NotFound, ThemisError
 from ..node import ShardNode
+from ..rag.versions import read_as_of, read_version
 from ..storage.collections import CollectionConfig
 from ..storage.hints import decode_items, encode_items
 from ..storage.names import check_collection, check_key, urn
@@ -263,6 +264,29 @@ async def local_document(
     return {"version": found.version, "document": found.document, "hlc": found.hlc, "origin": found.origin}
 
 
+@router.get("/history/{collection}/{key}")
+async def local_history(
+    collection: str,
+    key: str,
+    shard: Node,
+    version: int | None = None,
+    hlc: int | None = None,
+    as_of: int | None = None,
+) -> dict:
+    """This shard's record of a key at ``version`` (``hlc``: the stamp it must carry), or as it
+    stood at hybrid time ``as_of``: ``{"record": {"version", "hlc", "document"} | null}``; 404
+    ``version_not_found``, 410 ``version_compacted`` / ``snapshot_unavailable`` (``rag.versions``)."""
+    check_collection(collection)
+    check_key(key)
+    if (version is None) == (as_of is None):
+        raise BadRequest("give exactly one of version and as_of", code="invalid_request")
+    if version is not None:
+        record = await run_in_threadpool(read_version, shard.store, collection, key, version, hlc)
+    else:
+        record = await run_in_threadpool(read_as_of, shard.store, collection, key, as_of)
+    return {"record": record}
+
+
 class LeaseProbe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: the plan authority's epoch: renews the lease only when it is this shard's too
@@ -299,7 +323,9 @@ async def local_search(collection: str, body: SearchRequest, shard: Node) -> dic
     hits = await run_in_threadpool(shard.vectors.search, collection, body.vector, body.k, body.filter)
     return {
         "results": [
-            {"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits
+            {"urn": urn(collection, d.key), "score": h.score, "document": d.document}
+            | {"version": d.version, "hlc": d.hlc}
+            for h, d in hits
         ]
     }
 

@@ -38,6 +38,8 @@ STATUS_TEXT: dict[int, str] = {
     403: "The API key's role may not call this route (forbidden)",
     404: "Not found: the collection, document, model, adapter or URN named",
     409: "Conflict: a version condition failed (version_conflict) or the state forbids it",
+    410: "Gone: a document version the answer cites was compacted away (version_compacted, "
+    "snapshot_unavailable)",
     413: "Too large: the body (payload_too_large) or a batch beyond the shard's limits",
     429: "Overloaded (queue_full): retry after the Retry-After header's seconds",
     502: "A source the shard fetches (an http(s) URL) could not be fetched",
@@ -87,7 +89,8 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/v1/infer"): INFERENCE,
     ("POST", "/v1/infer:batch"): INFERENCE,
     ("POST", "/v1/embed"): (404, 429),
-    ("POST", "/v1/rag"): INFERENCE,
+    ("POST", "/v1/rag"): (*INFERENCE, 410),
+    ("POST", "/v1/rag:replay"): (*INFERENCE, 410),
     ("GET", "/v1/adapters"): (404,),
     ("POST", "/v1/adapters"): (404, 409, 502),
     ("GET", "/v1/adapters/{name}"): (404,),
@@ -125,6 +128,7 @@ GENERATES = frozenset(
         ("POST", "/v1/infer"),
         ("POST", "/v1/infer:batch"),
         ("POST", "/v1/rag"),
+        ("POST", "/v1/rag:replay"),
         ("POST", "/v1/completions"),
         ("POST", "/v1/chat/completions"),
     }

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import NotFound, ThemisError
 from ..rag.prompt import build_prompt, passage_text
+from ..rag.provenance import cited, pick_seed, replay_record
 from ..storage.documents import Change, Write
 from ..storage.names import check_key
 from ..vector.catalog import EMBEDDING_FIELD
@@ -42,6 +43,8 @@ from .values import canonical, sort_key, truthy
 from .values import distinct as unique
 
 INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "priority", "speculative"}
+#: A RAG body ``/v1/rag:replay`` can re-run (other OPTIONS, e.g. top_p or stop, it cannot).
+REPLAYABLE = {"prompt", "model", "domain", "max_tokens", "temperature", "seed"}
 ROW_SOURCES = (ScanNode, JoinNode, LookupNode, VectorNode, IterNode)
 
 
@@ -424,15 +427,35 @@ class _Run:
                 raise type_error("RAG DOMAIN needs a string")
             body["domain"] = domain
         body.update(self.options(t.options, env))
+        body["seed"] = pick_seed(body.get("seed"))
         try:
             answer = await self.ex.gateway.infer(body)
         except ThemisError:
             raise
-        return {
+        sources = [
+            {"urn": doc["_urn"], "version": doc.get("_version"), "score": score} for score, doc in hits
+        ]
+        out = {
             "answer": answer.get("text"),
             "urns": [doc["_urn"] for _, doc in hits],
             "scores": [score for score, _ in hits],
+            "sources": cited(sources),
             "shard_id": answer.get("shard_id"),
             "model": answer.get("model"),
+            "adapter": answer.get("adapter"),
+            "seed": body["seed"],
             "domain": body.get("domain"),
         }
+        if set(body) <= REPLAYABLE:  # what /v1/rag:replay re-runs; other sampling it cannot
+            out["replay"] = replay_record(
+                query=question,
+                collection=self.plan.collection,
+                sources=sources,
+                generation=answer,
+                domain=body.get("domain"),
+                seed=body["seed"],
+                max_tokens=body.get("max_tokens"),
+                temperature=body.get("temperature") or 0.0,
+                passage_chars=self.ex.settings.rag_context_chars,
+            )
+        return out

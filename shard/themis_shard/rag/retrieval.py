@@ -24,7 +24,7 @@ async def vector_search(
     k: int,
     filter_: dict[str, Any] | None,
 ) -> tuple[list[dict], list[str]]:
-    """``[{"urn", "score", "document"}]`` best first, and the shards that did not answer.
+    """``[{"urn", "score", "document", "version", "hlc"}]`` best first, and the shards that did not answer.
     Refuses (4xx) a collection without a vector index, a vector of the wrong dimension and a
     malformed filter before any shard is asked."""
     index = vectors.index(collection)
@@ -35,7 +35,11 @@ async def vector_search(
         hits = await run_in_threadpool(vectors.search, collection, vector, k, filter_)
         metrics.vector_searches.labels(index=index.kind).inc()
         metrics.vector_search_latency.labels(index=index.kind).observe(time.perf_counter() - started)
-        return [{"urn": urn(collection, d.key), "score": h.score, "document": d.document} for h, d in hits]
+        return [
+            {"urn": urn(collection, d.key), "score": h.score, "document": d.document}
+            | {"version": d.version, "hlc": d.hlc}
+            for h, d in hits
+        ]
 
     if not cluster.topology.clustered:
         return await local(), []

@@ -2,12 +2,19 @@
 the prompt, and generate on the shard that holds most of the passages — or, with a ``domain``,
 wherever the adaptive router sends it. Nothing here knows HTTP; the route wraps the answer.
 
+Every source is cited at its version (``provenance``). With ``snapshot`` the passages are read as
+they stood at one hybrid time T taken before the search: a hit written after T is read at its
+version as of T (``versions``), or left out when it did not exist then. The candidate set is the
+vector index's at search time, so a document deleted after T is not among them (documented).
+``replay`` rebuilds the prompt from the cited versions themselves.
+
 Generation itself is this shard's inference service, handed in as callables (``local`` runs the
 prompt here, ``routed`` through the router), so this package sits below the inference layer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -26,7 +33,9 @@ from ..storage.names import parse_urn
 from ..vector.catalog import VectorCatalog
 from .placement import generation_shard
 from .prompt import build_prompt, passage_text
+from .provenance import cited
 from .retrieval import vector_search
+from .versions import SourceReader
 
 #: A generation: ``/v1/infer``'s result dict, or its SSE bytes.
 Answer = dict | AsyncIterator[bytes]
@@ -35,13 +44,15 @@ Embed = Callable[[list[str]], Awaitable[list[list[float]]]]
 
 @dataclass(frozen=True)
 class Retrieved:
-    sources: list[dict]  # {"urn", "score", "document"}, best first
+    sources: list[dict]  # {"urn", "score", "document", "version", "hlc"}, best first
     shards_failed: list[str]
     prompt: str
     retrieval_ms: float
+    #: the hybrid time every passage was read at (``snapshot``), else None
+    snapshot_hlc: int | None = None
 
     def cited(self) -> list[dict]:
-        return [{"urn": s["urn"], "score": s["score"]} for s in self.sources]
+        return cited(self.sources)
 
 
 def sse(payload: dict) -> bytes:
@@ -59,6 +70,7 @@ class RagService:
         *,
         passage_chars: int,
     ) -> None:
+        self.reader = SourceReader(store, cluster)
         self.store = store
         self.vectors = vectors
         self.cluster = cluster
@@ -66,16 +78,23 @@ class RagService:
         self.embed = embed
         self.passage_chars = passage_chars
 
-    async def retrieve(self, question: str, collection: str, k: int, filter_: dict | None) -> Retrieved:
+    async def retrieve(
+        self, question: str, collection: str, k: int, filter_: dict | None, *, snapshot: bool = False
+    ) -> Retrieved:
         """The passages and the prompt; 404 ``collection_not_found``, 400 ``not_indexed`` (no
-        vector index), 404 ``no_context`` when nothing matched (no answer without context)."""
+        vector index), 404 ``no_context`` when nothing matched (no answer without context);
+        with ``snapshot``, 410 ``snapshot_unavailable`` when a passage's version as of T was
+        compacted away."""
         started = time.perf_counter()
         config = self.store.collection(collection)
         self.vectors.index(collection)  # refuses a collection without embeddings before embedding
+        at = self.store.clock.now() if snapshot else None
         [vector] = await self.embed([question])
         hits, failed = await vector_search(
             self.vectors, self.cluster, self.metrics, collection, list(vector), k, filter_
         )
+        if at is not None:
+            hits = await self._as_of(hits, at)
         if not hits:
             raise NotFound(
                 f"no document of collection {collection!r} matched (is it empty, or the filter too narrow?)",
@@ -86,7 +105,39 @@ class RagService:
             [passage_text(h["document"], config.embed_field) for h in hits],
             passage_chars=self.passage_chars,
         )
-        return Retrieved(hits, failed, prompt, round((time.perf_counter() - started) * 1000, 3))
+        return Retrieved(hits, failed, prompt, round((time.perf_counter() - started) * 1000, 3), at)
+
+    async def _as_of(self, hits: list[dict], at: int) -> list[dict]:
+        """The hits as they stood at ``at``: a newer one read at its version then, or dropped."""
+
+        async def one(hit: dict) -> dict | None:
+            if hit.get("hlc") is not None and hit["hlc"] <= at:
+                return hit
+            record = await self.reader.as_of(*parse_urn(hit["urn"]), at)
+            return None if record is None else {**hit, **record}
+
+        return [h for h in await asyncio.gather(*(one(h) for h in hits)) if h is not None]
+
+    async def replay_sources(
+        self, question: str, sources: list[tuple[str, int, int | None]], passage_chars: int
+    ) -> Retrieved:
+        """The cited ``(urn, version, hlc)`` read at exactly those versions (here or from an owner)
+        and the prompt they make: 404 ``version_not_found``, 410 ``version_compacted``."""
+        started = time.perf_counter()
+        keys = [parse_urn(u) for u, _, _ in sources]
+        records = await asyncio.gather(
+            *(self.reader.at_version(c, k, v, h) for (c, k), (_, v, h) in zip(keys, sources, strict=True))
+        )
+        hits = [{"urn": u, "score": None, **r} for (u, _, _), r in zip(sources, records, strict=True)]
+        prompt = build_prompt(
+            question,
+            [
+                passage_text(h["document"], self.store.collection(c).embed_field)
+                for h, (c, _) in zip(hits, keys, strict=True)
+            ],
+            passage_chars=passage_chars,
+        )
+        return Retrieved(hits, [], prompt, round((time.perf_counter() - started) * 1000, 3))
 
     def data_shard(self, retrieved: Retrieved) -> str:
         """The shard holding most of the passages (this one on a tie or alone)."""
@@ -123,25 +174,33 @@ class RagService:
             return await local()
 
 
-def rag_result(retrieved: Retrieved, generation: dict) -> dict:
-    """``/v1/rag``'s answer from a finished generation."""
+def rag_result(retrieved: Retrieved, generation: dict, seed: int) -> dict:
+    """``/v1/rag``'s answer from a finished generation, with what generated it."""
     timings = dict(generation.get("timings") or {})
     timings["retrieval_ms"] = retrieved.retrieval_ms
-    return {
+    out = {
         "answer": generation.get("text"),
         "sources": retrieved.cited(),
         "shard_id": generation.get("shard_id"),
         "model": generation.get("model"),
+        "adapter": generation.get("adapter"),
+        "seed": seed,
         "finish_reason": generation.get("finish_reason"),
         "usage": generation.get("usage"),
         "timings": timings,
         "shards_failed": retrieved.shards_failed,
     }
+    if retrieved.snapshot_hlc is not None:
+        out["snapshot_hlc"] = retrieved.snapshot_hlc
+    return out
 
 
-async def rag_stream(retrieved: Retrieved, tokens: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """SSE: first ``{"sources": [...]}``, then the generation's own events (``{"token"}`` …
-    ``{"done": true, ...}`` … ``[DONE]``) as they come."""
-    yield sse({"sources": retrieved.cited(), "shards_failed": retrieved.shards_failed})
+async def rag_stream(retrieved: Retrieved, tokens: AsyncIterator[bytes], seed: int) -> AsyncIterator[bytes]:
+    """SSE: first ``{"sources": [...], "seed"}``, then the generation's own events (``{"token"}``
+    … ``{"done": true, "model", "adapter", ...}`` … ``[DONE]``) as they come."""
+    first = {"sources": retrieved.cited(), "shards_failed": retrieved.shards_failed, "seed": seed}
+    if retrieved.snapshot_hlc is not None:
+        first["snapshot_hlc"] = retrieved.snapshot_hlc
+    yield sse(first)
     async for chunk in tokens:
         yield chunk

@@ -18,6 +18,12 @@ another shard's copy can be reconciled by comparing stamps (:meth:`apply_replica
 record carries ``(version, hybrid clock, minting shard)`` (``stamps.py``), a total order, so
 replicas that exchanged records keep the same winner whatever order they arrived in.
 
+History: with ``history_versions`` > 0, the record a write supersedes (document or tombstone)
+is kept in the ``history`` column family (``history.py``) in the same atomic write, and versions
+more than ``history_versions`` behind the newest are compacted away in it too; so a document can
+be read at a version it recently had (:meth:`get_version`, :meth:`as_of`). Purging a key or
+dropping its tombstone drops its history with it.
+
 Transactions (rocksdict has none): :class:`Transaction` reads from a RocksDB snapshot taken at
 ``begin`` (snapshot isolation), buffers writes, and at commit validates — under the commit lock —
 that every key it read or writes still has the version it saw; any change means another
@@ -39,7 +45,7 @@ from typing import Any
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 
 from ..errors import BadRequest, Conflict, NotFound, ThemisError
-from . import codec
+from . import codec, history
 from .collections import CollectionConfig
 from .group_commit import GroupCommit, Op, Ops
 from .health import GuardedDB, StorageHealth
@@ -47,7 +53,7 @@ from .names import check_collection, check_key, split_storage_key, storage_key
 from .stamps import HybridClock, Stamp, wins
 from .wal_sync import WalSync
 
-_CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log", "inflight")
+_CFS = ("docs", "collections", "meta", "hints", "intents", "txn_log", "inflight", "history")
 
 
 @dataclass(frozen=True)
@@ -162,9 +168,12 @@ class DocumentStore:
         max_document_depth: int = codec.DEFAULT_MAX_DEPTH,
         clock: HybridClock | None = None,
         health: StorageHealth | None = None,
+        history_versions: int = 0,
     ) -> None:
         """``origin``: this shard's id, stamped on the versions it mints (with ``clock``);
-        ``health``: where storage faults of every write are mapped and remembered."""
+        ``health``: where storage faults of every write are mapped and remembered;
+        ``history_versions``: superseded versions kept per key (0: none)."""
+        self.history_versions = history_versions
         self.path = Path(path)
         self.max_document_bytes = max_document_bytes
         self.max_document_depth = max_document_depth
@@ -182,6 +191,7 @@ class DocumentStore:
         self._docs = self._db.get_column_family("docs")
         self._colls = self._db.get_column_family("collections")
         self._meta = self._db.get_column_family("meta")
+        self._history = self._db.get_column_family("history")
         self._handles = {cf: self._db.get_column_family_handle(cf) for cf in _CFS}
         self._sync = WriteOptions()
         self._sync.sync = True
@@ -214,7 +224,7 @@ class DocumentStore:
             if self._db is None:
                 return
             # Column-family handles keep the DB lock after close: drop them first.
-            self._docs = self._colls = self._meta = None
+            self._docs = self._colls = self._meta = self._history = None
             self._handles = {}
             self._db.close()
             self._db = None
@@ -300,6 +310,36 @@ class DocumentStore:
         """The stored record, tombstones included (None: never written)."""
         raw = self._docs.get(storage_key(collection, key))
         return None if raw is None else entry(collection, key, raw)
+
+    def get_version(self, collection: str, key: str, version: int) -> StoredDocument | Tombstone | None:
+        """The key's record at ``version``: the current one or a kept superseded one (None: never
+        written, or compacted away)."""
+        check_collection(collection)
+        check_key(key)
+        raw = self._docs.get(storage_key(collection, key))
+        if raw is not None and codec.decode_version(raw) == version:
+            return entry(collection, key, raw)
+        kept = self._history.get(history.version_key(collection, key, version))
+        return None if kept is None else entry(collection, key, kept)
+
+    def versions_of(self, collection: str, key: str) -> list[StoredDocument | Tombstone]:
+        """Every record of the key still held, oldest first: the kept history, then the current."""
+        check_collection(collection)
+        check_key(key)
+        begin, end = history.key_range(collection, key)
+        out: list[StoredDocument | Tombstone] = []
+        snap = self._history.snapshot()
+        try:
+            for raw_key, raw in snap.items(from_key=begin):
+                if raw_key >= end:
+                    break
+                out.append(entry(collection, key, raw))
+        finally:
+            del snap
+        current = self.get_entry(collection, key)
+        if current is not None and (not out or out[-1].version < current.version):
+            out.append(current)
+        return out
 
     def stamps(self, keys: list[tuple[str, str]]) -> list[Stamp | None]:
         """The stored stamp of many keys in one read (None: never written)."""
@@ -395,6 +435,7 @@ class DocumentStore:
                 if raw is None:
                     continue
                 batch.delete(skey, self._handles["docs"])
+                batch.delete_range(*history.key_range(collection, key), self._handles["history"])
                 deleted[skey] = None
                 if codec.live_version(raw):
                     count_delta[collection] = count_delta.get(collection, 0) - 1
@@ -475,6 +516,8 @@ class DocumentStore:
         for kind, key, value, handle in ops:
             if kind == "put":
                 batch.put(key, value, handle)
+            elif kind == "delete_range":
+                batch.delete_range(key, value, handle)
             else:
                 batch.delete(key, handle)
         if self.wal_fsync_unlocked:
@@ -674,6 +717,7 @@ class DocumentStore:
                     and codec.decode_stamp(raw) == Stamp(t.version, t.hlc, t.origin)
                 ):
                     batch.delete(skey, self._handles["docs"])
+                    batch.delete_range(*history.key_range(t.collection, t.key), self._handles["history"])
                     dropped[skey] = None
             if not dropped:
                 return 0
@@ -739,6 +783,20 @@ class DocumentStore:
             return None, newer
         return self._stage_replicated(items, None), []
 
+    def _keep_superseded(
+        self, batch: Ops, collection: str, key: str, previous: bytes | None, stamp: Stamp
+    ) -> None:
+        """Keep the record ``stamp`` supersedes in the history and compact the versions more than
+        ``history_versions`` behind ``stamp``, in the same batch (nothing when history is off)."""
+        if self.history_versions <= 0:
+            return
+        handle = self._handles["history"]
+        if previous is not None:
+            batch.put(history.version_key(collection, key, codec.decode_version(previous)), previous, handle)
+        oldest_kept = stamp.version - self.history_versions
+        if oldest_kept > 1:
+            batch.delete_range(*history.below(collection, key, oldest_kept), handle)
+
     def _install(self, installs: list[tuple[Write, Stamp, int]], also: Callable[[Ops], None] | None = None):
         """Stage (write, stamp, previous live version) triples as one atomic part of the next
         synced write (with whatever ``also`` adds to it): (item to wait for, changes)."""
@@ -753,6 +811,8 @@ class DocumentStore:
             ident = (w.collection, w.key)
             was_live = live.get(ident, previous != 0)
             skey = storage_key(w.collection, w.key)
+            before = docs[skey] if skey in docs else self._raw(skey)
+            self._keep_superseded(batch, w.collection, w.key, before, stamp)
             if w.document is None:
                 value = codec.encode_tombstone(stamp)
             else:

@@ -2,10 +2,11 @@
 
 ``meta`` holds ``format:<column family>`` → version (8 bytes, big-endian) for every column
 family (documents, collections, counters, hints, 2PC intents and coordinator log, in-flight
-writes). :func:`open_formats` runs before anything else touches the store: a column family
-newer than this code stops the shard (:class:`~themis_shard.data_format.FormatTooNew`); an
-older one is migrated forward one step at a time, each step's rewrites and its new marker in
-one synced WriteBatch, so a crash mid-upgrade resumes from the last finished step.
+writes, superseded document versions). :func:`open_formats` runs before anything else touches
+the store: a column family newer than this code stops the shard
+(:class:`~themis_shard.data_format.FormatTooNew`); an older one is migrated forward one step at
+a time, each step's rewrites and its new marker in one synced WriteBatch, so a crash mid-upgrade
+resumes from the last finished step.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ CURRENT: Mapping[str, int] = {
     "intents": 1,
     "txn_log": 1,
     "inflight": 1,
+    "history": 1,
 }
 
 #: One step (column family, from version) → a function that adds the step's rewrites of that

@@ -29,7 +29,8 @@ Op = tuple[str, bytes, bytes | None, Any]
 
 
 class Ops:
-    """A write batch being staged: the ``put``/``delete`` calls of a ``WriteBatch``, recorded."""
+    """A write batch being staged: the ``put``/``delete``/``delete_range`` calls of a ``WriteBatch``,
+    recorded."""
 
     def __init__(self) -> None:
         self.ops: list[Op] = []
@@ -39,6 +40,10 @@ class Ops:
 
     def delete(self, key: bytes, handle: Any) -> None:
         self.ops.append(("delete", key, None, handle))
+
+    def delete_range(self, begin: bytes, end: bytes, handle: Any) -> None:
+        """Every key in ``[begin, end)`` (``end`` travels as the value)."""
+        self.ops.append(("delete_range", begin, end, handle))
 
 
 @dataclass(eq=False)
