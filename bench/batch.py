@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _local import api_headers, themis
 from themis_client import InferResult, ThemisClient
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 PROMPTS = [
     "Write a list of fruits:",

@@ -26,7 +26,7 @@ from pathlib import Path
 import openai
 from _local import themis
 from themis_client import ThemisClient
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 PROMPTS = [
     "Describe a person who lives in Paris.",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _local import themis
 from themis_client import ThemisClient
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 
 def load(url: str, n: int) -> None:

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "shard"), str(ROOT)]
 
 from prometheus_client import CollectorRegistry  # noqa: E402
+from themis_core.ring import HashRing  # noqa: E402
 from themis_shard.cluster.breaker import BreakerState  # noqa: E402
 from themis_shard.cluster.gossip_state import (  # noqa: E402
     AdapterCapabilityAnnouncement,
@@ -43,7 +44,6 @@ from themis_shard.cluster.router import (  # noqa: E402
     route_by_domain,
 )
 from themis_shard.cluster.settings import ClusterSettings  # noqa: E402
-from themis_shard.ring import HashRing  # noqa: E402
 
 from tests.cluster.peers import ServerThread  # noqa: E402
 

@@ -96,8 +96,8 @@ def bench_cluster_writes(n: int) -> list[tuple[str, str, str]]:
     """Sequential PUTs of a 200-byte document on a real 2-shard RAID1 cluster (no model)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from _local import themis
+    from themis_core.plan import ClusterPlan
     from themis_shard.cluster.placement import Topology
-    from themis_shard.plan import ClusterPlan
 
     rows = []
     doc = {"title": "A document", "body": "x" * 200, "n": 1}
@@ -132,8 +132,8 @@ def bench_cluster_transactions(n: int) -> list[tuple[str, str, str, str, str]]:
     w=all: the single-coordinator fast path next to two-phase commit, side by side."""
     sys.path.insert(0, str(Path(__file__).parent))
     from _local import api_headers, themis
+    from themis_core.plan import ClusterPlan
     from themis_shard.cluster.placement import Topology
-    from themis_shard.plan import ClusterPlan
 
     rows = []
     doc = {"title": "A document", "body": "x" * 200, "n": 1}

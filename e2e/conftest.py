@@ -124,7 +124,7 @@ class LocalCluster:
     ) -> None:
         """``env``: for every shard; ``shard_env``: shard id → more, for that shard only;
         ``failover``: the plan's ``FailoverSettings`` (a test then runs the authority itself)."""
-        from themis_shard.plan import ClusterSpec, Member, RouterSettings, build_plan
+        from themis_core.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
         self.ports = [free_port() for _ in range(n)]

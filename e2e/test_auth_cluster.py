@@ -11,8 +11,8 @@ import sys
 
 import pytest
 from themis_client import Forbidden, ThemisClient, Unauthorized
+from themis_core.plan import ClusterPlan
 from themis_shard.cluster.placement import Topology
-from themis_shard.plan import ClusterPlan
 
 pytestmark = pytest.mark.e2e
 

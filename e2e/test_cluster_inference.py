@@ -145,7 +145,7 @@ def test_a_shard_killed_mid_batch_never_loses_an_item(local_cluster) -> None:
 
 
 def test_shards_load_the_adapters_the_plan_places_on_them(local_cluster, lora_file) -> None:
-    from themis_shard.plan import AdapterPlacement, ClusterPlan
+    from themis_core.plan import AdapterPlacement, ClusterPlan
 
     placement = AdapterPlacement(name="legal-qa", domain="legal", source=str(lora_file), shards=("shard-1",))
     cluster = local_cluster(2, llm=True, adapters=(placement,))

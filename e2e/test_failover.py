@@ -39,9 +39,9 @@ def poll(what: str, condition, bound: float = BOUND_S) -> float:
 def test_after_kill_9_every_key_is_writable_again_nothing_acknowledged_is_lost_and_the_shard_rejoins(
     tmp_path,
 ) -> None:
+    from themis_core.plan import FailoverSettings
     from themis_shard.cluster.fencing import primary
     from themis_shard.cluster.placement import Topology
-    from themis_shard.plan import FailoverSettings
 
     cluster = LocalCluster(tmp_path, 3, "raid1", failover=FailoverSettings())
     cluster.start_all()

@@ -15,8 +15,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 from themis_client import Forbidden, ThemisClient
-from themis_shard.auth.keys import entry_for, new_key
-from themis_shard.auth.policy import Role
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
 from themis_shard.llm.embeddings import BUNDLED_NAME
 from themis_shard.llm.model import resolve_model_path
 from themis_shard.llm.native import NativeModel

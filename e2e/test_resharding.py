@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 from themis_client import NO_RETRY, NotFound, ThemisClient, ThemisConnectionError, ThemisError
-from themis_shard.plan import ClusterPlan
-from themis_shard.ring import HashRing, RingSpec
+from themis_core.plan import ClusterPlan
+from themis_core.ring import HashRing, RingSpec
 
 from .conftest import peer_auth
 

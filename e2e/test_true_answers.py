@@ -188,8 +188,8 @@ def test_a_surrogate_pair_is_text(shard):
 def test_with_keys_on_the_api_description_needs_a_key_unless_configured_open(
     tmp_path, port, spawn_shard, docs_open
 ):
-    from themis_shard.auth.keys import entry_for, new_key
-    from themis_shard.auth.policy import Role
+    from themis_core.access_policy import Role
+    from themis_core.api_keys import entry_for, new_key
 
     key = new_key()
     env = {

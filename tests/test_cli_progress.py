@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from themis_core.plan import ClusterSpec, Member, build_plan
 from themis_shard.cli_progress import RebuildView, ScaleView, StartupView, migration_summary, moved_fraction
-from themis_shard.plan import ClusterSpec, Member, build_plan
 
 
 def plan_of(n: int, previous=None, raid_mode: str = "raid1"):

@@ -15,13 +15,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from themis_shard.app import create_app
-from themis_shard.cluster.remote import RemoteExecutor
-from themis_shard.cluster.settings import ClusterSettings
-from themis_shard.llm.settings import LLMSettings
-from themis_shard.logs import LogSettings, TraceFilter, configure_logging, formatter
-from themis_shard.settings import Settings
-from themis_shard.tracing import (
+from themis_core.logs import LogSettings, TraceFilter, configure_logging, formatter
+from themis_core.tracing import (
     TraceContext,
     current_trace,
     new_trace,
@@ -29,6 +24,11 @@ from themis_shard.tracing import (
     parse_traceparent,
     server_span,
 )
+from themis_shard.app import create_app
+from themis_shard.cluster.remote import RemoteExecutor
+from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.llm.settings import LLMSettings
+from themis_shard.settings import Settings
 
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -172,8 +172,8 @@ def test_the_peer_client_carries_the_trace_to_the_next_shard(tmp_path: Path, cap
 def test_a_forwarded_document_read_carries_the_callers_trace_to_the_owner(tmp_path: Path, caplog) -> None:
     """Two real shards of one plan: shard-0 in-process, shard-1 on uvicorn. A read on shard-0 of a
     key that shard-1 owns is forwarded by the cluster's routing; shard-1 logs the same trace."""
+    from themis_core.plan import ClusterSpec, Member, build_plan
     from themis_shard.cluster.placement import Topology
-    from themis_shard.plan import ClusterSpec, Member, build_plan
 
     caplog.set_level(logging.DEBUG, logger="themis.access")  # shard-to-shard hops log at DEBUG
     port = _free_port()

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
+from themis_core.tracing import NoSpans
 from themis_shard.app import create_app
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.otel import OtelSettings, build_spans, wanted
 from themis_shard.settings import Settings
-from themis_shard.tracing import NoSpans
 
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 CALLER = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
@@ -99,8 +99,8 @@ def test_a_forwarded_request_is_one_trace_of_parent_and_child_spans(tmp_path: Pa
     a key shard-1 owns. shard-0's SERVER span continues the caller's traceparent, its CLIENT span
     for the hop is the SERVER span's child, and shard-1's SERVER span is the CLIENT span's child."""
     from opentelemetry.trace import SpanKind
+    from themis_core.plan import ClusterSpec, Member, build_plan
     from themis_shard.cluster.placement import Topology
-    from themis_shard.plan import ClusterSpec, Member, build_plan
 
     spans_for, exporter = recorded
     caplog.set_level(logging.INFO, logger="themis.access")

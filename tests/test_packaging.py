@@ -1,7 +1,8 @@
-"""The distributions: themisdb (shard + CLI, engines in extras), themisdb-operator, themisdb-client.
+"""The distributions: themisdb-core (the cluster contract), themisdb (shard + CLI, engines in
+extras), themisdb-operator, themisdb-client.
 
 Read as a specification of what ``pip install`` of each part brings: the operator never pulls
-llama.cpp, FAISS or numpy; [gpu] is faiss-gpu instead of faiss-cpu; one VERSION for all.
+themisdb, llama.cpp, FAISS or numpy; [gpu] is faiss-gpu instead of faiss-cpu; one VERSION for all.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = (ROOT / "VERSION").read_text().strip()
-PROJECTS = {"themisdb": ".", "themisdb-operator": "operator", "themisdb-client": "client"}
+PROJECTS = {
+    "themisdb-core": "core",
+    "themisdb": ".",
+    "themisdb-operator": "operator",
+    "themisdb-client": "client",
+}
 #: what a shard's engines bring and an operator install must not: compiled, large, or both
 HEAVY = {
     "llama-cpp-python",
@@ -52,7 +58,7 @@ def extras_of(requirement: str) -> set[str]:
 
 def closure(folder: str, extras: tuple[str, ...] = ()) -> set[str]:
     """Every distribution name a project with ``extras`` declares, its own extras and the base of
-    the local themisdb it depends on expanded (what pip resolves from this repository)."""
+    the local distributions it depends on expanded (what pip resolves from this repository)."""
     project = pyproject(folder)["project"]
     own = name_of(project["name"])
     todo = list(project["dependencies"]) + [r for e in extras for r in project["optional-dependencies"][e]]
@@ -86,6 +92,7 @@ def test_each_distribution_ships_only_its_own_package():
         for name, folder in PROJECTS.items()
     }
     assert found == {
+        "themisdb-core": ["themis_core*"],
         "themisdb": ["themis_shard*"],
         "themisdb-operator": ["themis_operator*"],
         "themisdb-client": ["themis_client*"],
@@ -96,22 +103,33 @@ def test_the_commands_belong_to_their_distributions():
     assert set(pyproject(".")["project"]["scripts"]) == {"themis", "themis-shard"}
     assert pyproject("operator")["project"]["scripts"] == {"themis-operator": "themis_operator.__main__:main"}
     assert "scripts" not in pyproject("client")["project"]
+    assert "scripts" not in pyproject("core")["project"]
 
 
 # ---- the operator part --------------------------------------------------------------------------
-def test_the_operator_distribution_pulls_no_engine():
-    """llama-cpp-python (a 15-minute build), FAISS, numpy: none of them, not even through themisdb."""
+def test_the_operator_distribution_pulls_no_engine_and_no_shard():
+    """llama-cpp-python (a 15-minute build), FAISS, numpy: none of them, and not themisdb at all."""
     names = closure("operator")
-    assert {"kopf", "kubernetes", "themisdb", "pydantic", "cryptography"} <= names
+    assert {"kopf", "kubernetes", "themisdb-core", "pydantic", "cryptography"} <= names
+    assert "themisdb" not in names
     assert not names & HEAVY, names & HEAVY
 
 
-def test_the_operator_depends_on_themisdb_without_extras_at_the_same_version():
-    (themisdb,) = [r for r in pyproject("operator")["project"]["dependencies"] if name_of(r) == "themisdb"]
-    assert themisdb == f"themisdb=={VERSION}"
+def test_the_operator_depends_on_the_core_without_extras_at_the_same_version():
+    ours = [r for r in pyproject("operator")["project"]["dependencies"] if name_of(r).startswith("themisdb")]
+    assert ours == [f"themisdb-core=={VERSION}"]
 
 
-def test_the_themisdb_base_is_the_light_contract_the_operator_imports():
+def test_the_core_is_light_and_depends_on_no_other_themis_distribution():
+    names = closure("core")
+    assert {"pydantic", "pydantic-settings", "cryptography", "httpx", "python-json-logger"} == names
+    assert not names & HEAVY
+
+
+def test_the_themisdb_base_is_the_core_at_the_same_version():
+    """Without an extra, themisdb is the light contract: the shard's engines are all in extras."""
+    base = pyproject(".")["project"]["dependencies"]
+    assert [r for r in base if name_of(r) == "themisdb-core"] == [f"themisdb-core=={VERSION}"]
     assert not closure(".") & HEAVY
 
 
@@ -209,7 +227,7 @@ def _copy_project(folder: str, dest: Path) -> Path:
     [
         (d, f, p)
         for (d, f), p in zip(
-            PROJECTS.items(), ("themis_shard", "themis_operator", "themis_client"), strict=True
+            PROJECTS.items(), ("themis_core", "themis_shard", "themis_operator", "themis_client"), strict=True
         )
     ],
 )
@@ -247,4 +265,4 @@ def test_each_wheel_carries_its_package_and_the_one_version(tmp_path, dist, fold
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     }
     if dist == "themisdb-operator":
-        assert not requires & HEAVY and "themisdb" in requires
+        assert not requires & HEAVY and "themisdb-core" in requires and "themisdb" not in requires

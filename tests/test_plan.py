@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from themis_shard.plan import ClusterPlan, ClusterSpec, Member, build_plan
+from themis_core.plan import ClusterPlan, ClusterSpec, Member, build_plan
 
 
 def members(n: int) -> tuple[Member, ...]:

@@ -7,7 +7,7 @@ import sys
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from themis_shard.ring import HashRing, RingSpec, moved_keys, stable_hash64
+from themis_core.ring import HashRing, RingSpec, moved_keys, stable_hash64
 
 KEYS = [f"urn:themis:c:{i}" for i in range(4000)]
 
@@ -19,7 +19,7 @@ def shards(n: int) -> list[str]:
 def test_placement_is_identical_in_another_python_process() -> None:
     ring = HashRing.of(shards(5), vnodes=64, seed=7)
     code = (
-        "from themis_shard.ring import HashRing;"
+        "from themis_core.ring import HashRing;"
         "r = HashRing.of([f'shard-{i}' for i in range(5)], vnodes=64, seed=7);"
         "print(','.join(r.primary(f'urn:themis:c:{i}') for i in range(200)))"
     )

@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import httpx
-from themis_shard.plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, build_plan
+from themis_core.plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, build_plan
 from themis_shard.supervisor import Supervisor
 
 SETTINGS = FailoverSettings()

@@ -29,7 +29,7 @@ def test_each_command_prints_the_one_version(main, prog):
     assert done.stdout.strip() == f"{prog} {VERSION}"
 
 
-@pytest.mark.parametrize("folder", [".", "operator", "client", "testing"])
+@pytest.mark.parametrize("folder", ["core", ".", "operator", "client", "testing"])
 def test_every_pyproject_reads_its_version_from_the_one_version_file(folder):
     """setuptools itself expands the dynamic version, as a build would."""
     from setuptools.config.pyprojecttoml import read_configuration
@@ -39,7 +39,9 @@ def test_every_pyproject_reads_its_version_from_the_one_version_file(folder):
     assert (ROOT / folder / "VERSION").resolve() == (ROOT / "VERSION").resolve()
 
 
-@pytest.mark.parametrize("dist", ["themisdb", "themisdb-operator", "themisdb-client", "themisdb-testing"])
+@pytest.mark.parametrize(
+    "dist", ["themisdb-core", "themisdb", "themisdb-operator", "themisdb-client", "themisdb-testing"]
+)
 def test_installed_distributions_carry_the_one_version(dist):
     try:
         installed = version(dist)
@@ -50,9 +52,10 @@ def test_installed_distributions_carry_the_one_version(dist):
 
 def test_the_packages_say_the_one_version():
     import themis_client
+    import themis_core
     import themis_shard
 
-    assert themis_shard.__version__ == themis_client.__version__ == VERSION
+    assert themis_core.__version__ == themis_shard.__version__ == themis_client.__version__ == VERSION
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.shard", "Dockerfile.operator"])

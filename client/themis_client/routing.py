@@ -4,7 +4,7 @@ Any shard serves any key, but a write that lands on a shard that is not the key'
 one more hop (the shard forwards it to the primary, which coordinates it). Like token-aware
 drivers of Cassandra or ScyllaDB, :class:`KeyRouter` rebuilds the cluster's consistent-hash ring
 from ``GET /v1/cluster/status`` (its ``ring`` and ``members``) and names the primary itself.
-The placement is the shard's (``themis_shard.ring``): BLAKE2b positions of ``shard#i`` vnodes,
+The placement is the shard's (``themis_core.ring``): BLAKE2b positions of ``shard#i`` vnodes,
 keyed by the ring seed, and a key's owners are the distinct shards clockwise from the position
 of its URN. A stale ring costs a hop (the shard forwards), never a wrong answer; call
 :meth:`KeyRouter.refresh` after a resharding.

@@ -122,7 +122,7 @@ def run(
         env["THEMIS_CLUSTER_READ_FROM_REPLICAS"] = "true"
     if not fencing:
         env["THEMIS_UNSAFE_DISABLE_FENCING"] = "true"
-    from themis_shard.plan import FailoverSettings
+    from themis_core.plan import FailoverSettings
 
     # With fencing on, the plan authority fails a dead shard's keys over (``isr.py``).
     cluster = LocalCluster(root, 3, "raid1", env=env, failover=FailoverSettings() if fencing else None)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 from themis_client import ThemisClient
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 from themis_testing.validation import validate_manifest
 
 from .conftest import ROOT, Kubectl, api_key, eventually, kubectl_on_stack, light

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
-    from themis_shard.logs import LogSettings, configure_logging
+    from themis_core.logs import LogSettings, configure_logging
 
     configure_logging(logging.DEBUG if args.verbose else logging.INFO, LogSettings().format)
 

@@ -1,7 +1,7 @@
 """The work behind the ThemisBackup and ThemisScheduledBackup handlers, without kopf.
 
 A backup run (gate, snapshot and copy every shard of the referenced ThemisCluster, through
-``themis_shard.backup.orchestrate``) and a schedule's tick are plain functions of the Kubernetes
+``themis_core.cluster_backup.orchestrate``) and a schedule's tick are plain functions of the Kubernetes
 client and the shard prober, so they can be tested without importing the handler package (whose
 timers read their intervals from the settings at import).
 """
@@ -17,12 +17,12 @@ from datetime import datetime
 from typing import Any
 
 import httpx
-from themis_shard.backup.destinations import Destination as Store
-from themis_shard.backup.destinations import open_destination
-from themis_shard.backup.manifest import BackupInvalid, new_backup_id
-from themis_shard.backup.orchestrate import BackupFailed, BackupProgress, ClusterBackup, ShardTarget
-from themis_shard.backup.retention import apply_retention
-from themis_shard.plan import ClusterPlan
+from themis_core.cluster_backup.destinations import Destination as Store
+from themis_core.cluster_backup.destinations import open_destination
+from themis_core.cluster_backup.manifest import BackupInvalid, new_backup_id
+from themis_core.cluster_backup.orchestrate import BackupFailed, BackupProgress, ClusterBackup, ShardTarget
+from themis_core.cluster_backup.retention import apply_retention
+from themis_core.plan import ClusterPlan
 
 from . import API_VERSION, GROUP, VERSION, backups, names
 from .cron import Schedule

@@ -1,7 +1,7 @@
 """ThemisBackup, ThemisScheduledBackup and ``ThemisCluster.spec.bootstrap.fromBackup``: the
 typed specs and the pure parts (status documents, when a schedule is due, the shard environment
 that restores a new cluster). The I/O is in ``handlers/backup.py``; the backup itself is
-``themis_shard.backup.orchestrate`` (HTTP to the shards' admin routes, no storage engine).
+``themis_core.cluster_backup.orchestrate`` (HTTP to the shards' admin routes, no storage engine).
 
 A destination is ``s3://bucket/prefix`` (endpoint, region and a Secret with
 ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` given in the spec) or a directory on a volume
@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
-from themis_shard.backup.manifest import BACKUP_ID, Manifest
-from themis_shard.backup.orchestrate import BackupProgress
+from themis_core.cluster_backup.manifest import BACKUP_ID, Manifest
+from themis_core.cluster_backup.orchestrate import BackupProgress
 
 from . import API_VERSION
 from .cron import Schedule

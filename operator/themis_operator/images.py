@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from themis_shard.version import distribution_version
+from themis_core.version import distribution_version
 
 SHARD_REPOSITORY = "ghcr.io/themisdb/themis-shard"
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from themis_shard.cluster.status_model import ClusterStatus
+from themis_core.status_model import ClusterStatus
 
 from . import names
 from .status import AdapterReport, ShardReport

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
-from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
+from themis_core.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
 
 from .backups import BootstrapSpec
 

@@ -6,7 +6,7 @@ import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-from themis_shard.cluster.status_model import AdapterCapability
+from themis_core.status_model import AdapterCapability
 
 ConditionType = Literal["Ready", "Progressing", "Degraded"]
 Phase = Literal["Pending", "Creating", "Running", "Scaling", "Degraded"]

@@ -1,5 +1,5 @@
 """Themis shard: a converged document store, vector index and LLM inference node."""
 
-from .version import distribution_version
+from themis_core.version import distribution_version
 
 __version__ = distribution_version("themisdb")

@@ -14,11 +14,11 @@ import ssl
 from pathlib import Path
 
 import uvicorn
+from themis_core.logs import LogSettings, configure_logging
 
 from . import __version__
 from .app import create_app
 from .cluster.cert_reload import CertFiles, CertReloader
-from .logs import LogSettings, configure_logging
 from .settings import Settings
 
 

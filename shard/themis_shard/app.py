@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from themis_core.tracing import Spans
 
 from . import __version__
 from .api import (
@@ -42,7 +43,6 @@ from .node import ShardNode
 from .otel import build_spans
 from .settings import Settings
 from .termination import write_termination_message
-from .tracing import Spans
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
-
-from .plan import ClusterPlan
-from .ring import HashRing
+from themis_core.plan import ClusterPlan
+from themis_core.ring import HashRing
 
 
 def moved_fraction(old: ClusterPlan, new: ClusterPlan, samples: int = 4096, seed: int = 0) -> float:

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from .plan import ClusterPlan, FailoverSettings, with_in_sync
+from themis_core.plan import ClusterPlan, FailoverSettings, with_in_sync
 
 #: After its lease ran out, how long the authority still waits before fencing a member
 #: (scheduling slack between the shard's check and the authority's).

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .auth.keys import entry_for, new_key
-from .auth.policy import Role
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
 
 ENV_KEY = "THEMIS_API_KEY"
 

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import httpx
 from rich.console import Console
+from themis_core.api_keys import bearer_headers
+from themis_core.plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, RouterSettings, build_plan
 
 from . import __version__
-from .auth.keys import bearer_headers
 from .backup.cli import (  # themis backup, up --restore-from
     RESTORE_TIMEOUT_S,
     add_backup_commands,
@@ -41,7 +42,6 @@ from .cli_help import COMMANDS, DESCRIPTION
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .cluster.transactions.cli import add_txn_commands  # themis txn list/resolve
 from .local_auth import resolve_api_key, write_local_keys
-from .plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, RouterSettings, build_plan
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 from .training.cli import add_adapter_commands  # themis adapters federate
 
@@ -426,7 +426,7 @@ def _stop(pids: list[int], grace: float) -> None:
 def write_certificates(directory: Path, shard_ids: list[str], host: str) -> dict[str, dict[str, str]]:
     """A cluster CA and one certificate per shard (for ``host``), as PEM files; returns each
     shard's TLS environment."""
-    from .cluster.certs import generate_ca, issue_shard_cert
+    from themis_core.certificates import generate_ca, issue_shard_cert
 
     directory.mkdir(parents=True, exist_ok=True)
     ca_cert, ca_key = generate_ca("local")

@@ -16,6 +16,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from themis_core.plan import ClusterPlan, single_shard_plan
+from themis_core.tracing import NoSpans, Spans
+
 from .aql.service import AqlService
 from .backup.restore import restore_on_start
 from .cluster.announcer import LoadSampler
@@ -28,12 +31,10 @@ from .domains.sets import adapter_validation_set
 from .errors import Unavailable
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
-from .plan import ClusterPlan, single_shard_plan
 from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
 from .storage.formats import open_formats
-from .tracing import NoSpans, Spans
 from .training.federation import Federation, LocalParticipant
 from .training.persisted import TrainedAdapters
 from .training.service import TrainingService, train_cache_dir

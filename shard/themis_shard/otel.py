@@ -14,8 +14,7 @@ import os
 from collections.abc import Mapping
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from .tracing import NoSpans, Spans
+from themis_core.tracing import NoSpans, Spans
 
 log = logging.getLogger(__name__)
 OTEL_HINT = "pip install 'themisdb[otel]'"

@@ -18,8 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-from .tracing import Attribute, ServerSpan, TraceContext
+from themis_core.tracing import Attribute, ServerSpan, TraceContext
 
 
 def otlp_processor() -> SpanProcessor:

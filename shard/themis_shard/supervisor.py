@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+from themis_core.plan import ClusterPlan
 
 from .cluster.peer_auth import PeerAuth
 from .isr import Member, Report, decide, lease_until
-from .plan import ClusterPlan
 
 log = logging.getLogger("themis.supervisor")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
 from themis_shard.app import create_app
-from themis_shard.auth.keys import entry_for, new_key
-from themis_shard.auth.policy import Role
 from themis_shard.auth.settings import AuthSettings
 
 from tests.conftest import shard_settings

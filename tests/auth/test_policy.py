@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from themis_shard.auth.keys import KeyRing, bearer_token, digest, entry_for, new_key, parse_entries
-from themis_shard.auth.policy import Role, required_role
+from themis_core.access_policy import Role, required_role
+from themis_core.api_keys import KeyRing, bearer_token, digest, entry_for, new_key, parse_entries
 from themis_shard.auth.settings import AuthSettings
 
 CLIENT_ROUTES = [

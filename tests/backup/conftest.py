@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from themis_shard.backup.destinations import DirectoryDestination
-from themis_shard.backup.manifest import Cut, Manifest, ShardSnapshot
+from themis_core.cluster_backup.destinations import DirectoryDestination
+from themis_core.cluster_backup.manifest import Cut, Manifest, ShardSnapshot
+from themis_core.plan import ClusterSpec, Member, build_plan
 from themis_shard.backup.snapshot import SnapshotStore
-from themis_shard.plan import ClusterSpec, Member, build_plan
 from themis_shard.storage.documents import DocumentStore
 
 

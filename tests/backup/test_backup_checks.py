@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
-from themis_shard.backup.destinations import DirectoryDestination, open_destination, split_ref
-from themis_shard.backup.manifest import FORMAT_VERSION, BackupInvalid
+from themis_core.cluster_backup.destinations import DirectoryDestination, open_destination, split_ref
+from themis_core.cluster_backup.manifest import FORMAT_VERSION, BackupInvalid
+from themis_core.cluster_backup.retention import apply_retention, expired
 from themis_shard.backup.restore import fetch_backup
-from themis_shard.backup.retention import apply_retention, expired
 from themis_shard.backup.snapshot import STALE_S, SnapshotStore
 from themis_shard.storage.documents import DocumentStore
 

@@ -124,9 +124,9 @@ def test_shard_image_takes_the_gpu_extra_for_cuda_and_the_cpu_extra_otherwise():
         call = f"{branch} python tools/docker_requirements.py --extra {extra} --exclude llama-cpp-python"
         # themisdb-client is the repository's own client/, installed from the tree (no PyPI)
         assert f"{call} themisdb-client --bundle-models false" in runs
-    assert "pip install --no-deps . ./client" in runs
+    assert "pip install --no-deps ./core . ./client" in runs
     smoke = (
-        "import faiss, rocksdict, fastapi, themis_shard.settings, themis_shard.plan, "
+        "import faiss, rocksdict, fastapi, themis_shard.settings, themis_core.plan, "
         "themis_shard.demo.run"
     )
     assert f'python -c "{smoke}"' in runs
@@ -141,14 +141,16 @@ def test_shard_image_requirements_hold_one_faiss_and_the_engine(extra, faiss, ot
         for r in tool().requirements(PYPROJECT, extras=(extra,), exclude=("llama-cpp-python",), models=False)
     }
     assert {faiss, "fastapi", "rocksdict", "numpy", "pydantic"} <= names
-    assert not names & {other, "llama-cpp-python", "themisdb"}
+    # themisdb-core is installed from core/ (not PyPI): its dependencies stand in for it
+    assert {"cryptography", "python-json-logger"} <= names
+    assert not names & {other, "llama-cpp-python", "themisdb", "themisdb-core"}
     assert ("cupy-cuda12x" in names) is (extra == "gpu")
 
 
 def test_the_shard_image_leaves_the_operator_out():
-    """The shard and the client `themis demo` uses; never the operator or the test support."""
+    """The shard, the core and the client `themis demo` uses; never the operator or the test support."""
     copies = [a.split()[0] for a in args_of(stages("Dockerfile.shard")[0], "COPY")]
-    assert {"shard/", "client/"} <= set(copies)
+    assert {"core/", "shard/", "client/"} <= set(copies)
     assert not [c for c in copies if c.startswith(("operator", "testing"))]
 
 
@@ -197,23 +199,29 @@ def test_operator_image_is_slim_python_312_non_root():
 def test_operator_image_leaves_the_test_support_package_out():
     """themis_testing (emulator, fakes, validation) lives in testing/, which the image never copies."""
     copies = [a.split()[0] for a in args_of(stages("Dockerfile.operator")[0], "COPY")]
-    assert "shard/" in copies and "operator/" in copies
+    assert "core/" in copies and "operator/" in copies
     assert not [c for c in copies if c.startswith("testing")]
     assert not list((ROOT / "operator" / "themis_operator").glob("testing/*.py"))
 
 
-def test_operator_image_installs_the_operator_distribution_and_the_themisdb_base_only():
-    """No extra of themisdb (the engines live there); the build fails if an engine got in anyway."""
+def test_operator_image_installs_the_operator_and_the_core_never_the_shard():
+    """themisdb-core and themisdb-operator only, never themisdb (the engines live in its extras);
+    the build fails if the shard or an engine got in anyway."""
+    copies = " ".join(args_of(stages("Dockerfile.operator")[0], "COPY")).split()
+    assert "shard/" not in copies and "pyproject.toml" not in copies
     runs = " ".join(args_of(stages("Dockerfile.operator")[0], "RUN"))
-    assert "pip install ./ ./operator " in runs and "[" not in runs.split("pip install", 1)[1].split("&&")[0]
+    install = runs.split("pip install", 1)[1].split("&&")[0]
+    assert install.split() == ["./core", "./operator"], install  # no extras, no themisdb
     assert "docker_requirements" not in runs
-    assert "sys.exit(any(u.find_spec(m) for m in ('llama_cpp', 'faiss', 'numpy', 'rocksdict')))" in runs
+    blocked = "('themis_shard', 'llama_cpp', 'faiss', 'numpy', 'rocksdict')"
+    assert f"sys.exit(any(u.find_spec(m) for m in {blocked}))" in runs
 
 
 def test_the_operator_imports_with_nothing_but_those_dependencies():
-    """Everything the shard needs (numpy, FAISS, llama.cpp, RocksDB, FastAPI...) and the test-only
-    packages are blocked; kopf's own dependencies (aiohttp, jsonpatch) come with kopf."""
+    """The shard's package, everything it needs (numpy, FAISS, llama.cpp, RocksDB, FastAPI...) and
+    the test-only packages are blocked; kopf's own dependencies (aiohttp, jsonpatch) come with kopf."""
     blocked = [
+        "themis_shard",
         "numpy",
         "faiss",
         "llama_cpp",

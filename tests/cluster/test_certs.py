@@ -10,7 +10,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from themis_shard.cluster.certs import generate_ca, issue_shard_cert
+from themis_core.certificates import generate_ca, issue_shard_cert
 
 
 @pytest.fixture(scope="module")

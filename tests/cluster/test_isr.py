@@ -7,6 +7,7 @@ caught up; writes wait for in-sync owners only, and the floor refuses by name.""
 from __future__ import annotations
 
 import pytest
+from themis_core.plan import FailoverSettings, build_plan, is_rollback, with_in_sync
 from themis_shard.cluster.fencing import (
     WriteConcern,
     fence_refusal,
@@ -17,7 +18,6 @@ from themis_shard.cluster.fencing import (
 from themis_shard.cluster.lease import AuthorityLease, lease_refusal
 from themis_shard.cluster.placement import Topology
 from themis_shard.isr import FENCE_MARGIN_S, STARTUP_GRACE_S, Member, Report, decide, fenceable, lease_until
-from themis_shard.plan import FailoverSettings, build_plan, is_rollback, with_in_sync
 
 from .fakes import plan_of, spec
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
+from themis_core.plan import AdapterPlacement
 from themis_shard.cluster.plan_watcher import (
     PlanWatcher,
     adapter_path,
@@ -20,7 +21,6 @@ from themis_shard.cluster.plan_watcher import (
     placed_here,
 )
 from themis_shard.llm.fetch import FetchSettings, SourceFetcher
-from themis_shard.plan import AdapterPlacement
 
 from .fakes import live, plan_of
 

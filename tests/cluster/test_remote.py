@@ -267,7 +267,7 @@ def test_binary_get_and_post(server):
 
 
 def test_mutual_tls_with_cluster_certificates(tmp_path):
-    certs = pytest.importorskip("themis_shard.cluster.certs")
+    certs = pytest.importorskip("themis_core.certificates")
     from themis_shard.cluster.remote import client_ssl_context, server_ssl_options
 
     ca_cert, ca_key = certs.generate_ca("themis")

@@ -392,8 +392,8 @@ def test_a_repair_racing_a_write_neither_fails_a_committed_one_nor_keeps_a_faile
 
 
 def test_a_primary_read_is_served_only_by_the_keys_primary_while_it_holds_its_lease(store) -> None:
+    from themis_core.plan import FailoverSettings
     from themis_shard.cluster.lease import AuthorityLease
-    from themis_shard.plan import FailoverSettings
 
     current = live(plan_of(3, failover=FailoverSettings()), "s-0")
     topo = current.topology

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
+from themis_core.plan import RouterSettings
 from themis_shard.cluster.remote import PeerError, PeerUnavailable
 from themis_shard.cluster.router import (
     AdaptiveShardRouter,
@@ -18,7 +19,6 @@ from themis_shard.cluster.router import (
     route_by_domain,
 )
 from themis_shard.cluster.settings import ClusterSettings
-from themis_shard.plan import RouterSettings
 
 
 def cap(shard: str, alpha: float, lam: float = 0.0, domain: str = "legal", adapter: str = "") -> Capability:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from themis_core.plan import RouterSettings
 from themis_shard.cluster.gossip_state import GossipState
 from themis_shard.cluster.gossip_wire import GossipCodec
 from themis_shard.cluster.settings import ClusterSettings
-from themis_shard.plan import RouterSettings
 
 
 def test_defaults_are_the_papers_numbers():

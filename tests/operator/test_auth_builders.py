@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import base64
 
+from themis_core.access_policy import Role
+from themis_core.api_keys import KeyRing, parse_entries
+from themis_core.certificates import generate_ca
 from themis_operator.builders import ClusterContext, build_children
 from themis_operator.builders.auth import build_api_keys_secret
 from themis_operator.builders.plan import next_plan
 from themis_operator.builders.statefulset import build_statefulset
-from themis_shard.auth.keys import KeyRing, parse_entries
-from themis_shard.auth.policy import Role
-from themis_shard.cluster.certs import generate_ca
 from themis_testing.validation import load_example, validate_manifest
 
 CA = generate_ca("demo")

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from themis_core.cluster_backup.destinations import DirectoryDestination
+from themis_core.plan import single_shard_plan
 from themis_operator import API_VERSION, backups
 from themis_operator.backup_jobs import run_backup, schedule_tick
 from themis_operator.builders import ClusterContext
@@ -20,10 +22,8 @@ from themis_operator.builders.statefulset import build_statefulset
 from themis_operator.cron import Schedule
 from themis_operator.probe import ShardProber
 from themis_shard.app import create_app
-from themis_shard.backup.destinations import DirectoryDestination
 from themis_shard.backup.restore import fetch_backup
 from themis_shard.llm.settings import LLMSettings
-from themis_shard.plan import single_shard_plan
 from themis_shard.settings import Settings
 from themis_testing.fakekube import FakeKube
 from themis_testing.validation import custom_resource_errors, load_example, validate_custom_resource

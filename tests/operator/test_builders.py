@@ -5,14 +5,14 @@ import json
 
 import pytest
 from cryptography import x509
+from themis_core.certificates import generate_ca
+from themis_core.plan import ClusterPlan
 from themis_operator.builders import ClusterContext, build_children
 from themis_operator.builders.pdb import build_pdb
 from themis_operator.builders.plan import build_plan_configmap, next_plan, place_adapter, previous_plan
 from themis_operator.builders.statefulset import build_statefulset
 from themis_operator.builders.tls import build_tls_secret, ca_material
 from themis_operator.spec import LoRAAdapterSpec
-from themis_shard.cluster.certs import generate_ca
-from themis_shard.plan import ClusterPlan
 from themis_testing.validation import load_example, validate_manifest
 
 CA = generate_ca("demo")

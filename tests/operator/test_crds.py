@@ -195,7 +195,7 @@ def test_the_api_server_refuses_scaling_below_the_raid_minimum_by_cel_rules():
     """One rule per RAID mode, with the minimums the plan module (and the operator) use."""
     import re
 
-    from themis_shard.plan import MIN_SHARDS_BY_RAID_MODE
+    from themis_core.plan import MIN_SHARDS_BY_RAID_MODE
 
     spec = load_crds()["ThemisCluster"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
         "spec"

@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 from kubernetes.config import new_client_from_config
+from themis_core.plan import ClusterPlan
 from themis_operator.kube import ApiKube
-from themis_shard.plan import ClusterPlan
 from themis_testing.validation import load_example, validate_manifest
 
 from .conftest import eventually

@@ -8,8 +8,8 @@ import time
 
 import pytest
 from kubernetes.config import new_client_from_config
+from themis_core.plan import ClusterPlan
 from themis_operator.kube import ApiKube
-from themis_shard.plan import ClusterPlan
 from themis_testing.validation import load_example
 
 from .conftest import eventually, kopf_runner

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from themis_core.certificates import generate_ca, issue_shard_cert
 from themis_operator.probe import ShardProber, adapter_states, parse_status, reports_from_status
-from themis_shard.cluster.certs import generate_ca, issue_shard_cert
 
 
 def test_parse_status_reads_ring_version_migration_and_own_member_state():

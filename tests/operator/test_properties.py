@@ -3,11 +3,11 @@ valid manifests, and the plan's ring version tracks membership only."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from themis_core.certificates import generate_ca
 from themis_operator.builders import ClusterContext, build_children
 from themis_operator.builders.plan import next_plan
 from themis_operator.reconcile import reconcile_cluster
 from themis_operator.spec import ThemisClusterSpec
-from themis_shard.cluster.certs import generate_ca
 from themis_testing.fakekube import FakeKube
 from themis_testing.validation import custom_resource_errors, validate_manifest
 

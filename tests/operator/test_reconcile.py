@@ -3,9 +3,9 @@
 import copy
 
 import pytest
+from themis_core.plan import ClusterPlan
 from themis_operator.reconcile import FORCE_SCALE_IN, delete_children, reconcile_cluster
 from themis_operator.status import AdapterReport, ShardReport
-from themis_shard.plan import ClusterPlan
 from themis_testing.fakekube import FakeKube
 from themis_testing.validation import load_example
 

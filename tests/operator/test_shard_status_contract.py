@@ -1,14 +1,14 @@
 """The shard ↔ operator status contract: a real shard's ``/v1/cluster/status`` is ClusterStatus."""
 
-from themis_operator.probe import parse_status
-from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, ShardLoad
-from themis_shard.cluster.status_model import (
+from themis_core.status_model import (
     AdapterCapability,
     ClusterStatus,
     MemberLoad,
     MemberStatus,
     MigrationStatus,
 )
+from themis_operator.probe import parse_status
+from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, ShardLoad
 
 
 def test_a_shards_answer_has_exactly_the_fields_of_the_shared_model(client):

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from themis_shard.auth.keys import entry_for, new_key
-from themis_shard.auth.policy import Role
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
 
 pytestmark = pytest.mark.llm
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 from rocksdict import WriteBatch
-from themis_shard.data_format import MARKER, FormatTooNew, directory_format, stamp
-from themis_shard.plan import ClusterPlan, single_shard_plan
+from themis_core.data_format import MARKER, FormatTooNew, directory_format, stamp
+from themis_core.plan import ClusterPlan, single_shard_plan
 from themis_shard.storage import codec
 from themis_shard.storage.documents import DocumentStore
 from themis_shard.storage.formats import CURRENT, open_formats, stored_formats

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import struct
 
-from themis_shard.data_format import MARKER, stamp
+from themis_core.data_format import MARKER, stamp
 from themis_shard.llm.prefix_cache import DISK_FORMAT, PrefixCache, chain_seed
 from themis_shard.storage.collections import CollectionConfig
 from themis_shard.storage.documents import DocumentStore, Write

@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from themis_shard.data_format import FormatTooNew
+from themis_core.data_format import FormatTooNew
 from themis_shard.training.persisted import FORMAT, TrainedAdapters
 
 

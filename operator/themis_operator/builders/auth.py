@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import base64
 
-from themis_shard.auth.keys import entry_for, new_key
-from themis_shard.auth.policy import Role
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
 
 from .. import names
 from .context import ClusterContext

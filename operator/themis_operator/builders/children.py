@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 from .. import names
 from .auth import build_api_keys_secret

@@ -9,7 +9,7 @@ block every node drain forever, so raid0 gets 1: a drained raid0 shard's keys ar
 
 from __future__ import annotations
 
-from themis_shard.plan import FAULT_TOLERANCE_BY_RAID_MODE
+from themis_core.plan import FAULT_TOLERANCE_BY_RAID_MODE
 
 from .. import names
 from .context import ClusterContext

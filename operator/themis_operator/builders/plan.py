@@ -1,4 +1,4 @@
-"""The cluster-plan ConfigMap: ``themis_shard.plan.build_plan`` output for a ThemisCluster.
+"""The cluster-plan ConfigMap: ``themis_core.plan.build_plan`` output for a ThemisCluster.
 
 The operator adds only Kubernetes knowledge (member URLs through the headless Service, shard
 ids from pod names) and adapter placement; ring versioning stays in ``build_plan``, fed with
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from themis_shard.plan import AdapterPlacement, ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
-from themis_shard.ring import HashRing, RingSpec
+from themis_core.plan import AdapterPlacement, ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
+from themis_core.ring import HashRing, RingSpec
 
 from .. import names
 from ..spec import LoRAAdapterSpec

@@ -14,7 +14,7 @@ import base64
 import datetime
 
 from cryptography import x509
-from themis_shard.cluster.certs import SHARD_VALIDITY, generate_ca, issue_shard_cert
+from themis_core.certificates import SHARD_VALIDITY, generate_ca, issue_shard_cert
 
 from .. import names
 from .context import ClusterContext

@@ -1,7 +1,7 @@
 """ThemisBackup and ThemisScheduledBackup handlers.
 
 A ThemisBackup runs once: the operator gates, snapshots and copies every shard of the referenced
-ThemisCluster (``themis_shard.backup.orchestrate``) to the destination, writing the phase and
+ThemisCluster (``themis_core.cluster_backup.orchestrate``) to the destination, writing the phase and
 the bytes copied to ``status`` as it goes; Completed or Failed is final (a backup interrupted by
 an operator restart is Failed, never resumed half-way: create another). A ThemisScheduledBackup
 creates a ThemisBackup each time its cron schedule fires.

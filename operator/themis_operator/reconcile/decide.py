@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pydantic import ValidationError
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 from .. import names
 from ..builders import ClusterContext, build_children

@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 from .. import API_VERSION, names
 from ..builders import ClusterContext

@@ -14,8 +14,7 @@ import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from ..tracing import NoSpans, ServerSpan, Spans, current_trace, parse_traceparent
+from themis_core.tracing import NoSpans, ServerSpan, Spans, current_trace, parse_traceparent
 
 log = logging.getLogger("themis.access")
 QUIET_PATHS = frozenset({"/health", "/ready", "/metrics"})

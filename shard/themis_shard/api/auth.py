@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+from themis_core.access_policy import required_role
+from themis_core.api_keys import KeyRing, bearer_token
 
-from ..auth.keys import KeyRing, bearer_token
-from ..auth.policy import required_role
 from ..errors import error_body
 from .openapi import error_response
 

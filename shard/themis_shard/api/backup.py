@@ -1,6 +1,6 @@
 """A shard's part in a cluster backup (admin): close and open its decision gate, take its
-snapshot, serve the snapshot's files, drop them. ``backup/orchestrate.py`` drives these routes
-on every shard; ``backup/cut.py`` says why the result is one consistent cut."""
+snapshot, serve the snapshot's files, drop them. ``themis_core/cluster_backup/orchestrate.py``
+drives these routes on every shard; ``backup/cut.py`` says why the result is one consistent cut."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
+from themis_core.cluster_backup.manifest import BACKUP_ID, ShardSnapshot
 
-from ..backup.manifest import BACKUP_ID, ShardSnapshot
 from ..backup.snapshot import SnapshotStore
 from ..errors import Conflict, Unavailable
 from ..node import ShardNode

@@ -1,6 +1,6 @@
 """``GET /v1/cluster/status``: members, ring version, load and adapter capabilities.
 
-The answer's shape is :class:`~themis_shard.cluster.status_model.ClusterStatus`, which the
+The answer's shape is :class:`~themis_core.status_model.ClusterStatus`, which the
 operator parses with the same model.
 """
 
@@ -10,8 +10,7 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-
-from ..cluster.status_model import (
+from themis_core.status_model import (
     AdapterCapability,
     ClusterStatus,
     MemberLoad,
@@ -22,6 +21,7 @@ from ..cluster.status_model import (
     Speculation,
     StorageStatus,
 )
+
 from ..node import ShardNode
 from .deps import current_node
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from .keys import KeyRing, parse_entries
+from themis_core.api_keys import KeyRing, parse_entries
 
 
 class AuthSettings(BaseSettings):

@@ -1,5 +1,6 @@
-"""Cluster backups and restores (see ``cut.py`` for why a backup is one consistent cut).
+"""Cluster backups and restores, the shard's half (see ``cut.py`` for why a backup is one
+consistent cut): the gates and snapshots a shard serves, restore, and the ``themis backup`` CLI.
 
-Kept free of imports: the operator imports ``orchestrate``, ``manifest``, ``destinations`` and
-``retention`` (httpx, pydantic, boto3) and must not pull the storage engine in with them.
+The half the operator shares (manifest, destinations, orchestration, retention) is
+``themis_core.cluster_backup``.
 """

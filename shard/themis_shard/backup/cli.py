@@ -14,15 +14,15 @@ import ssl
 from pathlib import Path
 
 import httpx
+from themis_core.api_keys import bearer_headers
+from themis_core.cluster_backup.destinations import Destination, ObjectMissing, open_destination, split_ref
+from themis_core.cluster_backup.manifest import MANIFEST, BackupInvalid, Manifest, parse_manifest
+from themis_core.cluster_backup.orchestrate import BackupFailed, BackupProgress, ClusterBackup, ShardTarget
+from themis_core.cluster_backup.retention import apply_retention
 
-from ..auth.keys import bearer_headers
 from ..cli_help import COMMANDS
 from ..cli_progress import TransferView
-from .destinations import Destination, ObjectMissing, open_destination, split_ref
-from .manifest import MANIFEST, BackupInvalid, Manifest, parse_manifest
-from .orchestrate import BackupFailed, BackupProgress, ClusterBackup, ShardTarget
 from .restore import data_dir_empty, fetch_backup
-from .retention import apply_retention
 
 #: ``themis up --restore-from`` waits at least this long for ready shards: each restores its
 #: part (checks, copies, re-places, rebuilds vectors) before it answers /ready

@@ -1,6 +1,6 @@
 """The cut a backup takes, and why every transaction is in it entirely or not at all.
 
-**Protocol** (``orchestrate.py``): (1) every shard closes its decision gate
+**Protocol** (``themis_core/cluster_backup/orchestrate.py``): (1) every shard closes its decision gate
 (``storage/decision_gate.py``): from then on no COMMIT entry becomes durable in any shard's
 transaction log, and ``close`` returns only once none is being written; (2) while every gate is
 closed, every shard takes a RocksDB checkpoint — one atomic point across its column families

@@ -27,16 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict
+from themis_core.cluster_backup.destinations import Destination, ObjectMissing, open_destination, split_ref
+from themis_core.cluster_backup.manifest import MANIFEST, BackupInvalid, FileEntry, Manifest, parse_manifest
+from themis_core.plan import ClusterPlan
 
 from ..cluster.placement import Topology
-from ..plan import ClusterPlan
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore, Replicated, entry
 from ..storage.intents import decode_entry, decode_intent
 from ..storage.names import split_storage_key
 from .cut import committed_txns, rolled_forward
-from .destinations import Destination, ObjectMissing, open_destination, split_ref
-from .manifest import MANIFEST, BackupInvalid, FileEntry, Manifest, parse_manifest
 
 log = logging.getLogger(__name__)
 

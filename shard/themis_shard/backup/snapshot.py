@@ -13,9 +13,10 @@ import shutil
 import time
 from pathlib import Path
 
+from themis_core.cluster_backup.manifest import FileEntry, check_backup_id
+
 from ..errors import NotFound
 from ..storage.documents import DocumentStore
-from .manifest import FileEntry, check_backup_id
 
 CHUNK = 1 << 20
 #: a staged snapshot this old belongs to a backup that died

@@ -28,9 +28,9 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
+from themis_core.ring import HashRing
 
 from ..errors import BadRequest, Conflict, InsufficientStorage, NotFound, ThemisError, Unavailable
-from ..ring import HashRing
 from ..storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
 from ..storage.inflight import InflightLog
 from ..storage.names import urn

@@ -23,9 +23,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from themis_core.ring import HashRing
 
 from ..errors import ThemisError, Unavailable
-from ..ring import HashRing
 from ..storage.names import parse_urn, urn
 from .documents import relay
 from .placement import candidates, coordinator_groups

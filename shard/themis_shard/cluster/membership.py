@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
+from themis_core.plan import ClusterPlan
 
-from ..plan import ClusterPlan
 from .announcer import announcements_to_publish, resident_adapters
 from .draft_shard import choose_draft_shard
 from .gossip import Gossiper

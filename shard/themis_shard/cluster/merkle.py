@@ -14,7 +14,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..ring import HashRing
+from themis_core.ring import HashRing
+
 from ..storage.names import storage_key, urn
 from ..storage.stamps import Stamp
 

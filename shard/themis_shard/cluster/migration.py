@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
+from themis_core.ring import HashRing, RingSpec
 
 from ..errors import Unavailable
-from ..ring import HashRing, RingSpec
 from ..storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
 from ..storage.hints import decode_items
 from ..storage.names import storage_key, urn

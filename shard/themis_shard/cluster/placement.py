@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from ..plan import ClusterPlan
-from ..ring import HashRing
+from themis_core.plan import ClusterPlan
+from themis_core.ring import HashRing
+
 from ..storage.names import urn
 
 

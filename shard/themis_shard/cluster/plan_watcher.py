@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
+from themis_core.plan import AdapterPlacement, ClusterPlan, is_rollback
 
 from ..llm.fetch import FetchError, SourceFetcher, is_url
-from ..plan import AdapterPlacement, ClusterPlan, is_rollback
 from .placement import Topology
 from .router import RoutingPolicy
 from .tasks import Tasks

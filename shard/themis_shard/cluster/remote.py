@@ -15,8 +15,8 @@ Outcomes are typed so callers can decide without parsing strings:
   is an answer, not a fault: relay it. It does not count against the breaker.
 
 TLS: pass an ``ssl.SSLContext`` (see :func:`client_ssl_context`, fed by the PEM files that
-``certs.py`` issues) and https peer URLs; plain HTTP when TLS is off. HTTP/1.1 keep-alive
-(the paper's HTTP/2 would need the ``h2`` package and a server speaking it; uvicorn does not).
+``themis_core/certificates.py`` issues) and https peer URLs; plain HTTP when TLS is off. HTTP/1.1
+keep-alive (the paper's HTTP/2 would need the ``h2`` package and a server speaking it; uvicorn does not).
 Metrics go to the CollectorRegistry passed in, never the global one.
 """
 
@@ -37,8 +37,8 @@ import httpx
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ValidationError
+from themis_core.tracing import NoSpans, Spans, current_trace, outgoing_traceparent
 
-from ..tracing import NoSpans, Spans, current_trace, outgoing_traceparent
 from .breaker import BreakerRegistry, BreakerState
 from .settings import ClusterSettings
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter
+from themis_core.ring import stable_hash64
 
-from ..ring import stable_hash64
 from .remote import PeerUnavailable
 
 T = TypeVar("T")

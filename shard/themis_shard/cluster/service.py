@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from themis_core.plan import ClusterPlan
+from themis_core.ring import HashRing
+from themis_core.tracing import Spans
 
 from ..llm.fetch import SourceFetcher
 from ..llm.settings import LLMSettings
-from ..plan import ClusterPlan
-from ..ring import HashRing
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
 from ..storage.inflight import InflightLog
-from ..tracing import Spans
 from ..vector.catalog import VectorCatalog
 from .anti_entropy import AntiEntropy
 from .collections import ClusterCollections

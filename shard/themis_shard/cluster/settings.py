@@ -15,8 +15,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from ..plan import descending_thresholds
+from themis_core.plan import descending_thresholds
 
 
 class ClusterSettings(BaseSettings):
@@ -28,7 +27,7 @@ class ClusterSettings(BaseSettings):
     #: Latency penalty weight γ: score = α − γ · (λ / latency_unit_ms), λ = p99 delta in ms.
     gamma: float = Field(0.1, ge=0)
     #: The unit λ is measured in for the penalty. 100 ms reads γ = 0.1 as "0.1 accuracy points
-    #: per 100 ms of p99" (the convention RouterSettings in plan.py documents); 1000 ms gives the
+    #: per 100 ms of p99" (the convention RouterSettings in themis_core/plan.py documents); 1000 ms gives the
     #: paper's parenthetical example (100 ms ≙ 0.01 points).
     latency_unit_ms: float = Field(100.0, gt=0)
     #: Scores closer than this are "equal"; LEAST_LOADED (pending_llm_requests) decides among them.

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from ..data_format import FormatTooNew, directory_format
+from themis_core.data_format import FormatTooNew, directory_format
 
 log = logging.getLogger(__name__)
 

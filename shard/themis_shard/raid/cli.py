@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from themis_core.api_keys import bearer_headers
 
-from ..auth.keys import bearer_headers
 from ..cli_progress import RebuildView
 
 

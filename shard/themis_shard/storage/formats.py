@@ -4,7 +4,7 @@
 family (documents, collections, counters, hints, 2PC intents and coordinator log, in-flight
 writes, superseded document versions). :func:`open_formats` runs before anything else touches
 the store: a column family newer than this code stops the shard
-(:class:`~themis_shard.data_format.FormatTooNew`); an older one is migrated forward one step at
+(:class:`~themis_core.data_format.FormatTooNew`); an older one is migrated forward one step at
 a time, each step's rewrites and its new marker in one synced WriteBatch, so a crash mid-upgrade
 resumes from the last finished step.
 """
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from rocksdict import WriteBatch
+from themis_core.data_format import UNMARKED, check
 
-from ..data_format import UNMARKED, check
 from .documents import DocumentStore
 
 log = logging.getLogger(__name__)

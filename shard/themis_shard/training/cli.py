@@ -13,8 +13,7 @@ import ssl
 from pathlib import Path
 
 import httpx
-
-from ..auth.keys import bearer_headers
+from themis_core.api_keys import bearer_headers
 
 
 def round_line(r: dict) -> str:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from ..data_format import check
+from themis_core.data_format import check
 
 log = logging.getLogger(__name__)
 

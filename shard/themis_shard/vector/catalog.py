@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from themis_core.data_format import UNMARKED
 
-from ..data_format import UNMARKED
 from ..errors import BadRequest
 from ..storage import codec
 from ..storage.collections import CollectionConfig

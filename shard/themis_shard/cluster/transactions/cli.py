@@ -14,8 +14,7 @@ import ssl
 from pathlib import Path
 
 import httpx
-
-from ...auth.keys import bearer_headers
+from themis_core.api_keys import bearer_headers
 
 
 def _urls(args: argparse.Namespace) -> tuple[list[str], object]:

@@ -16,7 +16,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from .policy import Role
+from .access_policy import Role
 
 KEY_PREFIX = "themis_"
 

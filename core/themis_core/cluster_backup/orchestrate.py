@@ -2,8 +2,8 @@
 manifest last. Runs wherever the shards' admin API is reachable (the ``themis`` CLI, the
 operator); it talks HTTP only, so it needs neither the storage engine nor the shard's app.
 
-``cut.py`` argues why the snapshots form one consistent cut. Every file is hashed while it
-streams from the shard and must match the sha256 the shard listed, so what reaches the
+``themis_shard/backup/cut.py`` argues why the snapshots form one consistent cut. Every file is
+hashed while it streams from the shard and must match the sha256 the shard listed, so what reaches the
 destination is what the shard checkpointed; the manifest, written only after every file, is what
 makes the backup exist. The gates are always opened and the staged snapshots always dropped,
 whatever fails.

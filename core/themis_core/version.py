@@ -1,7 +1,8 @@
 """The one version of every Themis distribution: the repository's ``VERSION`` file.
 
-Each pyproject reads it at build time (setuptools dynamic version; ``operator/VERSION`` and
-``client/VERSION`` link to it), so installed metadata carries it; a bare checkout reads the file.
+Each pyproject reads it at build time (setuptools dynamic version; ``core/VERSION``,
+``operator/VERSION`` and ``client/VERSION`` link to it), so installed metadata carries it; a bare
+checkout reads the file.
 """
 
 from __future__ import annotations
