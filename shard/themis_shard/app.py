@@ -76,13 +76,14 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     app.include_router(aql.router)
     app.include_router(raid_api.router)
     if settings.llm.enabled:
-        from .api import adapters, inference, openai_compat
+        from .api import adapters, batches, inference, openai_compat
         from .api import rag as rag_api
 
         app.include_router(inference.router)
         app.include_router(rag_api.router)  # POST /v1/rag
         app.include_router(adapters.router)
         app.include_router(openai_compat.router)
+        app.include_router(batches.router)  # the OpenAI Batch API: /v1/files, /v1/batches
         from .api import kv_prefix
 
         app.state.kv_imports = kv_prefix.ImportGate(settings.llm.prefix_max_concurrent_imports)
