@@ -17,6 +17,7 @@ import time
 
 import httpx
 import pytest
+from themis_shard.batches import model
 from themis_shard.batches.store import BATCHES, LINES
 from themis_shard.cluster.fencing import primary
 from themis_shard.cluster.placement import Topology
@@ -29,6 +30,7 @@ openai = pytest.importorskip("openai")
 
 #: Two lines in flight at once: a batch of a few lines is still running when the tests act.
 ENV = {"THEMIS_BATCH_CONCURRENCY": "2", "THEMIS_BATCH_POLL_INTERVAL_S": "0.3"}
+CHAT = "/v1/chat/completions"
 ENDED = ("completed", "failed", "expired", "cancelled")
 BOUND_S = 300.0
 
@@ -181,6 +183,28 @@ def test_a_cancelled_batch_ends_cancelled_with_only_what_finished(cluster) -> No
     assert wait_for(c, one.id).status == "completed"
     with pytest.raises(openai.ConflictError, match="is completed and cannot be cancelled"):
         c.batches.cancel(one.id)
+
+
+def test_a_batch_whose_window_closed_ends_expired_with_its_lines_in_the_error_file(cluster) -> None:
+    """The 24 h window is not waited out: the batch is stored as the create route stores it, with
+    its ``expires_at`` already past (a batch document is an ordinary document)."""
+    c = client(cluster.url("shard-0"))
+    file = upload(c, [chat_line("late-1", "x"), chat_line("late-2", "y")])
+    now = int(time.time())
+    batch = model.new_batch(
+        "batch_expired1",
+        model.CreateBatch(input_file_id=file.id, endpoint=CHAT, completion_window="24h"),
+        now,
+    )
+    batch["expires_at"] = now - 1
+    with httpx.Client(base_url=cluster.url("shard-0"), timeout=30) as http:
+        http.put(f"/v1/collections/{BATCHES}/documents/{batch['id']}", json=batch).raise_for_status()
+    done = wait_for(c, batch["id"])
+    assert done.status == "expired" and done.expired_at and done.output_file_id is None
+    errors = lines_of(c, done.error_file_id)
+    assert sorted(x["custom_id"] for x in errors) == ["late-1", "late-2"]
+    assert {x["error"]["code"] for x in errors} == {"batch_expired"}
+    assert (done.request_counts.total, done.request_counts.failed) == (2, 2)
 
 
 def test_a_batch_survives_a_kill_9_of_its_coordinator_and_answers_each_line_once(tmp_path) -> None:
