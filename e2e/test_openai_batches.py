@@ -6,8 +6,9 @@ scattered over the cluster (``system_fingerprint`` names the shard that ran each
 the endpoint would refuse lands in the error file with that 400. A bad input file, a url that
 is not the batch's endpoint, an unknown file and any window but ``24h`` are refused by name
 when they are sent. A cancelled batch ends ``cancelled`` with only what finished. A batch whose
-coordinating shard is killed (``kill -9``) mid-run resumes when it is back and completes with
-every line answered exactly once: the lines answered before the kill keep their answer.
+coordinating shard is killed (``kill -9``) mid-run resumes when it is back, or, with failover,
+on the shard that becomes the primary of its document; it completes with every line answered
+exactly once: the lines answered before the kill keep their answer.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from themis_shard.batches import model
 from themis_shard.batches.store import BATCHES, LINES
 from themis_shard.cluster.fencing import primary
 from themis_shard.cluster.placement import Topology
+from themis_shard.plan import FailoverSettings
 
-from .conftest import LocalCluster
+from .conftest import Authority, LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llm, pytest.mark.slow]
 
@@ -207,40 +209,70 @@ def test_a_batch_whose_window_closed_ends_expired_with_its_lines_in_the_error_fi
     assert (done.request_counts.total, done.request_counts.failed) == (2, 2)
 
 
-def test_a_batch_survives_a_kill_9_of_its_coordinator_and_answers_each_line_once(tmp_path) -> None:
+def eventually(call, bound: float = BOUND_S):
+    """``call()`` until no shard answers 503 (a failover cluster grants its first leases)."""
+    started = time.monotonic()
+    while True:
+        try:
+            return call()
+        except (openai.InternalServerError, openai.APIConnectionError):
+            assert time.monotonic() - started < bound, "still unavailable"
+            time.sleep(0.3)
+
+
+def kill_mid_batch(cluster: LocalCluster, *, restart: bool) -> None:
+    """A batch of 8 lines; once 2 are answered its coordinator is killed (and restarted, or left
+    dead for the failover to move the batch); it completes, each line answered once, and the
+    lines answered before the kill keep the answer they had."""
+    c0, c1 = client(cluster.url("shard-0")), client(cluster.url("shard-1"))
+    lines = [chat_line(f"k{i}", f"Name a colour, {i}", max_tokens=12) for i in range(8)]
+    file = eventually(lambda: upload(c0, lines))
+    batch = eventually(
+        lambda: c0.batches.create(input_file_id=file.id, endpoint=CHAT, completion_window="24h")
+    )
+    coordinator = primary(Topology.of(cluster.plan, "shard-0"), BATCHES, batch.id)
+    survivor = c1 if coordinator == "shard-0" else c0
+    entry = cluster.url("shard-1" if coordinator == "shard-0" else "shard-0")
+
+    started = time.monotonic()
+    while eventually(lambda: survivor.batches.retrieve(batch.id)).request_counts.completed < 2:
+        assert time.monotonic() - started < BOUND_S, "the batch never got going"
+        time.sleep(0.2)
+    answered_before = {}  # custom_id → the answer's id, for every line answered before the kill
+    with httpx.Client(base_url=entry, timeout=30) as http:
+        for i in range(len(lines)):
+            r = http.get(f"/v1/collections/{LINES}/documents/{batch.id}.{i}")
+            if r.status_code == 200:
+                answered_before[r.json()["document"]["custom_id"]] = r.json()["document"]["id"]
+    cluster.kill(coordinator)  # kill -9, mid-batch
+    assert len(answered_before) < len(lines), "the batch ended before the kill: make it longer"
+    if restart:
+        cluster.start(coordinator)
+
+    done = wait_for(survivor, batch.id)
+    assert done.status == "completed", done
+    assert (done.request_counts.total, done.request_counts.completed) == (8, 8)
+    out = lines_of(survivor, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"k{i}" for i in range(8))  # each once
+    assert all(x["response"]["body"]["choices"][0]["message"]["content"] for x in out)
+    ids = {x["custom_id"]: x["id"] for x in out}
+    assert {k: ids[k] for k in answered_before} == answered_before  # not run again
+
+
+def test_a_batch_resumes_after_a_kill_9_and_restart_of_its_coordinator(tmp_path) -> None:
     cluster = LocalCluster(tmp_path, 2, llm=True, env=ENV)
     cluster.start_all()
     try:
-        c0, c1 = client(cluster.url("shard-0")), client(cluster.url("shard-1"))
-        lines = [chat_line(f"k{i}", f"Name a colour, {i}", max_tokens=12) for i in range(8)]
-        batch = c0.batches.create(
-            input_file_id=upload(c0, lines).id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
-        coordinator = primary(Topology.of(cluster.plan, "shard-0"), BATCHES, batch.id)
-        survivor = c1 if coordinator == "shard-0" else c0
-        entry = cluster.url("shard-1" if coordinator == "shard-0" else "shard-0")
+        kill_mid_batch(cluster, restart=True)
+    finally:
+        cluster.stop()
 
-        started = time.monotonic()
-        while survivor.batches.retrieve(batch.id).request_counts.completed < 2:
-            assert time.monotonic() - started < BOUND_S, "the batch never got going"
-            time.sleep(0.2)
-        answered_before = {}  # custom_id → the answer's id, for every line answered before the kill
-        with httpx.Client(base_url=entry, timeout=30) as http:
-            for i in range(len(lines)):
-                r = http.get(f"/v1/collections/{LINES}/documents/{batch.id}.{i}")
-                if r.status_code == 200:
-                    answered_before[r.json()["document"]["custom_id"]] = r.json()["document"]["id"]
-        cluster.kill(coordinator)  # kill -9, mid-batch
-        assert len(answered_before) < len(lines), "the batch ended before the kill: make it longer"
-        cluster.start(coordinator)
 
-        done = wait_for(survivor, batch.id)
-        assert done.status == "completed", done
-        assert (done.request_counts.total, done.request_counts.completed) == (8, 8)
-        out = lines_of(survivor, done.output_file_id)
-        assert sorted(x["custom_id"] for x in out) == sorted(f"k{i}" for i in range(8))  # each once
-        assert all(x["response"]["body"]["choices"][0]["message"]["content"] for x in out)
-        ids = {x["custom_id"]: x["id"] for x in out}
-        assert {k: ids[k] for k in answered_before} == answered_before  # not run again
+def test_a_batch_moves_to_the_new_primary_when_its_coordinator_dies_for_good(tmp_path) -> None:
+    cluster = LocalCluster(tmp_path, 2, llm=True, env=ENV, failover=FailoverSettings())
+    cluster.start_all()
+    try:
+        with Authority.of(cluster):
+            kill_mid_batch(cluster, restart=False)
     finally:
         cluster.stop()
