@@ -4,8 +4,9 @@ Every shard runs one ``BatchRunner``. Each poll it looks at the batch documents 
 own replicas, so a shard that restarts finds its batches on its disk) and takes those still
 active whose primary it is in the current plan: one coordinator per batch, and when a failover
 moves the primary, the new one picks the batch up. A batch runs in waves of ``concurrency``
-lines; each line's result is written as its own document the moment it is known, and a
-resumed batch runs only the lines without one, so the output holds every line exactly once.
+lines, one wave at a time on this shard across all its batches; each line's result is written
+as its own document the moment it is known, and a resumed batch runs only the lines without
+one, so the output holds every line exactly once.
 
 Cancelling, expiry and the end all go through ``finish``: the output and error files are
 written from the stored results (under ids derived from the batch id, so a coordinator that
@@ -78,6 +79,9 @@ class BatchRunner:
         self._ready = ready
         self._clock = clock
         self._running: dict[str, asyncio.Task] = {}
+        #: One wave at a time on this shard, whatever the number of batches it coordinates:
+        #: ``concurrency`` bounds the lines it has in flight, not each batch's.
+        self._wave = asyncio.Lock()
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
 
@@ -171,9 +175,10 @@ class BatchRunner:
             if not pending:
                 break
             wave = pending[: self._settings.concurrency]
-            missed = await self._dispatcher.run(
-                batch["endpoint"], wave, self._settings.line_timeout_s, answered
-            )
+            async with self._wave:
+                missed = await self._dispatcher.run(
+                    batch["endpoint"], wave, self._settings.line_timeout_s, answered
+                )
             for line in missed:  # no shard could run it: tried again, up to max_attempts
                 attempts[line.index] = attempts.get(line.index, 0) + 1
                 if attempts[line.index] >= self._settings.max_attempts:
