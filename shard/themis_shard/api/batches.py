@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.responses import Response
 
-from ..batches.model import CreateBatch
+from ..batches.model import UPLOAD_PURPOSES, CreateBatch
 from ..batches.service import BatchService
 from ..node import ShardNode
 from .deps import current_node
@@ -27,7 +27,11 @@ def _service(node: ShardNode) -> BatchService:
 
 
 @router.post("/v1/files")
-async def upload_file(node: Node, file: Annotated[UploadFile, File()], purpose: Annotated[str, Form()]):
+async def upload_file(
+    node: Node,
+    file: Annotated[UploadFile, File(description="JSONL: one request per line")],
+    purpose: Annotated[str, Form(json_schema_extra={"enum": list(UPLOAD_PURPOSES)})],
+):
     """Upload a JSONL input file (multipart, ``purpose`` "batch"); its lines are validated now."""
     data = await file.read()
     return await _service(node).upload(data, file.filename or "upload.jsonl", purpose)
@@ -43,7 +47,13 @@ async def get_file(file_id: str, node: Node):
     return await _service(node).store.file(file_id)
 
 
-@router.get("/v1/files/{file_id}/content")
+@router.get(
+    "/v1/files/{file_id}/content",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+    },
+)
 async def file_content(file_id: str, node: Node):
     return Response(await _service(node).store.content(file_id), media_type="application/octet-stream")
 

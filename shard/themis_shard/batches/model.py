@@ -51,9 +51,17 @@ class CreateBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: str = Field(min_length=1, max_length=200)
-    endpoint: str
-    completion_window: str
-    metadata: dict[str, str] | None = None
+    #: The schema names the accepted values; the validators refuse any other by name.
+    endpoint: str = Field(json_schema_extra={"enum": list(ENDPOINTS)})
+    completion_window: str = Field(json_schema_extra={"enum": list(COMPLETION_WINDOWS)})
+    metadata: dict[str, str] | None = Field(
+        None,
+        json_schema_extra={
+            "maxProperties": MAX_METADATA_PAIRS,
+            "propertyNames": {"maxLength": MAX_METADATA_KEY},
+            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
+        },
+    )
 
     @field_validator("endpoint")
     @classmethod

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import NotFound, ThemisError
 from ..storage.documents import Change, StoredDocument, Write
+from ..storage.names import KEY_RE
 from . import model
 
 FILES = "_openai_files"
@@ -67,10 +68,13 @@ class BatchStore:
         self._query = query
 
     async def _found(self, collection: str, key: str, what: str) -> StoredDocument:
+        missing = NotFound(f"{what} {key!r} does not exist", code=f"{what}_not_found")
+        if not KEY_RE.fullmatch(key):  # no file or batch is stored under a name like that
+            raise missing
         try:
             return await self._read(collection, key)
         except NotFound:
-            raise NotFound(f"{what} {key!r} does not exist", code=f"{what}_not_found") from None
+            raise missing from None
 
     async def _scan(
         self, collection: str, where: str = "", binds: dict[str, Any] | None = None
