@@ -116,6 +116,8 @@ def test_a_batch_round_trip_answers_every_custom_id_once_across_the_cluster(clus
     assert "temperature" in err["response"]["body"]["error"]["message"]
 
     assert batch.id in [b.id for b in c.batches.list(limit=100)]
+    with httpx.Client(base_url=cluster.url("shard-0"), timeout=30) as http:  # the files hold them now
+        assert http.get(f"/v1/collections/{LINES}/documents/{batch.id}.0").status_code == 404
     assert c.files.retrieve(done.output_file_id).purpose == "batch_output"
 
 

@@ -227,4 +227,9 @@ class BatchRunner:
                 return model.expired(b, *files, now)
             return model.finished(b, *files, now)
 
-        return await self._store.update(batch_id, end)
+        ended = await self._store.update(batch_id, end)
+        try:
+            await self._store.drop_results(batch_id, sorted(results))
+        except ThemisError as exc:  # the batch is done either way; the leftovers are only scanned past
+            log.warning("batch %s: per-line results not all deleted: %s", batch_id, exc.message)
+        return ended

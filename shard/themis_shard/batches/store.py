@@ -9,7 +9,8 @@ and ``kill -9`` like any other, and any shard answers for it:
 * ``_openai_batches/{batch_id}``: the batch object, OpenAI's shape; updated by read, change,
   write ``If-Match`` so a cancel and the runner never overwrite each other.
 * ``_openai_batch_lines/{batch_id}.{index}``: one line's result, written as soon as it is known,
-  so a runner that resumes after a restart runs only the lines without one.
+  so a runner that resumes after a restart runs only the lines without one; deleted once the
+  batch has ended and its output and error files hold them.
 
 Lists are AQL scans over the cluster (``FOR f IN _openai_files ...``).
 """
@@ -158,6 +159,15 @@ class BatchStore:
         await self._commit(
             [Write(LINES, f"{batch_id}.{index}", {"batch_id": batch_id, "index": index, **line})]
         )
+
+    async def drop_results(self, batch_id: str, indices: list[int], at_once: int = 16) -> None:
+        """Delete the per-line results of a batch that ended (its files hold them now), so the
+        results of later batches are not scanned past them."""
+        keys = [f"{batch_id}.{i}" for i in indices]
+        for start in range(0, len(keys), at_once):
+            await asyncio.gather(
+                *(self._commit([Write(LINES, k, None)]) for k in keys[start : start + at_once])
+            )
 
     async def results(self, batch_id: str) -> dict[int, dict[str, Any]]:
         """index → the result line, for every line that has one."""
