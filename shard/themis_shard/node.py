@@ -126,9 +126,15 @@ class ShardNode:
     @cached_property
     def training(self) -> TrainingService:
         """LoRA training on this shard's documents (``POST /v1/adapters:train``)."""
+
+        def ready_runtime() -> LLMRuntime:
+            if self.llm is None or not self.llm.ready:
+                raise Unavailable("inference is not running on this shard", code="llm_not_ready")
+            return self.llm
+
         return TrainingService(
             self.store,
-            self.ready_runtime,
+            ready_runtime,
             self.settings.weights_path / "trained",
             train_cache_dir(self.settings.llm),
         )
@@ -138,7 +144,9 @@ class ShardNode:
         """Federated LoRA rounds started here (this shard aggregates) over the remote executor."""
 
         def adapters():
-            return self.ready_runtime().model(None).adapters
+            if self.llm is None or not self.llm.ready:
+                raise Unavailable("inference is not running on this shard", code="llm_not_ready")
+            return self.llm.model(None).adapters
 
         return Federation(
             LocalParticipant(self.settings.shard_id, self.training, adapters),
