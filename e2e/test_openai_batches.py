@@ -101,6 +101,7 @@ def test_a_batch_round_trip_answers_every_custom_id_once_across_the_cluster(clus
     assert done.status == "completed", done
     assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (5, 4, 1)
     assert done.in_progress_at and done.finalizing_at and done.completed_at
+    assert done.usage.output_tokens >= 4 and done.usage.total_tokens > done.usage.output_tokens
 
     out = lines_of(c, done.output_file_id)
     assert sorted(x["custom_id"] for x in out) == ["q0", "q1", "q2", "q3"]

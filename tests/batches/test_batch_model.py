@@ -143,6 +143,22 @@ def test_output_and_error_lines_have_openais_shape() -> None:
     assert not model.is_success(late)
 
 
+def test_usage_sums_the_tokens_of_every_answer() -> None:
+    def answered(prompt: int, completion: int, cached: int = 0) -> dict:
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return model.output_line("r", "x", 200, "req", {"usage": usage})
+
+    lines = [answered(10, 4, cached=8), answered(5, 2), model.error_line("r", "y", "batch_expired", "late")]
+    assert model.usage_of(lines) == {
+        "input_tokens": 15,
+        "input_tokens_details": {"cached_tokens": 8},
+        "output_tokens": 6,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 21,
+    }
+
+
 def test_lists_page_after_an_id() -> None:
     items = [{"id": f"b{i}"} for i in range(5)]
     first = model.page(items, None, 2)

@@ -188,6 +188,7 @@ def new_batch(batch_id: str, req: CreateBatch, now: int) -> dict[str, Any]:
         "cancelling_at": None,
         "cancelled_at": None,
         "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "usage": None,
         "metadata": req.metadata,
     }
 
@@ -284,6 +285,23 @@ def error_line(index_id: str, custom_id: str, code: str, message: str) -> dict[s
 def is_success(line: dict[str, Any]) -> bool:
     response = line.get("response")
     return bool(response) and 200 <= response["status_code"] < 300
+
+
+def usage_of(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch's ``usage``: the tokens of every answered request, summed (OpenAI's shape)."""
+    prompt = completion = cached = 0
+    for line in lines:
+        usage = ((line.get("response") or {}).get("body") or {}).get("usage") or {}
+        prompt += usage.get("prompt_tokens", 0)
+        completion += usage.get("completion_tokens", 0)
+        cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
 
 
 def jsonl(lines: list[dict[str, Any]]) -> bytes:

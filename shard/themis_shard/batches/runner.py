@@ -221,8 +221,10 @@ class BatchRunner:
         files = (out_id if good else None, err_id if bad else None)
         completed, failed = counts(results)
 
+        usage = model.usage_of(ordered)
+
         def end(b: dict[str, Any]) -> dict[str, Any]:
-            b = model.counted(b, completed, failed + len(late))
+            b = {**model.counted(b, completed, failed + len(late)), "usage": usage}
             if expiring and model.status_of(b) is Status.in_progress:
                 return model.expired(b, *files, now)
             return model.finished(b, *files, now)
