@@ -109,7 +109,7 @@ class LineDispatcher:
         self._routing = routing
         self._me = shard_id
 
-    async def _here(self, endpoint: str, body: BaseModel) -> dict[str, Any]:
+    async def _here(self, body: BaseModel) -> dict[str, Any]:
         if isinstance(body, ChatBody):
             return await self._svc.chat_here(body, _never)  # type: ignore[return-value]
         if isinstance(body, CompletionBody):
@@ -123,7 +123,7 @@ class LineDispatcher:
             return Answer(exc.status, error_body(exc.code, exc.message))
         try:
             if shard == self._me:
-                return Answer(200, await self._here(endpoint, body))
+                return Answer(200, await self._here(body))
             routing = self._routing()
             reply = await routing.executor.request(
                 shard,
