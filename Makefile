@@ -96,6 +96,7 @@ bench: install bench-tools
 	$(PY) bench/routing.py
 	$(PY) bench/forwarding.py
 	$(PY) bench/batch.py
+	$(PY) bench/batch_api.py
 	$(PY) bench/aql.py
 	$(PY) bench/raid.py
 	$(PY) bench/failover.py

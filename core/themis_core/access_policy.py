@@ -42,6 +42,8 @@ POLICY: tuple[tuple[frozenset[str] | str, str, Role], ...] = (
     ("*", "/v1/completions", Role.client),
     ("*", "/v1/chat/completions", Role.client),
     ("*", "/v1/models", Role.client),
+    ("*", "/v1/files", Role.client),  # the Batch API's input and output files
+    ("*", "/v1/batches", Role.client),
     # documents, search, transactions, AQL
     ("*", "/v1/collections", Role.client),
     ("*", "/v1/transactions", Role.client),  # and GET /v1/transactions/{id}: a client's own outcome

@@ -19,6 +19,7 @@ from .api import (
     adapters,
     aql,
     backup,
+    batches,
     cluster,
     documents,
     health,
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
         rag_api.router,  # POST /v1/rag
         adapters.router,
         openai_compat.router,
+        batches.router,  # the OpenAI Batch API: /v1/files, /v1/batches
         kv_prefix.router,  # KV-prefix export/import between shards
         draft_api.router,  # /internal/draft: this shard as a speculative draft source
     )

@@ -21,7 +21,12 @@ from themis_core.tracing import NoSpans, Spans
 
 from .aql.service import AqlService
 from .backup.restore import restore_on_start
+from .batches.dispatch import LineDispatcher
+from .batches.runner import BatchRunner
+from .batches.service import BatchService
+from .batches.store import BATCHES, BatchStore
 from .cluster.announcer import LoadSampler
+from .cluster.fencing import primary
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .cluster.transactions.settings import TxnSettings
@@ -29,6 +34,7 @@ from .documents.service import DocumentService
 from .domains.detector import DomainDetector
 from .domains.sets import adapter_validation_set
 from .errors import Unavailable
+from .inference.service import InferenceService
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
 from .raid.service import RaidService, start_raid
@@ -71,6 +77,52 @@ class ShardNode:
         return DomainDetector(
             self.settings.domains, lambda: self.llm.embedder if self.llm else None, self.metrics.registry
         )
+
+    def ready_runtime(self) -> LLMRuntime:
+        """The loaded engine, or 503 while there is none."""
+        if self.llm is None or not self.llm.ready:
+            raise Unavailable("inference is not running on this shard", code="llm_not_ready")
+        return self.llm
+
+    @cached_property
+    def inference(self) -> InferenceService:
+        """The inference service for work the shard starts itself (the Batch API's lines)."""
+        return InferenceService(
+            runtime=self.ready_runtime,
+            routing=lambda: self.cluster.inference,
+            documents=lambda: self.documents,
+            shard_id=self.settings.shard_id,
+            domains=lambda: self.domains,
+        )
+
+    @cached_property
+    def batch_store(self) -> BatchStore:
+        async def query(text: str, binds: dict) -> list[dict]:
+            return (await self.aql.execute(text, binds))["result"]
+
+        return BatchStore(self.documents.commit, self.cluster.documents.get, query)
+
+    @cached_property
+    def batch_runner(self) -> BatchRunner:
+        """Runs the batches this shard coordinates (the primary of their document)."""
+
+        def owns(batch_id: str) -> bool:
+            topo = self.cluster.topology
+            return topo.in_sync_self and primary(topo, BATCHES, batch_id) == topo.self_id
+
+        return BatchRunner(
+            self.batch_store,
+            self.store,
+            LineDispatcher(self.inference, lambda: self.cluster.inference, self.settings.shard_id),
+            self.settings.batches,
+            owns=owns,
+            ready=lambda: self.llm is not None and self.llm.ready and self.cluster.caught_up,
+        )
+
+    @cached_property
+    def batches(self) -> BatchService:
+        """The OpenAI Batch API (``/v1/files``, ``/v1/batches``)."""
+        return BatchService(self.batch_store, self.batch_runner, self.settings.batches)
 
     @cached_property
     def training(self) -> TrainingService:
@@ -156,7 +208,7 @@ class ShardNode:
             await cluster.stop()
             await asyncio.to_thread(cls._close_storage, vectors, store)
             raise
-        return cls(
+        node = cls(
             settings=settings,
             metrics=metrics,
             store=store,
@@ -167,6 +219,9 @@ class ShardNode:
             llm=llm,
             fetcher=fetcher,
         )
+        if llm is not None:  # batches this shard coordinates, resumed after a restart too
+            node.batch_runner.start()
+        return node
 
     @staticmethod
     def _open_storage(
@@ -247,6 +302,8 @@ class ShardNode:
         store.close()
 
     async def close(self) -> None:
+        if "batch_runner" in self.__dict__:  # built (and started) only with an engine
+            await self.batch_runner.stop()
         if self.raid is not None:
             await self.raid.stop()
         await self.cluster.stop()

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .auth.settings import AuthSettings
+from .batches.settings import BatchSettings
 from .domains.settings import DomainSettings
 from .llm.settings import LLMSettings
 from .otel import OtelSettings
@@ -61,6 +62,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     domains: DomainSettings = Field(default_factory=DomainSettings)
     otel: OtelSettings = Field(default_factory=OtelSettings)
+    batches: BatchSettings = Field(default_factory=BatchSettings)
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:

@@ -101,6 +101,16 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/v1/completions"): INFERENCE,
     ("POST", "/v1/chat/completions"): INFERENCE,
     ("POST", "/v1/embeddings"): (404, 429),
+    # the Batch API
+    ("POST", "/v1/files"): (),
+    ("GET", "/v1/files"): (),
+    ("GET", "/v1/files/{file_id}"): (404,),
+    ("GET", "/v1/files/{file_id}/content"): (404,),
+    ("DELETE", "/v1/files/{file_id}"): (404,),
+    ("POST", "/v1/batches"): (404,),
+    ("GET", "/v1/batches"): (),
+    ("GET", "/v1/batches/{batch_id}"): (404,),
+    ("POST", "/v1/batches/{batch_id}/cancel"): (404, 409),
 }
 
 #: Operations that answer a stream instead of JSON when the body asks for one (``stream: true``).

@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import BadRequest
 from ..wire import JsonInt, json_bounds
 
+#: The engine's lowest scheduling priority (what Batch API lines run at).
+LOWEST_PRIORITY = -1000
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
@@ -176,7 +179,7 @@ class _Common(_Strict):
     # -- Themis extensions (extra_body) ----------------------------------------------------------
     adapter: str | None = None
     domain: str | None = None
-    priority: JsonInt = Field(0, ge=-1000, le=1000)
+    priority: JsonInt = Field(0, ge=LOWEST_PRIORITY, le=1000)
     speculative: bool | None = None
 
     def bias(self) -> dict[int, float] | None:

@@ -89,7 +89,7 @@ class InferenceService:
         return hint.annotate(await routing.infer(req.to_json(), lambda: self.infer_here(req, disconnected)))
 
     # -- OpenAI-compatible ---------------------------------------------------------------------
-    def _openai_domain(self, body: _Common) -> str | None:
+    def openai_domain(self, body: _Common) -> str | None:
         """The domain a request is routed by: ``domain``, else that of the adapter ``model`` or
         ``adapter`` names (the plan's placement), else ``model`` itself when it names a domain."""
         if body.domain:
@@ -113,7 +113,7 @@ class InferenceService:
     async def _openai(self, path: str, body: _Common, key: str, local) -> Answer:
         raw = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
         return await self._routing().forward(
-            path, raw, domain=self._openai_domain(body), key=key, local=local
+            path, raw, domain=self.openai_domain(body), key=key, local=local
         )
 
     async def chat(self, body: ChatBody, disconnected: Disconnected) -> Answer:
