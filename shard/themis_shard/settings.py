@@ -11,6 +11,7 @@ from .auth.settings import AuthSettings
 from .domains.settings import DomainSettings
 from .llm.settings import LLMSettings
 from .otel import OtelSettings
+from .tenants.settings import TenantSettings
 
 
 class Settings(BaseSettings):
@@ -55,6 +56,7 @@ class Settings(BaseSettings):
     restore_from: str | None = None
     llm: LLMSettings = Field(default_factory=LLMSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    tenants: TenantSettings = Field(default_factory=TenantSettings)
     domains: DomainSettings = Field(default_factory=DomainSettings)
     otel: OtelSettings = Field(default_factory=OtelSettings)
 
