@@ -2,10 +2,14 @@
 a steady tenant sends requests at a fixed rate while a flooding tenant sends as fast as its
 workers can. Phases: the steady tenant alone; alongside the flooder limited by its tenant
 (requests_per_s, concurrency); alongside the same flooder with no limits (what the limits buy).
-Prints the steady tenant's p50/p99 per phase, the ratio to running alone, and the flooder's
-answers by status. Numbers, not asserts: the machine is shared, compare rows of one run.
+With ``--max-inflight N`` the shard runs at most N inference requests at once and shares them
+between tenants by weighted fair queueing (the unlimited flooder then waits its turn instead of
+filling the engine's FIFO). Prints the steady tenant's p50/p99 per phase, the ratio to running
+alone, and the flooder's answers by status. Numbers, not asserts: the machine is shared, compare
+rows of one run.
 
-Run: `.venv/bin/python bench/tenants.py [--seconds 20] [--steady-rps 2] [--flood-workers 16]`
+Run: `.venv/bin/python bench/tenants.py [--seconds 20] [--steady-rps 2] [--flood-workers 16]
+[--max-inflight 2]`
 """
 
 from __future__ import annotations
@@ -111,6 +115,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--flood-rps", type=float, default=1, help="the limited flooder's requests_per_s")
     parser.add_argument("--flood-concurrency", type=int, default=1)
+    parser.add_argument(
+        "--max-inflight",
+        type=int,
+        default=0,
+        help="THEMIS_TENANTS_MAX_INFLIGHT: >0 shares that many slots between tenants by fair queueing",
+    )
     args = parser.parse_args()
     policies = [
         TenantPolicy("flood", requests_per_s=args.flood_rps, concurrency=args.flood_concurrency),
@@ -123,6 +133,7 @@ def main() -> None:
         entry_for(UNLIMITED, Role.client, "unlimited", "unlimited").line(),
     ]
     os.environ["THEMIS_AUTH_KEYS"] = "; ".join(keys)  # the shards inherit it, next to --auth's file
+    os.environ["THEMIS_TENANTS_MAX_INFLIGHT"] = str(args.max_inflight)
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
@@ -141,7 +152,8 @@ def main() -> None:
             themis(cwd, "down", timeout=120)
     print(
         f"\n== steady tenant at {args.steady_rps:g} req/s for {args.seconds:g} s, max_tokens "
-        f"{args.max_tokens}; flooder: {args.flood_workers} workers; 1 shard =="
+        f"{args.max_tokens}; flooder: {args.flood_workers} workers; 1 shard; "
+        f"THEMIS_TENANTS_MAX_INFLIGHT={args.max_inflight} =="
     )
     header = f"{'phase':<34}{'n':>5}{'p50 s':>9}{'p99 s':>9}{'p99/alone':>11}  flooder answers"
     print(header)

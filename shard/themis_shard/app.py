@@ -114,7 +114,6 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
             settings.auth.tenant_policies(),
             max_inflight=t.max_inflight,
             max_waiting=t.max_waiting,
-            quantum=t.quantum,
             metrics=TenantMetrics(metrics.registry),
         )
         app.add_middleware(TenantMiddleware, gate=gate, default_max_tokens=settings.llm.default_max_tokens)

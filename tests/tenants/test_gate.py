@@ -93,7 +93,7 @@ def test_concurrency_and_metrics_per_tenant() -> None:
 
 
 def test_contended_slots_go_round_robin_between_tenants_not_in_arrival_order() -> None:
-    g, _ = gate(max_inflight=1, quantum=1)
+    g, _ = gate(max_inflight=1)
     served: list[str] = []
 
     async def request(tenant: str) -> None:

@@ -1,11 +1,11 @@
-"""Spec: the token bucket (clock passed in) and deficit round robin over tenants, deterministic."""
+"""Spec: the token bucket (clock passed in) and weighted fair queueing over tenants, deterministic."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from themis_shard.tenants.fair import DeficitRoundRobin
+from themis_shard.tenants.fair import FairQueue
 from themis_shard.tenants.limiter import TokenBucket
 
 
@@ -25,54 +25,59 @@ def test_a_bucket_says_how_long_until_a_request_fits() -> None:
     assert b.wait(101, now=0.0) == math.inf  # more than a whole minute's worth never fits
 
 
-def order(drr: DeficitRoundRobin[str]) -> list[str]:
+def order(queue: FairQueue[str]) -> list[str]:
     out = []
-    while (item := drr.pop()) is not None:
+    while (item := queue.pop()) is not None:
         out.append(item)
     return out
 
 
 def test_a_flooding_tenant_does_not_delay_another_behind_its_backlog() -> None:
-    drr: DeficitRoundRobin[str] = DeficitRoundRobin(quantum=10)
+    queue: FairQueue[str] = FairQueue()
     for i in range(100):
-        drr.push("flood", f"f{i}", cost=10)
-    drr.push("steady", "s0", cost=10)
-    served = order(drr)
-    assert served.index("s0") <= 1  # served within the first round, not after 100 requests
-    assert len(served) == 101
+        queue.push("flood", f"f{i}", cost=10)
+    for _ in range(50):
+        queue.pop()  # the flood has been served alone for a while
+    queue.push("steady", "s0", cost=10)
+    assert queue.pop() == "s0"  # next, not after the flood's other 50
+    assert len(order(queue)) == 50
 
 
 def test_equal_weights_share_cost_equally_and_weights_share_proportionally() -> None:
-    drr: DeficitRoundRobin[str] = DeficitRoundRobin(quantum=10)
+    queue: FairQueue[str] = FairQueue()
     for i in range(30):
-        drr.push("a", f"a{i}", cost=10)
-        drr.push("b", f"b{i}", cost=10, weight=2)
-    first = order(drr)[:30]
+        queue.push("a", f"a{i}", cost=10)
+        queue.push("b", f"b{i}", cost=10, weight=2)
+    first = order(queue)[:30]
     assert sum(x.startswith("b") for x in first) == 20  # 2:1 while both wait
 
 
 def test_cost_is_what_is_shared_not_request_count() -> None:
-    drr: DeficitRoundRobin[str] = DeficitRoundRobin(quantum=100)
+    queue: FairQueue[str] = FairQueue()
     for i in range(10):
-        drr.push("big", f"big{i}", cost=100)
-        drr.push("small", f"small{i}", cost=10)
-    first = order(drr)[:11]
+        queue.push("big", f"big{i}", cost=100)
+        queue.push("small", f"small{i}", cost=10)
+    first = order(queue)[:11]
     assert sum(x.startswith("small") for x in first) == 10  # ten small ones cost one big one
 
 
-def test_an_idle_tenant_keeps_no_credit() -> None:
-    drr: DeficitRoundRobin[str] = DeficitRoundRobin(quantum=100)
-    drr.push("a", "a0", cost=1)
-    assert order(drr) == ["a0"]  # 99 of its turn's 100 unused: dropped once "a" has nothing waiting
-    for i in range(3):
-        drr.push("a", f"a{i + 1}", cost=50)
-        drr.push("b", f"b{i}", cost=50)
-    assert order(drr) == ["a1", "a2", "b0", "b1", "a3", "b2"]  # kept credit would serve a1..a3 first
+def test_a_latecomer_gets_its_share_from_now_on_not_a_burst_to_catch_up() -> None:
+    queue: FairQueue[str] = FairQueue()
+    for i in range(10):
+        queue.push("a", f"a{i}", cost=10)
+    assert order_of(queue, 5) == ["a0", "a1", "a2", "a3", "a4"]
+    for i in range(5):
+        queue.push("b", f"b{i}", cost=10)
+    assert order_of(queue, 6) == ["b0", "a5", "b1", "a6", "b2", "a7"]  # alternating, not b0..b4
+
+
+def order_of(queue: FairQueue[str], n: int) -> list[str]:
+    return [queue.pop() for _ in range(n)]  # type: ignore[misc]
 
 
 def test_a_removed_item_is_never_served() -> None:
-    drr: DeficitRoundRobin[str] = DeficitRoundRobin()
-    drr.push("a", "a0")
-    drr.push("b", "b0")
-    assert drr.remove("a", "a0") and not drr.remove("a", "a0")
-    assert order(drr) == ["b0"] and len(drr) == 0
+    queue: FairQueue[str] = FairQueue()
+    queue.push("a", "a0")
+    queue.push("b", "b0")
+    assert queue.remove("a", "a0") and not queue.remove("a", "a0")
+    assert order(queue) == ["b0"] and len(queue) == 0

@@ -1,77 +1,46 @@
-"""Deficit round robin over tenants (Shreedhar & Varghese): each tenant has its own FIFO; on its
-turn a tenant earns ``quantum × weight`` of credit and is served while its head costs no more
-than its credit. A tenant with more waiting never takes more than its weighted share of cost
-while others wait, and an idle tenant keeps no credit (no bursts saved up)."""
+"""Weighted fair queueing over tenants, in its start-time form (SFQ, Goyal et al. 1996).
+
+Each request gets a virtual start ``max(V, the tenant's last finish)`` and finish ``start + cost /
+weight``; the smallest start goes next (arrival order on a tie) and ``V`` becomes its start. So a
+tenant's backlog is spread along virtual time at its weighted rate while another tenant's new request
+starts at ``V``, i.e. next: a flooder's thousand queued requests never stand in front of another
+tenant's one. A tenant that was idle restarts at ``V``: no credit saved up, no burst to catch up.
+"""
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+import itertools
 
 
-class DeficitRoundRobin[T]:
-    def __init__(self, quantum: int = 256) -> None:
-        if quantum < 1:
-            raise ValueError("quantum must be >= 1")
-        self.quantum = quantum
-        self._queues: dict[str, deque[tuple[int, T]]] = {}
-        self._weights: dict[str, int] = {}
-        self._deficit: dict[str, int] = {}
-        self._active: deque[str] = deque()
-        self._credited = False  # the head tenant got this turn's quantum
+class FairQueue[T]:
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str, T]] = []
+        self._finish: dict[str, float] = {}
+        self._order = itertools.count()
+        self.virtual_time = 0.0
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._queues.values())
-
-    def waiting(self, tenant: str) -> int:
-        return len(self._queues.get(tenant, ()))
+        return len(self._heap)
 
     def push(self, tenant: str, item: T, cost: int = 1, weight: int = 1) -> None:
-        queue = self._queues.setdefault(tenant, deque())
-        self._weights[tenant] = weight
-        if not queue:
-            self._active.append(tenant)
-            self._deficit[tenant] = 0
-        queue.append((max(1, cost), item))
+        start = max(self.virtual_time, self._finish.get(tenant, 0.0))
+        self._finish[tenant] = start + max(1, cost) / weight
+        heapq.heappush(self._heap, (start, next(self._order), tenant, item))
 
     def pop(self) -> T | None:
         """The next item in fair order, or None when nothing waits."""
-        while self._active:
-            tenant = self._active[0]
-            if not self._credited:
-                self._deficit[tenant] += self.quantum * self._weights[tenant]
-                self._credited = True
-            queue = self._queues[tenant]
-            cost, item = queue[0]
-            if cost <= self._deficit[tenant]:
-                queue.popleft()
-                self._deficit[tenant] -= cost
-                if not queue:
-                    self._drop_head()
-                return item
-            self._active.rotate(-1)
-            self._credited = False
-        return None
+        if not self._heap:
+            return None
+        start, _, _, item = heapq.heappop(self._heap)
+        self.virtual_time = start
+        return item
 
     def remove(self, tenant: str, item: T) -> bool:
         """Take a waiting ``item`` out (its request went away); False when it is not waiting."""
-        queue = self._queues.get(tenant)
-        if not queue:
-            return False
-        for entry in queue:
-            if entry[1] is item:
-                queue.remove(entry)
-                break
-        else:
-            return False
-        if not queue:
-            if self._active and self._active[0] == tenant:
-                self._drop_head()
-            else:
-                self._active.remove(tenant)
-                self._deficit[tenant] = 0
-        return True
-
-    def _drop_head(self) -> None:
-        tenant = self._active.popleft()
-        self._deficit[tenant] = 0
-        self._credited = False
+        for i, entry in enumerate(self._heap):
+            if entry[2] == tenant and entry[3] is item:
+                self._heap.pop(i)
+                heapq.heapify(self._heap)
+                return True
+        return False

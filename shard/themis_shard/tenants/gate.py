@@ -5,7 +5,7 @@ Checks refuse at once, naming the tenant and the limit: ``priority`` above ``max
 403 ``priority_not_allowed``; a tenant at its ``concurrency`` or out of its ``requests_per_s`` or
 ``tokens_per_min`` bucket is 429 ``tenant_rate_limited`` with ``Retry-After`` (seconds until that
 limit would let the request in). A refused request takes nothing from the buckets. When the node
-has ``max_inflight`` slots and they are all taken, admitted requests wait in a deficit round robin
+has ``max_inflight`` slots and they are all taken, admitted requests wait in a weighted fair queue
 over tenants (cost: the tokens charged, share: the tenant's ``weight``), so a tenant with a
 thousand requests queued does not delay another's next one behind all of them.
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ThemisError
-from .fair import DeficitRoundRobin
+from .fair import FairQueue
 from .limiter import TokenBucket
 from .metrics import TenantMetrics
 from .policy import DEFAULT_TENANT, TenantPolicy
@@ -58,7 +58,6 @@ class TenantGate:
         *,
         max_inflight: int = 0,
         max_waiting: int = 1024,
-        quantum: int = 256,
         metrics: TenantMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -68,7 +67,7 @@ class TenantGate:
         self.metrics = metrics
         self.clock = clock
         self._tenants: dict[str, _Tenant] = {}
-        self._queue: DeficitRoundRobin[asyncio.Future[None]] = DeficitRoundRobin(quantum)
+        self._queue: FairQueue[asyncio.Future[None]] = FairQueue()
         self._running = 0
 
     def _tenant(self, name: str) -> _Tenant:

@@ -37,7 +37,7 @@ class TenantPolicy:
     concurrency: int | None = None
     #: the highest ``priority`` this tenant's requests may ask for
     max_priority: int | None = None
-    #: its share when the node's in-flight slots are contended (deficit round robin)
+    #: its share when the node's in-flight slots are contended (weighted fair queueing)
     weight: int = 1
 
     def __post_init__(self) -> None:

@@ -11,9 +11,7 @@ class TenantSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="THEMIS_TENANTS_", extra="ignore")
 
     #: Inference requests this node runs at once across tenants; more wait their tenant's fair
-    #: turn (deficit round robin). 0: no cap here, the engine's queue orders them (priority, FIFO).
+    #: turn (weighted fair queueing). 0: no cap here, the engine's queue orders them (priority, FIFO).
     max_inflight: int = Field(0, ge=0)
     #: Requests one tenant may have waiting for a slot; more are 429 (limit ``max_waiting``).
     max_waiting: int = Field(1024, ge=1)
-    #: Deficit round robin credit per turn, in tokens (× the tenant's weight).
-    quantum: int = Field(256, ge=1)
