@@ -75,7 +75,9 @@ async def steady(client: httpx.AsyncClient, rps: float, seconds: float, max_toke
     return latencies
 
 
-async def flood(client: httpx.AsyncClient, key: str, workers: int, stop: asyncio.Event, max_tokens: int):
+async def flood(
+    client: httpx.AsyncClient, key: str, workers: int, stop: asyncio.Event, max_tokens: int, backoff: float
+):
     counts: collections.Counter[int] = collections.Counter()
 
     async def worker() -> None:
@@ -83,7 +85,7 @@ async def flood(client: httpx.AsyncClient, key: str, workers: int, stop: asyncio
             status = await call(client, key, max_tokens)
             counts[status] += 1
             if status == 429:
-                await asyncio.sleep(0.05)  # a flooder that ignores Retry-After, but not a busy loop
+                await asyncio.sleep(backoff)  # ignores Retry-After, but is not a busy loop
 
     await asyncio.gather(*(worker() for _ in range(workers)))
     return counts
@@ -95,7 +97,9 @@ async def phase(url: str, args, flooder: str | None) -> tuple[list[float], colle
         await call(client, STEADY, args.max_tokens)  # warm the path
         stop = asyncio.Event()
         flooding = (
-            asyncio.create_task(flood(client, flooder, args.flood_workers, stop, args.max_tokens))
+            asyncio.create_task(
+                flood(client, flooder, args.flood_workers, stop, args.max_tokens, args.flood_backoff)
+            )
             if flooder
             else None
         )
@@ -115,6 +119,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--flood-rps", type=float, default=1, help="the limited flooder's requests_per_s")
     parser.add_argument("--flood-concurrency", type=int, default=1)
+    parser.add_argument(
+        "--flood-backoff",
+        type=float,
+        default=0.25,
+        help="seconds a flood worker waits after a 429 (the bench's client shares the shard's CPUs)",
+    )
     parser.add_argument(
         "--max-inflight",
         type=int,
@@ -147,12 +157,14 @@ def main() -> None:
                     *asyncio.run(phase(url, args, FLOOD)),
                 ),
                 ("+ flood unlimited", *asyncio.run(phase(url, args, UNLIMITED))),
+                ("steady alone, again (drift)", *asyncio.run(phase(url, args, None))),
             ]
         finally:
             themis(cwd, "down", timeout=120)
     print(
         f"\n== steady tenant at {args.steady_rps:g} req/s for {args.seconds:g} s, max_tokens "
-        f"{args.max_tokens}; flooder: {args.flood_workers} workers; 1 shard; "
+        f"{args.max_tokens}; flooder: {args.flood_workers} workers, {args.flood_backoff:g} s after a 429; "
+        "1 shard; "
         f"THEMIS_TENANTS_MAX_INFLIGHT={args.max_inflight} =="
     )
     header = f"{'phase':<34}{'n':>5}{'p50 s':>9}{'p99 s':>9}{'p99/alone':>11}  flooder answers"
