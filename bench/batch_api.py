@@ -24,7 +24,7 @@ from pathlib import Path
 
 import openai
 from _local import themis
-from themis_shard.plan import ClusterPlan
+from themis_core.plan import ClusterPlan
 
 ENDED = ("completed", "failed", "expired", "cancelled")
 

@@ -112,7 +112,7 @@ def start_draft_shard(gguf: str, threads: int) -> str:
     import uvicorn
     from fastapi import FastAPI
     from themis_shard.api import draft as draft_api
-    from themis_shard.errors import install_error_handlers
+    from themis_shard.api.errors import install_error_handlers
     from themis_shard.llm.speculative.local_draft import LocalDraftModel
     from themis_shard.llm.speculative.remote import DraftService
 

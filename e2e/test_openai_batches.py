@@ -18,11 +18,11 @@ import time
 
 import httpx
 import pytest
+from themis_core.plan import FailoverSettings
 from themis_shard.batches import model
 from themis_shard.batches.store import BATCHES, LINES
 from themis_shard.cluster.fencing import primary
 from themis_shard.cluster.placement import Topology
-from themis_shard.plan import FailoverSettings
 
 from .conftest import Authority, LocalCluster
 

@@ -284,6 +284,46 @@ ENGINE = Dashboard(
                 Panel("Embedding latency", quantiles("themis_llm_embed_seconds"), "s", width=12),
             ),
         ),
+        Row(
+            "Tenants",
+            (
+                Panel(
+                    "Requests by tenant and outcome",
+                    (
+                        Query(
+                            rate("themis_tenant_requests_total", "tenant, outcome"), "{{tenant}} {{outcome}}"
+                        ),
+                    ),
+                    "reqps",
+                    "Inference requests at admission: admitted, throttled (429) or refused (403/400).",
+                    width=6,
+                ),
+                Panel(
+                    "Throttled by limit",
+                    (Query(rate("themis_tenant_throttled_total", "tenant, limit"), "{{tenant}} {{limit}}"),),
+                    "reqps",
+                    "429s by the limit hit: requests_per_s, tokens_per_min, concurrency, max_waiting.",
+                    width=6,
+                ),
+                Panel(
+                    "Tokens charged",
+                    (Query(rate("themis_tenant_tokens_total", "tenant"), "{{tenant}}"),),
+                    "short",
+                    "Tokens per second charged to tokens_per_min (max_tokens × n at admission).",
+                    width=6,
+                ),
+                Panel(
+                    "In flight and waiting",
+                    (
+                        Query(f"sum by (tenant) ({sel('themis_tenant_inflight')})", "{{tenant}} in flight"),
+                        Query(f"sum by (tenant) ({sel('themis_tenant_waiting')})", "{{tenant}} waiting"),
+                    ),
+                    "short",
+                    "Admitted requests running, and waiting for a fair turn (THEMIS_TENANTS_MAX_INFLIGHT).",
+                    width=6,
+                ),
+            ),
+        ),
     ),
 )
 

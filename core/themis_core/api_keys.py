@@ -5,8 +5,10 @@ digest is enough to store it (a slow password hash protects guessable secrets, n
 ring compares the presented key's digest with every stored digest in constant time, so neither
 the answer's timing nor the order of entries says which digest came close.
 
-Entries are text lines ``<role> sha256:<hex> [name]`` (``#`` starts a comment), the format of
-the keys file (a Kubernetes Secret's mount) and of ``THEMIS_AUTH_KEYS`` (lines or ``;``-separated).
+Entries are text lines ``<role> sha256:<hex> [name] [tenant=<tenant>]`` (``#`` starts a comment),
+the format of the keys file (a Kubernetes Secret's mount) and of ``THEMIS_AUTH_KEYS`` (lines or
+``;``-separated). A key without ``tenant=`` belongs to the ``default`` tenant; ``tenant ...`` lines
+in the same text are the tenants' limits (``tenant_policy``), not keys.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import secrets
 from dataclasses import dataclass
 
 from .access_policy import Role
+from .tenant_policy import DEFAULT_TENANT, check_name, is_tenant_line
 
 KEY_PREFIX = "themis_"
 
@@ -34,13 +37,15 @@ class KeyEntry:
     role: Role
     digest: str
     name: str = ""
+    tenant: str = DEFAULT_TENANT
 
     def line(self) -> str:
-        return f"{self.role.name} {self.digest} {self.name}".rstrip()
+        tenant = f" tenant={self.tenant}" if self.tenant != DEFAULT_TENANT else ""
+        return f"{self.role.name} {self.digest} {self.name}".rstrip() + tenant
 
 
-def entry_for(key: str, role: Role, name: str = "") -> KeyEntry:
-    return KeyEntry(role, digest(key), name)
+def entry_for(key: str, role: Role, name: str = "", tenant: str = DEFAULT_TENANT) -> KeyEntry:
+    return KeyEntry(role, digest(key), name, tenant)
 
 
 def parse_entries(text: str, *, source: str = "keys") -> list[KeyEntry]:
@@ -48,11 +53,16 @@ def parse_entries(text: str, *, source: str = "keys") -> list[KeyEntry]:
     out = []
     for number, raw in enumerate(text.replace(";", "\n").splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
-        if not line:
+        if not line or is_tenant_line(line):
             continue
         parts = line.split()
+        tenant = DEFAULT_TENANT
+        if len(parts) > 2 and parts[-1].startswith("tenant="):
+            tenant = check_name(parts.pop()[len("tenant=") :], source=f"{source} line {number}")
         if len(parts) not in (2, 3):
-            raise ValueError(f"{source} line {number}: expected '<role> sha256:<hex> [name]'")
+            raise ValueError(
+                f"{source} line {number}: expected '<role> sha256:<hex> [name] [tenant=<tenant>]'"
+            )
         role = Role.parse(parts[0])
         value = parts[1].lower()
         hexpart = value.removeprefix("sha256:")
@@ -62,12 +72,12 @@ def parse_entries(text: str, *, source: str = "keys") -> list[KeyEntry]:
             or any(c not in "0123456789abcdef" for c in hexpart)
         ):
             raise ValueError(f"{source} line {number}: the key must be given as sha256:<64 hex digits>")
-        out.append(KeyEntry(role, value, parts[2] if len(parts) == 3 else ""))
+        out.append(KeyEntry(role, value, parts[2] if len(parts) == 3 else "", tenant))
     return out
 
 
 class KeyRing:
-    """The accepted keys; ``role_of`` answers the role of a presented key, or None."""
+    """The accepted keys; ``entry_of`` answers a presented key's entry (role, tenant), or None."""
 
     def __init__(self, entries: list[KeyEntry]) -> None:
         self._entries = [(bytes.fromhex(e.digest.removeprefix("sha256:")), e) for e in entries]
@@ -76,12 +86,16 @@ class KeyRing:
         return len(self._entries)
 
     def role_of(self, key: str) -> Role | None:
+        entry = self.entry_of(key)
+        return entry.role if entry else None
+
+    def entry_of(self, key: str) -> KeyEntry | None:
         presented = hashlib.sha256(key.encode()).digest()
         found: KeyEntry | None = None
         for stored, entry in self._entries:  # no early exit: every entry is compared
             if hmac.compare_digest(presented, stored) and found is None:
                 found = entry
-        return found.role if found else None
+        return found
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -115,9 +115,30 @@ class TLSSpec(_Model):
     enabled: bool = True
 
 
+class TenantSpec(_Model):
+    """One tenant: the operator mints it a client key (``tenant-NAME.key`` in the keys Secret)
+    and writes its limits next to the digests the shards mount. An absent limit is no limit."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9_-]{0,62})$")
+    requests_per_s: float | None = Field(None, gt=0)
+    tokens_per_min: int | None = Field(None, gt=0)
+    concurrency: int | None = Field(None, gt=0)
+    max_priority: int | None = Field(None, ge=-1000, le=1000)
+    weight: int = Field(1, ge=1)
+
+
 class AuthSpec(_Model):
     #: API keys on the public API (the operator keeps them in the ``{name}-api-keys`` Secret).
     enabled: bool = True
+    #: Tenants with their own keys, limits and fair share; the other keys are tenant ``default``.
+    tenants: tuple[TenantSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_tenants(self) -> AuthSpec:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("auth.tenants: each tenant name once")
+        return self
 
 
 class MonitoringSpec(_Model):

@@ -39,10 +39,13 @@ from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
 from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
 from .api.openapi import document_engine_limits, document_errors
+from .api.tenants import TenantMiddleware
 from .metrics import ShardMetrics
 from .node import ShardNode
 from .otel import build_spans
 from .settings import Settings
+from .tenants.gate import TenantGate
+from .tenants.metrics import TenantMetrics
 from .termination import write_termination_message
 
 log = logging.getLogger(__name__)
@@ -107,6 +110,15 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     else:  # the same paths answer 503 llm_disabled by name, never 404 (docs/API.md "Inference")
         app.include_router(no_model.refusing_router(engine, settings.shard_id))
     app.add_middleware(InternalAuth)  # /internal/... signed with the cluster secret (without mTLS)
+    if settings.auth.enabled and settings.llm.enabled:  # a key's tenant: its limits and fair share
+        t = settings.tenants
+        gate = TenantGate(
+            settings.auth.tenant_policies(),
+            max_inflight=t.max_inflight,
+            max_waiting=t.max_waiting,
+            metrics=TenantMetrics(metrics.registry),
+        )
+        app.add_middleware(TenantMiddleware, gate=gate, default_max_tokens=settings.llm.default_max_tokens)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_request_bytes,

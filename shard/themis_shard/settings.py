@@ -12,6 +12,7 @@ from .batches.settings import BatchSettings
 from .domains.settings import DomainSettings
 from .llm.settings import LLMSettings
 from .otel import OtelSettings
+from .tenants.settings import TenantSettings
 
 
 class Settings(BaseSettings):
@@ -60,6 +61,7 @@ class Settings(BaseSettings):
     restore_from: str | None = None
     llm: LLMSettings = Field(default_factory=LLMSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    tenants: TenantSettings = Field(default_factory=TenantSettings)
     domains: DomainSettings = Field(default_factory=DomainSettings)
     otel: OtelSettings = Field(default_factory=OtelSettings)
     batches: BatchSettings = Field(default_factory=BatchSettings)

@@ -145,6 +145,11 @@ def all_exprs_of(name: str) -> str:
                 "themis_llm_kv_pages_free",
                 "themis_llm_preemptions_total",
                 "themis_active_lora_adapters",
+                "themis_tenant_requests_total",
+                "themis_tenant_throttled_total",
+                "themis_tenant_tokens_total",
+                "themis_tenant_inflight",
+                "themis_tenant_waiting",
             ],
         ),
         (

@@ -8,12 +8,14 @@ a scale event never restarts the shards that stay.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from .. import names
 from ..backups import restore_env
 from ..spec import PVC_SOURCE, ModelRef, ThemisClusterSpec
 from .auth import DIGESTS as API_KEY_DIGESTS
+from .auth import tenant_policies
 from .context import ClusterContext
 from .gossip import KEY as GOSSIP_KEY
 
@@ -200,6 +202,16 @@ CONTAINER_SECURITY = {
 }
 
 
+def _tenants_annotation(ctx: ClusterContext) -> dict[str, str]:
+    """A digest of the tenants' limits on the pod template: shards read the keys file at start,
+    so changing ``spec.auth.tenants`` rolls them (one at a time, as any template change)."""
+    policies = tenant_policies(ctx) if ctx.spec.auth.enabled else []
+    if not policies:
+        return {}
+    text = "\n".join(p.line() for p in policies)
+    return {"themisdb.io/tenants": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
 def _claim(name: str, size: str, storage_class: str | None, component: str, ctx: ClusterContext) -> dict:
     spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
     if storage_class:
@@ -343,6 +355,7 @@ def build_statefulset(
                         "prometheus.io/port": str(names.PORT),
                         "prometheus.io/path": "/metrics",
                         "prometheus.io/scheme": scheme.lower(),
+                        **_tenants_annotation(ctx),
                         **spec.pod_annotations,
                     },
                 },

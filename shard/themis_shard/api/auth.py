@@ -56,10 +56,11 @@ class AuthMiddleware:
                 send, 401, "unauthorized", "an API key is required: Authorization: Bearer <key>", ""
             )
             return
-        role = self.ring.role_of(token)
-        if role is None:
+        entry = self.ring.entry_of(token)
+        if entry is None:
             await self._refuse(send, 401, "invalid_api_key", "the API key is not valid", "invalid_token")
             return
+        role = entry.role
         if role < needed:
             await self._refuse(
                 send,
@@ -69,6 +70,7 @@ class AuthMiddleware:
                 "insufficient_scope",
             )
             return
+        scope.setdefault("state", {})["tenant"] = entry.tenant  # for TenantMiddleware
         await self.app(scope, receive, send)
 
     async def _refuse(self, send: Send, status: int, code: str, message: str, error: str) -> None:

@@ -11,13 +11,15 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from themis_core.api_keys import KeyRing, parse_entries
+from themis_core.tenant_policy import TenantPolicy, parse_policies
 
 
 class AuthSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="THEMIS_AUTH_", extra="ignore")
 
     enabled: bool = False
-    #: File of ``<role> sha256:<hex> [name]`` lines (a Secret's mount); re-read on each start.
+    #: File of ``<role> sha256:<hex> [name] [tenant=<t>]`` lines and ``tenant <t> [limit=value ...]``
+    #: lines (a Secret's mount); re-read on each start.
     keys_file: Path | None = None
     #: The same entries inline (lines or ``;``-separated), added to the file's.
     keys: str = ""
@@ -36,12 +38,27 @@ class AuthSettings(BaseSettings):
         if self.keys_file is not None and self.enabled and not self.keys_file.is_file():
             raise ValueError(f"THEMIS_AUTH_KEYS_FILE {self.keys_file} does not exist")
         parse_entries(self.keys, source="THEMIS_AUTH_KEYS")  # refuse a malformed entry at start-up
+        parse_policies(self.keys, source="THEMIS_AUTH_KEYS")
         return self
 
-    def key_ring(self) -> KeyRing:
-        entries = parse_entries(self.keys, source="THEMIS_AUTH_KEYS")
+    def _texts(self) -> list[tuple[str, str]]:
+        texts = [(self.keys, "THEMIS_AUTH_KEYS")]
         if self.keys_file is not None:
-            entries += parse_entries(self.keys_file.read_text(), source=str(self.keys_file))
+            texts.append((self.keys_file.read_text(), str(self.keys_file)))
+        return texts
+
+    def tenant_policies(self) -> dict[str, TenantPolicy]:
+        """The ``tenant`` lines of the inline keys and the keys file; a tenant twice is an error."""
+        out: dict[str, TenantPolicy] = {}
+        for text, source in self._texts():
+            for name, policy in parse_policies(text, source=source).items():
+                if name in out:
+                    raise ValueError(f"{source}: tenant {name!r} is declared twice")
+                out[name] = policy
+        return out
+
+    def key_ring(self) -> KeyRing:
+        entries = [e for text, source in self._texts() for e in parse_entries(text, source=source)]
         if self.enabled and not entries:
             raise ValueError("authentication is enabled but no API key is configured")
         return KeyRing(entries)
