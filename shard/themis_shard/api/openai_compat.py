@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 
 from ..inference.openai_types import ChatBody, CompletionBody, EmbeddingsBody
 from ..inference.service import Answer, InferenceService
-from .deps import inference, sse_response
+from .deps import inference, routed_response, sse_response
 
 router = APIRouter(tags=["openai"])
 Inference = Annotated[InferenceService, Depends(inference)]
@@ -34,14 +34,16 @@ async def list_models(svc: Inference):
 async def completions(body: CompletionBody, request: Request, svc: Inference):
     svc.runtime()  # a shard without a ready engine refuses before the body is judged
     body.refusals()
-    return _answer(await svc.completions(body, request.is_disconnected))
+    routed = await svc.completions(body, request.is_disconnected)
+    return routed_response(routed.shard, routed.answer)
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatBody, request: Request, svc: Inference):
     svc.runtime()
     body.refusals()
-    return _answer(await svc.chat(body, request.is_disconnected))
+    routed = await svc.chat(body, request.is_disconnected)
+    return routed_response(routed.shard, routed.answer)
 
 
 @router.post("/v1/embeddings")

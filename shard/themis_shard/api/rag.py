@@ -84,7 +84,7 @@ async def rag(
         stream=body.stream,
     )
     if body.domain is not None:  # the domain's adapter/shard wins over data locality
-        answer = await svc.infer(req, request.is_disconnected)
+        answer = (await svc.infer(req, request.is_disconnected)).answer
     else:
         answer = await service.generate_on(
             service.data_shard(retrieved),

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import ThemisError
 from ..llm.generation import Generation, GenerationFailed, generation_result
 from ..llm.sequence import DoneEvent, TokenEvent
+from ..llm.text import TextAssembler
 from ..wire import JsonInt
 
 if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
@@ -27,6 +30,16 @@ if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run 
 
 #: Has the client gone away? (Starlette's ``Request.is_disconnected``.)
 Disconnected = Callable[[], Awaitable[bool]]
+
+
+class Resume(BaseModel):
+    """A stream resumed on this shard after the shard generating it died: the tokens it had
+    already sent follow the prompt (re-prefilled), and generation continues after them. Set by
+    the router on ``/internal/infer`` only (a public request naming it is refused)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    tokens: list[JsonInt] = Field(..., min_length=1)
 
 
 def _stop_schema(schema: dict[str, Any]) -> None:
@@ -60,6 +73,7 @@ class InferRequest(BaseModel):
         "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
     )
     priority: JsonInt = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
+    resume: SkipJsonSchema[Resume | None] = None
 
     def to_json(self) -> dict[str, Any]:
         """The body a peer's ``/internal/infer`` takes (unset fields left out)."""
@@ -68,17 +82,21 @@ class InferRequest(BaseModel):
 
 def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Generation:
     """Queue ``req`` on the engine; raises ThemisError (4xx/429/503) for what it cannot serve.
-    ``special``: the prompt may hold special tokens (a chat template's output)."""
-    params = rt.sampling(
-        max_tokens=req.max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        seed=req.seed,
-        stop=req.stop,
-    )
+    ``special``: the prompt may hold special tokens (a chat template's output).
+
+    A ``resume`` continues a generation: the prompt's tokens then the tokens already sent are
+    prefilled, ``max_tokens`` counts them, and a seeded sampler starts at their position (one
+    draw per sampled token), so greedy and seeded continuations are the ones the dead shard
+    would have produced."""
+    params = _params(rt, req)
+    tokens = None
+    if req.resume is not None:
+        m = rt.model(req.model)
+        prompt = rt.tokenize_prompt(m, req.prompt, special=special)
+        tokens = rt.check_tokens(m, prompt + list(req.resume.tokens))
     return rt.submit(
         prompt=req.prompt,
+        tokens=tokens,
         model=req.model,
         adapter=req.adapter,
         domain=req.domain,
@@ -87,6 +105,21 @@ def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Gener
         special=special,
         speculative=req.speculative,
     )
+
+
+def _params(rt: LLMRuntime, req: InferRequest):
+    params = rt.sampling(
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        seed=req.seed,
+        stop=req.stop,
+    )
+    if req.resume is None:
+        return params
+    sent = len(req.resume.tokens)
+    return replace(params, max_tokens=max(1, params.max_tokens - sent), position=sent)
 
 
 def sse(data: dict | str) -> bytes:
@@ -134,13 +167,67 @@ def infer_result(done: DoneEvent, gen: Generation, shard: str) -> dict:
     return out
 
 
-async def infer_stream(gen: Generation, shard: str) -> AsyncIterator[bytes]:
+class Continuation:
+    """The text of a resumed stream: an assembler primed with the tokens already sent, so a
+    character split across the seam or a stop string spanning it comes out as it would have in
+    one run (the engine's own assembler only sees the new tokens)."""
+
+    def __init__(self, sent: list[int], stop: tuple[str, ...], piece: Callable[[int], bytes]) -> None:
+        self._piece = piece
+        self.sent = len(sent)
+        self.text = TextAssembler(stop)
+        for token in sent:
+            self.text.feed(piece(token))
+        self._before = self.text.text  # already released to the client by the dead shard
+
+    def feed(self, token: int) -> str:
+        return self.text.feed(self._piece(token))
+
+    def done(self, ev: DoneEvent) -> tuple[str, DoneEvent]:
+        """The held-back tail and the result as the whole generation's."""
+        stopped = self.text.stopped
+        tail = "" if ev.finish_reason == "cancelled" and not stopped else self.text.flush()
+        return tail, replace(
+            ev,
+            finish_reason="stop" if stopped else ev.finish_reason,
+            text=self.text.text[len(self._before) :],
+            prompt_tokens=ev.prompt_tokens - self.sent,
+            completion_tokens=ev.completion_tokens + self.sent,
+        )
+
+
+def continuation(rt: LLMRuntime, req: InferRequest) -> Continuation | None:
+    if req.resume is None:
+        return None
+    native = rt.model(req.model).native
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    return Continuation(list(req.resume.tokens), stop, native.piece)
+
+
+async def infer_stream(
+    gen: Generation, shard: str, *, every_token: bool = False, cont: Continuation | None = None
+) -> AsyncIterator[bytes]:
+    """SSE frames ``{"token", "id"}`` then ``{"done": true, ...}``. ``every_token`` (a peer's
+    ``/internal`` stream): a frame for each sampled token even when it released no text yet, so
+    the router knows every token id it would re-prefill; ``cont``: a resumed stream."""
     try:
         async for ev in gen.events():
             if isinstance(ev, TokenEvent):
-                if ev.text:
-                    yield sse({"token": ev.text, "id": ev.token_id})
+                if cont is None:
+                    text = ev.text
+                elif ev.token_id < 0 or cont.text.stopped:  # the engine's flush / past our stop
+                    continue
+                else:
+                    text = cont.feed(ev.token_id)
+                    if cont.text.stopped:
+                        gen.cancel()
+                if text or (every_token and ev.token_id >= 0):
+                    yield sse({"token": text, "id": ev.token_id})
             else:
+                if cont is not None:
+                    tail, ev = cont.done(ev)
+                    if tail:
+                        yield sse({"token": tail, "id": -1})
                 yield sse({"done": True, **infer_result(ev, gen, shard), "text": None})
     except GenerationFailed as exc:
         err = failure_to_error(exc)

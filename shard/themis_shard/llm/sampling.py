@@ -71,6 +71,9 @@ class SamplingParams:
     grammar: str | None = None
     #: Also score the prompt: each prompt token's log-probability and this many alternatives.
     prompt_logprobs: int | None = None
+    #: Draws the seeded generator already made elsewhere (a stream resumed on another shard
+    #: continues the same random sequence from this position).
+    position: int = 0
 
     @property
     def greedy(self) -> bool:
@@ -189,6 +192,8 @@ class Sampler:
         self.params = params
         self.constraint = constraint
         self._rng = np.random.default_rng(params.seed)
+        if params.position:  # one uniform per sampled token (``_draw``): skip what was drawn
+            self._rng.random(params.position)
         self._counts: dict[int, int] = {}
         self._seen_context = (
             np.unique(np.asarray(context, dtype=np.int64))

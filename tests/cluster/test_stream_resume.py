@@ -1,0 +1,135 @@
+"""Spec: a routed stream outlives the shard generating it (``cluster/resume.py``).
+
+The router keeps every token id the peer sampled, relays only frames with text, and when the
+peer's stream breaks it opens the continuation (``resume.tokens``) on a shard that has not
+failed this stream; the final frame names the shard it moved to. Out of shards or out of
+resumptions, the stream ends in-band with ``shard_unavailable``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from themis_shard.cluster.remote import PeerUnavailable
+from themis_shard.cluster.resume import Opened, resumable_stream, sse_events
+
+
+def sse(data) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def peer(shard: str, frames: list[bytes], *, dies: bool) -> Opened:
+    async def chunks():
+        for f in frames:
+            # cut each event in two, as a socket may
+            yield f[:3]
+            yield f[3:]
+        if dies:
+            yield b'data: {"tok'  # a torn event: never relayed
+            raise PeerUnavailable(shard, "transport_error", "peer closed connection")
+
+    return Opened(shard, chunks())
+
+
+def tokens(*pairs) -> list[bytes]:
+    return [sse({"token": t, "id": i}) for t, i in pairs]
+
+
+DONE = {"done": True, "finish_reason": "length", "shard_id": "s-2", "tokens": 4}
+
+
+def run(first: Opened, continuations: dict[str, list[bytes]], *, limit: int = 2, body=None):
+    asked: list[tuple[dict, frozenset]] = []
+    resumed: list[int] = []
+
+    async def reopen(cont: dict, tried: frozenset) -> Opened:
+        asked.append((cont, tried))
+        left = [s for s in continuations if s not in tried]
+        if not left:
+            raise RuntimeError("no shard could serve the request")
+        shard = left[0]
+        return peer(shard, continuations[shard], dies=not continuations[shard][-1].endswith(b"[DONE]\n\n"))
+
+    async def collect() -> list:
+        out = []
+        stream = resumable_stream(
+            first,
+            body or {"prompt": "p", "stream": True},
+            reopen,
+            limit=limit,
+            on_resume=lambda: resumed.append(1),
+        )
+        async for event in sse_events(stream):
+            text = event.decode()[5:].strip()
+            out.append(text if text == "[DONE]" else json.loads(text))
+        return out
+
+    return asyncio.run(collect()), asked, len(resumed)
+
+
+def test_a_stream_whose_peer_dies_continues_on_another_shard_after_the_tokens_sent():
+    first = peer("s-1", tokens(("A", 10), ("", 11), ("B", 12)), dies=True)
+    events, asked, resumed = run(first, {"s-2": [*tokens(("C", 13), ("D", 14)), sse(DONE), sse("[DONE]")]})
+    assert [e["token"] for e in events if "token" in e] == ["A", "B", "C", "D"]  # no gap, no repeat
+    cont, tried = asked[0]
+    assert cont["resume"] == {"tokens": [10, 11, 12]} and cont["prompt"] == "p"
+    assert tried == {"s-1"}
+    assert events[-2]["themis"] == {"resumed_on": "s-2", "resumptions": 1}
+    assert events[-2]["shard_id"] == "s-2" and events[-1] == "[DONE]"
+    assert resumed == 1
+
+
+def test_a_stream_that_never_breaks_is_relayed_without_the_text_less_frames():
+    first = peer("s-1", [*tokens(("A", 1), ("", 2), ("B", 3)), sse(DONE), sse("[DONE]")], dies=False)
+    events, asked, resumed = run(first, {})
+    assert [e.get("token") for e in events[:-2]] == ["A", "B"]
+    assert "themis" not in events[-2] and asked == [] and resumed == 0
+
+
+def test_a_stream_ending_without_done_is_a_lost_peer_too():
+    first = Opened("s-1", _iter(tokens(("A", 1))))
+    events, asked, _ = run(first, {"s-2": [*tokens(("B", 2)), sse(DONE), sse("[DONE]")]})
+    assert [e["token"] for e in events if "token" in e] == ["A", "B"]
+    assert asked[0][0]["resume"]["tokens"] == [1]
+
+
+def test_each_move_excludes_every_shard_that_failed_the_stream():
+    first = peer("s-1", tokens(("A", 1)), dies=True)
+    events, asked, resumed = run(
+        first,
+        {"s-2": tokens(("B", 2)), "s-3": [*tokens(("C", 3)), sse(DONE), sse("[DONE]")]},
+    )
+    assert [e["token"] for e in events if "token" in e] == ["A", "B", "C"]
+    assert [a[1] for a in asked] == [{"s-1"}, {"s-1", "s-2"}]
+    assert asked[1][0]["resume"]["tokens"] == [1, 2]
+    assert events[-2]["themis"] == {"resumed_on": "s-3", "resumptions": 2} and resumed == 2
+
+
+def test_with_no_shard_left_the_stream_ends_in_band():
+    first = peer("s-1", tokens(("A", 1)), dies=True)
+    events, _, resumed = run(first, {})
+    assert events[-2]["error"]["code"] == "shard_unavailable"
+    assert "no other shard could resume" in events[-2]["error"]["message"]
+    assert events[-1] == "[DONE]" and resumed == 0
+
+
+def test_the_resumption_budget_bounds_the_moves():
+    first = peer("s-1", tokens(("A", 1)), dies=True)
+    events, asked, resumed = run(first, {"s-2": tokens(("B", 2)), "s-3": tokens(("C", 3))}, limit=1)
+    assert [e.get("token") for e in events if "token" in e] == ["A", "B"]
+    assert (
+        events[-2]["error"]["code"] == "shard_unavailable"
+        and "resumed 1 times" in events[-2]["error"]["message"]
+    )
+    assert len(asked) == 1 and resumed == 1
+
+
+def test_a_peer_lost_after_its_last_allowed_token_ends_the_stream_by_length():
+    first = peer("s-1", tokens(("A", 1), ("B", 2)), dies=True)
+    events, asked, _ = run(first, {}, body={"prompt": "p", "stream": True, "max_tokens": 2})
+    assert events[-2] == {"done": True, "finish_reason": "length", "tokens": 2} and asked == []
+
+
+async def _iter(items):
+    for i in items:
+        yield i
