@@ -5,7 +5,8 @@ to the ring owner of its prompt, which the ``X-Themis-Shard`` header names. When
 killed (SIGKILL) mid-generation:
 
 * a routed ``/v1/infer`` stream continues on another shard: the client's text equals an
-  uninterrupted run's, token for token, and the final frame names the shard it moved to;
+  uninterrupted run's, token for token (greedy, and sampled with a seed), and the final frame
+  names the shard it moved to (another peer, or the landing shard itself);
 * a routed non-streamed ``/v1/completions`` (the official ``openai`` client) runs again on the
   next shard and answers the uninterrupted run's text, the header naming that shard;
 * a client connected to the generating shard itself loses its connection with it (nothing can
@@ -36,6 +37,8 @@ STREAM = {
     "temperature": 0,
     "stream": True,
 }
+#: Sampled with a seed: the continuation starts the generator at the tokens already drawn.
+SEEDED = {**STREAM, "prompt": "My favourite memory of the summer is", "temperature": 0.9, "seed": 42}
 COMPLETION = {
     "model": "gemma3-270m",
     "prompt": "The history of the printing press begins",
@@ -120,6 +123,17 @@ def test_generations_survive_the_death_of_their_shard(local_cluster) -> None:
     assert moved.done["shard_id"] == resumed_on and moved.done["tokens"] == 120
     assert moved.frames[-1] == "[DONE]" and not any("error" in f for f in moved.frames if isinstance(f, dict))
     assert metric(cluster.url(entry), "themis_inference_resumptions_total", 'kind="stream"') == 1
+
+    # 1b. Sampled with a seed, two shards left: the continuation runs on the landing shard itself.
+    seeded_reference = Stream(cluster.url(alive[0]), SEEDED)
+    generator = seeded_reference.shard
+    entry = next(s for s in alive if s != generator)
+    seeded = Stream(cluster.url(entry), SEEDED, kill_after=20, kill=kill)
+    assert seeded.text == seeded_reference.text and len(seeded.tokens) > 20
+    assert seeded.done["themis"] == {"resumed_on": entry, "resumptions": 1}
+    for shard in set(cluster.ids) - set(alive):  # back to three shards
+        cluster.start(shard)
+        alive.append(shard)
 
     # 2. Non-streamed, routed, through the official openai client: it runs again elsewhere.
     _, generator = completion(cluster.url(alive[0]), max_tokens=1)  # where it is generated now

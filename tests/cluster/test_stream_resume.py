@@ -1,9 +1,10 @@
 """Spec: a routed stream outlives the shard generating it (``cluster/resume.py``).
 
-The router keeps every token id the peer sampled, relays only frames with text, and when the
-peer's stream breaks it opens the continuation (``resume.tokens``) on a shard that has not
-failed this stream; the final frame names the shard it moved to. Out of shards or out of
-resumptions, the stream ends in-band with ``shard_unavailable``."""
+The router keeps every token id the peer sampled (its ``event: token`` records, never relayed),
+relays every other event unchanged, and when the peer's stream breaks it opens the continuation
+(``resume.tokens``) on a shard that has not failed this stream; the final frame names the shard
+it moved to. Out of shards or out of resumptions, the stream ends in-band with
+``shard_unavailable``."""
 
 from __future__ import annotations
 
@@ -32,7 +33,13 @@ def peer(shard: str, frames: list[bytes], *, dies: bool) -> Opened:
 
 
 def tokens(*pairs) -> list[bytes]:
-    return [sse({"token": t, "id": i}) for t, i in pairs]
+    """Each token's record, then its frame when it released text (as ``/internal/infer`` sends)."""
+    out = []
+    for t, i in pairs:
+        out.append(b"event: token\ndata: %d\n\n" % i)
+        if t:
+            out.append(sse({"token": t, "id": i}))
+    return out
 
 
 DONE = {"done": True, "finish_reason": "length", "shard_id": "s-2", "tokens": 4}

@@ -1,7 +1,5 @@
 """Per-sequence sampling: parameters are validated, seeds reproduce, filters restrict."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from themis_shard.llm.sampling import Sampler, SamplingError, SamplingParams, top2_margin
@@ -165,12 +163,3 @@ def test_new_parameters_are_validated(bad):
     with pytest.raises(SamplingError):
         SamplingParams(**bad).validate(n_vocab=VOCAB)
 
-
-def test_a_seeded_sampler_resumed_at_a_position_draws_what_the_whole_run_drew():
-    """A stream resumed on another shard starts its sampler at the tokens already sampled."""
-    rows = [np.random.default_rng(i).normal(size=4000).astype(np.float32) for i in range(30)]
-    p = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=11)
-    whole = Sampler(p)
-    drawn = [whole.sample(r) for r in rows]
-    resumed = Sampler(replace(p, position=12))
-    assert [resumed.sample(r) for r in rows[12:]] == drawn[12:]

@@ -33,7 +33,7 @@ from ..storage.names import parse_urn, urn
 from .documents import relay
 from .placement import candidates, coordinator_groups
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .resume import Opened, resumable_stream
+from .resume import Opened, resumable_stream, sse_events, token_id
 from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
 from .scatter import Assignment, BatchItem, gather, split_batch
 from .views import TopologySource
@@ -147,12 +147,14 @@ def stream_error(shard: str, exc: PeerUnavailable) -> bytes:
 async def relay_sse(
     shard: str, chunks: AsyncIterator[bytes], opened: contextlib.AsyncExitStack
 ) -> AsyncIterator[bytes]:
-    """Relay a peer's SSE stream; ``opened`` holds its response and is closed when this ends
-    (or the client goes away). A failure mid-stream counts against the peer's breaker."""
+    """Relay a peer's SSE stream without its ``event: token`` records (the router's alone);
+    ``opened`` holds its response and is closed when this ends (or the client goes away). A
+    failure mid-stream counts against the peer's breaker and ends the stream in-band."""
     try:
         async with opened:
-            async for chunk in chunks:
-                yield chunk
+            async for event in sse_events(chunks):
+                if token_id(event) is None:
+                    yield event
     except PeerUnavailable as exc:
         yield stream_error(shard, exc)
 

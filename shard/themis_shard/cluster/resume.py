@@ -1,14 +1,16 @@
 """A routed SSE stream that survives the death of the shard generating it.
 
-The router relays a peer's ``/internal/infer`` stream event by event and keeps the id of every
-token the peer sampled (the peer sends a frame for each, ``{"token", "id"}``; frames that carry
-no text yet are the router's alone and are not relayed). When the peer's connection breaks, or
-its stream ends without ``[DONE]``, the router opens the same request on the next shard with
-``resume: {"tokens": [...]}``: that shard prefills the prompt and those tokens and continues
-after them (greedy: the same tokens; seeded: the same random sequence from that position). The
-client sees one stream; the final ``done`` frame says where it moved
-(``"themis": {"resumed_on", "resumptions"}``). When no shard is left, or the resumption budget
-is spent, the stream ends with an in-band ``shard_unavailable`` error and ``[DONE]``.
+The router relays a peer's ``/internal`` stream (``/v1/infer``'s frames or OpenAI chunks) event
+by event and keeps the id of every token the peer sampled: the peer sends an ``event: token``
+before each token's frame (``inference.local.token_event``), which the router keeps to itself.
+When the peer's connection breaks, or its stream ends without ``[DONE]``, the router opens the
+same request on the next shard with ``resume: {"tokens": [...]}`` (and an OpenAI stream's chunk
+``id``/``created``): that shard prefills the prompt and those tokens and continues after them
+(greedy: the same tokens; seeded: the same random sequence from that position). The client sees
+one stream; its final frame (``done``, or the chunk with a ``finish_reason`` and the usage
+chunk) says where it moved (``"themis": {"resumed_on", "resumptions"}``). When no shard is left,
+the resumption budget is spent, or the request is one that cannot be resumed, the stream ends
+with an in-band ``shard_unavailable`` error and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,19 @@ async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             buf = buf[end + 2 :]
 
 
+TOKEN_EVENT = b"event: token\n"
+
+
+def token_id(event: bytes) -> int | None:
+    """The id an ``event: token`` carries; None for any other event."""
+    if not event.startswith(TOKEN_EVENT):
+        return None
+    try:
+        return int(event[len(TOKEN_EVENT) :].decode().strip().removeprefix("data:"))
+    except ValueError:
+        return None
+
+
 def payload(event: bytes) -> Any:
     """An event's ``data:`` as JSON (``"[DONE]"`` as the string); None for anything else."""
     text = event.decode("utf-8", errors="replace").strip()
@@ -60,6 +75,19 @@ def payload(event: bytes) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def final(data: Any) -> bool:
+    """A stream's closing frame: ``/v1/infer``'s ``done``, an OpenAI chunk that finishes a
+    choice, or the OpenAI usage chunk."""
+    if not isinstance(data, dict):
+        return False
+    if data.get("done") is True:
+        return True
+    choices = data.get("choices")
+    if choices == [] and "usage" in data:
+        return True
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") for c in choices)
 
 
 def frame(data: dict) -> bytes:
@@ -78,17 +106,24 @@ class Progress:
     tokens: list[int] = field(default_factory=list)
     resumptions: int = 0
     moved_to: str | None = None
+    #: an OpenAI stream's chunk id and creation time, kept by its continuation
+    chunk: dict[str, Any] = field(default_factory=dict)
+
+    def saw(self, data: Any) -> None:
+        if isinstance(data, dict) and not self.chunk and "id" in data and "created" in data:
+            self.chunk = {"id": data["id"], "created": data["created"]}
 
     def continuation(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request that continues after the tokens already sent."""
-        return {**body, "resume": {"tokens": list(self.tokens)}}
+        return {**body, "resume": {"tokens": list(self.tokens), **self.chunk}}
 
     def mark(self, done: dict) -> dict:
         """The final frame, naming the shard the stream moved to (if it moved)."""
         if self.moved_to is None:
             return done
         out = {**done, "themis": {"resumed_on": self.moved_to, "resumptions": self.resumptions}}
-        out["shard_id"] = self.moved_to
+        if "shard_id" in out:
+            out["shard_id"] = self.moved_to
         return out
 
     def spent(self, body: dict[str, Any]) -> bool:
@@ -105,7 +140,8 @@ async def resumable_stream(
     limit: int,
     on_resume: Callable[[], None],
 ) -> AsyncIterator[bytes]:
-    """Relay ``first``; on a lost peer resume on another shard (at most ``limit`` times)."""
+    """Relay ``first``; on a lost peer resume on another shard (at most ``limit`` times; 0:
+    the request cannot be resumed, the stream ends in-band as before)."""
     progress = Progress()
     current = first
     tried: set[str] = set()
@@ -114,27 +150,25 @@ async def resumable_stream(
         try:
             async with current.closer or contextlib.AsyncExitStack():
                 async for event in sse_events(current.chunks):
+                    token = token_id(event)
+                    if token is not None:
+                        progress.tokens.append(token)
+                        continue
                     data = payload(event)
                     if data == "[DONE]":
                         yield DONE_EVENT
                         return
-                    if isinstance(data, dict) and "token" in data:
-                        token = data.get("id")
-                        if isinstance(token, int) and token >= 0:
-                            progress.tokens.append(token)
-                        if data["token"]:
-                            yield frame({"token": data["token"], "id": token})
-                        continue
-                    if isinstance(data, dict) and data.get("done"):
-                        yield frame(progress.mark(data))
-                        continue
-                    yield event
+                    progress.saw(data)
+                    yield frame(progress.mark(data)) if progress.moved_to and final(data) else event
             reason = f"{current.shard} ended its stream before [DONE]"
         except PeerUnavailable as exc:
             reason = f"{current.shard}: {exc.reason}"
         if progress.spent(body):
             done = {"done": True, "finish_reason": "length", "tokens": len(progress.tokens)}
             yield frame(progress.mark(done)) + DONE_EVENT
+            return
+        if limit == 0:
+            yield lost_error(f"{reason}; this stream cannot be resumed elsewhere")
             return
         if progress.resumptions >= limit:
             yield lost_error(f"{reason}; the stream was resumed {limit} times already")

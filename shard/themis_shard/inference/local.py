@@ -22,7 +22,6 @@ from pydantic.json_schema import SkipJsonSchema
 from ..errors import ThemisError
 from ..llm.generation import Generation, GenerationFailed, generation_result
 from ..llm.sequence import DoneEvent, TokenEvent
-from ..llm.text import TextAssembler
 from ..wire import JsonInt
 
 if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
@@ -84,30 +83,10 @@ def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Gener
     """Queue ``req`` on the engine; raises ThemisError (4xx/429/503) for what it cannot serve.
     ``special``: the prompt may hold special tokens (a chat template's output).
 
-    A ``resume`` continues a generation: the prompt's tokens then the tokens already sent are
-    prefilled, ``max_tokens`` counts them, and a seeded sampler starts at their position (one
-    draw per sampled token), so greedy and seeded continuations are the ones the dead shard
-    would have produced."""
-    params = _params(rt, req)
-    tokens = None
-    if req.resume is not None:
-        m = rt.model(req.model)
-        prompt = rt.tokenize_prompt(m, req.prompt, special=special)
-        tokens = rt.check_tokens(m, prompt + list(req.resume.tokens))
-    return rt.submit(
-        prompt=req.prompt,
-        tokens=tokens,
-        model=req.model,
-        adapter=req.adapter,
-        domain=req.domain,
-        params=params,
-        priority=req.priority,
-        special=special,
-        speculative=req.speculative,
-    )
-
-
-def _params(rt: LLMRuntime, req: InferRequest):
+    A ``resume`` continues a generation whose shard died: the prompt is prefilled, then the
+    tokens already sent are decoded one step at a time and drawn for, as that shard did
+    (``SamplingParams.replay``; never speculative), so greedy and seeded continuations are the
+    ones a single run gives. ``max_tokens`` counts the replayed tokens."""
     params = rt.sampling(
         max_tokens=req.max_tokens,
         temperature=req.temperature,
@@ -116,10 +95,22 @@ def _params(rt: LLMRuntime, req: InferRequest):
         seed=req.seed,
         stop=req.stop,
     )
-    if req.resume is None:
-        return params
-    sent = len(req.resume.tokens)
-    return replace(params, max_tokens=max(1, params.max_tokens - sent), position=sent)
+    speculative = req.speculative
+    if req.resume is not None:
+        m = rt.model(req.model)
+        sent = list(req.resume.tokens)
+        rt.check_tokens(m, rt.tokenize_prompt(m, req.prompt, special=special) + sent)  # ids, context
+        params, speculative = replace(params, replay=tuple(sent)), False
+    return rt.submit(
+        prompt=req.prompt,
+        model=req.model,
+        adapter=req.adapter,
+        domain=req.domain,
+        params=params,
+        priority=req.priority,
+        special=special,
+        speculative=speculative,
+    )
 
 
 def sse(data: dict | str) -> bytes:
@@ -167,67 +158,27 @@ def infer_result(done: DoneEvent, gen: Generation, shard: str) -> dict:
     return out
 
 
-class Continuation:
-    """The text of a resumed stream: an assembler primed with the tokens already sent, so a
-    character split across the seam or a stop string spanning it comes out as it would have in
-    one run (the engine's own assembler only sees the new tokens)."""
-
-    def __init__(self, sent: list[int], stop: tuple[str, ...], piece: Callable[[int], bytes]) -> None:
-        self._piece = piece
-        self.sent = len(sent)
-        self.text = TextAssembler(stop)
-        for token in sent:
-            self.text.feed(piece(token))
-        self._before = self.text.text  # already released to the client by the dead shard
-
-    def feed(self, token: int) -> str:
-        return self.text.feed(self._piece(token))
-
-    def done(self, ev: DoneEvent) -> tuple[str, DoneEvent]:
-        """The held-back tail and the result as the whole generation's."""
-        stopped = self.text.stopped
-        tail = "" if ev.finish_reason == "cancelled" and not stopped else self.text.flush()
-        return tail, replace(
-            ev,
-            finish_reason="stop" if stopped else ev.finish_reason,
-            text=self.text.text[len(self._before) :],
-            prompt_tokens=ev.prompt_tokens - self.sent,
-            completion_tokens=ev.completion_tokens + self.sent,
-        )
+def token_event(token: int) -> bytes:
+    """A peer stream's record of one sampled token id (``event: token``), sent before the
+    token's own frame on ``/internal`` streams: the relaying router keeps the ids (to resume
+    the stream elsewhere) and never passes these events on."""
+    return b"event: token\ndata: %d\n\n" % token
 
 
-def continuation(rt: LLMRuntime, req: InferRequest) -> Continuation | None:
-    if req.resume is None:
-        return None
-    native = rt.model(req.model).native
-    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
-    return Continuation(list(req.resume.tokens), stop, native.piece)
-
-
-async def infer_stream(
-    gen: Generation, shard: str, *, every_token: bool = False, cont: Continuation | None = None
-) -> AsyncIterator[bytes]:
+async def infer_stream(gen: Generation, shard: str, *, every_token: bool = False) -> AsyncIterator[bytes]:
     """SSE frames ``{"token", "id"}`` then ``{"done": true, ...}``. ``every_token`` (a peer's
-    ``/internal`` stream): a frame for each sampled token even when it released no text yet, so
-    the router knows every token id it would re-prefill; ``cont``: a resumed stream."""
+    ``/internal`` stream): a ``token_event`` for each sampled token, also those that release
+    no text yet. A resumed generation's replayed tokens were sent already: not again."""
     try:
         async for ev in gen.events():
             if isinstance(ev, TokenEvent):
-                if cont is None:
-                    text = ev.text
-                elif ev.token_id < 0 or cont.text.stopped:  # the engine's flush / past our stop
+                if ev.replayed:
                     continue
-                else:
-                    text = cont.feed(ev.token_id)
-                    if cont.text.stopped:
-                        gen.cancel()
-                if text or (every_token and ev.token_id >= 0):
-                    yield sse({"token": text, "id": ev.token_id})
+                if every_token and ev.token_id >= 0:
+                    yield token_event(ev.token_id)
+                if ev.text:
+                    yield sse({"token": ev.text, "id": ev.token_id})
             else:
-                if cont is not None:
-                    tail, ev = cont.done(ev)
-                    if tail:
-                        yield sse({"token": tail, "id": -1})
                 yield sse({"done": True, **infer_result(ev, gen, shard), "text": None})
     except GenerationFailed as exc:
         err = failure_to_error(exc)

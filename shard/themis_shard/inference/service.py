@@ -28,7 +28,6 @@ from .domain_hint import hint_domain
 from .local import (
     Disconnected,
     InferRequest,
-    continuation,
     infer_result,
     infer_stream,
     submit,
@@ -90,7 +89,7 @@ class InferenceService:
         rt = self.runtime()
         gen = submit(rt, req)
         if req.stream:
-            return infer_stream(gen, self.shard_id, every_token=every_token, cont=continuation(rt, req))
+            return infer_stream(gen, self.shard_id, every_token=every_token)
         return infer_result(await wait_done(gen, disconnected), gen, self.shard_id)
 
     async def infer(self, req: InferRequest, disconnected: Disconnected) -> Routed:
