@@ -7,6 +7,8 @@ killed (SIGKILL) mid-generation:
 * a routed ``/v1/infer`` stream continues on another shard: the client's text equals an
   uninterrupted run's, token for token (greedy, and sampled with a seed), and the final frame
   names the shard it moved to (another peer, or the landing shard itself);
+* a routed OpenAI chat stream (the official ``openai`` client) does the same, its final chunk
+  naming the new shard in a ``themis`` field;
 * a routed non-streamed ``/v1/completions`` (the official ``openai`` client) runs again on the
   next shard and answers the uninterrupted run's text, the header naming that shard;
 * a client connected to the generating shard itself loses its connection with it (nothing can
@@ -39,6 +41,16 @@ STREAM = {
 }
 #: Sampled with a seed: the continuation starts the generator at the tokens already drawn.
 SEEDED = {**STREAM, "prompt": "My favourite memory of the summer is", "temperature": 0.9, "seed": 42}
+CHAT = {
+    "model": "gemma3-270m",
+    "messages": [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}],
+    "max_tokens": 100,
+    "temperature": 0,
+    "extra_body": {"domain": DOMAIN},
+}
+#: Gossip that suspects a busy shard (2 shared cores) would move the router's choice between two
+#: runs of one request; a dead shard is found at once anyway (its connection is refused).
+STEADY = {"THEMIS_CLUSTER_SUSPECT_TIMEOUT_S": "120", "THEMIS_CLUSTER_DEAD_TIMEOUT_S": "240"}
 COMPLETION = {
     "model": "gemma3-270m",
     "prompt": "The history of the printing press begins",
@@ -97,8 +109,22 @@ def completion(url: str, **override):
     return raw.parse().choices[0].text, raw.headers["X-Themis-Shard"]
 
 
+def chat_stream(url: str, kill_after: int | None = None, kill=None):
+    """(X-Themis-Shard, text, the chunk that finished the choice) of a streamed chat completion."""
+    raw = openai_client(url).chat.completions.with_raw_response.create(**CHAT, stream=True)
+    shard, parts, last = raw.headers["X-Themis-Shard"], [], None
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+            if kill is not None and len(parts) == kill_after:
+                kill(shard)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            last = chunk
+    return shard, "".join(parts), last
+
+
 def test_generations_survive_the_death_of_their_shard(local_cluster) -> None:
-    cluster = local_cluster(3, llm=True)
+    cluster = local_cluster(3, llm=True, env=STEADY)
     alive = list(cluster.ids)
 
     def kill(shard: str) -> None:
@@ -112,11 +138,13 @@ def test_generations_survive_the_death_of_their_shard(local_cluster) -> None:
     assert reference.done["tokens"] == 120 and "themis" not in reference.done
     ref_completion, _ = completion(cluster.url(alive[0]))
     assert len(ref_completion) > 200
+    _, ref_chat, ref_last = chat_stream(cluster.url(alive[0]))
+    assert ref_last is not None and not (ref_last.model_extra or {}).get("themis")
 
     # 1. Streamed, routed: it lands on a shard that is not the generating one.
     entry = next(s for s in alive if s != generator)
     moved = Stream(cluster.url(entry), STREAM, kill_after=20, kill=kill)
-    assert moved.shard == generator and generator not in alive
+    assert moved.shard == generator and generator not in alive  # routed: it landed elsewhere
     assert moved.text == reference.text  # no token lost, none repeated
     resumed_on = moved.done["themis"]["resumed_on"]
     assert resumed_on in alive and moved.done["themis"]["resumptions"] == 1
@@ -134,6 +162,15 @@ def test_generations_survive_the_death_of_their_shard(local_cluster) -> None:
     for shard in set(cluster.ids) - set(alive):  # back to three shards
         cluster.start(shard)
         alive.append(shard)
+
+    # 1c. An OpenAI chat stream through the official client.
+    generator, _, _ = chat_stream(cluster.url(alive[0]))
+    entry = next(s for s in alive if s != generator)
+    shard, chat_text, last = chat_stream(cluster.url(entry), kill_after=10, kill=kill)
+    assert shard == generator and generator not in alive
+    assert chat_text == ref_chat
+    themis = (last.model_extra or {})["themis"]
+    assert themis["resumed_on"] in alive and last.system_fingerprint == f"themis:{themis['resumed_on']}"
 
     # 2. Non-streamed, routed, through the official openai client: it runs again elsewhere.
     _, generator = completion(cluster.url(alive[0]), max_tokens=1)  # where it is generated now

@@ -128,10 +128,16 @@ class InferenceService:
         except ThemisError:
             return None
 
-    async def _openai(self, path: str, body: _Common, key: str, local) -> Routed:
+    async def _openai(self, path: str, body: _Common, key: str, local, here) -> Routed:
+        """``here(raw)``: the request as a peer sends it, run on this shard (a continuation)."""
         raw = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
         return await self._routing().forward(
-            path, raw, domain=self._openai_domain(body), key=key, local=local
+            path,
+            raw,
+            domain=self._openai_domain(body),
+            key=key,
+            local=local,
+            resumable=here if openai_local.resumable(body) else None,
         )
 
     async def chat(self, body: ChatBody, disconnected: Disconnected) -> Routed:
@@ -141,21 +147,35 @@ class InferenceService:
             key = self.runtime().apply_chat_template(None, [m.as_template() for m in body.messages])
         except ThemisError:
             key = "\n".join(str(m.content or "") for m in body.messages)
+
+        async def here(raw: dict) -> Answer:
+            return await self.chat_here(ChatBody.model_validate(raw), disconnected)
+
         return await self._openai(
-            "/internal/openai/chat/completions", body, key, lambda: self.chat_here(body, disconnected)
+            "/internal/openai/chat/completions", body, key, lambda: self.chat_here(body, disconnected), here
         )
 
-    async def chat_here(self, body: ChatBody, disconnected: Disconnected) -> Answer:
-        return await openai_local.chat(self.runtime(), body, disconnected, self.shard_id)
+    async def chat_here(self, body: ChatBody, disconnected: Disconnected, *, every_token=False) -> Answer:
+        return await openai_local.chat(
+            self.runtime(), body, disconnected, self.shard_id, every_token=every_token
+        )
 
     async def completions(self, body: CompletionBody, disconnected: Disconnected) -> Routed:
         key = body.prompt if isinstance(body.prompt, str) else ""
+
+        async def here(raw: dict) -> Answer:
+            return await self.completions_here(CompletionBody.model_validate(raw), disconnected)
+
         return await self._openai(
-            "/internal/openai/completions", body, key, lambda: self.completions_here(body, disconnected)
+            "/internal/openai/completions", body, key, lambda: self.completions_here(body, disconnected), here
         )
 
-    async def completions_here(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
-        return await openai_local.completions(self.runtime(), body, disconnected, self.shard_id)
+    async def completions_here(
+        self, body: CompletionBody, disconnected: Disconnected, *, every_token=False
+    ) -> Answer:
+        return await openai_local.completions(
+            self.runtime(), body, disconnected, self.shard_id, every_token=every_token
+        )
 
     async def embeddings(self, body: EmbeddingsBody) -> dict:
         raw = body.model_dump(mode="json", exclude_unset=True)
