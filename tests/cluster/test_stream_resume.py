@@ -140,3 +140,30 @@ def test_a_peer_lost_after_its_last_allowed_token_ends_the_stream_by_length():
 async def _iter(items):
     for i in items:
         yield i
+
+
+def chunk(text: str | None, finish: str | None = None, **extra) -> dict:
+    choices = [] if text is None else [{"index": 0, "text": text, "finish_reason": finish}]
+    return {"id": "cmpl-1", "created": 7, "object": "text_completion", "choices": choices, **extra}
+
+
+def test_an_openai_stream_keeps_its_chunk_identity_and_names_the_new_shard_at_its_end():
+    first = peer("s-1", [b"event: token\ndata: 5\n\n", sse(chunk("A"))], dies=True)
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    events, asked, _ = run(
+        first,
+        {
+            "s-2": [
+                b"event: token\ndata: 6\n\n",
+                sse(chunk("B")),
+                sse(chunk("", "length")),
+                sse(chunk(None, usage=usage)),
+                sse("[DONE]"),
+            ]
+        },
+    )
+    assert asked[0][0]["resume"] == {"tokens": [5], "id": "cmpl-1", "created": 7}
+    assert [e["choices"][0]["text"] for e in events[:3]] == ["A", "B", ""]
+    assert "themis" not in events[1]  # only the closing chunks say it
+    assert events[2]["themis"] == events[3]["themis"] == {"resumed_on": "s-2", "resumptions": 1}
+    assert events[3]["usage"] == usage and "shard_id" not in events[3]

@@ -5,7 +5,7 @@ comes back is a result or an async stream of bytes: HTTP framing is the API laye
 * A request with a ``domain`` goes to the shard the router picks (announced adapter accuracy,
   KV-prefix holders, latency, load, open breakers; consistent hash as the last tier). When this
   shard is the choice it runs here (no extra hop). Forwarded calls land on ``/internal/infer``,
-  which never routes again; SSE streams are relayed, and a ``/v1/infer`` stream whose shard dies
+  which never routes again; SSE streams are relayed, and a generation stream whose shard dies
   resumes on another (``resume.py``). A non-streamed request whose shard dies runs again on the
   next one. Every answer says which shard produced it (``Routed``).
 * A batch is split by ``scatter.split_batch`` into per-shard sub-batches, each run by that
@@ -234,8 +234,8 @@ class InferenceRouting:
         when there is no choice to make (no domain, or a lone shard). A dead, slow or overloaded
         (429) shard passes the request to the next one; only when every shard is full does the
         client see the 429. A peer that dies after taking a non-streamed request passes it on
-        too (counted as a resumption); with ``resumable`` (``path``'s frames carry token ids,
-        ``resumable(body)`` runs a continuation here) a peer's stream survives its death."""
+        too (counted as a resumption). With ``resumable`` (``resumable(body)`` runs a body here,
+        a continuation included) a peer's stream survives its death; without, it ends in-band."""
         me = self._topo.self_id
         stream = bool(body.get("stream"))
 

@@ -260,8 +260,9 @@ def resumable(body: CompletionBody | ChatBody) -> bool:
     stream is more than its tokens' text (logprobs, echo, a tool call held back to the end)."""
     if not body.stream or body.n != 1:
         return False
-    if isinstance(body, CompletionBody):
-        return not body.echo and body.logprobs is None
+    if isinstance(body, CompletionBody):  # one prompt: text, or one list of token ids
+        one = isinstance(body.prompt, str) or (bool(body.prompt) and isinstance(body.prompt[0], int))
+        return one and not body.echo and body.logprobs is None
     return not body.logprobs and not body.tools and body.response_format is None
 
 
