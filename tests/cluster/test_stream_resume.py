@@ -131,10 +131,15 @@ def test_the_resumption_budget_bounds_the_moves():
     assert len(asked) == 1 and resumed == 1
 
 
-def test_a_peer_lost_after_its_last_allowed_token_ends_the_stream_by_length():
+def test_a_peer_lost_after_its_last_allowed_token_is_still_closed_by_a_continuation():
+    """The continuation replays every token, samples none, and sends the closing frame in the
+    stream's own shape (``done``, or an OpenAI chunk)."""
     first = peer("s-1", tokens(("A", 1), ("B", 2)), dies=True)
-    events, asked, _ = run(first, {}, body={"prompt": "p", "stream": True, "max_tokens": 2})
-    assert events[-2] == {"done": True, "finish_reason": "length", "tokens": 2} and asked == []
+    events, asked, _ = run(
+        first, {"s-2": [sse(DONE), sse("[DONE]")]}, body={"prompt": "p", "stream": True, "max_tokens": 2}
+    )
+    assert asked[0][0]["resume"]["tokens"] == [1, 2]
+    assert [e.get("token") for e in events[:2]] == ["A", "B"] and events[2]["themis"]["resumed_on"] == "s-2"
 
 
 async def _iter(items):

@@ -41,7 +41,7 @@ def shard(make_server):
 
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 42}])
-@pytest.mark.parametrize("sent", [1, 5, 20])
+@pytest.mark.parametrize("sent", [1, 5, 20, 40])  # 40: all of max_tokens were sent
 def test_a_resumed_generation_continues_as_one_run(shard, sampling, sent) -> None:
     body = {"prompt": PROMPT, "max_tokens": 40, "stream": True, **sampling}
     whole, whole_text, whole_done = generate(shard.url, body)

@@ -126,11 +126,6 @@ class Progress:
             out["shard_id"] = self.moved_to
         return out
 
-    def spent(self, body: dict[str, Any]) -> bool:
-        """Every token the request allowed was sent (the peer died before its ``done``)."""
-        limit = body.get("max_tokens")
-        return isinstance(limit, int) and len(self.tokens) >= limit
-
 
 async def resumable_stream(
     first: Opened,
@@ -163,10 +158,6 @@ async def resumable_stream(
             reason = f"{current.shard} ended its stream before [DONE]"
         except PeerUnavailable as exc:
             reason = f"{current.shard}: {exc.reason}"
-        if progress.spent(body):
-            done = {"done": True, "finish_reason": "length", "tokens": len(progress.tokens)}
-            yield frame(progress.mark(done)) + DONE_EVENT
-            return
         if limit == 0:
             yield lost_error(f"{reason}; this stream cannot be resumed elsewhere")
             return
