@@ -80,6 +80,16 @@ def test_inference_routes_document_overload_and_their_streams(tmp_path: Path) ->
     assert "application/x-ndjson" in paths["/v1/infer:batch"]["post"]["responses"]["200"]["content"]
 
 
+def test_routed_inference_says_which_shard_answered(tmp_path: Path) -> None:
+    schema = schema_of(tmp_path)
+    for path in ("/v1/infer", "/v1/completions", "/v1/chat/completions"):
+        assert "X-Themis-Shard" in schema["paths"][path]["post"]["responses"]["200"]["headers"]
+    bodies = schema["components"]["schemas"]
+    for name in ("InferBody", "CompletionBody", "ChatBody"):  # the router's own field is not offered
+        assert "prompt" in bodies[name]["properties"] or "messages" in bodies[name]["properties"]
+        assert "resume" not in bodies[name]["properties"]
+
+
 def test_health_routes_say_what_they_answer(tmp_path: Path) -> None:
     paths = schema_of(tmp_path)["paths"]
     assert set(paths["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}

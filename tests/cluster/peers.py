@@ -78,6 +78,19 @@ def peer_app() -> Starlette:
 
         return StreamingResponse(body(), media_type="application/octet-stream")
 
+    async def sse_stream(request: Request) -> Response:
+        """``n`` token frames, each after its ``event: token`` record; ``die``: no ``[DONE]``."""
+        n = int(request.query_params.get("n", "10"))
+
+        async def body():
+            for i in range(n):
+                yield b"event: token\ndata: %d\n\n" % i + b'data: {"token":"t%d"}\n\n' % i
+            if request.query_params.get("die"):
+                raise RuntimeError("peer died mid-stream")
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
     async def serve(request: Request) -> Response:  # the bench's stand-in for a forwarded request
         return JSONResponse({"served_by": request.url.port})
 
@@ -94,6 +107,7 @@ def peer_app() -> Starlette:
             Route("/echo", echo, methods=["POST"]),
             Route("/blob", blob, methods=["GET", "POST"]),
             Route("/big", big),
+            Route("/sse", sse_stream),
             Route("/serve", serve, methods=["GET", "POST"]),
         ]
     )

@@ -66,19 +66,30 @@ def test_embed_on_write_picks_text_puts_without_an_embedding():
     assert pending_embeddings(writes, {"c": "text"}.get) == [(0, "a")]
 
 
-def test_a_peer_dying_mid_stream_ends_the_relay_in_band():
+def relayed(query: str):
     async def go(url):
         ex, _, _ = make({"a": url})
         async with ex:
             opened = contextlib.AsyncExitStack()
-            chunks = await opened.enter_async_context(
-                ex.stream("a", "GET", "/big?mb=1&die=1", chunk_size=None)
-            )
+            chunks = await opened.enter_async_context(ex.stream("a", "GET", f"/sse?{query}", chunk_size=None))
             out = [chunk async for chunk in relay_sse("a", chunks, opened)]
             return out, ex.breakers.get("a").consecutive_failures
 
     with running() as server:
-        out, failures = asyncio.run(go(server.url()))
-    assert sum(len(c) for c in out[:-1]) == 1 << 20
+        return asyncio.run(go(server.url()))
+
+
+def test_a_peer_dying_mid_stream_ends_the_relay_in_band():
+    out, failures = relayed("n=500&die=1")
+    assert out[:-1] == [b'data: {"token":"t%d"}\n\n' % i for i in range(500)]
     assert b'"code": "shard_unavailable"' in out[-1] and out[-1].endswith(b"data: [DONE]\n\n")
     assert failures == 1
+
+
+def test_the_relay_keeps_the_peers_token_records_to_itself():
+    out, failures = relayed("n=3")
+    assert (
+        b"".join(out)
+        == b'data: {"token":"t0"}\n\ndata: {"token":"t1"}\n\ndata: {"token":"t2"}\n\ndata: [DONE]\n\n'
+    )
+    assert failures == 0

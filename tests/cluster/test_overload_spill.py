@@ -50,11 +50,14 @@ def local(full: bool):
 
 
 def forward(r: InferenceRouting, domain, here_full: bool):
-    return asyncio.run(
+    """The answer; the shard it names (``X-Themis-Shard``) must be the one that produced it."""
+    routed = asyncio.run(
         r.forward(
             "/internal/openai/completions", {"prompt": "p"}, domain=domain, key="p", local=local(here_full)
         )
     )
+    assert routed.shard == routed.answer["shard"]
+    return routed.answer
 
 
 def test_no_domain_runs_here_while_there_is_room():

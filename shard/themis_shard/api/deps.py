@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..documents.service import DocumentService
 from ..errors import BadRequest, Unavailable
@@ -66,8 +66,21 @@ def inference(request: Request) -> InferenceService:
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+def sse_response(body: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})})
+
+
+#: Names the shard generating a routed answer (a stream: the one it started on), as the shard
+#: ids of ``/v1/cluster/status``.
+SHARD_HEADER = "X-Themis-Shard"
+
+
+def routed_response(shard: str, answer: dict | AsyncIterator[bytes]):
+    """A routed answer as HTTP: JSON or SSE, with the ``X-Themis-Shard`` header."""
+    headers = {SHARD_HEADER: shard}
+    if isinstance(answer, dict):
+        return JSONResponse(answer, headers=headers)
+    return sse_response(answer, headers)
 
 
 def ndjson_response(body: AsyncIterator[bytes]) -> StreamingResponse:

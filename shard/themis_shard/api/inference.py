@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 
 from ..errors import BadRequest, PayloadTooLarge
 from ..inference.service import Answer, InferenceService
-from .deps import inference, ndjson_response, node, sse_response
+from .deps import inference, ndjson_response, node, routed_response, sse_response
 from .types import EmbedBody, EmbedUrnsBody, InferBatchBody, InferBody, infer_item
 
 router = APIRouter(tags=["inference"])
@@ -26,15 +26,23 @@ def _answer(answer: Answer):
     return answer if isinstance(answer, dict) else sse_response(answer)
 
 
+def _public(body: InferBody, where: str = "") -> InferBody:
+    if body.resume is not None:
+        raise BadRequest(f"{where}resume is set by the cluster's router only", code="invalid_request")
+    return body
+
+
 @router.post("/v1/infer")
 async def infer(body: InferBody, request: Request, svc: Inference):
-    """Runs here, or, with a ``domain`` in a cluster, on the shard the router picks."""
-    return _answer(await svc.infer(body.request(), request.is_disconnected))
+    """Runs here, or, with a ``domain`` in a cluster, on the shard the router picks (named by
+    the ``X-Themis-Shard`` header); a routed stream outlives the death of its shard."""
+    routed = await svc.infer(_public(body).request(), request.is_disconnected)
+    return routed_response(routed.shard, routed.answer)
 
 
 @router.post("/internal/infer", include_in_schema=False)
 async def infer_here(body: InferBody, request: Request, svc: Inference):
-    return _answer(await svc.infer_here(body.request(), request.is_disconnected))
+    return _answer(await svc.infer_here(body.request(), request.is_disconnected, every_token=True))
 
 
 @router.post("/v1/infer:batch")
@@ -46,7 +54,7 @@ async def infer_batch(body: InferBatchBody, request: Request, svc: Inference):
         raise PayloadTooLarge(f"at most {limit} requests per batch", code="batch_too_large")
     items = []
     for i, raw in enumerate(body.requests):
-        item = infer_item(raw, f"requests[{i}]")
+        item = _public(infer_item(raw, f"requests[{i}]"), f"requests[{i}]: ")
         if item.stream:
             raise BadRequest(
                 f"requests[{i}]: stream is not supported inside a batch (stream the batch)",

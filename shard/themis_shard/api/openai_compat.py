@@ -13,9 +13,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
+from ..errors import BadRequest
 from ..inference.openai_types import ChatBody, CompletionBody, EmbeddingsBody
 from ..inference.service import Answer, InferenceService
-from .deps import inference, sse_response
+from .deps import inference, routed_response, sse_response
 
 router = APIRouter(tags=["openai"])
 Inference = Annotated[InferenceService, Depends(inference)]
@@ -30,18 +31,26 @@ async def list_models(svc: Inference):
     return {"object": "list", "data": svc.models()}
 
 
+def _public(body):
+    if body.resume is not None:
+        raise BadRequest("resume is set by the cluster's router only", code="invalid_request")
+    return body
+
+
 @router.post("/v1/completions")
 async def completions(body: CompletionBody, request: Request, svc: Inference):
     svc.runtime()  # a shard without a ready engine refuses before the body is judged
-    body.refusals()
-    return _answer(await svc.completions(body, request.is_disconnected))
+    _public(body).refusals()
+    routed = await svc.completions(body, request.is_disconnected)
+    return routed_response(routed.shard, routed.answer)
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatBody, request: Request, svc: Inference):
     svc.runtime()
-    body.refusals()
-    return _answer(await svc.chat(body, request.is_disconnected))
+    _public(body).refusals()
+    routed = await svc.chat(body, request.is_disconnected)
+    return routed_response(routed.shard, routed.answer)
 
 
 @router.post("/v1/embeddings")
@@ -51,12 +60,12 @@ async def embeddings(body: EmbeddingsBody, svc: Inference):
 
 @router.post("/internal/openai/completions", include_in_schema=False)
 async def completions_here(body: CompletionBody, request: Request, svc: Inference):
-    return _answer(await svc.completions_here(body, request.is_disconnected))
+    return _answer(await svc.completions_here(body, request.is_disconnected, every_token=True))
 
 
 @router.post("/internal/openai/chat/completions", include_in_schema=False)
 async def chat_here(body: ChatBody, request: Request, svc: Inference):
-    return _answer(await svc.chat_here(body, request.is_disconnected))
+    return _answer(await svc.chat_here(body, request.is_disconnected, every_token=True))
 
 
 @router.post("/internal/openai/embeddings", include_in_schema=False)

@@ -122,6 +122,16 @@ STREAMS: dict[tuple[str, str], str] = {
     ("POST", "/v1/chat/completions"): "text/event-stream",
 }
 
+#: Operations the router may run on another shard: their answers name it in this header.
+ROUTED = frozenset({("POST", "/v1/infer"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")})
+SHARD_HEADER = {
+    "X-Themis-Shard": {
+        "description": "the shard that generated the answer (a stream: the one it started on; its "
+        "final frame names the one it moved to, if it moved), as in /v1/cluster/status",
+        "schema": {"type": "string"},
+    }
+}
+
 #: One item of each stream: an SSE event (its ``data`` a JSON object, ``[DONE]`` last), an NDJSON line.
 STREAM_ITEM: dict[str, dict[str, Any]] = {
     "text/event-stream": {
@@ -185,6 +195,9 @@ def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
             if stream is not None:
                 ok = responses.setdefault("200", {"description": "Successful Response"})
                 ok.setdefault("content", {})[stream] = {"schema": STREAM_ITEM[stream]}
+            if (method.upper(), path) in ROUTED:
+                ok = responses.setdefault("200", {"description": "Successful Response"})
+                ok.setdefault("headers", {}).update(SHARD_HEADER)
             for status in error_statuses(method, path, operation):
                 responses.setdefault(str(status), error_response(status))
     for unused in ("HTTPValidationError", "ValidationError"):

@@ -150,7 +150,7 @@ async def generate(
     """Where the router sends the request's domain (its adapter's shard wins over data locality),
     else on the shard holding most of the passages."""
     if req.domain is not None:
-        return await svc.infer(req, request.is_disconnected)
+        return (await svc.infer(req, request.is_disconnected)).answer
     return await service.generate_on(
         service.data_shard(retrieved), req.to_json(), lambda: svc.infer_here(req, request.is_disconnected)
     )

@@ -5,7 +5,9 @@ comes back is a result or an async stream of bytes: HTTP framing is the API laye
 * A request with a ``domain`` goes to the shard the router picks (announced adapter accuracy,
   KV-prefix holders, latency, load, open breakers; consistent hash as the last tier). When this
   shard is the choice it runs here (no extra hop). Forwarded calls land on ``/internal/infer``,
-  which never routes again; SSE streams are relayed byte for byte.
+  which never routes again; SSE streams are relayed, and a generation stream whose shard dies
+  resumes on another (``resume.py``). A non-streamed request whose shard dies runs again on the
+  next one. Every answer says which shard produced it (``Routed``).
 * A batch is split by ``scatter.split_batch`` into per-shard sub-batches, each run by that
   shard's continuous-batching engine at once; ``scatter.gather`` merges them in order.
 * ``urns`` are embedded on a shard that holds each document (grouped per shard), so document
@@ -20,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -30,6 +33,7 @@ from ..storage.names import parse_urn, urn
 from .documents import relay
 from .placement import candidates, coordinator_groups
 from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from .resume import Opened, resumable_stream, sse_events, token_id
 from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
 from .scatter import Assignment, BatchItem, gather, split_batch
 from .views import TopologySource
@@ -65,6 +69,13 @@ class InferenceMetrics:
         self.batch_failed = Counter(
             "themis_batch_failed_items_total", "Batch items answered with an error", registry=registry
         )
+        self.resumptions = Counter(
+            "themis_inference_resumptions_total",
+            "Routed generations moved to another shard after the one generating them died "
+            "(kind: stream, resumed after the tokens sent; request, run again)",
+            ["kind"],
+            registry=registry,
+        )
         self.embed_local = Counter(
             "themis_embed_urns_total",
             "URNs embedded, by where (local or remote)",
@@ -96,6 +107,18 @@ def plan_batch(
     return split_batch(items, available)
 
 
+@dataclass(frozen=True)
+class Routed:
+    """An answer and the shard that produced it (a stream: the shard it started on)."""
+
+    shard: str
+    answer: Any
+
+
+#: Runs a request body on this shard (a resumed stream's continuation may land here).
+LocalBody = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
 class Overloaded(PeerUnavailable):
     """A shard answered 429 (its queue is full): the router moves on to the next one."""
 
@@ -111,6 +134,10 @@ def _skip(shard: str, call: Callable[[str], Awaitable[Any]]) -> Callable[[str], 
     return other
 
 
+#: A peer that failed this way may have taken the request and died on it (not refused it).
+LOST_AFTER_SENDING = frozenset({"transport_error", "timeout", "server_error"})
+
+
 def stream_error(shard: str, exc: PeerUnavailable) -> bytes:
     """The in-band end of a relayed SSE stream whose peer died after the first byte."""
     err = {"error": {"code": "shard_unavailable", "message": str(exc) or shard}}
@@ -120,12 +147,14 @@ def stream_error(shard: str, exc: PeerUnavailable) -> bytes:
 async def relay_sse(
     shard: str, chunks: AsyncIterator[bytes], opened: contextlib.AsyncExitStack
 ) -> AsyncIterator[bytes]:
-    """Relay a peer's SSE stream; ``opened`` holds its response and is closed when this ends
-    (or the client goes away). A failure mid-stream counts against the peer's breaker."""
+    """Relay a peer's SSE stream without its ``event: token`` records (the router's alone);
+    ``opened`` holds its response and is closed when this ends (or the client goes away). A
+    failure mid-stream counts against the peer's breaker and ends the stream in-band."""
     try:
         async with opened:
-            async for chunk in chunks:
-                yield chunk
+            async for event in sse_events(chunks):
+                if token_id(event) is None:
+                    yield event
     except PeerUnavailable as exc:
         yield stream_error(shard, exc)
 
@@ -141,8 +170,11 @@ class InferenceRouting:
         unavailable: Callable[[], frozenset[str]],
         registry: CollectorRegistry,
         announced: Callable[[], list[tuple[str, str]]] = list,
+        *,
+        stream_resumptions: int = 2,
     ) -> None:
-        """``announced``: (adapter id, domain) of the adapters peers announce through gossip."""
+        """``announced``: (adapter id, domain) of the adapters peers announce through gossip;
+        ``stream_resumptions``: moves one stream may make when its shard dies."""
         self._plan = topology
         self.executor = executor
         self.router = router
@@ -150,6 +182,7 @@ class InferenceRouting:
         self._unavailable = unavailable
         self._announced = announced
         self.metrics = InferenceMetrics(registry)
+        self.stream_resumptions = stream_resumptions
 
     @property
     def _topo(self):
@@ -172,12 +205,18 @@ class InferenceRouting:
         return needs_routing(domain, self._topo.clustered)
 
     # -- single requests -------------------------------------------------------------------------
-    async def infer(self, body: dict[str, Any], local: Callable[[], Awaitable[Any]]) -> Any:
-        """Run where the router says; ``local()`` runs it on this shard. A streamed request
+    async def infer(self, body: dict[str, Any], local: LocalBody) -> Routed:
+        """Run where the router says; ``local(body)`` runs it on this shard. A streamed request
         answers with the peer's SSE bytes, opened before this returns (so a peer that fails
-        before its first byte fails over to the next shard)."""
+        before its first byte fails over to the next shard), and resumes on another shard when
+        its own dies mid-stream."""
         return await self.forward(
-            "/internal/infer", body, domain=body.get("domain"), key=str(body.get("prompt", "")), local=local
+            "/internal/infer",
+            body,
+            domain=body.get("domain"),
+            key=str(body.get("prompt", "")),
+            local=lambda: local(body),
+            resumable=local,
         )
 
     async def forward(
@@ -188,12 +227,15 @@ class InferenceRouting:
         domain: str | None,
         key: str,
         local: Callable[[], Awaitable[Any]],
-    ) -> Any:
+        resumable: LocalBody | None = None,
+    ) -> Routed:
         """One request through the router: to the shard it picks for ``domain`` (KV-prefix
         holders of ``key``, load, breakers; ``path`` is the peer's ``/internal`` twin), or here
         when there is no choice to make (no domain, or a lone shard). A dead, slow or overloaded
         (429) shard passes the request to the next one; only when every shard is full does the
-        client see the 429."""
+        client see the 429. A peer that dies after taking a non-streamed request passes it on
+        too (counted as a resumption). With ``resumable`` (``resumable(body)`` runs a body here,
+        a continuation included) a peer's stream survives its death; without, it ends in-band."""
         me = self._topo.self_id
         stream = bool(body.get("stream"))
 
@@ -208,16 +250,28 @@ class InferenceRouting:
                 self.metrics.forwarded.labels(where="local").inc()
                 return result
             try:
-                result = await (
-                    self._open_stream(shard, path, body)
-                    if stream
-                    else self.executor.request(
+                if stream and resumable is not None:
+                    opened = await self._open(shard, path, body)
+                    result = resumable_stream(
+                        opened,
+                        body,
+                        lambda cont, tried: self._reopen(path, cont, domain, key, tried, resumable),
+                        limit=self.stream_resumptions,
+                        on_resume=self.metrics.resumptions.labels(kind="stream").inc,
+                    )
+                elif stream:
+                    result = await self._open_stream(shard, path, body)
+                else:
+                    result = await self.executor.request(
                         shard, "POST", path, json_body=body, idempotent=False, retries=0
                     )
-                )
             except PeerError as exc:
                 if exc.status == 429:
                     raise Overloaded(shard, "overloaded", exc.message, status=429) from exc
+                raise
+            except PeerUnavailable as exc:
+                if not stream and exc.reason in LOST_AFTER_SENDING:
+                    self.metrics.resumptions.labels(kind="request").inc()
                 raise
             self.metrics.forwarded.labels(where="remote").inc()
             return result
@@ -225,11 +279,11 @@ class InferenceRouting:
         try:
             if not self.routes(domain):
                 try:
-                    return await call(me)
+                    return Routed(me, await call(me))
                 except Overloaded:  # full here: the router's choice among the others
-                    _, result = await self.router.dispatch(domain, key, _skip(me, call))
-                    return result
-            _, result = await self.router.dispatch(domain, key, call)
+                    decision, result = await self.router.dispatch(domain, key, _skip(me, call))
+                    return Routed(decision.shard_id, result)
+            decision, result = await self.router.dispatch(domain, key, call)
         except PeerError as exc:
             raise relay(exc) from None
         except NoShardAvailable as exc:
@@ -241,14 +295,46 @@ class InferenceRouting:
                     headers={"Retry-After": "1"},
                 ) from None
             raise Unavailable(f"no shard could serve the request: {exc}", code="no_shard_available") from None
-        return result
+        return Routed(decision.shard_id, result)
+
+    async def _open(self, shard: str, path: str, body: dict[str, Any]) -> Opened:
+        """A peer's stream, open (headers received): a peer that fails before that raises here."""
+        closer = contextlib.AsyncExitStack()
+        try:
+            chunks = await closer.enter_async_context(
+                self.executor.stream(shard, "POST", path, json_body=body, chunk_size=None)
+            )
+        except BaseException:
+            await closer.aclose()
+            raise
+        return Opened(shard, chunks, closer)
 
     async def _open_stream(self, shard: str, path: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
-        opened = contextlib.AsyncExitStack()
-        chunks = await opened.enter_async_context(
-            self.executor.stream(shard, "POST", path, json_body=body, chunk_size=None)
-        )
-        return relay_sse(shard, chunks, opened)
+        opened = await self._open(shard, path, body)
+        assert opened.closer is not None
+        return relay_sse(shard, opened.chunks, opened.closer)
+
+    async def _reopen(
+        self,
+        path: str,
+        body: dict[str, Any],
+        domain: str | None,
+        key: str,
+        tried: frozenset[str],
+        local: LocalBody,
+    ) -> Opened:
+        """The continuation of a stream on the router's next choice that has not failed it."""
+        me = self._topo.self_id
+
+        async def call(shard: str) -> Opened:
+            if shard in tried:
+                raise PeerUnavailable(shard, "lost_stream", "this stream already failed there")
+            if shard == me:
+                return Opened(me, await local(body))
+            return await self._open(shard, path, body)
+
+        _, opened = await self.router.dispatch(domain, key, call)
+        return opened
 
     # -- batches -----------------------------------------------------------------------------
     def plan_batch(self, requests: list[dict[str, Any]]) -> Assignment:

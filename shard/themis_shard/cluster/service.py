@@ -199,6 +199,7 @@ class ClusterService:
             self.membership.unavailable,
             registry,
             announced=self.membership.view.adapters,
+            stream_resumptions=self.live.settings.stream_resumptions,
         )
         self._tasks = Tasks()
 

@@ -38,6 +38,9 @@ class ClusterSettings(BaseSettings):
     #: ``AdaptiveShardRouter(attempt_timeout_s=...)`` only for calls that finish quickly (time
     #: to first token, embeddings): a whole generation takes longer, so it is not a default.
     routing_iteration_timeout_s: float = Field(2.0, gt=0)
+    #: How many times one routed stream may move to another shard when the shard generating
+    #: it dies (``cluster/resume.py``); 0 ends it in-band at the first loss, as before.
+    stream_resumptions: int = Field(2, ge=0)
 
     # ---- remote executor (§III-C, §V-A) ----------------------------------------------------
     connect_timeout_s: float = Field(5.0, gt=0)

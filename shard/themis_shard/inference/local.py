@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import ThemisError
 from ..llm.generation import Generation, GenerationFailed, generation_result
@@ -27,6 +29,16 @@ if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run 
 
 #: Has the client gone away? (Starlette's ``Request.is_disconnected``.)
 Disconnected = Callable[[], Awaitable[bool]]
+
+
+class Resume(BaseModel):
+    """A stream resumed on this shard after the shard generating it died: the tokens it had
+    already sent follow the prompt (re-prefilled), and generation continues after them. Set by
+    the router on ``/internal/infer`` only (a public request naming it is refused)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    tokens: list[JsonInt] = Field(..., min_length=1)
 
 
 def _stop_schema(schema: dict[str, Any]) -> None:
@@ -60,6 +72,7 @@ class InferRequest(BaseModel):
         "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
     )
     priority: JsonInt = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
+    resume: SkipJsonSchema[Resume | None] = None
 
     def to_json(self) -> dict[str, Any]:
         """The body a peer's ``/internal/infer`` takes (unset fields left out)."""
@@ -68,7 +81,12 @@ class InferRequest(BaseModel):
 
 def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Generation:
     """Queue ``req`` on the engine; raises ThemisError (4xx/429/503) for what it cannot serve.
-    ``special``: the prompt may hold special tokens (a chat template's output)."""
+    ``special``: the prompt may hold special tokens (a chat template's output).
+
+    A ``resume`` continues a generation whose shard died: the prompt is prefilled, then the
+    tokens already sent are decoded one step at a time and drawn for, as that shard did
+    (``SamplingParams.replay``; never speculative), so greedy and seeded continuations are the
+    ones a single run gives. ``max_tokens`` counts the replayed tokens."""
     params = rt.sampling(
         max_tokens=req.max_tokens,
         temperature=req.temperature,
@@ -77,6 +95,12 @@ def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Gener
         seed=req.seed,
         stop=req.stop,
     )
+    speculative = req.speculative
+    if req.resume is not None:
+        m = rt.model(req.model)
+        sent = list(req.resume.tokens)
+        rt.check_tokens(m, rt.tokenize_prompt(m, req.prompt, special=special) + sent)  # ids, context
+        params, speculative = replace(params, replay=tuple(sent)), False
     return rt.submit(
         prompt=req.prompt,
         model=req.model,
@@ -85,7 +109,7 @@ def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Gener
         params=params,
         priority=req.priority,
         special=special,
-        speculative=req.speculative,
+        speculative=speculative,
     )
 
 
@@ -134,10 +158,24 @@ def infer_result(done: DoneEvent, gen: Generation, shard: str) -> dict:
     return out
 
 
-async def infer_stream(gen: Generation, shard: str) -> AsyncIterator[bytes]:
+def token_event(token: int) -> bytes:
+    """A peer stream's record of one sampled token id (``event: token``), sent before the
+    token's own frame on ``/internal`` streams: the relaying router keeps the ids (to resume
+    the stream elsewhere) and never passes these events on."""
+    return b"event: token\ndata: %d\n\n" % token
+
+
+async def infer_stream(gen: Generation, shard: str, *, every_token: bool = False) -> AsyncIterator[bytes]:
+    """SSE frames ``{"token", "id"}`` then ``{"done": true, ...}``. ``every_token`` (a peer's
+    ``/internal`` stream): a ``token_event`` for each sampled token, also those that release
+    no text yet. A resumed generation's replayed tokens were sent already: not again."""
     try:
         async for ev in gen.events():
             if isinstance(ev, TokenEvent):
+                if ev.replayed:
+                    continue
+                if every_token and ev.token_id >= 0:
+                    yield token_event(ev.token_id)
                 if ev.text:
                     yield sse({"token": ev.text, "id": ev.token_id})
             else:

@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from ..llm.grammar import json_object_grammar, schema_grammar
 from ..llm.sampling import SamplingParams
 from ..llm.sequence import DoneEvent, TokenEvent
 from ..llm.tool_calls import parse_call, tool_grammar
-from .local import DONE, Disconnected, failure_to_error, sse
+from .local import DONE, Disconnected, failure_to_error, sse, token_event
 from .openai_types import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
     ChatBody,
@@ -206,7 +206,7 @@ def submit_n(
         params=params,
         priority=body.priority,
         special=special,
-        speculative=body.speculative,
+        speculative=False if body.resume is not None else body.speculative,  # a replay never speculates
     )
 
 
@@ -255,7 +255,39 @@ def completion_logprobs(
     return out
 
 
-async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Disconnected, shard: str = ""):
+def resumable(body: CompletionBody | ChatBody) -> bool:
+    """Can a stream of this request be resumed on another shard? One choice, and nothing whose
+    stream is more than its tokens' text (logprobs, echo, a tool call held back to the end)."""
+    if not body.stream or body.n != 1:
+        return False
+    if isinstance(body, CompletionBody):  # one prompt: text, or one list of token ids
+        one = isinstance(body.prompt, str) or (bool(body.prompt) and isinstance(body.prompt[0], int))
+        return one and not body.echo and body.logprobs is None
+    return not body.logprobs and not body.tools and body.response_format is None
+
+
+def replaying(rt: LLMRuntime, body: CompletionBody | ChatBody, alias, prompt: list[int], params):
+    """``params`` that replay ``body.resume``'s tokens (after checking them as prompt tokens)."""
+    if body.resume is None:
+        return params
+    if not resumable(body):
+        raise BadRequest("resume: only a one-choice text stream is resumed", code="invalid_request")
+    sent = list(body.resume.tokens)
+    rt.check_tokens(rt.model(alias), prompt + sent)
+    return replace(params, replay=tuple(sent))
+
+
+def chunk_identity(body: CompletionBody | ChatBody, prefix: str) -> tuple[str, int]:
+    """A new stream's chunk ``id`` and ``created``; a resumed one keeps its own."""
+    if body.resume is not None:
+        return body.resume.id, body.resume.created
+    return f"{prefix}-{uuid.uuid4().hex[:24]}", int(time.time())
+
+
+async def completions(
+    rt: LLMRuntime, body: CompletionBody, disconnected: Disconnected, shard: str = "", *, every_token=False
+):
+    """``every_token``: a peer's ``/internal`` stream (``local.token_event`` per sampled token)."""
     body.refusals()
     target = resolve_local(rt, body)
     scored = body.echo and body.logprobs is not None  # the prompt's tokens are scored too
@@ -279,18 +311,21 @@ async def completions(rt: LLMRuntime, body: CompletionBody, disconnected: Discon
     try:
         for p in prompts:
             toks = rt.tokenize_prompt(m, p) if isinstance(p, str) else list(p)
-            gens += submit_n(rt, body, target, params, tokens=toks)
+            each = replaying(rt, body, target.alias, toks, params)
+            gens += submit_n(rt, body, target, each, tokens=toks)
             echoes += [p if isinstance(p, str) else m.native.detokenize(toks)] * body.n
             ids += [toks] * body.n
     except Exception:
         for g in gens:
             g.cancel()
         raise
-    cid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    cid, created = chunk_identity(body, "cmpl")
     if not body.echo:
         echoes = [""] * len(gens)
     if body.stream:
-        return _stream_completions(rt, target, gens, echoes, cid, created, body, fingerprint(shard))
+        return _stream_completions(
+            rt, target, gens, echoes, cid, created, body, fingerprint(shard), every_token
+        )
     results = await collect(gens, disconnected)
     choices = []
     for i, (c, echo, toks) in enumerate(zip(results, echoes, ids, strict=True)):
@@ -347,7 +382,7 @@ async def merged(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent 
 
 
 async def _stream_completions(
-    rt: LLMRuntime, target: Target, gens, echoes, cid, created, body: CompletionBody, fp: str
+    rt: LLMRuntime, target: Target, gens, echoes, cid, created, body: CompletionBody, fp: str, every_token
 ) -> AsyncIterator[bytes]:
     def chunk(index: int, text: str, finish_reason: str | None, logprobs=None) -> bytes:
         return sse(
@@ -371,6 +406,10 @@ async def _stream_completions(
                 yield chunk(i, echo, None)
         async for i, ev in merged(gens):
             if isinstance(ev, TokenEvent):
+                if ev.replayed:  # sent by the shard that died
+                    continue
+                if every_token and ev.token_id >= 0:
+                    yield token_event(ev.token_id)
                 lp = None
                 if body.logprobs is not None and ev.logprobs is not None:
                     lp = completion_logprobs(rt, target.alias, [ev], offsets[i])
@@ -456,7 +495,9 @@ def tool_message(text: str, plan: ChatPlan, index: int = 0) -> tuple[dict, bool]
     return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [tc]}, True
 
 
-async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard: str = ""):
+async def chat(
+    rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard: str = "", *, every_token=False
+):
     body.refusals()
     target = resolve_local(rt, body)
     plan = chat_plan(body)
@@ -467,10 +508,13 @@ async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard
         # max_completion_tokens decides, but a max_tokens over the limit is refused all the same
         rt.sampling(max_tokens=body.max_tokens)
     params = sampling(rt, body, target, max_tokens=body.limit, logprobs=n_lp, grammar=plan.grammar)
+    if body.resume is not None:
+        m = rt.model(target.alias)
+        params = replaying(rt, body, target.alias, rt.tokenize_prompt(m, prompt, special=True), params)
     gens = submit_n(rt, body, target, params, prompt=prompt, special=True)
-    cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    cid, created = chunk_identity(body, "chatcmpl")
     if body.stream:
-        return _stream_chat(rt, target, plan, gens, cid, created, body, fingerprint(shard))
+        return _stream_chat(rt, target, plan, gens, cid, created, body, fingerprint(shard), every_token)
     results = await collect(gens, disconnected)
     choices = []
     for i, c in enumerate(results):
@@ -497,7 +541,7 @@ async def chat(rt: LLMRuntime, body: ChatBody, disconnected: Disconnected, shard
 
 
 async def _stream_chat(
-    rt: LLMRuntime, target: Target, plan: ChatPlan, gens, cid, created, body: ChatBody, fp: str
+    rt: LLMRuntime, target: Target, plan: ChatPlan, gens, cid, created, body: ChatBody, fp: str, every_token
 ) -> AsyncIterator[bytes]:
     """Content deltas as tokens come; a tool call (which must parse whole) is sent as one
     ``tool_calls`` delta when its sequence ends. Under ``tool_choice: auto`` text streams as soon
@@ -523,10 +567,14 @@ async def _stream_chat(
     streaming = [plan.tools is None] * n
     done: list[DoneEvent] = []
     try:
-        for i in range(n):
+        for i in range(n if body.resume is None else 0):  # a resumed stream has had its role
             yield chunk(i, {"role": "assistant", "content": ""}, None)
         async for i, ev in merged(gens):
             if isinstance(ev, TokenEvent):
+                if ev.replayed:  # sent by the shard that died
+                    continue
+                if every_token and ev.token_id >= 0:
+                    yield token_event(ev.token_id)
                 if not streaming[i]:
                     held[i] += ev.text
                     held_lp[i].append(ev)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import BadRequest
 from ..wire import JsonInt, json_bounds
@@ -149,6 +150,15 @@ _STREAM_OPTIONS = _needs(
 )
 
 
+class StreamResume(_Strict):
+    """A stream resumed after the shard generating it died: the tokens it sent (replayed, not
+    re-sent) and its chunk ``id`` and ``created``, which the continuation keeps."""
+
+    tokens: list[JsonInt] = Field(..., min_length=1)
+    id: str
+    created: JsonInt
+
+
 class _Common(_Strict):
     """What completions and chat completions share."""
 
@@ -181,6 +191,8 @@ class _Common(_Strict):
     domain: str | None = None
     priority: JsonInt = Field(0, ge=LOWEST_PRIORITY, le=1000)
     speculative: bool | None = None
+    #: set by the router on ``/internal/openai/...`` only (``inference.local.Resume``)
+    resume: SkipJsonSchema[StreamResume | None] = None
 
     def bias(self) -> dict[int, float] | None:
         """``logit_bias`` keys are token ids as JSON strings (OpenAI's shape)."""

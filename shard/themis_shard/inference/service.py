@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..cluster.inference import InferenceRouting
+from ..cluster.inference import InferenceRouting, Routed
 from ..documents.service import DocumentService
 from ..domains.detector import DomainDetector
 from ..errors import BadRequest, ThemisError
@@ -25,7 +25,14 @@ from ..llm.generation import Generation
 from ..storage.names import parse_urn
 from . import openai_local
 from .domain_hint import hint_domain
-from .local import Disconnected, InferRequest, infer_result, infer_stream, submit, wait_done
+from .local import (
+    Disconnected,
+    InferRequest,
+    infer_result,
+    infer_stream,
+    submit,
+    wait_done,
+)
 from .openai_types import ChatBody, CompletionBody, EmbeddingsBody, _Common
 
 if TYPE_CHECKING:  # the engine (llama.cpp) is imported only by shards that run one
@@ -73,20 +80,31 @@ class InferenceService:
         """Queue one generation on this shard's engine (the OpenAI routes' entry too)."""
         return submit(self.runtime(), req, special=special)
 
-    async def infer_here(self, req: InferRequest, disconnected: Disconnected) -> Answer:
-        gen = self.generate(req)
+    async def infer_here(
+        self, req: InferRequest, disconnected: Disconnected, *, every_token: bool = False
+    ) -> Answer:
+        """``every_token``: a peer's ``/internal`` stream (a frame per token id, for resuming)."""
+        if req.resume is not None and not req.stream:
+            raise BadRequest("resume continues a stream: stream must be true", code="invalid_request")
+        rt = self.runtime()
+        gen = submit(rt, req)
         if req.stream:
-            return infer_stream(gen, self.shard_id)
+            return infer_stream(gen, self.shard_id, every_token=every_token)
         return infer_result(await wait_done(gen, disconnected), gen, self.shard_id)
 
-    async def infer(self, req: InferRequest, disconnected: Disconnected) -> Answer:
+    async def infer(self, req: InferRequest, disconnected: Disconnected) -> Routed:
         """Here unless the request has a domain (given or detected) and this shard is in a cluster."""
         routing = self._routing()
         hint = await hint_domain(self._domains() if self._domains else None, routing, req)
         req = hint.request
         if not routing.routes(req.domain):
-            return hint.annotate(await self.infer_here(req, disconnected))
-        return hint.annotate(await routing.infer(req.to_json(), lambda: self.infer_here(req, disconnected)))
+            return Routed(self.shard_id, hint.annotate(await self.infer_here(req, disconnected)))
+
+        async def here(body: dict) -> Answer:  # the first try, or a stream's continuation
+            return await self.infer_here(InferRequest.model_validate(body), disconnected)
+
+        routed = await routing.infer(req.to_json(), here)
+        return Routed(routed.shard, hint.annotate(routed.answer))
 
     # -- OpenAI-compatible ---------------------------------------------------------------------
     def openai_domain(self, body: _Common) -> str | None:
@@ -110,40 +128,61 @@ class InferenceService:
         except ThemisError:
             return None
 
-    async def _openai(self, path: str, body: _Common, key: str, local) -> Answer:
+    async def _openai(self, path: str, body: _Common, key: str, local, here) -> Routed:
+        """``here(raw)``: the request as a peer sends it, run on this shard (a continuation)."""
         raw = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
         return await self._routing().forward(
-            path, raw, domain=self.openai_domain(body), key=key, local=local
+            path,
+            raw,
+            domain=self.openai_domain(body),
+            key=key,
+            local=local,
+            resumable=here if openai_local.resumable(body) else None,
         )
 
-    async def chat(self, body: ChatBody, disconnected: Disconnected) -> Answer:
+    async def chat(self, body: ChatBody, disconnected: Disconnected) -> Routed:
         """``/v1/chat/completions`` where the router sends it (the rendered prompt is the key the
         KV-prefix holders are looked up by)."""
         try:
             key = self.runtime().apply_chat_template(None, [m.as_template() for m in body.messages])
         except ThemisError:
             key = "\n".join(str(m.content or "") for m in body.messages)
+
+        async def here(raw: dict) -> Answer:
+            return await self.chat_here(ChatBody.model_validate(raw), disconnected)
+
         return await self._openai(
-            "/internal/openai/chat/completions", body, key, lambda: self.chat_here(body, disconnected)
+            "/internal/openai/chat/completions", body, key, lambda: self.chat_here(body, disconnected), here
         )
 
-    async def chat_here(self, body: ChatBody, disconnected: Disconnected) -> Answer:
-        return await openai_local.chat(self.runtime(), body, disconnected, self.shard_id)
+    async def chat_here(self, body: ChatBody, disconnected: Disconnected, *, every_token=False) -> Answer:
+        return await openai_local.chat(
+            self.runtime(), body, disconnected, self.shard_id, every_token=every_token
+        )
 
-    async def completions(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
+    async def completions(self, body: CompletionBody, disconnected: Disconnected) -> Routed:
         key = body.prompt if isinstance(body.prompt, str) else ""
+
+        async def here(raw: dict) -> Answer:
+            return await self.completions_here(CompletionBody.model_validate(raw), disconnected)
+
         return await self._openai(
-            "/internal/openai/completions", body, key, lambda: self.completions_here(body, disconnected)
+            "/internal/openai/completions", body, key, lambda: self.completions_here(body, disconnected), here
         )
 
-    async def completions_here(self, body: CompletionBody, disconnected: Disconnected) -> Answer:
-        return await openai_local.completions(self.runtime(), body, disconnected, self.shard_id)
+    async def completions_here(
+        self, body: CompletionBody, disconnected: Disconnected, *, every_token=False
+    ) -> Answer:
+        return await openai_local.completions(
+            self.runtime(), body, disconnected, self.shard_id, every_token=every_token
+        )
 
     async def embeddings(self, body: EmbeddingsBody) -> dict:
         raw = body.model_dump(mode="json", exclude_unset=True)
-        return await self._routing().forward(
+        routed = await self._routing().forward(
             "/internal/openai/embeddings", raw, domain=None, key="", local=lambda: self.embeddings_here(body)
         )
+        return routed.answer
 
     async def embeddings_here(self, body: EmbeddingsBody) -> dict:
         return await openai_local.embeddings(self.runtime(), body)

@@ -47,9 +47,7 @@ def bundled_embedding_gguf(settings: LLMSettings) -> Path:
     src = bundled_model_dir()
     digest = sha256_file(src / "model.safetensors")[:12]
     out = cache_dir(settings) / f"{BUNDLED_NAME}-{digest}-f16.gguf"
-    return materialise(
-        out, lambda tmp: convert(src, tmp, name=BUNDLED_NAME), what=f"the {BUNDLED_NAME} GGUF"
-    )
+    return materialise(out, lambda tmp: convert(src, tmp, name=BUNDLED_NAME), what=f"the {BUNDLED_NAME} GGUF")
 
 
 def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:

@@ -374,8 +374,12 @@ class Engine:
                 row = self.ctx.logits(idx)
                 if seq.followers and seq.n_generated == 0:
                     self._fork(seq, row)
-                token = seq.sampler.sample(row)
-                self._on_token(seq, token, seq.sampler.last_logprobs)
+                token = seq.sampler.sample(row)  # a replayed step draws too, as the first run did
+                replay, n = seq.params.replay, seq.n_generated
+                if n < len(replay):
+                    self._on_token(seq, replay[n], seq.sampler.last_logprobs, replayed=True)
+                else:
+                    self._on_token(seq, token, seq.sampler.last_logprobs)
             else:
                 self._verify_draft(seq, idx, draft)
 
@@ -469,7 +473,7 @@ class Engine:
         if self._m and self.ctx._adapters != before:
             self._m["adapter_switches"].inc()
 
-    def _on_token(self, seq: Sequence, token: int, logprobs=None) -> None:
+    def _on_token(self, seq: Sequence, token: int, logprobs=None, *, replayed: bool = False) -> None:
         if self.model.is_eog(token):
             self._finish(seq, "stop")
             return
@@ -487,7 +491,7 @@ class Engine:
             if self._prefix is not None:
                 self._prefix.on_first_token(seq, now - seq.t_arrival)
         seq.t_last = now
-        self._emit(seq, TokenEvent(token, text, logprobs))
+        self._emit(seq, TokenEvent(token, text, logprobs, replayed))
         if seq.assembler.stopped:
             self._finish(seq, "stop")
         elif seq.n_generated >= seq.params.max_tokens or len(seq.tokens) >= self.ledger.capacity_cells:

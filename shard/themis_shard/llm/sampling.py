@@ -71,6 +71,10 @@ class SamplingParams:
     grammar: str | None = None
     #: Also score the prompt: each prompt token's log-probability and this many alternatives.
     prompt_logprobs: int | None = None
+    #: Tokens already sent by a shard that died (a resumed stream): the engine decodes them one
+    #: step at a time as that shard did, drawing as it did, and emits them as ``replayed``; what
+    #: it samples after them is the continuation (greedy or seeded: the one a single run gives).
+    replay: tuple[int, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -80,7 +84,8 @@ class SamplingParams:
     def plain(self) -> bool:
         """Nothing beyond temperature/top-k/top-p/seed/stop (what speculative decoding verifies)."""
         return (
-            self.min_p == 0.0
+            not self.replay
+            and self.min_p == 0.0
             and self.presence_penalty == 0.0
             and self.frequency_penalty == 0.0
             and self.repetition_penalty == 1.0

@@ -22,6 +22,8 @@ class TokenEvent:
     text: str  # text that became final with this token (may be "" while a stop string is pending)
     #: the token's log-probability and alternatives, when the request asked for them
     logprobs: TokenLogprobs | None = None
+    #: a token of ``SamplingParams.replay``: already sent by the shard that died
+    replayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
