@@ -270,11 +270,11 @@ def test_raid_and_inference_calls_on_a_shard_without_them_are_typed_refusals(the
         with pytest.raises(Unavailable) as off:
             call()
         assert off.value.code == "raid_disabled"
-    # a shard without an LLM serves no inference routes at all
-    with pytest.raises(NotFound):
-        themis.infer_batch([{"prompt": "One, two,", "max_tokens": 2}])
-    with pytest.raises(NotFound):
-        themis.adapters()
+    # a shard without an LLM refuses the inference routes by name (503 llm_disabled), never 404
+    for call in (lambda: themis.infer_batch([{"prompt": "One, two,", "max_tokens": 2}]), themis.adapters):
+        with pytest.raises(Unavailable) as off:
+            call()
+        assert off.value.code == "llm_disabled"
 
 
 def test_a_batch_keeps_a_failed_item_in_its_place() -> None:
