@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,9 @@ class RestoreStats:
     rolled_forward: int = 0
     collections: int = 0
     adapters: int = 0
+    #: the backup's bytes checked and staged, and the wall-clock seconds of the whole restore
+    backup_bytes: int = 0
+    seconds: float = 0.0
 
 
 def read_manifest(dest: Destination, backup_id: str) -> Manifest:
@@ -244,6 +248,7 @@ def restore_on_start(
             f"{data_dir} already holds data; a restore (THEMIS_RESTORE_FROM={ref}) goes into an empty "
             "data directory"
         )
+    started = time.perf_counter()
     dest_url, backup_id = split_ref(ref)
     staging = data_dir / ".restore"
     shutil.rmtree(staging, ignore_errors=True)
@@ -259,6 +264,7 @@ def restore_on_start(
     if documents.exists():
         shutil.rmtree(documents)  # empty (checked above)
     os.replace(restoring, documents)
+    stats.backup_bytes, stats.seconds = manifest.size, round(time.perf_counter() - started, 3)
     marker.write_text(json.dumps({"backup": ref, **stats.__dict__}))
     shutil.rmtree(staging, ignore_errors=True)
     return stats
