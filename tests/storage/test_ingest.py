@@ -1,7 +1,7 @@
 """Spec: ``DocumentStore.ingest`` bulk-loads another store's records verbatim — the stored bytes,
 so versions, stamps, tombstones and bodies are the source's exactly — keeps the collection's
 counters and generation, survives a reopen (the unlogged batches are flushed to synced files),
-and never overwrites a key the store holds."""
+never overwrites a key the store holds, and refuses a store an observer (a vector index) watches."""
 
 from __future__ import annotations
 
@@ -54,16 +54,20 @@ def test_ingested_records_are_the_sources_bytes_and_survive_a_reopen(tmp_path: P
     source.close()
 
 
-def test_ingest_refuses_a_key_the_store_already_holds(tmp_path: Path) -> None:
+def test_ingest_refuses_a_key_the_store_already_holds_or_a_watched_store(tmp_path: Path) -> None:
     source = DocumentStore(tmp_path / "src")
     source.put("acc", "k1", {"v": 1})
     target = DocumentStore(tmp_path / "dst")
     target.put("acc", "k1", {"v": "mine"})
-    with pytest.raises(ValueError, match="never held"):
+    with pytest.raises(ValueError, match="does not hold"):
         target.ingest(raw_records(source))
     other = DocumentStore(tmp_path / "other")
-    with pytest.raises(ValueError, match="never held"):
+    with pytest.raises(ValueError, match="does not hold"):
         other.ingest(raw_records(source) * 2)
+    watched = DocumentStore(tmp_path / "watched")
+    VectorCatalog(watched, tmp_path / "watched-vectors")  # an index would miss the loaded records
+    with pytest.raises(ValueError, match="watches"):
+        watched.ingest(raw_records(source))
     assert target.get("acc", "k1").document == {"v": "mine"}
-    for s in (source, target, other):
+    for s in (source, target, other, watched):
         s.close()

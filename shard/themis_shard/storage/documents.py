@@ -440,9 +440,9 @@ class DocumentStore:
     # -- bulk load ---------------------------------------------------------------------------
     def ingest(self, records: Iterable[tuple[bytes, bytes]], batch_bytes: int = INGEST_BATCH_BYTES) -> int:
         """Load stored records verbatim — ``(storage key, value)`` as another store of this format
-        holds them, stamp and version included — into keys this store has never held (a restore
-        into a new store). Nothing is decoded or re-stamped, observers are not told (the vector
-        index rebuilds from the store when it next opens), and no write waits for an fsync: the
+        holds them, stamp and version included — into keys this store does not hold (a restore
+        into a new store, before any observer is attached: the vector index rebuilds from the store
+        when it opens). Nothing is decoded or re-stamped, and no write waits for an fsync: the
         batches skip the WAL and, at the end, the memtables are flushed to synced SST files and
         the counters written with one synced write. So a crash mid-ingest leaves a partial
         store; the caller loads into a scratch directory it renames into place once this
@@ -450,8 +450,8 @@ class DocumentStore:
         The number of live documents loaded."""
         loaded = 0
         with self._lock:
-            if self._pending:
-                raise ValueError("ingest needs a store nothing else writes to")
+            if self._pending or self._observers:
+                raise ValueError("ingest needs a store nothing else writes to or watches")
             docs = self._handles["docs"]
             counts: dict[str, int] = {}
             batch, keys, size = WriteBatch(raw_mode=True), [], 0
@@ -485,7 +485,7 @@ class DocumentStore:
         if not keys:
             return
         if len(set(keys)) != len(keys) or any(v is not None for v in self._docs[keys]):
-            raise ValueError("ingest loads only keys the store has never held")
+            raise ValueError("ingest loads only keys the store does not hold")
         self._db.write(batch, self._no_wal)
 
     # -- staging and group commit -------------------------------------------------------------
