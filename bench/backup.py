@@ -72,6 +72,10 @@ def main() -> None:
         themis(src, "up", "--shards", "3", "--no-llm", "--base-port", "0", "--timeout", "3600")
         try:
             load_s, _ = timed(lambda: load(shard_urls(src)[0][1], args.docs))
+            held = []  # what each source shard holds (copies included), for the restored counts
+            for shard_id, url in shard_urls(src):
+                with ThemisClient(url, timeout=60) as db:
+                    held.append(f"{shard_id} {db.collection('bench').documents}")
             backup_s, out = timed(lambda: themis(src, "backup", "create", "--to", str(Path(tmp) / "backups")))
             backup_id = str(out).strip().splitlines()[-1]
         finally:
@@ -119,7 +123,7 @@ def main() -> None:
     ]
     print(
         f"\nbackup and restore: {args.docs} documents × {DIM}-d vectors, 3 shards raid1 → {n} shards; "
-        f"backup {mb:.1f} MB ({backup_id}); restored: {', '.join(restored)}"
+        f"backup {mb:.1f} MB ({backup_id}); source held: {', '.join(held)}; restored: {', '.join(restored)}"
     )
     print(f"| {'operation':46} | {'seconds':>8} | {'MB/s':>8} | {'docs/s':>9} |")
     print(f"|{'-' * 48}|{'-' * 10}|{'-' * 10}|{'-' * 11}|")

@@ -182,3 +182,27 @@ def test_documents_in_another_format_than_this_themis_writes_are_refused(
     assert target.count("acc") == 0 and not target.collections()
     for s in (store, target):
         s.close()
+
+
+def test_a_key_is_read_from_its_in_sync_primary_when_its_ring_primary_was_out_of_sync_at_the_cut(
+    tmp_path: Path, plan_of, take_backup
+) -> None:
+    """A shard out of sync is fenced: writes go to the key's in-sync owners only, so its copy may
+    lack acknowledged writes; the key's coordinator at the cut is its first in-sync owner."""
+    source = plan_of(2).model_copy(update={"out_of_sync": ("shard-0",), "epoch": 2})
+    stores = {sid: DocumentStore(tmp_path / "src" / sid, origin=sid) for sid in ("shard-0", "shard-1")}
+    [key] = keys_with_primary(plan_of(2), "shard-0", 1)  # its ring primary is shard-0
+    stores["shard-0"].put("acc", key, {"v": 1})  # before shard-0 fell out of sync
+    old = stores["shard-0"].get("acc", key)
+    stores["shard-1"].apply_replicated(
+        [Replicated("acc", key, old.version, old.document, old.hlc, old.origin)]
+    )
+    stores["shard-1"].put("acc", key, {"v": 2})  # written while shard-0 was fenced
+    dest, manifest = take_backup(tmp_path, source, stores)
+    staging = tmp_path / "staging"
+    fetch_backup(dest, "b1", staging)
+    restored = restore_onto(tmp_path, manifest, staging, plan_of(1), "dst")
+    found = restored["shard-0"].get("acc", key)
+    assert (found.version, found.document) == (2, {"v": 2})
+    for s in (*stores.values(), *restored.values()):
+        s.close()

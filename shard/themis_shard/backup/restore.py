@@ -4,8 +4,10 @@ Each shard of the new cluster restores itself on first start (``THEMIS_RESTORE_F
 before it opens its store: it fetches the backup into a staging directory and checks the
 manifest and every file's size and sha256 — a missing, partial, corrupt or too-new backup stops
 it there, before anything is written — then reads every source shard's checkpoint and keeps, of
-each key, the source primary's record (``cut.py``), plus the records of committed transactions
-still prepared at the cut, when the new ring makes this shard one of the key's owners. So the
+each key, the record of its primary at the cut (``cut.py``; ``fencing.primary``: the first
+in-sync owner, so a shard out of sync at the cut, which may miss writes, is never read), plus
+the records of committed transactions still prepared at the cut, when the new ring makes this
+shard one of the key's owners. So the
 data is re-placed by the new ring, and every owner of a key holds the same record (stamps and
 versions as in the source). The records are copied as the source stored them, in bulk
 (``DocumentStore.ingest``: large unlogged batches, one flush and one synced write at the end;
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict
 
+from ..cluster.fencing import primary
 from ..cluster.placement import Topology
 from ..data_format import UNMARKED
 from ..plan import ClusterPlan
@@ -186,7 +189,9 @@ def restore_shard(
                     stats.collections += 1
 
         def mine(source_id: str, collection: str, key: str) -> bool:
-            return source.owners(collection, key)[0] == source_id and target.owns(shard_id, collection, key)
+            # the key's coordinator at the cut: its first in-sync owner, not its ring primary
+            # (an owner out of sync at the cut was fenced and may miss acknowledged writes)
+            return primary(source, collection, key) == source_id and target.owns(shard_id, collection, key)
 
         def records() -> Iterator[tuple[bytes, bytes]]:
             for source_id, db in dbs.items():
