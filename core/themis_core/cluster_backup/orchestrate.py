@@ -1,6 +1,7 @@
-"""Back up a whole cluster: gate every shard, snapshot every shard, copy the files, write the
-manifest last. Runs wherever the shards' admin API is reachable (the ``themis`` CLI, the
-operator); it talks HTTP only, so it needs neither the storage engine nor the shard's app.
+"""Back up a whole cluster: gate every shard, snapshot every shard, copy the files (every shard's
+at once, one thread each), write the manifest last. Runs wherever the shards' admin API is
+reachable (the ``themis`` CLI, the operator); it talks HTTP only, so it needs neither the storage
+engine nor the shard's app.
 
 ``themis_shard/backup/cut.py`` argues why the snapshots form one consistent cut. Every file is
 hashed while it streams from the shard and must match the sha256 the shard listed, so what reaches the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -82,6 +84,7 @@ class ClusterBackup:
         self.client = client
         self.lease_s = lease_s
         self.progress = progress or (lambda p: None)
+        self._progress_lock = threading.Lock()
 
     def _call(self, shard: ShardTarget, method: str, path: str, **kw) -> dict:
         try:
@@ -145,7 +148,7 @@ class ClusterBackup:
         self, shard: ShardTarget, part: ShardSnapshot, manifest_id: str, tmp: Path, done: BackupProgress
     ) -> None:
         for entry in part.files:
-            local = tmp / "file"
+            local = tmp / shard.shard_id
             digest, size = hashlib.sha256(), 0
             try:
                 with (
@@ -166,9 +169,10 @@ class ClusterBackup:
                     f"{shard.shard_id}: {entry.path} arrived with other bytes than the shard listed"
                 )
             self.destination.put_file(f"{manifest_id}/shards/{shard.shard_id}/{entry.path}", local)
-            done.bytes_done += entry.size
-            done.files_done += 1
-            self.progress(done)
+            with self._progress_lock:  # the shards copy in parallel: one report at a time
+                done.bytes_done += entry.size
+                done.files_done += 1
+                self.progress(done)
 
     def run(self, backup_id: str | None = None) -> Manifest:
         backup_id = check_backup_id(backup_id or new_backup_id())
@@ -184,8 +188,8 @@ class ClusterBackup:
             )
             self.progress(progress)
             with tempfile.TemporaryDirectory(prefix="themis-backup-") as tmp:
-                for shard in self.shards:
-                    self._copy(shard, by_id[shard.shard_id], backup_id, Path(tmp), progress)
+                # every shard at once: each serves, and this side hashes, its own files
+                self._each(lambda s: self._copy(s, by_id[s.shard_id], backup_id, Path(tmp), progress))
             manifest = Manifest(
                 backup_id=backup_id,
                 cluster=str(plan.get("cluster", "")),

@@ -9,9 +9,11 @@ every shard proves no lease ran out between (1) and the last checkpoint, else th
 and opens. Single-shard writes, prepares and phase 2 of decisions already logged go on
 throughout; only new COMMIT entries wait, for as long as (2) takes.
 
-**Restore reads** (``restore.py``), for each key, only the copy of the key's *primary* in the
-source ring, plus the primary intents of transactions whose COMMIT some shard's transaction log
-in the backup holds (rolled forward); every other intent is dropped (presumed abort).
+**Restore reads** (``restore.py``), for each key, only the copy of the key's *primary* at the
+cut — its coordinator in the cut's plan epoch (``fencing.primary``: the first in-sync owner; an
+owner out of sync was fenced and may lack acknowledged writes) — plus the primary intents of
+transactions whose COMMIT some shard's transaction log in the backup holds (rolled forward);
+every other intent is dropped (presumed abort).
 
 **Why single-shard transactions are whole.** Their records are installed on the primary in one
 synced ``WriteBatch``; a checkpoint holds the batch or not. (Other owners may hold part of one

@@ -4,11 +4,17 @@ Each shard of the new cluster restores itself on first start (``THEMIS_RESTORE_F
 before it opens its store: it fetches the backup into a staging directory and checks the
 manifest and every file's size and sha256 — a missing, partial, corrupt or too-new backup stops
 it there, before anything is written — then reads every source shard's checkpoint and keeps, of
-each key, the source primary's record (``cut.py``), plus the records of committed transactions
-still prepared at the cut, when the new ring makes this shard one of the key's owners. So the
+each key, the record of its primary at the cut (``cut.py``; ``fencing.primary``: the first
+in-sync owner, so a shard out of sync at the cut, which may miss writes, is never read), plus
+the records of committed transactions still prepared at the cut, when the new ring makes this
+shard one of the key's owners. So the
 data is re-placed by the new ring, and every owner of a key holds the same record (stamps and
-versions as in the source). Collections' settings come from the checkpoints; vector indexes are
-rebuilt from the restored documents when the store opens; trained adapters are copied back.
+versions as in the source). The records are copied as the source stored them, in bulk
+(``DocumentStore.ingest``: large unlogged batches, one flush and one synced write at the end;
+nothing is decoded, re-encoded or re-stamped), so a restore costs about what reading the
+checkpoints does. Collections' settings come from the checkpoints; vector indexes are rebuilt
+from the restored documents when the store opens (one bulk FAISS add per collection, no
+embedding computed again: the vectors are the documents'); trained adapters are copied back.
 
 The documents are written into ``documents.restoring`` and renamed into place last, with a
 ``restored.json`` marker: a shard killed mid-restore starts the restore again; a restarted
@@ -22,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,18 +36,21 @@ from pathlib import Path
 from rocksdict import AccessType, Options, Rdict
 from themis_core.cluster_backup.destinations import Destination, ObjectMissing, open_destination, split_ref
 from themis_core.cluster_backup.manifest import MANIFEST, BackupInvalid, FileEntry, Manifest, parse_manifest
+from themis_core.data_format import UNMARKED
 from themis_core.plan import ClusterPlan
 
+from ..cluster.fencing import primary
 from ..cluster.placement import Topology
+from ..storage.codec import is_tombstone
 from ..storage.collections import CollectionConfig
-from ..storage.documents import DocumentStore, Replicated, entry
+from ..storage.documents import DocumentStore
+from ..storage.formats import CURRENT
 from ..storage.intents import decode_entry, decode_intent
 from ..storage.names import split_storage_key
 from .cut import committed_txns, rolled_forward
 
 log = logging.getLogger(__name__)
 
-BATCH = 512
 MARKER = "restored.json"
 
 
@@ -55,6 +65,9 @@ class RestoreStats:
     rolled_forward: int = 0
     collections: int = 0
     adapters: int = 0
+    #: the backup's bytes checked and staged, and the wall-clock seconds of the whole restore
+    backup_bytes: int = 0
+    seconds: float = 0.0
 
 
 def read_manifest(dest: Destination, backup_id: str) -> Manifest:
@@ -132,6 +145,20 @@ def _items(db: Rdict, cf: str) -> Iterator[tuple[bytes, bytes]]:
     return iter(family.items())
 
 
+def _docs_format(db: Rdict, where: str) -> None:
+    """The documents are copied byte for byte, so they must be in the layout this Themis writes."""
+    try:
+        raw = db.get_column_family("meta").get(b"format:docs")
+    except Exception:  # no meta column family: written before markers existed
+        raw = None
+    found = UNMARKED if raw is None else int.from_bytes(raw, "big")
+    if found != CURRENT["docs"]:
+        raise BackupInvalid(
+            f"{where} holds documents in format {found}; this Themis restores format {CURRENT['docs']} "
+            f"(restore it with the Themis that took it)"
+        )
+
+
 def restore_shard(
     manifest: Manifest,
     staging: Path,
@@ -140,12 +167,17 @@ def restore_shard(
     store: DocumentStore,
     adapters_dir: Path,
 ) -> RestoreStats:
-    """Write into ``store`` (empty) what ``shard_id`` owns under ``plan``, from the staged backup."""
-    source = ClusterPlan.model_validate(manifest.plan)
+    """Write into ``store`` (new and empty) what ``shard_id`` owns under ``plan``, from the staged
+    backup: each key's record from its source primary's checkpoint, copied verbatim in bulk
+    (``DocumentStore.ingest``: the stored bytes, stamp and version included, nothing decoded),
+    then the rolled-forward transactions through the replicated write path."""
+    source = Topology.of(ClusterPlan.model_validate(manifest.plan), shard_id)
     target = Topology.of(plan, shard_id)
     stats = RestoreStats()
     dbs = {p.shard_id: _open_checkpoint(staging / p.shard_id / "db") for p in manifest.shards}
     try:
+        for source_id, db in dbs.items():
+            _docs_format(db, f"backup {manifest.backup_id} shard {source_id}")
         committed = committed_txns(
             decode_entry(raw) for db in dbs.values() for _, raw in _items(db, "txn_log")
         )
@@ -155,28 +187,27 @@ def restore_shard(
                 if not store.has_collection(config.name):
                     store.declare_collection(config)
                     stats.collections += 1
+
+        def mine(source_id: str, collection: str, key: str) -> bool:
+            # the key's coordinator at the cut: its first in-sync owner, not its ring primary
+            # (an owner out of sync at the cut was fenced and may miss acknowledged writes)
+            return primary(source, collection, key) == source_id and target.owns(shard_id, collection, key)
+
+        def records() -> Iterator[tuple[bytes, bytes]]:
+            for source_id, db in dbs.items():
+                for raw_key, raw in _items(db, "docs"):
+                    if mine(source_id, *split_storage_key(raw_key)):
+                        stats.tombstones += is_tombstone(raw)
+                        yield raw_key, raw
+
+        stats.documents = store.ingest(records())
         for source_id, db in dbs.items():
-            primary = Topology.of(source, source_id)
-            batch: list[Replicated] = []
-
-            def mine(collection: str, key: str, _primary: Topology = primary, _sid: str = source_id) -> bool:
-                return _primary.owners(collection, key)[0] == _sid and target.owns(shard_id, collection, key)
-
-            for raw_key, raw in _items(db, "docs"):
-                collection, key = split_storage_key(raw_key)
-                if not mine(collection, key):
-                    continue
-                e = entry(collection, key, raw)
-                stats.documents += e.document is not None
-                stats.tombstones += e.document is None
-                batch.append(Replicated(collection, key, e.version, e.document, e.hlc, e.origin))
-                if len(batch) >= BATCH:
-                    store.apply_replicated(batch)
-                    batch = []
-            if batch:
-                store.apply_replicated(batch)
             intents = [decode_intent(raw) for _, raw in _items(db, "intents")]
-            forward = [r for r in rolled_forward(intents, committed, source_id) if mine(r.collection, r.key)]
+            forward = [
+                r
+                for r in rolled_forward(intents, committed, source_id)
+                if mine(source_id, r.collection, r.key)
+            ]
             stats.rolled_forward += len(store.apply_replicated(forward)) if forward else 0
     finally:
         for db in dbs.values():
@@ -222,6 +253,7 @@ def restore_on_start(
             f"{data_dir} already holds data; a restore (THEMIS_RESTORE_FROM={ref}) goes into an empty "
             "data directory"
         )
+    started = time.perf_counter()
     dest_url, backup_id = split_ref(ref)
     staging = data_dir / ".restore"
     shutil.rmtree(staging, ignore_errors=True)
@@ -237,6 +269,7 @@ def restore_on_start(
     if documents.exists():
         shutil.rmtree(documents)  # empty (checked above)
     os.replace(restoring, documents)
+    stats.backup_bytes, stats.seconds = manifest.size, round(time.perf_counter() - started, 3)
     marker.write_text(json.dumps({"backup": ref, **stats.__dict__}))
     shutil.rmtree(staging, ignore_errors=True)
     return stats

@@ -114,6 +114,12 @@ def decode(raw: bytes) -> tuple[int, dict[str, Any] | None]:
     return version, (None if len(raw) == offset else json.loads(raw[offset:]))
 
 
+def body(raw: bytes) -> bytes | None:
+    """The JSON of a stored value, undecoded; None for a tombstone."""
+    offset = _body_offset(raw)
+    return None if len(raw) == offset else raw[offset:]
+
+
 def decode_stamp(raw: bytes | None) -> Stamp | None:
     """The stored stamp (tombstones included); None means "never written"."""
     if raw is None:
