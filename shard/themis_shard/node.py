@@ -25,8 +25,8 @@ from .batches.dispatch import LineDispatcher
 from .batches.runner import BatchRunner
 from .batches.service import BatchService
 from .batches.store import BATCHES, BatchStore
-from .cluster.announcer import LoadSampler
-from .cluster.fencing import primary
+from .cluster.membership.announcer import LoadSampler
+from .cluster.replication.fencing import primary
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .cluster.transactions.settings import TxnSettings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from themis_shard.cluster.prefix_routing import PrefixRoutingPolicy, combined_score, rank_with_prefix
+from themis_shard.cluster.routing.prefix_routing import PrefixRoutingPolicy, combined_score, rank_with_prefix
 
 P = PrefixRoutingPolicy(prefix_weight=1.0, load_weight=0.05, max_extra_pending=4, prefill_tokens_per_s=200)
 
@@ -46,7 +46,7 @@ class _View:
 def _router(source):
     from types import SimpleNamespace
 
-    from themis_shard.cluster.prefix_routing import prefix_aware_router
+    from themis_shard.cluster.routing.prefix_routing import prefix_aware_router
 
     settings = SimpleNamespace(thresholds=(0.8, 0.6, 0.4), gamma=0.1)
     return prefix_aware_router(

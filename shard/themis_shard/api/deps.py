@@ -56,7 +56,7 @@ def inference(request: Request) -> InferenceService:
     """The inference service over this app's engine and cluster, each looked up when used."""
     return InferenceService(
         runtime=lambda: runtime(request),
-        routing=lambda: node(request).cluster.inference,
+        routing=lambda: node(request).cluster.routing.inference,
         documents=lambda: document_service(node(request)),
         shard_id=shard_id(request),
         domains=lambda: node(request).domains,

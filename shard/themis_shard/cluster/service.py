@@ -2,12 +2,13 @@
 
 Created by the app's lifespan. The parts, each with its own background tasks:
 
-* ``Membership`` (membership.py) — gossip, member states, breaker probes, the draft shard;
+* ``Membership`` (membership/) — gossip, member states, breaker probes, the draft shard;
 * ``PlanWatcher`` (plan_watcher.py) — plan file reload, router settings, adapter placement;
-* ``Handoff`` (migration.py) — start-up catch-up and the resharding state machine;
-* ``Replication`` (replication.py) + ``DistributedDocuments`` (documents.py) — routed reads and
-  writes, synchronous replication with hinted handoff, hint replay;
-* ``ClusterCollections`` (collections.py) — collection declarations and vector search fan-out;
+* ``Handoff`` (placement/migration.py) — start-up catch-up and the resharding state machine;
+* ``Replication`` (replication/delivery.py) + ``DistributedDocuments``
+  (documents/coordinator.py) — routed reads and writes, synchronous replication with hinted
+  handoff, hint replay;
+* ``ClusterCollections`` (documents/collections.py) — collection declarations and vector search fan-out;
 * ``Transactions`` (transactions/) — two-phase commit of cross-shard transactions and its
   recovery (in-doubt intents, logged commits re-driven).
 
@@ -37,28 +38,28 @@ from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
 from ..storage.inflight import InflightLog
 from ..vector.catalog import VectorCatalog
-from .anti_entropy import AntiEntropy
-from .collections import ClusterCollections
-from .documents import DistributedDocuments
-from .fencing import KeyLocks
-from .gossip_state import ShardLoad
-from .inference import InferenceRouting
-from .lease import AuthorityLease
-from .membership import Membership
-from .migration import Handoff, MigrationProgress
-from .peer_auth import InternalAuthPolicy, PeerAuth
-from .placement import Topology
+from .documents.collections import ClusterCollections
+from .documents.coordinator import DistributedDocuments
+from .membership.gossip_state import ShardLoad
+from .membership.members import Membership
+from .placement.migration import Handoff, MigrationProgress
+from .placement.owners import Topology
+from .placement.views import LivePlan, RuntimeSlot
 from .plan_watcher import PlanWatcher
-from .prefix_directory import PrefixSync
-from .prefix_routing import PrefixRoutingPolicy, prefix_aware_router
-from .remote import RemoteExecutor
-from .replication import Replication
+from .replication.anti_entropy import AntiEntropy
+from .replication.delivery import Replication
+from .replication.fencing import KeyLocks
+from .replication.lease import AuthorityLease
+from .replication.tombstone_gc import TombstoneGC
+from .routing.inference import InferenceRouting
+from .routing.prefix_directory import PrefixSync
+from .routing.prefix_routing import PrefixRoutingPolicy, prefix_aware_router
+from .security.peer_auth import InternalAuthPolicy, PeerAuth
 from .settings import ClusterSettings
 from .tasks import Tasks
-from .tombstone_gc import TombstoneGC
 from .transactions.service import Transactions
 from .transactions.settings import TxnSettings
-from .views import LivePlan, RuntimeSlot
+from .transport.remote import RemoteExecutor
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..cluster.inference import InferenceRouting, Routed
+from ..cluster.routing.inference import InferenceRouting, Routed
 from ..documents.service import DocumentService
 from ..domains.detector import DomainDetector
 from ..errors import BadRequest, ThemisError

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.documents import relay
-from ..cluster.inference import relay_sse
-from ..cluster.remote import PeerError, PeerUnavailable
+from ..cluster.documents.coordinator import relay
+from ..cluster.routing.inference import relay_sse
 from ..cluster.service import ClusterService
+from ..cluster.transport.remote import PeerError, PeerUnavailable
 from ..errors import NotFound
 from ..metrics import ShardMetrics
 from ..storage.documents import DocumentStore

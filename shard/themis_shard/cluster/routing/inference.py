@@ -28,15 +28,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from themis_core.ring import HashRing
 
-from ..errors import ThemisError, Unavailable
-from ..storage.names import parse_urn, urn
-from .documents import relay
-from .placement import candidates, coordinator_groups
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from ...errors import ThemisError, Unavailable
+from ...storage.names import parse_urn, urn
+from ..documents.coordinator import relay
+from ..placement.owners import candidates, coordinator_groups
+from ..placement.views import TopologySource
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .resume import Opened, resumable_stream, sse_events, token_id
 from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
 from .scatter import Assignment, BatchItem, gather, split_batch
-from .views import TopologySource
 
 log = logging.getLogger(__name__)
 

@@ -32,13 +32,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 from themis_core.ring import HashRing, RingSpec
 
-from ..errors import Unavailable
-from ..storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
-from ..storage.hints import decode_items
-from ..storage.names import storage_key, urn
-from .placement import Topology
-from .remote import PeerError, PeerUnavailable, RemoteExecutor, dumps, internal_path
-from .tasks import Tasks
+from ...errors import Unavailable
+from ...storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
+from ...storage.hints import decode_items
+from ...storage.names import storage_key, urn
+from ..tasks import Tasks
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor, dumps, internal_path
+from .owners import Topology
 from .views import TopologySource
 
 log = logging.getLogger(__name__)

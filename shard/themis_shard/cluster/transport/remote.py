@@ -39,8 +39,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ValidationError
 from themis_core.tracing import NoSpans, Spans, current_trace, outgoing_traceparent
 
+from ..settings import ClusterSettings
 from .breaker import BreakerRegistry, BreakerState
-from .settings import ClusterSettings
 
 M = TypeVar("M", bound=BaseModel)
 Expect = Literal["json", "bytes", "none"]
