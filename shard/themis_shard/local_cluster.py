@@ -10,6 +10,10 @@ With two shards or more (and no ``--tls``) it also starts the local plan authori
 (``supervisor.py``): it fails a dead shard's keys over to their in-sync copies within seconds,
 restarts the shard, and readmits it once it caught up (``isr.py``). ``themis down`` stops it
 before the shards.
+
+Why one ~790-line module: it is the ``themis`` CLI's commands (up, scale, down, status, demo)
+over one state directory and one parser; the plan, the supervisor and the certificates live
+elsewhere.
 """
 
 from __future__ import annotations

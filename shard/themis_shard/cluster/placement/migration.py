@@ -16,6 +16,10 @@ purging, it pushes the copies it drops to their current owners when they lack th
 
 The decisions are pure functions at the top; ``Handoff`` at the bottom is the state machine
 that drives them over the network (one per shard, owned by the cluster service).
+
+Why one ~560-line module: the pure hand-off decisions and the ``Handoff`` state machine that
+applies them share one page format; apart, a decision would live away from the only code that
+acts on it.
 """
 
 from __future__ import annotations
