@@ -23,7 +23,7 @@ from themis_shard.cluster.replication import tombstone_gc
 from themis_shard.cluster.settings import ClusterSettings
 from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.storage.documents import DocumentStore
-from themis_shard.storage.hints import decode_items
+from themis_shard.storage.record_wire import decode_items
 
 
 def url_of(shard_id: str) -> str:

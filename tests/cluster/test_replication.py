@@ -14,7 +14,8 @@ from themis_shard.cluster.replication.delivery import Replication, hint_admitted
 from themis_shard.cluster.replication.fencing import WriteConcern
 from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
-from themis_shard.storage.hints import HintLog, decode_items
+from themis_shard.storage.hints import HintLog
+from themis_shard.storage.record_wire import decode_items
 
 from .fakes import fake_peers, live, plan_of
 

@@ -20,8 +20,8 @@ from ..errors import BadRequest, NotFound, ThemisError
 from ..node import ShardNode
 from ..rag.versions import read_as_of, read_version
 from ..storage.collections import CollectionConfig
-from ..storage.hints import decode_items, encode_items
 from ..storage.names import check_collection, check_key, urn
+from ..storage.record_wire import decode_items, encode_items
 from ..training.federation import LocalTrain, Publish
 from .deps import current_node
 from .search import SearchRequest

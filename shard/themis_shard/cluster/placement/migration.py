@@ -38,8 +38,8 @@ from themis_core.ring import HashRing, RingSpec
 
 from ...errors import Unavailable
 from ...storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
-from ...storage.hints import decode_items
 from ...storage.names import storage_key, urn
+from ...storage.record_wire import decode_items
 from ..tasks import Tasks
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor, dumps, internal_path
 from .owners import Topology

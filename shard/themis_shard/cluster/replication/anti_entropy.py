@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import Conflict
 from ...storage.documents import DocumentStore, Replicated
-from ...storage.hints import decode_items, encode_items
+from ...storage.record_wire import decode_items, encode_items
 from ...storage.stamps import Stamp
 from ..placement.views import TopologySource
 from ..tasks import Tasks

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 
 from ...storage.documents import Replicated
-from ...storage.hints import HintLog, decode_items, encode_items
+from ...storage.hints import HintLog
+from ...storage.record_wire import decode_items, encode_items
 from ..placement.views import TopologySource
 from ..tasks import Tasks
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor

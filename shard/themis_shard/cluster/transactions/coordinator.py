@@ -23,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Change, Check, Replicated, Write
-from ...storage.hints import decode_items
 from ...storage.intents import Decision, TxnLog
+from ...storage.record_wire import decode_items
 from ..documents.coordinator import check_to_json, refusal, write_to_json
 from ..placement.owners import candidates
 from ..placement.views import TopologySource
