@@ -103,6 +103,7 @@ bench: install bench-tools
 	$(PY) bench/engine.py
 	$(PY) bench/repack.py
 	$(PY) bench/prefix.py
+	$(PY) bench/prefix.py --cluster
 	$(PY) bench/speculative.py
 	$(PY) bench/reshard.py --docs 20000
 

@@ -53,7 +53,7 @@ from .replication.lease import AuthorityLease
 from .replication.tombstone_gc import TombstoneGC
 from .routing.inference import InferenceRouting
 from .routing.prefix_directory import PrefixSync
-from .routing.prefix_routing import PrefixRoutingPolicy, prefix_aware_router
+from .routing.prefix_routing import PrefixRoutingPolicy, prefix_aware_router, prefix_target
 from .security.peer_auth import InternalAuthPolicy, PeerAuth
 from .settings import ClusterSettings
 from .tasks import Tasks
@@ -201,8 +201,22 @@ class ClusterService:
             registry,
             announced=self.membership.view.adapters,
             stream_resumptions=self.live.settings.stream_resumptions,
+            prefix_target=self._prefix_target if prefix is not None and prefix.prefix_route else None,
         )
         self._tasks = Tasks()
+
+    def _prefix_target(self, key: str) -> str | None:
+        """Where a request without a domain runs best for its KV prefix (``prefix_target``)."""
+        if self.prefix_sync is None:
+            return None
+        return prefix_target(
+            self.self_id,
+            self.prefix_sync.held_for_prompt(key),
+            self.membership.view.loads(),
+            self.membership.unavailable(),
+            self.router.prefix_policy,
+            self.prefix_sync.s.prefix_route_min_gain_s,
+        )
 
     # -- what the parts share ----------------------------------------------------------------
     @property

@@ -69,6 +69,12 @@ class InferenceMetrics:
         self.batch_failed = Counter(
             "themis_batch_failed_items_total", "Batch items answered with an error", registry=registry
         )
+        self.prefix_routed = Counter(
+            "themis_inference_prefix_routed_total",
+            "Requests without a domain sent from the shard they landed on to the shard holding a "
+            "longer KV prefix of their prompt",
+            registry=registry,
+        )
         self.resumptions = Counter(
             "themis_inference_resumptions_total",
             "Routed generations moved to another shard after the one generating them died "
@@ -172,9 +178,12 @@ class InferenceRouting:
         announced: Callable[[], list[tuple[str, str]]] = list,
         *,
         stream_resumptions: int = 2,
+        prefix_target: Callable[[str], str | None] | None = None,
     ) -> None:
         """``announced``: (adapter id, domain) of the adapters peers announce through gossip;
-        ``stream_resumptions``: moves one stream may make when its shard dies."""
+        ``stream_resumptions``: moves one stream may make when its shard dies;
+        ``prefix_target``: a request key → the shard to run a request without a domain on
+        instead of here (it holds a longer prefix: ``prefix_routing.prefix_target``), or None."""
         self._plan = topology
         self.executor = executor
         self.router = router
@@ -183,6 +192,7 @@ class InferenceRouting:
         self._announced = announced
         self.metrics = InferenceMetrics(registry)
         self.stream_resumptions = stream_resumptions
+        self._prefix_target = prefix_target
 
     @property
     def _topo(self):
@@ -278,6 +288,15 @@ class InferenceRouting:
 
         try:
             if not self.routes(domain):
+                target = self._prefix_holder(key)
+                if target is not None:
+                    try:
+                        result = await call(target)
+                    except PeerUnavailable:  # dead, slow or full (429): it runs here, as it would have
+                        pass
+                    else:
+                        self.metrics.prefix_routed.inc()
+                        return Routed(target, result)
                 try:
                     return Routed(me, await call(me))
                 except Overloaded:  # full here: the router's choice among the others
@@ -296,6 +315,18 @@ class InferenceRouting:
                 ) from None
             raise Unavailable(f"no shard could serve the request: {exc}", code="no_shard_available") from None
         return Routed(decision.shard_id, result)
+
+    def _prefix_holder(self, key: str) -> str | None:
+        """A shard holding a longer KV prefix of ``key`` than this one, worth the hop; never
+        raises (a request must not fail because of the prefix directory)."""
+        if self._prefix_target is None or not key or not self._topo.clustered:
+            return None
+        try:
+            target = self._prefix_target(key)
+        except Exception:
+            log.debug("prefix routing skipped", exc_info=True)
+            return None
+        return target if target != self._topo.self_id else None
 
     async def _open(self, shard: str, path: str, body: dict[str, Any]) -> Opened:
         """A peer's stream, open (headers received): a peer that fails before that raises here."""
