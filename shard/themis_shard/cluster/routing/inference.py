@@ -215,11 +215,12 @@ class InferenceRouting:
         return needs_routing(domain, self._topo.clustered)
 
     # -- single requests -------------------------------------------------------------------------
-    async def infer(self, body: dict[str, Any], local: LocalBody) -> Routed:
+    async def infer(self, body: dict[str, Any], local: LocalBody, *, holder: str | None = None) -> Routed:
         """Run where the router says; ``local(body)`` runs it on this shard. A streamed request
         answers with the peer's SSE bytes, opened before this returns (so a peer that fails
         before its first byte fails over to the next shard), and resumes on another shard when
-        its own dies mid-stream."""
+        its own dies mid-stream. ``holder``: for a request without a domain, the shard
+        ``prefix_holder`` found (it runs there, or here when that shard cannot take it)."""
         return await self.forward(
             "/internal/infer",
             body,
@@ -227,6 +228,7 @@ class InferenceRouting:
             key=str(body.get("prompt", "")),
             local=lambda: local(body),
             resumable=local,
+            holder=holder,
         )
 
     async def forward(
@@ -238,6 +240,7 @@ class InferenceRouting:
         key: str,
         local: Callable[[], Awaitable[Any]],
         resumable: LocalBody | None = None,
+        holder: str | None = None,
     ) -> Routed:
         """One request through the router: to the shard it picks for ``domain`` (KV-prefix
         holders of ``key``, load, breakers; ``path`` is the peer's ``/internal`` twin), or here
@@ -245,7 +248,9 @@ class InferenceRouting:
         (429) shard passes the request to the next one; only when every shard is full does the
         client see the 429. A peer that dies after taking a non-streamed request passes it on
         too (counted as a resumption). With ``resumable`` (``resumable(body)`` runs a body here,
-        a continuation included) a peer's stream survives its death; without, it ends in-band."""
+        a continuation included) a peer's stream survives its death; without, it ends in-band.
+        A request without a domain runs on the shard holding a longer KV prefix of ``key``
+        (``holder`` when the caller looked it up already), else here."""
         me = self._topo.self_id
         stream = bool(body.get("stream"))
 
@@ -288,7 +293,7 @@ class InferenceRouting:
 
         try:
             if not self.routes(domain):
-                target = self._prefix_holder(key)
+                target = holder or self.prefix_holder(key)
                 if target is not None:
                     try:
                         result = await call(target)
@@ -316,7 +321,7 @@ class InferenceRouting:
             raise Unavailable(f"no shard could serve the request: {exc}", code="no_shard_available") from None
         return Routed(decision.shard_id, result)
 
-    def _prefix_holder(self, key: str) -> str | None:
+    def prefix_holder(self, key: str) -> str | None:
         """A shard holding a longer KV prefix of ``key`` than this one, worth the hop; never
         raises (a request must not fail because of the prefix directory)."""
         if self._prefix_target is None or not key or not self._topo.clustered:
