@@ -76,7 +76,7 @@ test-tools:
 	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
 
 test: install test-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20  # the slowest tests, so the suite's time stays in view
 
 test-fast: install
 	$(PY) -m pytest -q -m "not llm and not e2e"
