@@ -76,7 +76,7 @@ test-tools:
 	@if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then systemctl disable --now prometheus; fi
 
 test: install test-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20  # the slowest tests, so the suite's time stays in view
 
 test-fast: install
 	$(PY) -m pytest -q -m "not llm and not e2e"
@@ -103,6 +103,7 @@ bench: install bench-tools
 	$(PY) bench/engine.py
 	$(PY) bench/repack.py
 	$(PY) bench/prefix.py
+	$(PY) bench/prefix.py --cluster
 	$(PY) bench/speculative.py
 	$(PY) bench/reshard.py --docs 20000
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from _local import api_headers, themis
 from themis_client import ThemisClient
 from themis_core.plan import ClusterPlan
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
 
 
 def timed(call, *args, **kw) -> float:

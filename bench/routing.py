@@ -27,16 +27,14 @@ sys.path[:0] = [str(ROOT / "shard"), str(ROOT)]
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 from themis_core.ring import HashRing  # noqa: E402
-from themis_shard.cluster.breaker import BreakerState  # noqa: E402
-from themis_shard.cluster.gossip_state import (  # noqa: E402
+from themis_shard.cluster.membership.gossip_state import (  # noqa: E402
     AdapterCapabilityAnnouncement,
     GossipState,
     MemberRecord,
     RoutingView,
     ShardLoad,
 )
-from themis_shard.cluster.remote import RemoteExecutor  # noqa: E402
-from themis_shard.cluster.router import (  # noqa: E402
+from themis_shard.cluster.routing.router import (  # noqa: E402
     AdaptiveShardRouter,
     Capability,
     RoutingPolicy,
@@ -44,6 +42,8 @@ from themis_shard.cluster.router import (  # noqa: E402
     route_by_domain,
 )
 from themis_shard.cluster.settings import ClusterSettings  # noqa: E402
+from themis_shard.cluster.transport.breaker import BreakerState  # noqa: E402
+from themis_shard.cluster.transport.remote import RemoteExecutor  # noqa: E402
 
 from tests.cluster.peers import ServerThread  # noqa: E402
 

@@ -118,8 +118,9 @@ def start_draft_shard(gguf: str, threads: int) -> str:
 
     app = FastAPI()
     install_error_handlers(app)
-    app.include_router(draft_api.router)
-    app.state.draft_service = DraftService(LocalDraftModel.open(gguf, n_ctx=2048, n_threads=threads))
+    app.include_router(
+        draft_api.fixed_draft_router(DraftService(LocalDraftModel.open(gguf, n_ctx=2048, n_threads=threads)))
+    )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

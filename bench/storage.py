@@ -97,7 +97,7 @@ def bench_cluster_writes(n: int) -> list[tuple[str, str, str]]:
     sys.path.insert(0, str(Path(__file__).parent))
     from _local import themis
     from themis_core.plan import ClusterPlan
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     rows = []
     doc = {"title": "A document", "body": "x" * 200, "n": 1}
@@ -133,7 +133,7 @@ def bench_cluster_transactions(n: int) -> list[tuple[str, str, str, str, str]]:
     sys.path.insert(0, str(Path(__file__).parent))
     from _local import api_headers, themis
     from themis_core.plan import ClusterPlan
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     rows = []
     doc = {"title": "A document", "body": "x" * 200, "n": 1}

@@ -22,7 +22,7 @@ E2E_SECRET = "e2e-secret"
 
 def peer_auth(secret: str = E2E_SECRET):
     """An httpx ``auth=`` that signs a test's direct /internal/... calls as a cluster peer."""
-    from themis_shard.cluster.peer_auth import PeerAuth
+    from themis_shard.cluster.security.peer_auth import PeerAuth
 
     return PeerAuth(secret, "e2e-test")
 

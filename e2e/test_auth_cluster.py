@@ -12,7 +12,7 @@ import sys
 import pytest
 from themis_client import Forbidden, ThemisClient, Unauthorized
 from themis_core.plan import ClusterPlan
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
 
 pytestmark = pytest.mark.e2e
 

@@ -47,7 +47,7 @@ def test_raid1_survives_a_killed_shard_and_the_restarted_shard_catches_up(local_
     """With a shard dead and no plan authority: keys it is primary of are neither readable nor
     writable (503, nothing written) until the plan changes, the others stay readable; keys it
     only replicates take writes at ``w=1`` (a hint for it) and refuse the default ``w=all``."""
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     cluster = local_cluster(3, raid_mode="raid1")
     urls = {s: cluster.url(s) for s in cluster.ids}
@@ -108,7 +108,7 @@ def test_a_transaction_over_keys_on_different_shards_commits_on_all_of_them(loca
     """One primary: the single-coordinator fast path; several: two-phase commit (the protocol
     under faults is e2e/test_cross_shard_transactions.py)."""
     cluster = local_cluster(3)
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     topo = Topology.of(cluster.plan, "shard-0")
     keys = [f"t{i}" for i in range(50)]

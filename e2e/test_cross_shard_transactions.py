@@ -44,7 +44,7 @@ _used: set[str] = set()
 
 def key_on(cluster: LocalCluster, primary: str, collection: str = "acc") -> str:
     """A fresh key whose primary is ``primary``."""
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     topo = Topology.of(cluster.plan, "shard-0")
     key = next(
@@ -57,7 +57,7 @@ def key_on(cluster: LocalCluster, primary: str, collection: str = "acc") -> str:
 
 
 def owners(cluster: LocalCluster, key: str, collection: str = "acc") -> list[str]:
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     return Topology.of(cluster.plan, "shard-0").owners(collection, key)
 

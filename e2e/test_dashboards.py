@@ -1,9 +1,10 @@
 """Every dashboard panel shows data: a real Prometheus scraping a real local cluster.
 
-``themis up --shards 2`` (LLM on, RAID on, the bundled Gemma 3 270M model) runs on loopback; a
-short workload touches documents, transactions, vector search, inference (with a domain hint)
-and embeddings; Prometheus (the Debian package's binary, launched here with a generated config
-and a 1 s scrape interval) scrapes both shards and also loads the chart's alert rules. Then
+``themis up --shards 2 --auth`` (LLM on, RAID on, the bundled Gemma 3 270M model, API keys with
+one rate-limited tenant) runs on loopback; a short workload touches documents, transactions,
+vector search, inference (with a domain hint), embeddings and a tenant over its limit;
+Prometheus (the Debian package's binary, launched here with a generated config and a 1 s scrape
+interval) scrapes both shards and also loads the chart's alert rules. Then
 every panel's PromQL, with Grafana's variables substituted ($namespace = $pod = All), is evaluated over
 the test's time range through Prometheus' HTTP API: an error or "No data" (no series, or only
 NaN) fails the panel. Panels whose metrics the shard code does not export yet (grep of shard/)
@@ -25,7 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from themis_client import Operation, ThemisClient
+from themis_client import Operation, RateLimited, ThemisClient
+from themis_core.access_policy import Role
+from themis_core.api_keys import entry_for, new_key
+from themis_core.tenant_policy import TenantPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus")
@@ -96,11 +100,23 @@ def themis(state_dir: Path, *args: str, env: dict | None = None, timeout: float 
 
 
 LONG_PREFIX = "You are a careful legal assistant. " * 40
+TENANT_KEY = new_key()
+#: A tenant allowed one request, then one per 100 s: its second request is throttled.
+TENANT_KEYS = "; ".join(
+    [
+        TenantPolicy("acme", requests_per_s=0.01).line(),
+        entry_for(TENANT_KEY, Role.client, "acme-app", "acme").line(),
+    ]
+)
 
 
-def workload(urls: list[str]) -> None:
+def workload(urls: list[str], admin_key: str) -> None:
     """Small, but through every feature the dashboards show."""
-    shards = [ThemisClient(u, timeout=120) for u in urls]
+    with ThemisClient(urls[0], api_key=TENANT_KEY, timeout=120) as tenant:
+        tenant.infer("Hello", max_tokens=2)
+        with pytest.raises(RateLimited):
+            tenant.infer("Hello", max_tokens=2)
+    shards = [ThemisClient(u, api_key=admin_key, timeout=120) for u in urls]
     a, b = shards[0], shards[-1]
     try:
         a.declare_collection("notes", dimension=2)
@@ -187,11 +203,21 @@ def observed(tmp_path_factory):
         **os.environ,
         "THEMIS_RAID_ENABLED": "true",
         "THEMIS_LLM_N_THREADS": os.environ.get("THEMIS_LLM_N_THREADS", "1"),
+        "THEMIS_AUTH_KEYS": TENANT_KEYS,
     }
     prometheus = None
     try:
         themis(
-            state_dir, "up", "--shards", "2", "--base-port", "0", "--data-root", str(tmp / "data"), env=env
+            state_dir,
+            "up",
+            "--shards",
+            "2",
+            "--base-port",
+            "0",
+            "--auth",
+            "--data-root",
+            str(tmp / "data"),
+            env=env,
         )
         urls = [s["url"] for s in json.loads((state_dir / "cluster.json").read_text())["shards"]]
         rules = tmp / "themis-alerts.yaml"
@@ -223,7 +249,7 @@ def observed(tmp_path_factory):
             30,
             "both shards scraped",
         )
-        workload(urls)
+        workload(urls, (state_dir / "auth" / "admin.key").read_text().strip())
         time.sleep(3)  # a few more scrapes after the last request
 
         def evaluate(expr: str) -> dict:

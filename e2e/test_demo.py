@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from themis_client import ThemisClient
 from themis_core.plan import ClusterPlan
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
 from themis_shard.demo.corpus import load_corpus
 
 from .conftest import run_themis

@@ -40,8 +40,8 @@ def test_after_kill_9_every_key_is_writable_again_nothing_acknowledged_is_lost_a
     tmp_path,
 ) -> None:
     from themis_core.plan import FailoverSettings
-    from themis_shard.cluster.fencing import primary
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
+    from themis_shard.cluster.replication.fencing import primary
 
     cluster = LocalCluster(tmp_path, 3, "raid1", failover=FailoverSettings())
     cluster.start_all()

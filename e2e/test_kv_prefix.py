@@ -1,6 +1,7 @@
-"""KV-prefix cache across real shard processes: the same system prompt sent to three
-shards is prefilled once in the cluster — the other two pull the state from the holder (the
-prefix directory + break-even) — and the pulled state decodes like a full prefill."""
+"""KV-prefix cache across real shard processes: the same system prompt sent to three shards is
+prefilled once in the cluster — a request landing elsewhere runs on the holder (prefix-aware
+routing) or, with routing off, pulls the state from it (the prefix directory + break-even) — and
+the pulled state decodes like a full prefill."""
 
 from __future__ import annotations
 
@@ -54,8 +55,23 @@ def prefixes(url: str) -> list[dict]:
     return httpx.get(f"{url}/internal/kv_prefix", auth=peer_auth()).json()["entries"]
 
 
+def test_a_plain_request_runs_on_the_shard_that_holds_its_prefix(local_cluster):
+    cluster = local_cluster(2, llm=True, env=ENV)
+    holder, other = (cluster.url(s) for s in cluster.ids)
+    first = infer(holder)
+    time.sleep(2.0)  # > a few directory refreshes (gossip interval 0.3 s)
+    routed = infer(other)  # no domain: it leaves the shard it landed on for the holder
+    assert routed.shard_id == cluster.ids[0] and routed.text == first.text
+    landed, held = scrape(other), scrape(holder)
+    assert metric(landed, "themis_inference_prefix_routed_total") == 1.0
+    assert metric(held, "themis_kv_prefix_hits_total") == 1.0  # one prefill in the cluster, no pull
+    assert metric(landed, "themis_kv_prefix_transfers_total", direction="import") == 0.0
+    assert metric(landed, "themis_kv_prefix_states_saved_total") == 0.0
+
+
 def test_one_prefill_in_the_cluster_for_one_system_prompt(local_cluster):
-    cluster = local_cluster(3, llm=True, env=ENV)
+    """With prefix routing of plain requests off, they pull the prefix state instead."""
+    cluster = local_cluster(3, llm=True, env={**ENV, "THEMIS_LLM_PREFIX_ROUTE": "false"})
     urls = [cluster.url(s) for s in cluster.ids]
     first = infer(urls[0])
     assert len(prefixes(urls[0])) == 1

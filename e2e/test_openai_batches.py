@@ -21,8 +21,8 @@ import pytest
 from themis_core.plan import FailoverSettings
 from themis_shard.batches import model
 from themis_shard.batches.store import BATCHES, LINES
-from themis_shard.cluster.fencing import primary
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
+from themis_shard.cluster.replication.fencing import primary
 
 from .conftest import Authority, LocalCluster
 

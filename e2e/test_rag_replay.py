@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from themis_client import ThemisClient, ThemisError
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llm, pytest.mark.slow]
 

@@ -32,7 +32,7 @@ VIA = ("shard-1", "shard-2")
 
 
 def _keys(plan, n_early: int, n_late: int) -> tuple[list[str], list[str]]:
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     topo = Topology.of(plan, VICTIM)
     mine = [k for k in (f"r{i}" for i in range(500)) if topo.owners("reg", k)[0] == VICTIM]
@@ -40,7 +40,7 @@ def _keys(plan, n_early: int, n_late: int) -> tuple[list[str], list[str]]:
 
 
 def _owners(plan, key: str) -> list[str]:
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     return Topology.of(plan, VICTIM).owners("reg", key)
 

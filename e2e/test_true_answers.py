@@ -302,7 +302,7 @@ def test_a_peer_paused_past_the_signature_age_limit_costs_no_client_a_401(local_
     only true answers (the write, or a 503 naming the peer) and never a 401."""
     env = {"THEMIS_CLUSTER_INTERNAL_SIGNATURE_MAX_AGE_S": "1", "THEMIS_CLUSTER_INTERNAL_CLOCK_SKEW_S": "0"}
     cluster = local_cluster(3, "raid0", env=env)
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     topo = Topology.of(cluster.plan, "shard-0")
     owned = [k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "shard-1"][:3]
@@ -337,7 +337,7 @@ def test_in_a_cluster_a_full_owner_is_a_definite_answer_never_an_unknown_outcome
     """RAID1 over 3 shards (2 copies, default w=all); shard-2's data volume is full. A write it
     coordinates is 507 and undone on the other owner; a write it should replicate is a 503
     that says nothing was written (or, at w=1, acknowledged with the other copy); reads agree."""
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     cluster = local_cluster(
         3, "raid1", shard_env={"shard-2": {"THEMIS_DATA_DIR": str(small_volume / "shard-2")}}

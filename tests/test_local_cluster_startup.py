@@ -58,3 +58,37 @@ def test_up_restarts_only_the_shards_whose_process_is_gone() -> None:
     shards = [{"shard_id": "shard-0", "pid": 10}, {"shard_id": "shard-1", "pid": 11}]
     assert missing_shards(shards, lambda pid: pid != 11) == ["shard-1"]
     assert missing_shards(shards, lambda pid: True) == []
+
+
+@pytest.mark.parametrize(
+    ("cores", "engines", "threads"), [(2, 3, 1), (2, 1, 2), (16, 3, 5), (16, 4, 4), (1, 1, 1)]
+)
+def test_model_copies_on_one_host_share_its_cores_instead_of_each_taking_all(cores, engines, threads):
+    from themis_shard.local_cluster import engine_threads
+
+    assert engine_threads(cores, engines) == threads
+
+
+def test_a_shard_gets_its_share_of_the_cores_unless_the_user_set_the_thread_count(tmp_path, monkeypatch):
+    from themis_core.plan import Member
+    from themis_shard import local_cluster
+
+    seen: list[dict] = []
+
+    class Recorder:
+        def __init__(self, argv, env, **kw):
+            seen.append(env)
+            self.pid = 4242
+
+    monkeypatch.setattr(local_cluster.subprocess, "Popen", Recorder)
+    (tmp_path / "logs").mkdir()
+    launch = {
+        "data_root": str(tmp_path), "host": "127.0.0.1", "gossip_secret": "s", "no_llm": False,
+        "llm_threads": 1,
+    }
+    member = Member(shard_id="shard-0", url="http://127.0.0.1:9")
+    monkeypatch.delenv("THEMIS_LLM_N_THREADS", raising=False)
+    local_cluster.start_shard(tmp_path, tmp_path / "plan.json", launch, member, {})
+    monkeypatch.setenv("THEMIS_LLM_N_THREADS", "7")
+    local_cluster.start_shard(tmp_path, tmp_path / "plan.json", launch, member, {})
+    assert seen[0]["THEMIS_LLM_N_THREADS"] == "1" and seen[1]["THEMIS_LLM_N_THREADS"] == "7"

@@ -25,8 +25,8 @@ from themis_core.tracing import (
     server_span,
 )
 from themis_shard.app import create_app
-from themis_shard.cluster.remote import RemoteExecutor
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings
 
@@ -173,7 +173,7 @@ def test_a_forwarded_document_read_carries_the_callers_trace_to_the_owner(tmp_pa
     """Two real shards of one plan: shard-0 in-process, shard-1 on uvicorn. A read on shard-0 of a
     key that shard-1 owns is forwarded by the cluster's routing; shard-1 logs the same trace."""
     from themis_core.plan import ClusterSpec, Member, build_plan
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     caplog.set_level(logging.DEBUG, logger="themis.access")  # shard-to-shard hops log at DEBUG
     port = _free_port()

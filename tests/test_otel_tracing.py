@@ -100,7 +100,7 @@ def test_a_forwarded_request_is_one_trace_of_parent_and_child_spans(tmp_path: Pa
     for the hop is the SERVER span's child, and shard-1's SERVER span is the CLIENT span's child."""
     from opentelemetry.trace import SpanKind
     from themis_core.plan import ClusterSpec, Member, build_plan
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     spans_for, exporter = recorded
     caplog.set_level(logging.INFO, logger="themis.access")

@@ -81,7 +81,7 @@ class FailoverSettings(_Strict):
     """Automatic failover by the plan authority (``isr.py``): a ring member that has not
     answered the authority's probes for ``failover_after_s``, and whose last lease (``lease_s``
     from the last probe that granted one) has run out, leaves the in-sync set under a new
-    epoch. A shard acts as a primary only while its lease holds (``cluster/lease.py``)."""
+    epoch. A shard acts as a primary only while its lease holds (``cluster/replication/lease.py``)."""
 
     lease_s: float = Field(2.0, gt=0)
     failover_after_s: float = Field(3.0, gt=0)

@@ -20,7 +20,7 @@ import httpx
 from themis_client import ThemisError
 from themis_client.errors import ThemisConnectionError
 
-#: 503 codes that say no coordinator saw the write (``cluster/documents.py``: forward_failure).
+#: 503 codes that say no coordinator saw the write (``cluster/documents/coordinator.py``: forward_failure).
 UNSENT_503 = frozenset({"coordinator_unavailable", "starting"})
 
 

@@ -9,7 +9,7 @@ The model is one document: a state ``(version, value)``, ``(0, None)`` before it
   becomes ``(expected + 1, new)``.
 * ``cas`` that failed with 409 ``version_conflict``: the state was not at ``expected``.
 * ``cas`` with an ``info`` outcome may not have happened at all, or happened at any point after
-  its invocation. Its coordinator may also have *burned* it (``cluster/fencing.py``): installed
+  its invocation. Its coordinator may also have *burned* it (``cluster/replication/fencing.py``): installed
   the previous document again at ``expected + 2``, after the failed record was visible on an
   owner that took it, or without it ever being visible. So an indeterminate ``cas(expected,
   new, previous)`` is two optional steps: its own, and the burn to ``(expected + 2, previous)``.

@@ -91,7 +91,7 @@ class Report:
 
 
 def _primaries(plan, collection: str, keys: Sequence[str]) -> dict[str, list[str]]:
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     topo = Topology.of(plan, plan.members[0].shard_id)
     out: dict[str, list[str]] = {}
@@ -101,7 +101,7 @@ def _primaries(plan, collection: str, keys: Sequence[str]) -> dict[str, list[str
 
 
 def _owners(plan, collection: str, key: str) -> list[str]:
-    from themis_shard.cluster.placement import Topology
+    from themis_shard.cluster.placement.owners import Topology
 
     return Topology.of(plan, plan.members[0].shard_id).owners(collection, key)
 

@@ -18,7 +18,7 @@ from themis_core.logs import LogSettings, configure_logging
 
 from . import __version__
 from .app import create_app
-from .cluster.cert_reload import CertFiles, CertReloader
+from .cluster.security.cert_reload import CertFiles, CertReloader
 from .settings import Settings
 
 

@@ -4,7 +4,7 @@ Like Kafka's ISR. A key's owners come from the ring; the plan also names the mem
 *out of sync* (fenced: they take no write and coordinate nothing) and those *rejoining* (in
 sync again, every write reaches them synchronously, but not yet primary). A write waits for
 the key's in-sync owners (``w=all`` means all of them); its primary is the first in-sync owner
-in ring order that is not rejoining (``cluster/fencing.py``). ``min_insync`` is the floor below
+in ring order that is not rejoining (``cluster/replication/fencing.py``). ``min_insync`` is the floor below
 which ``w=all``/``majority`` writes are refused.
 
 **One authority.** Only the plan authority changes the set, by writing the next plan with the
@@ -20,7 +20,7 @@ epochs cannot disagree with itself.
   applied). A fenced shard that wakes up on an old plan cannot collect the in-sync owners'
   acknowledgements: they moved on.
 * Leases fence reads and ``w=1``. A primary acts only while it holds a lease the authority's
-  probes grant (``cluster/lease.py``); the authority fences a member only after the last lease
+  probes grant (``cluster/replication/lease.py``); the authority fences a member only after the last lease
   it granted it has run out. So when the new epoch hands a key to another owner, the old
   primary has already stopped serving it, even if it never saw the new plan.
 * Every key keeps a settled in-sync owner: at most ``copies - 1`` members are out of sync or

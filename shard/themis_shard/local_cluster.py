@@ -10,6 +10,10 @@ With two shards or more (and no ``--tls``) it also starts the local plan authori
 (``supervisor.py``): it fails a dead shard's keys over to their in-sync copies within seconds,
 restarts the shard, and readmits it once it caught up (``isr.py``). ``themis down`` stops it
 before the shards.
+
+Why one ~790-line module: it is the ``themis`` CLI's commands (up, scale, down, status, demo)
+over one state directory and one parser; the plan, the supervisor and the certificates live
+elsewhere.
 """
 
 from __future__ import annotations
@@ -74,6 +78,21 @@ def pick_ports(host: str, base: int, count: int) -> list[int]:
             ports.append(candidate)
         candidate += 1
     return ports
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, as a container's cpuset sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def engine_threads(cores: int, engines: int) -> int:
+    """Threads per engine so that ``engines`` model copies on one host share its ``cores``
+    instead of each assuming all of them (spinning llama.cpp threads on shared cores lose far
+    more than they gain)."""
+    return max(1, cores // max(1, engines))
 
 
 def _alive(pid: int) -> bool:
@@ -201,6 +220,8 @@ def start_shard(
         env["THEMIS_INTERNAL_PORT"] = member.internal_url.rsplit(":", 1)[1]
     if launch["no_llm"]:
         env["THEMIS_LLM_ENABLED"] = "false"
+    elif launch.get("llm_threads") and "THEMIS_LLM_N_THREADS" not in os.environ:
+        env["THEMIS_LLM_N_THREADS"] = str(launch["llm_threads"])  # the host's cores, shared
     if launch.get("raid_weights"):
         env["THEMIS_RAID_ENABLED"] = "true"  # model weights striped with parity across the shards
     if launch.get("restore_from"):
@@ -564,7 +585,16 @@ def up(args: argparse.Namespace) -> int:
         "raid_weights": args.raid_weights,
         "auth": args.auth,
         "restore_from": args.restore_from,
+        "llm_threads": None if args.no_llm else engine_threads(usable_cores(), args.shards),
     }
+    if not args.no_llm and "THEMIS_LLM_N_THREADS" not in os.environ:
+        cores = usable_cores()
+        print(
+            f"themis up: {args.shards} model copies share {cores} cores: {launch['llm_threads']} "
+            f"engine thread(s) each (THEMIS_LLM_N_THREADS overrides)"
+            + ("; more shards than cores slow every one of them" if args.shards > cores else ""),
+            file=sys.stderr,
+        )
     shards = [
         start_shard(state_dir, plan_path, launch, member, tls_env.get(member.shard_id, {}))
         for member in members

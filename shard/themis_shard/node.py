@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,8 +24,8 @@ from .batches.dispatch import LineDispatcher
 from .batches.runner import BatchRunner
 from .batches.service import BatchService
 from .batches.store import BATCHES, BatchStore
-from .cluster.announcer import LoadSampler
-from .cluster.fencing import primary
+from .cluster.membership.announcer import LoadSampler
+from .cluster.replication.fencing import primary
 from .cluster.service import ClusterService
 from .cluster.settings import ClusterSettings
 from .cluster.transactions.settings import TxnSettings
@@ -37,6 +36,7 @@ from .errors import Unavailable
 from .inference.service import InferenceService
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
+from .rag.service import RagService
 from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
@@ -65,100 +65,91 @@ class ShardNode:
     llm: LLMRuntime | None = None
     #: Downloads http(s) model and adapter sources onto the weights volume.
     fetcher: SourceFetcher | None = None
+    # The services over those parts, built once by ``__post_init__`` (never per request).
+    documents: DocumentService = field(init=False)
+    domains: DomainDetector = field(init=False)
+    inference: InferenceService = field(init=False)
+    rag: RagService = field(init=False)
+    batch_store: BatchStore = field(init=False)
+    batch_runner: BatchRunner = field(init=False)
+    batches: BatchService = field(init=False)
+    training: TrainingService = field(init=False)
+    federation: Federation = field(init=False)
+    aql: AqlService = field(init=False)
 
-    @cached_property
-    def documents(self) -> DocumentService:
-        """Documents with embed-on-write (through this shard's embedding model, when it has one)."""
-        return DocumentService(self.store, self.cluster.documents, self.llm)
-
-    @cached_property
-    def domains(self) -> DomainDetector:
-        """Domain detection for requests that name none (over this shard's embedding model)."""
-        return DomainDetector(
-            self.settings.domains, lambda: self.llm.embedder if self.llm else None, self.metrics.registry
+    def __post_init__(self) -> None:
+        """Wire every service once, in dependency order, each with its collaborators as
+        constructor arguments; the engine is looked up when used (it may still be loading)."""
+        settings = self.settings
+        #: Documents with embed-on-write (through this shard's embedding model, when it has one).
+        self.documents = DocumentService(self.store, self.cluster.documents, self.llm)
+        #: Domain detection for requests that name none (over this shard's embedding model).
+        self.domains = DomainDetector(
+            settings.domains, lambda: self.llm.embedder if self.llm else None, self.metrics.registry
         )
-
-    def ready_runtime(self) -> LLMRuntime:
-        """The loaded engine, or 503 while there is none."""
-        if self.llm is None or not self.llm.ready:
-            raise Unavailable("inference is not running on this shard", code="llm_not_ready")
-        return self.llm
-
-    @cached_property
-    def inference(self) -> InferenceService:
-        """The inference service for work the shard starts itself (the Batch API's lines)."""
-        return InferenceService(
+        #: The one inference pipeline: REST, OpenAI routes, RAG and the Batch API's lines.
+        self.inference = InferenceService(
             runtime=self.ready_runtime,
             routing=lambda: self.cluster.inference,
             documents=lambda: self.documents,
-            shard_id=self.settings.shard_id,
+            shard_id=settings.shard_id,
             domains=lambda: self.domains,
         )
+        self.aql = AqlService(self)
+        #: Retrieval for ``/v1/rag`` (the question needs this shard's embedding model).
+        self.rag = RagService(
+            self.store,
+            self.vectors,
+            self.cluster,
+            self.metrics,
+            lambda texts: self.ready_runtime().embed(texts),
+            passage_chars=self.aql.settings.rag_context_chars,
+        )
 
-    @cached_property
-    def batch_store(self) -> BatchStore:
         async def query(text: str, binds: dict) -> list[dict]:
             return (await self.aql.execute(text, binds))["result"]
 
-        return BatchStore(self.documents.commit, self.cluster.documents.get, query)
-
-    @cached_property
-    def batch_runner(self) -> BatchRunner:
-        """Runs the batches this shard coordinates (the primary of their document)."""
+        self.batch_store = BatchStore(self.documents.commit, self.cluster.documents.get, query)
 
         def owns(batch_id: str) -> bool:
             topo = self.cluster.topology
             return topo.in_sync_self and primary(topo, BATCHES, batch_id) == topo.self_id
 
-        return BatchRunner(
+        #: Runs the batches this shard coordinates (the primary of their document).
+        self.batch_runner = BatchRunner(
             self.batch_store,
             self.store,
-            LineDispatcher(self.inference, lambda: self.cluster.inference, self.settings.shard_id),
-            self.settings.batches,
+            LineDispatcher(self.inference, lambda: self.cluster.inference, settings.shard_id),
+            settings.batches,
             owns=owns,
             ready=lambda: self.llm is not None and self.llm.ready and self.cluster.caught_up,
         )
-
-    @cached_property
-    def batches(self) -> BatchService:
-        """The OpenAI Batch API (``/v1/files``, ``/v1/batches``)."""
-        return BatchService(self.batch_store, self.batch_runner, self.settings.batches)
-
-    @cached_property
-    def training(self) -> TrainingService:
-        """LoRA training on this shard's documents (``POST /v1/adapters:train``)."""
-
-        def ready_runtime() -> LLMRuntime:
-            if self.llm is None or not self.llm.ready:
-                raise Unavailable("inference is not running on this shard", code="llm_not_ready")
-            return self.llm
-
-        return TrainingService(
+        #: The OpenAI Batch API (``/v1/files``, ``/v1/batches``).
+        self.batches = BatchService(self.batch_store, self.batch_runner, settings.batches)
+        #: LoRA training on this shard's documents (``POST /v1/adapters:train``).
+        self.training = TrainingService(
             self.store,
-            ready_runtime,
-            self.settings.weights_path / "trained",
-            train_cache_dir(self.settings.llm),
+            self.ready_runtime,
+            settings.weights_path / "trained",
+            train_cache_dir(settings.llm),
         )
-
-    @cached_property
-    def federation(self) -> Federation:
-        """Federated LoRA rounds started here (this shard aggregates) over the remote executor."""
-
-        def adapters():
-            if self.llm is None or not self.llm.ready:
-                raise Unavailable("inference is not running on this shard", code="llm_not_ready")
-            return self.llm.model(None).adapters
-
-        return Federation(
-            LocalParticipant(self.settings.shard_id, self.training, adapters),
+        #: Federated LoRA rounds started here (this shard aggregates) over the remote executor.
+        self.federation = Federation(
+            LocalParticipant(
+                settings.shard_id, self.training, lambda: self.ready_runtime().model(None).adapters
+            ),
             lambda: self.cluster.topology.members,
             self.cluster.executor,
         )
 
-    @cached_property
-    def aql(self) -> AqlService:
-        """The AQL entry point (built on first use: it reads the node's parts)."""
-        return AqlService(self)
+    def ready_runtime(self) -> LLMRuntime:
+        """The loaded engine, or 503: ``llm_disabled`` on a shard that runs none, ``llm_not_ready``
+        while it loads."""
+        if self.llm is None and not self.settings.llm.enabled:
+            raise Unavailable("inference is not enabled on this shard", code="llm_disabled")
+        if self.llm is None or not self.llm.ready:
+            raise Unavailable("the model is still loading", code="llm_not_ready")
+        return self.llm
 
     @classmethod
     async def open(cls, settings: Settings, metrics: ShardMetrics, spans: Spans | None = None) -> ShardNode:
@@ -302,8 +293,7 @@ class ShardNode:
         store.close()
 
     async def close(self) -> None:
-        if "batch_runner" in self.__dict__:  # built (and started) only with an engine
-            await self.batch_runner.stop()
+        await self.batch_runner.stop()  # started only with an engine; stopping an idle one is a no-op
         if self.raid is not None:
             await self.raid.stop()
         await self.cluster.stop()

@@ -25,7 +25,7 @@ from typing import Protocol
 import httpx
 from themis_core.plan import ClusterPlan
 
-from .cluster.peer_auth import PeerAuth
+from .cluster.security.peer_auth import PeerAuth
 from .isr import Member, Report, decide, lease_until
 
 log = logging.getLogger("themis.supervisor")

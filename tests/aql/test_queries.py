@@ -312,7 +312,7 @@ def test_request_validation(aql):
 
 
 def test_explain_infer_shows_the_adaptive_routers_choice_for_the_domain(aql):
-    from themis_shard.cluster.router import AdaptiveShardRouter, Capability
+    from themis_shard.cluster.routing.router import AdaptiveShardRouter, Capability
 
     class View:  # gossip's view: shard-2 announced a 'legal' adapter
         def capabilities(self, domain):

@@ -13,7 +13,7 @@ import pytest
 from rocksdict import WriteBatch
 from themis_core.cluster_backup.manifest import BackupInvalid
 from themis_shard.backup.restore import fetch_backup, restore_shard
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
 from themis_shard.storage.collections import CollectionConfig
 from themis_shard.storage.documents import DocumentStore, Replicated, Write
 from themis_shard.storage.intents import Decision, Intent, IntentStore, Role, TxnLog

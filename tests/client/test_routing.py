@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from themis_client import ClusterStatus, KeyRouter
 from themis_core.plan import ClusterSpec, Member, build_plan
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.placement.owners import Topology
 
 
 @pytest.mark.parametrize(("shards", "raid", "seed"), [(3, "raid1", 0), (5, "raid6", 12345)])

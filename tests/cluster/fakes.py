@@ -16,14 +16,14 @@ from typing import Any
 
 import httpx
 from themis_core.plan import ClusterPlan, ClusterSpec, Member, build_plan
-from themis_shard.cluster import tombstone_gc
-from themis_shard.cluster.migration import encode_entry, serve_page
-from themis_shard.cluster.placement import Topology
-from themis_shard.cluster.remote import RemoteExecutor
+from themis_shard.cluster.placement.migration import encode_entry, serve_page
+from themis_shard.cluster.placement.owners import Topology
+from themis_shard.cluster.placement.views import LivePlan
+from themis_shard.cluster.replication import tombstone_gc
 from themis_shard.cluster.settings import ClusterSettings
-from themis_shard.cluster.views import LivePlan
+from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.storage.documents import DocumentStore
-from themis_shard.storage.hints import decode_items
+from themis_shard.storage.record_wire import decode_items
 
 
 def url_of(shard_id: str) -> str:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, Delta, GossipState
+from themis_shard.cluster.membership.gossip_state import AdapterCapabilityAnnouncement, Delta, GossipState
 
 NOW_WALL = 1_700_000_000.0
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
-from themis_shard.cluster.announcer import LoadSampler, ResidentAdapter, announcements_to_publish
+from themis_shard.cluster.membership.announcer import LoadSampler, ResidentAdapter, announcements_to_publish
 
 LEGAL = ResidentAdapter("legal-qa", "legal", 0.85, 12.0, 1000.0)
 

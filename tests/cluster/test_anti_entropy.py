@@ -6,9 +6,16 @@ from __future__ import annotations
 import asyncio
 
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.anti_entropy import AntiEntropy
-from themis_shard.cluster.merkle import FANOUT, Pair, bucket_digests, differing, leaf_digests, newer_than
-from themis_shard.cluster.replication import Replication
+from themis_shard.cluster.replication.anti_entropy import AntiEntropy
+from themis_shard.cluster.replication.delivery import Replication
+from themis_shard.cluster.replication.merkle import (
+    FANOUT,
+    Pair,
+    bucket_digests,
+    differing,
+    leaf_digests,
+    newer_than,
+)
 from themis_shard.storage.documents import Replicated
 from themis_shard.storage.hints import HintLog
 from themis_shard.storage.stamps import Stamp

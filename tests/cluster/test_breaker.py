@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.breaker import BreakerRegistry, BreakerState, CircuitBreaker
+from themis_shard.cluster.transport.breaker import BreakerRegistry, BreakerState, CircuitBreaker
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ import ssl
 
 from cryptography import x509
 from themis_core.certificates import generate_ca, issue_shard_cert
-from themis_shard.cluster.cert_reload import CertFiles, CertReloader
+from themis_shard.cluster.security.cert_reload import CertFiles, CertReloader
 
 
 def write_pair(tmp_path, ca, validity_days: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.collections import ClusterCollections
+from themis_shard.cluster.documents.collections import ClusterCollections
 from themis_shard.storage.collections import CollectionConfig
 from themis_shard.vector.catalog import VectorCatalog
 

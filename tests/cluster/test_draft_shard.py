@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from themis_shard.cluster.draft_shard import choose_draft_shard
-from themis_shard.cluster.gossip_state import MemberRecord, ShardLoad
+from themis_shard.cluster.membership.draft_shard import choose_draft_shard
+from themis_shard.cluster.membership.gossip_state import MemberRecord, ShardLoad
 
 SHA = "a" * 64
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from themis_shard.cluster.fencing import (
+from themis_shard.cluster.placement.owners import Topology
+from themis_shard.cluster.replication.delivery import delivery_of
+from themis_shard.cluster.replication.fencing import (
     DEFAULT_CONCERN,
     Delivery,
     KeyLocks,
@@ -18,9 +20,7 @@ from themis_shard.cluster.fencing import (
     primary,
     required_acks,
 )
-from themis_shard.cluster.placement import Topology
-from themis_shard.cluster.remote import PeerError, PeerUnavailable, internal_path
-from themis_shard.cluster.replication import delivery_of
+from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, internal_path
 from themis_shard.errors import BadRequest
 
 from .fakes import plan_of
@@ -112,7 +112,7 @@ def test_internal_urls_keep_every_key_as_one_segment() -> None:
 
 
 def test_fencing_is_on_unless_the_one_unsafe_setting_turns_it_off(monkeypatch) -> None:
-    from themis_shard.cluster.documents import DistributedDocuments
+    from themis_shard.cluster.documents.coordinator import DistributedDocuments
     from themis_shard.cluster.settings import ClusterSettings
 
     from .fakes import live

@@ -6,14 +6,14 @@ import asyncio
 import random
 
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.gossip import Gossiper
-from themis_shard.cluster.gossip_state import (
+from themis_shard.cluster.membership.gossip import Gossiper
+from themis_shard.cluster.membership.gossip_state import (
     AdapterCapabilityAnnouncement,
     GossipState,
     MemberStatus,
     ShardLoad,
 )
-from themis_shard.cluster.gossip_wire import GossipCodec
+from themis_shard.cluster.membership.gossip_wire import GossipCodec
 
 T0 = 1_700_000_000.0
 

@@ -14,14 +14,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from themis_shard.cluster.gossip import Gossiper, http_transport
-from themis_shard.cluster.gossip_state import (
+from themis_shard.cluster.membership.gossip import Gossiper, http_transport
+from themis_shard.cluster.membership.gossip_state import (
     AdapterCapabilityAnnouncement,
     GossipState,
 )
-from themis_shard.cluster.gossip_wire import GossipCodec, InvalidGossipMessage
-from themis_shard.cluster.remote import PeerError, RemoteExecutor
+from themis_shard.cluster.membership.gossip_wire import GossipCodec, InvalidGossipMessage
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.remote import PeerError, RemoteExecutor
 
 from .peers import bound_socket
 

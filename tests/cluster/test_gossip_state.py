@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from themis_shard.cluster.gossip_state import (
+from themis_shard.cluster.membership.gossip_state import (
     AdapterCapabilityAnnouncement,
     Delta,
     GossipState,
@@ -15,7 +15,7 @@ from themis_shard.cluster.gossip_state import (
     MemberStatus,
     ShardLoad,
 )
-from themis_shard.cluster.gossip_wire import GossipCodec, InvalidGossipMessage
+from themis_shard.cluster.membership.gossip_wire import GossipCodec, InvalidGossipMessage
 
 T0 = 1_700_000_000.0  # wall clock for announcements
 
@@ -346,7 +346,7 @@ def test_an_empty_secret_is_refused():
 
 
 def test_routing_view_lists_dead_peers_to_route_around():
-    from themis_shard.cluster.gossip_state import RoutingView
+    from themis_shard.cluster.membership.gossip_state import RoutingView
 
     s = GossipState.create("s0", now=0.0)
     s.merge_members(

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.migration import (
+from themis_shard.cluster.placement.migration import (
     Handoff,
     MigrationState,
     all_complete,
@@ -16,7 +16,7 @@ from themis_shard.cluster.migration import (
     keys_to_purge,
     waiting_for,
 )
-from themis_shard.cluster.replication import Replication
+from themis_shard.cluster.replication.delivery import Replication
 from themis_shard.storage.documents import DocumentStore, Replicated, StoredDocument
 from themis_shard.storage.hints import HintLog
 

@@ -7,8 +7,8 @@ import contextlib
 
 from themis_core.ring import HashRing
 from themis_shard.api.types import InferBody
-from themis_shard.cluster.inference import needs_routing, plan_batch, relay_sse
-from themis_shard.cluster.router import RoutingDecision
+from themis_shard.cluster.routing.inference import needs_routing, plan_batch, relay_sse
+from themis_shard.cluster.routing.router import RoutingDecision
 from themis_shard.documents.service import pending_embeddings
 from themis_shard.inference.service import engine_chunks
 from themis_shard.storage.documents import Write

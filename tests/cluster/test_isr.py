@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 from themis_core.plan import FailoverSettings, build_plan, is_rollback, with_in_sync
-from themis_shard.cluster.fencing import (
+from themis_shard.cluster.placement.owners import Topology
+from themis_shard.cluster.replication.fencing import (
     WriteConcern,
     fence_refusal,
     floor_refusal,
     primary,
     write_owners,
 )
-from themis_shard.cluster.lease import AuthorityLease, lease_refusal
-from themis_shard.cluster.placement import Topology
+from themis_shard.cluster.replication.lease import AuthorityLease, lease_refusal
 from themis_shard.isr import FENCE_MARGIN_S, STARTUP_GRACE_S, Member, Report, decide, fenceable, lease_until
 
 from .fakes import plan_of, spec

@@ -9,8 +9,8 @@ import time
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.gossip_state import MemberRecord, ShardLoad
-from themis_shard.cluster.membership import Membership, breaker_states
+from themis_shard.cluster.membership.gossip_state import MemberRecord, ShardLoad
+from themis_shard.cluster.membership.members import Membership, breaker_states
 
 from .fakes import fake_peers, live, plan_of, url_of
 

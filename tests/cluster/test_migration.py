@@ -6,7 +6,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from themis_core.ring import HashRing
-from themis_shard.cluster.migration import designated_source, entries_to_send, is_moved_to, keys_to_purge
+from themis_shard.cluster.placement.migration import (
+    designated_source,
+    entries_to_send,
+    is_moved_to,
+    keys_to_purge,
+)
 from themis_shard.storage.documents import StoredDocument, Tombstone
 
 KEYS = [f"k{i}" for i in range(600)]

@@ -8,9 +8,9 @@ import asyncio
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.inference import InferenceRouting
-from themis_shard.cluster.remote import RemoteExecutor
-from themis_shard.cluster.router import AdaptiveShardRouter
+from themis_shard.cluster.routing.inference import InferenceRouting
+from themis_shard.cluster.routing.router import AdaptiveShardRouter
+from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.errors import ThemisError
 
 from .fakes import error, live, no_sleep, plan_of

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from themis_shard.app import create_app
-from themis_shard.cluster.peer_auth import (
+from themis_shard.cluster.security.peer_auth import (
     NONCE,
     SIGNATURE,
     TIMESTAMP,

@@ -9,8 +9,8 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
-from themis_shard.cluster.remote import PeerError, PeerUnavailable, RemoteExecutor
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 
 from .peers import dead_url, junk_tcp_server, running
 
@@ -268,7 +268,7 @@ def test_binary_get_and_post(server):
 
 def test_mutual_tls_with_cluster_certificates(tmp_path):
     certs = pytest.importorskip("themis_core.certificates")
-    from themis_shard.cluster.remote import client_ssl_context, server_ssl_options
+    from themis_shard.cluster.transport.remote import client_ssl_context, server_ssl_options
 
     ca_cert, ca_key = certs.generate_ca("themis")
     files = {}

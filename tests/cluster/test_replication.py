@@ -9,12 +9,13 @@ import json
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.documents import DistributedDocuments
-from themis_shard.cluster.fencing import WriteConcern
-from themis_shard.cluster.replication import Replication, hint_admitted, worth_replaying
+from themis_shard.cluster.documents.coordinator import DistributedDocuments
+from themis_shard.cluster.replication.delivery import Replication, hint_admitted, worth_replaying
+from themis_shard.cluster.replication.fencing import WriteConcern
 from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
-from themis_shard.storage.hints import HintLog, decode_items
+from themis_shard.storage.hints import HintLog
+from themis_shard.storage.record_wire import decode_items
 
 from .fakes import fake_peers, live, plan_of
 
@@ -393,7 +394,7 @@ def test_a_repair_racing_a_write_neither_fails_a_committed_one_nor_keeps_a_faile
 
 def test_a_primary_read_is_served_only_by_the_keys_primary_while_it_holds_its_lease(store) -> None:
     from themis_core.plan import FailoverSettings
-    from themis_shard.cluster.lease import AuthorityLease
+    from themis_shard.cluster.replication.lease import AuthorityLease
 
     current = live(plan_of(3, failover=FailoverSettings()), "s-0")
     topo = current.topology

@@ -11,9 +11,9 @@ import json
 
 import httpx
 import pytest
-from themis_shard.cluster.remote import PeerError, PeerUnavailable, RemoteExecutor
-from themis_shard.cluster.replication_batch import ReplicationBatcher
+from themis_shard.cluster.replication.batching import ReplicationBatcher
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 
 
 class Peer:

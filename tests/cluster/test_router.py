@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from themis_core.plan import RouterSettings
-from themis_shard.cluster.remote import PeerError, PeerUnavailable
-from themis_shard.cluster.router import (
+from themis_shard.cluster.routing.router import (
     AdaptiveShardRouter,
     Capability,
     NoShardAvailable,
@@ -19,6 +18,7 @@ from themis_shard.cluster.router import (
     route_by_domain,
 )
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable
 
 
 def cap(shard: str, alpha: float, lam: float = 0.0, domain: str = "legal", adapter: str = "") -> Capability:
@@ -285,7 +285,11 @@ def test_dispatch_fails_over_on_peer_unavailable_by_default():
 
 
 def test_router_reads_the_live_gossip_view():
-    from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, GossipState, RoutingView
+    from themis_shard.cluster.membership.gossip_state import (
+        AdapterCapabilityAnnouncement,
+        GossipState,
+        RoutingView,
+    )
 
     state = GossipState.create("s0", now=0.0)
     state.merge_announcements(
@@ -323,7 +327,7 @@ def test_dispatch_raises_when_no_shard_can_serve():
 
 
 def test_cached_tables_follow_gossip_changes_and_time():
-    from themis_shard.cluster.gossip_state import (
+    from themis_shard.cluster.membership.gossip_state import (
         AdapterCapabilityAnnouncement,
         GossipState,
         MemberRecord,

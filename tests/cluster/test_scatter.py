@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from themis_shard.cluster.scatter import BatchItem, gather, jain_fairness, loads_of, split_batch
+from themis_shard.cluster.routing.scatter import BatchItem, gather, jain_fairness, loads_of, split_batch
 
 SHARDS = ["s0", "s1", "s2", "s3"]
 

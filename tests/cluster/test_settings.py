@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from themis_core.plan import RouterSettings
-from themis_shard.cluster.gossip_state import GossipState
-from themis_shard.cluster.gossip_wire import GossipCodec
+from themis_shard.cluster.membership.gossip_state import GossipState
+from themis_shard.cluster.membership.gossip_wire import GossipCodec
 from themis_shard.cluster.settings import ClusterSettings
 
 

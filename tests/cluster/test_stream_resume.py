@@ -1,4 +1,4 @@
-"""Spec: a routed stream outlives the shard generating it (``cluster/resume.py``).
+"""Spec: a routed stream outlives the shard generating it (``cluster/routing/resume.py``).
 
 The router keeps every token id the peer sampled (its ``event: token`` records, never relayed),
 relays every other event unchanged, and when the peer's stream breaks it opens the continuation
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from themis_shard.cluster.remote import PeerUnavailable
-from themis_shard.cluster.resume import Opened, resumable_stream, sse_events
+from themis_shard.cluster.routing.resume import Opened, resumable_stream, sse_events
+from themis_shard.cluster.transport.remote import PeerUnavailable
 
 
 def sse(data) -> bytes:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.tombstone_gc import TombstoneGC, hlc_span, shard_watermark, to_collect
+from themis_shard.cluster.replication.tombstone_gc import TombstoneGC, hlc_span, shard_watermark, to_collect
 from themis_shard.storage.documents import Replicated, Tombstone
 from themis_shard.storage.hints import HintLog
 from themis_shard.storage.stamps import HybridClock

@@ -13,11 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.documents import DistributedDocuments
-from themis_shard.cluster.fencing import Delivery, KeyLocks, WriteConcern
-from themis_shard.cluster.placement import Topology
-from themis_shard.cluster.remote import RemoteExecutor
-from themis_shard.cluster.replication import Replication
+from themis_shard.cluster.documents.coordinator import DistributedDocuments
+from themis_shard.cluster.placement.owners import Topology
+from themis_shard.cluster.replication.delivery import Replication
+from themis_shard.cluster.replication.fencing import Delivery, KeyLocks, WriteConcern
 from themis_shard.cluster.transactions.decisions import (
     Outcome,
     Status,
@@ -34,6 +33,7 @@ from themis_shard.cluster.transactions.decisions import (
 )
 from themis_shard.cluster.transactions.service import Transactions
 from themis_shard.cluster.transactions.settings import TxnSettings
+from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.errors import Conflict, NotFound, Unavailable
 from themis_shard.storage.documents import Check, DocumentStore, Write
 from themis_shard.storage.hints import HintLog

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from themis_shard.cluster.prefix_directory import PrefixDirectory, pull_pays
+from themis_shard.cluster.routing.prefix_directory import PrefixDirectory, pull_pays
 
 H = [f"{i:032x}" for i in range(1, 6)]  # hashes of the 1..5-block prefixes of one prompt
 

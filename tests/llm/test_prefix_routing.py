@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from themis_shard.cluster.prefix_routing import PrefixRoutingPolicy, combined_score, rank_with_prefix
+from themis_shard.cluster.routing.prefix_routing import (
+    PrefixRoutingPolicy,
+    combined_score,
+    prefix_target,
+    rank_with_prefix,
+)
 
 P = PrefixRoutingPolicy(prefix_weight=1.0, load_weight=0.05, max_extra_pending=4, prefill_tokens_per_s=200)
 
@@ -35,6 +40,30 @@ def test_prefix_trades_against_domain_score_and_load():
     assert combined_score(None, 0, 0, P) == P.fallback_score
 
 
+def test_a_request_without_a_domain_goes_to_the_holder_of_a_longer_prefix():
+    assert prefix_target("a", {"b": 512}, {}, frozenset(), P) == "b"
+    assert prefix_target("a", {"a": 128, "b": 1024, "c": 512}, {}, frozenset(), P) == "b"
+
+
+def test_it_stays_here_when_here_holds_as_much_or_the_gain_is_smaller_than_a_hop():
+    assert prefix_target("a", {}, {}, frozenset(), P) is None
+    assert prefix_target("a", {"a": 512, "b": 512}, {}, frozenset(), P) is None
+    assert prefix_target("a", {"a": 512, "b": 530}, {}, frozenset(), P, min_gain_s=0.1) is None  # 0.09 s
+    assert prefix_target("a", {"a": 512, "b": 540}, {}, frozenset(), P, min_gain_s=0.1) == "b"  # 0.14 s
+
+
+def test_a_holder_that_is_down_or_too_busy_is_not_chosen():
+    assert prefix_target("a", {"b": 1024}, {}, frozenset({"b"}), P) is None
+    assert prefix_target("a", {"b": 1024}, {"a": 0, "b": 5}, frozenset(), P) is None
+    assert prefix_target("a", {"b": 1024, "c": 1024}, {"a": 0, "b": 5, "c": 1}, frozenset(), P) == "c"
+
+
+def test_every_shard_picks_the_same_holder_among_equals():
+    held = {"b": 1024, "c": 1024}
+    assert prefix_target("a", held, {}, frozenset(), P) == "b"
+    assert prefix_target("d", held, {}, frozenset(), P) == "b"
+
+
 class _View:
     def capabilities(self, domain):
         return ()
@@ -46,7 +75,7 @@ class _View:
 def _router(source):
     from types import SimpleNamespace
 
-    from themis_shard.cluster.prefix_routing import prefix_aware_router
+    from themis_shard.cluster.routing.prefix_routing import prefix_aware_router
 
     settings = SimpleNamespace(thresholds=(0.8, 0.6, 0.4), gamma=0.1)
     return prefix_aware_router(

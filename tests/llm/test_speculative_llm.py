@@ -181,9 +181,8 @@ def draft_server(draft_gguf):
 
     app = FastAPI()
     install_error_handlers(app)
-    app.include_router(draft_api.router)
     local = LocalDraftModel.open(draft_gguf, n_ctx=1024, n_seq_max=4, n_threads=2)
-    app.state.draft_service = DraftService(local)
+    app.include_router(draft_api.fixed_draft_router(DraftService(local)))
     srv = Server(app).__enter__()
     yield srv
     srv.__exit__(None, None, None)

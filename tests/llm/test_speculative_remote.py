@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from themis_shard.cluster.breaker import CircuitBreaker
+from themis_shard.cluster.transport.breaker import CircuitBreaker
 from themis_shard.llm.sampling import SamplingParams
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.llm.speculative.drafts import DraftUnavailable

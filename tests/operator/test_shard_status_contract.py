@@ -8,7 +8,7 @@ from themis_core.status_model import (
     MigrationStatus,
 )
 from themis_operator.probe import parse_status
-from themis_shard.cluster.gossip_state import AdapterCapabilityAnnouncement, ShardLoad
+from themis_shard.cluster.membership.gossip_state import AdapterCapabilityAnnouncement, ShardLoad
 
 
 def test_a_shards_answer_has_exactly_the_fields_of_the_shared_model(client):

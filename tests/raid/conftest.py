@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from themis_core.plan import ClusterSpec, Member, build_plan
 from themis_shard.api import raid as raid_api
 from themis_shard.api.errors import install_error_handlers
-from themis_shard.cluster.placement import Topology
-from themis_shard.cluster.remote import RemoteExecutor
+from themis_shard.cluster.placement.owners import Topology
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.raid.service import RaidService
 from themis_shard.raid.settings import RaidSettings
 from themis_shard.raid.store import UnitStore

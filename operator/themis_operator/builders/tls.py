@@ -5,7 +5,7 @@ holds ``ca.crt`` plus ``{shard}.crt``/``{shard}.key`` for every shard. Existing 
 reused so reconciling is idempotent and running shards keep their identity; only new shards,
 certificates from a replaced CA, and certificates past two thirds of their lifetime get fresh
 ones. Renewal needs no restart: the kubelet updates the mounted Secret and shards reload the
-files into their live TLS contexts (``themis_shard.cluster.cert_reload``).
+files into their live TLS contexts (``themis_shard.cluster.security.cert_reload``).
 """
 
 from __future__ import annotations

@@ -52,15 +52,12 @@ def shard_id(request: Request) -> str:
     return getattr(settings, "shard_id", "") or ""
 
 
-def inference(request: Request) -> InferenceService:
-    """The inference service over this app's engine and cluster, each looked up when used."""
-    return InferenceService(
-        runtime=lambda: runtime(request),
-        routing=lambda: node(request).cluster.inference,
-        documents=lambda: document_service(node(request)),
-        shard_id=shard_id(request),
-        domains=lambda: node(request).domains,
-    )
+async def inference(request: Request) -> InferenceService:
+    """The node's one inference pipeline (built at start-up, never per request). While the node
+    opens, 503 ``llm_not_ready`` (``llm_disabled`` on a shard without a model), as its engine says."""
+    if getattr(request.app.state, "node", None) is None:
+        runtime(request)
+    return node(request).inference
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from ..cluster.fencing import WriteConcern, parse_concern
+from ..cluster.replication.fencing import WriteConcern, parse_concern
 from ..cluster.transactions.decisions import kind as transaction_kind
 from ..errors import BadRequest, PayloadTooLarge
 from ..node import ShardNode

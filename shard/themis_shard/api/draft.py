@@ -6,6 +6,9 @@ else on the first call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -14,7 +17,8 @@ from ..errors import ThemisError, Unavailable
 from ..llm.sampling import SamplingError, SamplingParams
 from ..llm.speculative.drafts import DraftUnavailable
 
-router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
+if TYPE_CHECKING:
+    from ..llm.speculative.remote import DraftService
 
 
 class DraftBody(BaseModel):
@@ -28,51 +32,70 @@ class DraftBody(BaseModel):
     seed: int | None = None
 
 
-def draft_service(request: Request):
+def runtime_draft(request: Request) -> DraftService:
+    """This shard's draft service (its runtime loads the draft model on the first call)."""
     rt = getattr(request.app.state, "llm", None)
     if rt is None:
-        svc = getattr(request.app.state, "draft_service", None)  # a bare draft server (bench)
-        if svc is None:
-            raise Unavailable("this shard serves no model", code="llm_disabled")
-        return svc
+        raise Unavailable("this shard serves no model", code="llm_disabled")
     return rt.draft_service()
 
 
-@router.post("/draft")
-async def draft(body: DraftBody, request: Request) -> dict:
-    svc = await run_in_threadpool(draft_service, request)  # the first call loads the draft model
-    try:
-        params = SamplingParams(
-            max_tokens=body.k,
-            temperature=body.temperature,
-            top_k=body.top_k,
-            top_p=body.top_p,
-            seed=body.seed,
-        ).validate()
-    except SamplingError as exc:
-        raise ThemisError(str(exc), code="invalid_sampling", status=400) from exc
-    n_vocab = svc.source.model.n_vocab
-    if any(t < 0 or t >= n_vocab for t in body.tokens):
-        raise ThemisError(f"token ids must be in [0, {n_vocab})", code="invalid_token", status=400)
-    try:
-        return await run_in_threadpool(svc.draft, body.rid, body.pos, body.tokens, body.k, params)
-    except LookupError as exc:
-        raise ThemisError(str(exc), code="draft_state_lost", status=409) from exc
-    except DraftUnavailable as exc:
-        raise Unavailable(str(exc), code="draft_unavailable") from exc
-
-
-@router.get("/draft/info")
-async def info(request: Request) -> dict:
-    """What verify shards need to judge this draft shard before a first probe."""
-    svc = await run_in_threadpool(draft_service, request)
-    return svc.info()
-
-
-@router.delete("/draft/{rid}")
-async def release(rid: str, request: Request) -> dict:
+def runtime_loaded_draft(request: Request) -> DraftService | None:
     rt = getattr(request.app.state, "llm", None)
-    svc = rt.loaded_draft_service if rt is not None else getattr(request.app.state, "draft_service", None)
-    if svc is not None:
-        await run_in_threadpool(svc.release, rid)
-    return {"released": rid}
+    return rt.loaded_draft_service if rt is not None else None
+
+
+def draft_router(
+    draft_service: Callable[[Request], DraftService],
+    loaded: Callable[[Request], DraftService | None],
+) -> APIRouter:
+    """``/internal/draft`` over a draft service: ``draft_service`` gives it (loading it if need
+    be), ``loaded`` gives it only when already loaded (a release never loads a model)."""
+    router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
+
+    @router.post("/draft")
+    async def draft(body: DraftBody, request: Request) -> dict:
+        svc = await run_in_threadpool(draft_service, request)  # the first call loads the draft model
+        try:
+            params = SamplingParams(
+                max_tokens=body.k,
+                temperature=body.temperature,
+                top_k=body.top_k,
+                top_p=body.top_p,
+                seed=body.seed,
+            ).validate()
+        except SamplingError as exc:
+            raise ThemisError(str(exc), code="invalid_sampling", status=400) from exc
+        n_vocab = svc.source.model.n_vocab
+        if any(t < 0 or t >= n_vocab for t in body.tokens):
+            raise ThemisError(f"token ids must be in [0, {n_vocab})", code="invalid_token", status=400)
+        try:
+            return await run_in_threadpool(svc.draft, body.rid, body.pos, body.tokens, body.k, params)
+        except LookupError as exc:
+            raise ThemisError(str(exc), code="draft_state_lost", status=409) from exc
+        except DraftUnavailable as exc:
+            raise Unavailable(str(exc), code="draft_unavailable") from exc
+
+    @router.get("/draft/info")
+    async def info(request: Request) -> dict:
+        """What verify shards need to judge this draft shard before a first probe."""
+        svc = await run_in_threadpool(draft_service, request)
+        return svc.info()
+
+    @router.delete("/draft/{rid}")
+    async def release(rid: str, request: Request) -> dict:
+        svc = loaded(request)
+        if svc is not None:
+            await run_in_threadpool(svc.release, rid)
+        return {"released": rid}
+
+    return router
+
+
+#: A shard's own ``/internal/draft``: its runtime's draft model.
+router = draft_router(runtime_draft, runtime_loaded_draft)
+
+
+def fixed_draft_router(service: DraftService) -> APIRouter:
+    """A bare draft server over one loaded draft model (a benchmark's or a test's draft shard)."""
+    return draft_router(lambda _request: service, lambda _request: service)

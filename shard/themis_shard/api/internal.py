@@ -10,18 +10,18 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from ..cluster import tombstone_gc
-from ..cluster.documents import change_to_json, check_from_json, write_from_json
-from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern
-from ..cluster.gossip_wire import InvalidGossipMessage
-from ..cluster.migration import encode_entry
-from ..cluster.remote import dumps
+from ..cluster.documents.coordinator import change_to_json, check_from_json, write_from_json
+from ..cluster.membership.gossip_wire import InvalidGossipMessage
+from ..cluster.placement.migration import encode_entry
+from ..cluster.replication import tombstone_gc
+from ..cluster.replication.fencing import DEFAULT_CONCERN, WriteConcern
+from ..cluster.transport.remote import dumps
 from ..errors import BadRequest, NotFound, ThemisError
 from ..node import ShardNode
 from ..rag.versions import read_as_of, read_version
 from ..storage.collections import CollectionConfig
-from ..storage.hints import decode_items, encode_items
 from ..storage.names import check_collection, check_key, urn
+from ..storage.record_wire import decode_items, encode_items
 from ..training.federation import LocalTrain, Publish
 from .deps import current_node
 from .search import SearchRequest
@@ -207,7 +207,7 @@ async def replicate(body: ItemsBody, shard: Node) -> dict:
 
 @router.post("/replicate/batch")
 async def replicate_batch(request: Request, shard: Node) -> Response:
-    """Many coordinated writes in one request (``cluster/replication_batch.py``), each fenced and
+    """Many coordinated writes in one request (``cluster/replication/batching.py``), each fenced and
     applied on its own and answered in order; one synced write for all of them. Parsed with
     orjson, without pydantic: this is the hottest internal route."""
     try:
@@ -298,7 +298,7 @@ class LeaseProbe(BaseModel):
 
 @router.post("/lease")
 async def lease(body: LeaseProbe, shard: Node) -> dict:
-    """The plan authority's probe (``cluster/lease.py``): renew the primary lease, and report
+    """The plan authority's probe (``cluster/replication/lease.py``): renew the primary lease, and report
     what the authority decides the in-sync set on (epoch, catch-up, hints held for peers)."""
     return shard.cluster.lease_probe(body.epoch, body.until)
 

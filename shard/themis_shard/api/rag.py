@@ -83,16 +83,11 @@ class ReplayBody(BaseModel):
     answer: str | None = Field(None, description="the answer to compare with (reproduced)")
 
 
-def rag_service(request: Request, shard: Node) -> RagService:
-    rt = runtime(request)  # 503 llm_disabled / llm_not_ready: the question needs the embedding model
-    return RagService(
-        shard.store,
-        shard.vectors,
-        shard.cluster,
-        shard.metrics,
-        rt.embed,
-        passage_chars=shard.aql.settings.rag_context_chars,
-    )
+async def rag_service(request: Request, shard: Node) -> RagService:
+    """The node's retrieval service, once the engine can embed the question: 503
+    ``llm_disabled`` / ``llm_not_ready`` before anything else is looked at."""
+    runtime(request)
+    return shard.rag
 
 
 @router.post("/v1/rag")

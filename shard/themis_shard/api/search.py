@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..documents.vector_search import vector_search
 from ..errors import BadRequest
 from ..node import ShardNode
-from ..rag.retrieval import vector_search
 from ..storage.names import check_collection
 from .deps import current_node
 from .params import CollectionName, exactly_one_of

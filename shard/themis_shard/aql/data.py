@@ -17,9 +17,9 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ..cluster.documents import relay
-from ..cluster.placement import candidates
-from ..cluster.remote import PeerError, PeerUnavailable
+from ..cluster.documents.coordinator import relay
+from ..cluster.placement.owners import candidates
+from ..cluster.transport.remote import PeerError, PeerUnavailable
 from ..errors import NotFound, Unavailable
 from ..storage.collections import CollectionConfig
 from ..storage.documents import Change, StoredDocument, Write

@@ -39,8 +39,8 @@ from themis_core.cluster_backup.manifest import MANIFEST, BackupInvalid, FileEnt
 from themis_core.data_format import UNMARKED
 from themis_core.plan import ClusterPlan
 
-from ..cluster.fencing import primary
-from ..cluster.placement import Topology
+from ..cluster.placement.owners import Topology
+from ..cluster.replication.fencing import primary
 from ..storage.codec import is_tombstone
 from ..storage.collections import CollectionConfig
 from ..storage.documents import DocumentStore

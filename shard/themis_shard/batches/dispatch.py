@@ -25,9 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..cluster.inference import InferenceRouting
-from ..cluster.remote import PeerError, PeerUnavailable
-from ..cluster.scatter import Assignment, gather
+from ..cluster.routing.inference import InferenceRouting
+from ..cluster.routing.scatter import Assignment, gather
+from ..cluster.transport.remote import PeerError, PeerUnavailable
 from ..errors import BadRequest, ThemisError
 from ..inference.openai_types import LOWEST_PRIORITY, ChatBody, CompletionBody, EmbeddingsBody
 from ..inference.service import InferenceService

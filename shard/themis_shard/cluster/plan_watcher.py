@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry, Gauge
 from themis_core.plan import AdapterPlacement, ClusterPlan, is_rollback
 
 from ..llm.fetch import FetchError, SourceFetcher, is_url
-from .placement import Topology
-from .router import RoutingPolicy
+from .placement.owners import Topology
+from .placement.views import LivePlan, RuntimeSource
+from .routing.router import RoutingPolicy
 from .tasks import Tasks
-from .views import LivePlan, RuntimeSource
 
 log = logging.getLogger(__name__)
 

@@ -2,12 +2,13 @@
 
 Created by the app's lifespan. The parts, each with its own background tasks:
 
-* ``Membership`` (membership.py) — gossip, member states, breaker probes, the draft shard;
+* ``Membership`` (membership/) — gossip, member states, breaker probes, the draft shard;
 * ``PlanWatcher`` (plan_watcher.py) — plan file reload, router settings, adapter placement;
-* ``Handoff`` (migration.py) — start-up catch-up and the resharding state machine;
-* ``Replication`` (replication.py) + ``DistributedDocuments`` (documents.py) — routed reads and
-  writes, synchronous replication with hinted handoff, hint replay;
-* ``ClusterCollections`` (collections.py) — collection declarations and vector search fan-out;
+* ``Handoff`` (placement/migration.py) — start-up catch-up and the resharding state machine;
+* ``Replication`` (replication/delivery.py) + ``DistributedDocuments``
+  (documents/coordinator.py) — routed reads and writes, synchronous replication with hinted
+  handoff, hint replay;
+* ``ClusterCollections`` (documents/collections.py) — collection declarations and vector search fan-out;
 * ``Transactions`` (transactions/) — two-phase commit of cross-shard transactions and its
   recovery (in-doubt intents, logged commits re-driven).
 
@@ -37,28 +38,28 @@ from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
 from ..storage.inflight import InflightLog
 from ..vector.catalog import VectorCatalog
-from .anti_entropy import AntiEntropy
-from .collections import ClusterCollections
-from .documents import DistributedDocuments
-from .fencing import KeyLocks
-from .gossip_state import ShardLoad
-from .inference import InferenceRouting
-from .lease import AuthorityLease
-from .membership import Membership
-from .migration import Handoff, MigrationProgress
-from .peer_auth import InternalAuthPolicy, PeerAuth
-from .placement import Topology
+from .documents.collections import ClusterCollections
+from .documents.coordinator import DistributedDocuments
+from .membership.gossip_state import ShardLoad
+from .membership.members import Membership
+from .placement.migration import Handoff, MigrationProgress
+from .placement.owners import Topology
+from .placement.views import LivePlan, RuntimeSlot
 from .plan_watcher import PlanWatcher
-from .prefix_directory import PrefixSync
-from .prefix_routing import PrefixRoutingPolicy, prefix_aware_router
-from .remote import RemoteExecutor
-from .replication import Replication
+from .replication.anti_entropy import AntiEntropy
+from .replication.delivery import Replication
+from .replication.fencing import KeyLocks
+from .replication.lease import AuthorityLease
+from .replication.tombstone_gc import TombstoneGC
+from .routing.inference import InferenceRouting
+from .routing.prefix_directory import PrefixSync
+from .routing.prefix_routing import PrefixRoutingPolicy, prefix_aware_router, prefix_target
+from .security.peer_auth import InternalAuthPolicy, PeerAuth
 from .settings import ClusterSettings
 from .tasks import Tasks
-from .tombstone_gc import TombstoneGC
 from .transactions.service import Transactions
 from .transactions.settings import TxnSettings
-from .views import LivePlan, RuntimeSlot
+from .transport.remote import RemoteExecutor
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,22 @@ class ClusterService:
             registry,
             announced=self.membership.view.adapters,
             stream_resumptions=self.live.settings.stream_resumptions,
+            prefix_target=self._prefix_target if prefix is not None and prefix.prefix_route else None,
         )
         self._tasks = Tasks()
+
+    def _prefix_target(self, key: str) -> str | None:
+        """Where a request without a domain runs best for its KV prefix (``prefix_target``)."""
+        if self.prefix_sync is None:
+            return None
+        return prefix_target(
+            self.self_id,
+            self.prefix_sync.held_for_prompt(key),
+            self.membership.view.loads(),
+            self.membership.unavailable(),
+            self.router.prefix_policy,
+            self.prefix_sync.s.prefix_route_min_gain_s,
+        )
 
     # -- what the parts share ----------------------------------------------------------------
     @property

@@ -39,7 +39,7 @@ class ClusterSettings(BaseSettings):
     #: to first token, embeddings): a whole generation takes longer, so it is not a default.
     routing_iteration_timeout_s: float = Field(2.0, gt=0)
     #: How many times one routed stream may move to another shard when the shard generating
-    #: it dies (``cluster/resume.py``); 0 ends it in-band at the first loss, as before.
+    #: it dies (``cluster/routing/resume.py``); 0 ends it in-band at the first loss, as before.
     stream_resumptions: int = Field(2, ge=0)
 
     # ---- remote executor (§III-C, §V-A) ----------------------------------------------------
@@ -83,7 +83,7 @@ class ClusterSettings(BaseSettings):
     #: UNSAFE, for the nemesis suite's deliberate failure only (``e2e/nemesis/README.md``):
     #: owners stop refusing writes from another epoch or coordinator, and a shard that cannot
     #: reach a key's primary coordinates the write on the next owner instead (the split brain
-    #: ``fencing.py`` exists to prevent). Read from ``THEMIS_UNSAFE_DISABLE_FENCING``; logged
+    #: ``replication/fencing.py`` exists to prevent). Read from ``THEMIS_UNSAFE_DISABLE_FENCING``; logged
     #: at ERROR when on.
     unsafe_disable_fencing: bool = Field(False, validation_alias="THEMIS_UNSAFE_DISABLE_FENCING")
 
@@ -105,7 +105,7 @@ class ClusterSettings(BaseSettings):
     #: the cluster's mTLS Secret).
     gossip_secret: SecretStr | None = None
     #: Without mTLS, ``/internal/...`` answers only requests signed with ``gossip_secret``
-    #: (``peer_auth.py``); off leaves them open to anyone who can reach the port.
+    #: (``security/peer_auth.py``); off leaves them open to anyone who can reach the port.
     internal_auth: bool = True
     #: The oldest signature an ``/internal/...`` request may carry when the receiver reads it:
     #: it must cover a request queued while the receiver was paused or busy, so it is not a

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from ..cluster.documents import DistributedDocuments
-from ..cluster.fencing import DEFAULT_CONCERN, WriteConcern
+from ..cluster.documents.coordinator import DistributedDocuments
+from ..cluster.replication.fencing import DEFAULT_CONCERN, WriteConcern
 from ..errors import BadRequest, ThemisError
 from ..storage.documents import Change, DocumentStore, StoredDocument, Write
 from ..storage.names import urn

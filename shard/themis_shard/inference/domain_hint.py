@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cluster.inference import InferenceRouting
+from ..cluster.routing.inference import InferenceRouting
 from ..domains.detect import GENERAL
 from ..domains.detector import DomainDetector
 from .local import InferRequest

@@ -16,6 +16,9 @@ What each field does (the rest is refused by name, see ``openai_types``):
   (log-softmax of the raw logits, before penalties and temperature).
 * echo (completions): the prompt text is returned before the completion.
 * usage: prompt/completion tokens, ``prompt_tokens_details.cached_tokens`` (KV-prefix cache).
+
+Why one ~650-line module: completions and chat share sampling, n-way submission, logprobs and
+the resumable stream's replay; the request and response types are ``openai_types.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..cluster.inference import InferenceRouting, Routed
+from ..cluster.routing.inference import InferenceRouting, Routed
 from ..documents.service import DocumentService
 from ..domains.detector import DomainDetector
 from ..errors import BadRequest, ThemisError
@@ -93,17 +93,19 @@ class InferenceService:
         return infer_result(await wait_done(gen, disconnected), gen, self.shard_id)
 
     async def infer(self, req: InferRequest, disconnected: Disconnected) -> Routed:
-        """Here unless the request has a domain (given or detected) and this shard is in a cluster."""
+        """Here unless, in a cluster, the request has a domain (given or detected) or another shard
+        holds a longer KV prefix of its prompt."""
         routing = self._routing()
         hint = await hint_domain(self._domains() if self._domains else None, routing, req)
         req = hint.request
-        if not routing.routes(req.domain):
+        holder = None if routing.routes(req.domain) else routing.prefix_holder(req.prompt)
+        if not routing.routes(req.domain) and holder is None:
             return Routed(self.shard_id, hint.annotate(await self.infer_here(req, disconnected)))
 
         async def here(body: dict) -> Answer:  # the first try, or a stream's continuation
             return await self.infer_here(InferRequest.model_validate(body), disconnected)
 
-        routed = await routing.infer(req.to_json(), here)
+        routed = await routing.infer(req.to_json(), here, holder=holder)
         return Routed(routed.shard, hint.annotate(routed.answer))
 
     # -- OpenAI-compatible ---------------------------------------------------------------------

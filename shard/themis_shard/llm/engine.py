@@ -10,6 +10,9 @@ Requests talk to the thread only through the inbox and their ``sink`` callback, 
 here is touched from two threads at a time. Its collaborators — the KV-prefix cache and the
 speculator — come in through the constructor as the Protocols of ``hooks.py``; adapters and slots
 are changed through the public methods below, never by reaching into the scheduler or context.
+
+Why one ~570-line module: everything here runs on the one scheduler thread that owns the llama
+context; the scheduler, sampling, KV accounting and speculation are modules of their own.
 """
 
 from __future__ import annotations

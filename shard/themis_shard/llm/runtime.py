@@ -6,6 +6,9 @@ the Protocols of ``hooks.py`` (``prefix_puller``, ``draft_resolver``), so ``llm/
 the cluster. Everything slow (loading, fingerprinting, converting the embedding model) runs in a
 worker thread so the event loop stays free; ``ready`` turns True once every configured model
 serves.
+
+Why one ~580-line module: it is the one facade whose start and stop order the models, engines,
+adapters, embedder and draft service, each of which is a module of its own.
 """
 
 from __future__ import annotations

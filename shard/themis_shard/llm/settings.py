@@ -84,6 +84,10 @@ class LLMSettings(BaseSettings):
     )
     #: Pull a missing prefix from a peer when transfer + load is estimated faster than prefill.
     prefix_pull: bool = True
+    #: Send a request without a domain to the shard holding a longer prefix of its prompt when
+    #: that saves at least ``prefix_route_min_gain_s`` of prefill (load permitting).
+    prefix_route: bool = True
+    prefix_route_min_gain_s: float = Field(0.1, ge=0, description="prefill seconds a hop must save")
     prefix_net_bytes_per_s: float = Field(100e6, gt=0, description="assumed peer bandwidth")
     prefix_prefill_tokens_per_s: float = Field(180.0, gt=0, description="assumed local prefill rate")
     prefix_load_bytes_per_s: float = Field(800e6, gt=0, description="assumed state load rate")

@@ -22,10 +22,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.documents import relay
-from ..cluster.inference import relay_sse
-from ..cluster.remote import PeerError, PeerUnavailable
+from ..cluster.documents.coordinator import relay
+from ..cluster.routing.inference import relay_sse
 from ..cluster.service import ClusterService
+from ..cluster.transport.remote import PeerError, PeerUnavailable
+from ..documents.vector_search import vector_search
 from ..errors import NotFound
 from ..metrics import ShardMetrics
 from ..storage.documents import DocumentStore
@@ -34,7 +35,6 @@ from ..vector.catalog import VectorCatalog
 from .placement import generation_shard
 from .prompt import build_prompt, passage_text
 from .provenance import cited
-from .retrieval import vector_search
 from .versions import SourceReader
 
 #: A generation: ``/v1/infer``'s result dict, or its SSE bytes.

@@ -13,10 +13,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ..cluster.documents import relay
-from ..cluster.placement import candidates
-from ..cluster.remote import PeerError, PeerUnavailable, internal_path
+from ..cluster.documents.coordinator import relay
+from ..cluster.placement.owners import candidates
 from ..cluster.service import ClusterService
+from ..cluster.transport.remote import PeerError, PeerUnavailable, internal_path
 from ..errors import ThemisError, Unavailable
 from ..storage import history
 from ..storage.documents import DocumentStore

@@ -166,7 +166,7 @@ class RaidService:
         }
 
     async def _peer_states(self, manifest: Manifest | None = None) -> dict[str, dict]:
-        from ..cluster.remote import PeerError, PeerUnavailable
+        from ..cluster.transport.remote import PeerError, PeerUnavailable
 
         async def ask(peer: str) -> dict | None:
             try:
@@ -237,7 +237,7 @@ class RaidService:
 
     # -- manifests ----------------------------------------------------------------------------------
     async def _peer_manifest(self, peer: str) -> Manifest | None:
-        from ..cluster.remote import PeerError, PeerUnavailable
+        from ..cluster.transport.remote import PeerError, PeerUnavailable
 
         try:
             raw = await self.executor.request(
@@ -389,7 +389,7 @@ class RaidService:
             except ThemisError:
                 raise
             except Exception as exc:
-                from ..cluster.remote import RemoteCallError
+                from ..cluster.transport.remote import RemoteCallError
 
                 if isinstance(exc, RemoteCallError):
                     raise RaidUnavailable(f"ingest needs every shard of the layout: {exc}") from exc
@@ -600,7 +600,7 @@ class RaidService:
         self, manifest: Manifest, s: int, codec: Any, fd: int | None, progress: Progress
     ) -> int:
         """Read (local or peer), reconstruct and write back one stripe; returns bytes fetched."""
-        from ..cluster.remote import PeerError, PeerUnavailable
+        from ..cluster.transport.remote import PeerError, PeerUnavailable
 
         layout = manifest.layout
         have: dict[int, np.ndarray] = {}

@@ -31,6 +31,11 @@ transaction committed first and this one fails with 409 and writes nothing. The 
 applied atomically. This is optimistic MVCC: readers never block, conflicts abort the later
 committer. A :class:`Check` is a read validation a client sends with its writes (the version it
 read must still be the stored one), checked under the same lock.
+
+Why one ~980-line module: every path that writes (commits, replicated records, coordinated
+installs, bulk ingest, purges) stages under the one commit lock and the one group-commit writer
+over the same column families; split apart, the lock would leak. The pure parts (stamps,
+history, the hints codec, group commit, the WAL fsync) are modules of their own.
 """
 
 from __future__ import annotations

@@ -12,40 +12,11 @@ import itertools
 import json
 import threading
 import time
-from typing import Any
 
 from rocksdict import WriteBatch
 
 from .documents import DocumentStore, Replicated
-
-
-def encode_items(items: list[Replicated]) -> list[dict[str, Any]]:
-    """The wire (and hint) form of records: stamps included, so every copy is identical."""
-    return [
-        {
-            "collection": i.collection,
-            "key": i.key,
-            "version": i.version,
-            "document": i.document,
-            "hlc": i.hlc,
-            "origin": i.origin,
-        }
-        for i in items
-    ]
-
-
-def decode_items(raw: list[dict[str, Any]]) -> list[Replicated]:
-    return [
-        Replicated(
-            i["collection"],
-            i["key"],
-            int(i["version"]),
-            i.get("document"),
-            int(i.get("hlc", 0)),
-            str(i.get("origin", "")),
-        )
-        for i in raw
-    ]
+from .record_wire import decode_items, encode_items
 
 
 class HintLog:

@@ -20,7 +20,7 @@ import time
 from rocksdict import WriteBatch
 
 from .documents import DocumentStore, Replicated
-from .hints import decode_items, encode_items
+from .record_wire import decode_items, encode_items
 
 
 class InflightLog:

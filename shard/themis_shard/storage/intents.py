@@ -35,7 +35,7 @@ from rocksdict import WriteBatch, WriteOptions
 
 from .decision_gate import DecisionGate
 from .documents import Check, DocumentStore, Replicated
-from .hints import decode_items, encode_items
+from .record_wire import decode_items, encode_items
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ One round r → r+1, coordinated by the shard that was asked (it is also the agg
    each writes ``<weights>/trained/<name>.gguf`` with federation_round = r+1 and the total
    sample count, loads it in place of round r, evaluates it on the domain's held-out set and
    answers the evaluation; gossip then announces federation_round, training_samples and
-   accuracy_delta (``cluster/announcer.py`` reads them from the file and the evaluation).
+   accuracy_delta (``cluster/membership/announcer.py`` reads them from the file and the evaluation).
 
 ``Federation.run`` is the round loop over :class:`Participant` s; the HTTP shape of a remote
 participant is :class:`RemoteParticipant`, this shard's own is :class:`LocalParticipant`.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..cluster.remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
+from ..cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from ..errors import BadRequest, ThemisError, Unavailable
 from .fedavg import fedavg
 from .lora import LoraWeights, read_lora_gguf

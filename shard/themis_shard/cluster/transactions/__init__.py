@@ -49,4 +49,7 @@ read through by prepare (the single-coordinator path does);
 ``previous_version`` of a cross-shard result is not reported exactly.
 ``THEMIS_TXN_PAUSE_AFTER_PREPARE_S`` and ``THEMIS_TXN_PAUSE_AFTER_DECISION_S`` (off) are the
 fault-injection hooks.
+
+May import: ``documents`` (the commit body and refusals), ``replication``, ``placement``,
+``transport``, ``tasks``, ``settings``.
 """

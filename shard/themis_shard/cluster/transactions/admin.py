@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from starlette.concurrency import run_in_threadpool
 
 from ...storage.intents import Decision
-from ..remote import PeerError, PeerUnavailable, RemoteExecutor
-from ..views import TopologySource
+from ..placement.views import TopologySource
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .decisions import Outcome, Status, outcome, outcome_after_fence
 
 log = logging.getLogger(__name__)

@@ -23,14 +23,14 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Change, Check, Replicated, Write
-from ...storage.hints import decode_items
 from ...storage.intents import Decision, TxnLog
-from ..documents import check_to_json, refusal, write_to_json
-from ..fencing import WriteConcern
-from ..placement import candidates
-from ..remote import PeerError, PeerUnavailable, RemoteExecutor
-from ..replication import NOT_SENT_REASONS
-from ..views import TopologySource
+from ...storage.record_wire import decode_items
+from ..documents.coordinator import check_to_json, refusal, write_to_json
+from ..placement.owners import candidates
+from ..placement.views import TopologySource
+from ..replication.delivery import NOT_SENT_REASONS
+from ..replication.fencing import WriteConcern
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .decisions import Group, client_error, coordinator_decision, deciders, participant_groups
 from .metrics import TxnMetrics
 from .participant import Participant

@@ -10,8 +10,8 @@ from enum import StrEnum
 from ...errors import ThemisError, Unavailable
 from ...storage.documents import Check, Write
 from ...storage.intents import Decision, Intent
-from ..fencing import FENCE_CODES, Delivery
-from ..placement import Topology
+from ..placement.owners import Topology
+from ..replication.fencing import FENCE_CODES, Delivery
 
 
 class Outcome(StrEnum):

@@ -17,12 +17,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Check, DocumentStore, Replicated, Write
-from ...storage.hints import encode_items
 from ...storage.intents import Decision, Intent, IntentStore, Role, TxnLog
-from ..fencing import Delivery, KeyLocks, WriteConcern, fence_refusal, required_acks
-from ..remote import PeerError, PeerUnavailable, RemoteExecutor
-from ..replication import Replication, delivery_of
-from ..views import TopologySource
+from ...storage.record_wire import encode_items
+from ..placement.views import TopologySource
+from ..replication.delivery import Replication, delivery_of
+from ..replication.fencing import Delivery, KeyLocks, WriteConcern, fence_refusal, required_acks
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .decisions import enough_copies
 from .metrics import TxnMetrics
 

@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 
 from ...storage.intents import Decision, IntentStore, TxnLog, now_ms
-from ..remote import PeerError, PeerUnavailable, RemoteExecutor
-from ..views import TopologySource
+from ..placement.views import TopologySource
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .decisions import Status, in_doubt, termination
 from .metrics import TxnMetrics
 from .participant import Participant

@@ -9,11 +9,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ...storage.documents import Change, Check, DocumentStore, Write
 from ...storage.intents import IntentStore, TxnLog, now_ms
-from ..fencing import KeyLocks, WriteConcern
-from ..remote import RemoteExecutor
-from ..replication import Replication
+from ..placement.views import TopologySource
+from ..replication.delivery import Replication
+from ..replication.fencing import KeyLocks, WriteConcern
 from ..tasks import Tasks
-from ..views import TopologySource
+from ..transport.remote import RemoteExecutor
 from .admin import ClusterTransactions
 from .coordinator import Coordinator
 from .decisions import Status

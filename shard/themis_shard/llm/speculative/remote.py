@@ -22,7 +22,7 @@ known, or at once when the cluster's circuit breaker for the draft shard is open
 then counts a ``draft_error`` fallback and decodes locally (probing again after a back-off).
 Which shard drafts: a fixed URL (``THEMIS_LLM_DRAFT_URL``), a named cluster shard, or ``auto`` —
 the least-loaded live peer that gossips ``draft_of`` = this shard's model
-(``cluster/draft_shard.py``).
+(``cluster/membership/draft_shard.py``).
 """
 
 from __future__ import annotations

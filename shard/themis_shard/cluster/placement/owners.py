@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from themis_core.plan import ClusterPlan
 from themis_core.ring import HashRing
 
-from ..storage.names import urn
+from ...storage.names import urn
 
 
 @dataclass(frozen=True)

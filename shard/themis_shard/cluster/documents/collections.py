@@ -18,13 +18,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram
 from starlette.concurrency import run_in_threadpool
 
-from ..metrics import LATENCY_BUCKETS
-from ..storage.collections import CollectionConfig
-from ..storage.documents import DocumentStore
-from ..vector.catalog import VectorCatalog
-from .placement import merge_top_k
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .views import TopologySource
+from ...metrics import LATENCY_BUCKETS
+from ...storage.collections import CollectionConfig
+from ...storage.documents import DocumentStore
+from ...vector.catalog import VectorCatalog
+from ..placement.owners import merge_top_k
+from ..placement.views import TopologySource
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from typing import Protocol, TypeVar
 from prometheus_client import CollectorRegistry, Counter
 from themis_core.ring import stable_hash64
 
-from .remote import PeerUnavailable
+from ..transport.remote import PeerUnavailable
 
 T = TypeVar("T")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .placement import Topology
-from .settings import ClusterSettings
+from ..settings import ClusterSettings
+from .owners import Topology
 
 
 class TopologySource(Protocol):

@@ -19,13 +19,14 @@ import logging
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 
-from ..storage.documents import Replicated
-from ..storage.hints import HintLog, decode_items, encode_items
+from ...storage.documents import Replicated
+from ...storage.hints import HintLog
+from ...storage.record_wire import decode_items, encode_items
+from ..placement.views import TopologySource
+from ..tasks import Tasks
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
+from .batching import ReplicationBatcher
 from .fencing import FENCE_CODES, Delivery
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .replication_batch import ReplicationBatcher
-from .tasks import Tasks
-from .views import TopologySource
 
 log = logging.getLogger(__name__)
 

@@ -61,8 +61,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..errors import BadRequest, Conflict, Unavailable
-from .placement import Topology
+from ...errors import BadRequest, Conflict, Unavailable
+from ..placement.owners import Topology
 
 
 class WriteConcern(StrEnum):

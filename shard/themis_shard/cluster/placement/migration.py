@@ -16,6 +16,10 @@ purging, it pushes the copies it drops to their current owners when they lack th
 
 The decisions are pure functions at the top; ``Handoff`` at the bottom is the state machine
 that drives them over the network (one per shard, owned by the cluster service).
+
+Why one ~560-line module: the pure hand-off decisions and the ``Handoff`` state machine that
+applies them share one page format; apart, a decision would live away from the only code that
+acts on it.
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
 from themis_core.ring import HashRing, RingSpec
 
-from ..errors import Unavailable
-from ..storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
-from ..storage.hints import decode_items
-from ..storage.names import storage_key, urn
-from .placement import Topology
-from .remote import PeerError, PeerUnavailable, RemoteExecutor, dumps, internal_path
-from .tasks import Tasks
+from ...errors import Unavailable
+from ...storage.documents import DocumentStore, Replicated, StoredDocument, Tombstone
+from ...storage.names import storage_key, urn
+from ...storage.record_wire import decode_items
+from ..tasks import Tasks
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor, dumps, internal_path
+from .owners import Topology
 from .views import TopologySource
 
 log = logging.getLogger(__name__)

@@ -20,13 +20,13 @@ import logging
 from prometheus_client import CollectorRegistry, Counter
 from starlette.concurrency import run_in_threadpool
 
-from ..storage.documents import DocumentStore, Tombstone
-from ..storage.hints import HintLog
+from ...storage.documents import DocumentStore, Tombstone
+from ...storage.hints import HintLog
+from ..placement.owners import Topology
+from ..placement.views import TopologySource
+from ..tasks import Tasks
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .fencing import primary
-from .placement import Topology
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .tasks import Tasks
-from .views import TopologySource
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ a valid signature, a timestamp at most ``max_age_s`` old (plus ``clock_skew_s``,
 ``clock_skew_s`` ahead of its clock) and a nonce it has not seen in that window — so a request
 cannot be forged, altered, or replayed. The two are separate settings, far above any request
 timeout: a request queued at a paused or busy receiver is still a peer's when it is read, and
-a sender whose request is refused sees a peer fault (``remote.py``), never a client's 401.
+a sender whose request is refused sees a peer fault (``transport/remote.py``), never a client's 401.
 With mTLS (the internal listener demands a cluster certificate) the certificate is the proof
 and signatures are not checked. ``PeerAuth`` signs (an ``httpx.Auth``: sync and async clients); ``verify`` and
 ``NonceWindow`` check.

@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..errors import Unavailable
-from .placement import Topology
+from ...errors import Unavailable
+from ..placement.owners import Topology
 
 
 class AuthorityLease:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from themis_core.ring import HashRing
 
-from ..storage.names import storage_key, urn
-from ..storage.stamps import Stamp
+from ...storage.names import storage_key, urn
+from ...storage.stamps import Stamp
 
 DIGEST_BYTES = 16
 ZERO = bytes(DIGEST_BYTES)

@@ -18,14 +18,14 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 from themis_core.plan import ClusterPlan
 
+from ..placement.views import RuntimeSource, SettingsSource, TopologySource
+from ..tasks import Tasks
+from ..transport.remote import RemoteExecutor
 from .announcer import announcements_to_publish, resident_adapters
 from .draft_shard import choose_draft_shard
 from .gossip import Gossiper
 from .gossip_state import GossipState, RoutingView, ShardLoad
 from .gossip_wire import GossipCodec
-from .remote import RemoteExecutor
-from .tasks import Tasks
-from .views import RuntimeSource, SettingsSource, TopologySource
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class Membership:
     def draft_target(self):
         """The peer to fetch drafts from (``LLMSettings.draft_shard``: an id, or "auto" = the
         least-loaded live peer gossiping ``draft_of`` = our model); None when there is none."""
-        from ..llm.speculative.remote import DraftTarget
+        from ...llm.speculative.remote import DraftTarget
 
         runtime = self._runtime.runtime
         if runtime is None:

@@ -18,6 +18,9 @@ TLS: pass an ``ssl.SSLContext`` (see :func:`client_ssl_context`, fed by the PEM 
 ``themis_core/certificates.py`` issues) and https peer URLs; plain HTTP when TLS is off. HTTP/1.1
 keep-alive (the paper's HTTP/2 would need the ``h2`` package and a server speaking it; uvicorn does not).
 Metrics go to the CollectorRegistry passed in, never the global one.
+
+Why one ~520-line module: one client whose every call goes through the same retries, breaker,
+signature, trace propagation and typed outcomes; the breaker's state machine is ``breaker.py``.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ValidationError
 from themis_core.tracing import NoSpans, Spans, current_trace, outgoing_traceparent
 
+from ..settings import ClusterSettings
 from .breaker import BreakerRegistry, BreakerState
-from .settings import ClusterSettings
 
 M = TypeVar("M", bound=BaseModel)
 Expect = Literal["json", "bytes", "none"]

@@ -28,15 +28,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from themis_core.ring import HashRing
 
-from ..errors import ThemisError, Unavailable
-from ..storage.names import parse_urn, urn
-from .documents import relay
-from .placement import candidates, coordinator_groups
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from ...errors import ThemisError, Unavailable
+from ...storage.names import parse_urn, urn
+from ..documents.coordinator import relay
+from ..placement.owners import candidates, coordinator_groups
+from ..placement.views import TopologySource
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .resume import Opened, resumable_stream, sse_events, token_id
 from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
 from .scatter import Assignment, BatchItem, gather, split_batch
-from .views import TopologySource
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,12 @@ class InferenceMetrics:
         )
         self.batch_failed = Counter(
             "themis_batch_failed_items_total", "Batch items answered with an error", registry=registry
+        )
+        self.prefix_routed = Counter(
+            "themis_inference_prefix_routed_total",
+            "Requests without a domain sent from the shard they landed on to the shard holding a "
+            "longer KV prefix of their prompt",
+            registry=registry,
         )
         self.resumptions = Counter(
             "themis_inference_resumptions_total",
@@ -172,9 +178,12 @@ class InferenceRouting:
         announced: Callable[[], list[tuple[str, str]]] = list,
         *,
         stream_resumptions: int = 2,
+        prefix_target: Callable[[str], str | None] | None = None,
     ) -> None:
         """``announced``: (adapter id, domain) of the adapters peers announce through gossip;
-        ``stream_resumptions``: moves one stream may make when its shard dies."""
+        ``stream_resumptions``: moves one stream may make when its shard dies;
+        ``prefix_target``: a request key → the shard to run a request without a domain on
+        instead of here (it holds a longer prefix: ``prefix_routing.prefix_target``), or None."""
         self._plan = topology
         self.executor = executor
         self.router = router
@@ -183,6 +192,7 @@ class InferenceRouting:
         self._announced = announced
         self.metrics = InferenceMetrics(registry)
         self.stream_resumptions = stream_resumptions
+        self._prefix_target = prefix_target
 
     @property
     def _topo(self):
@@ -205,11 +215,12 @@ class InferenceRouting:
         return needs_routing(domain, self._topo.clustered)
 
     # -- single requests -------------------------------------------------------------------------
-    async def infer(self, body: dict[str, Any], local: LocalBody) -> Routed:
+    async def infer(self, body: dict[str, Any], local: LocalBody, *, holder: str | None = None) -> Routed:
         """Run where the router says; ``local(body)`` runs it on this shard. A streamed request
         answers with the peer's SSE bytes, opened before this returns (so a peer that fails
         before its first byte fails over to the next shard), and resumes on another shard when
-        its own dies mid-stream."""
+        its own dies mid-stream. ``holder``: for a request without a domain, the shard
+        ``prefix_holder`` found (it runs there, or here when that shard cannot take it)."""
         return await self.forward(
             "/internal/infer",
             body,
@@ -217,6 +228,7 @@ class InferenceRouting:
             key=str(body.get("prompt", "")),
             local=lambda: local(body),
             resumable=local,
+            holder=holder,
         )
 
     async def forward(
@@ -228,6 +240,7 @@ class InferenceRouting:
         key: str,
         local: Callable[[], Awaitable[Any]],
         resumable: LocalBody | None = None,
+        holder: str | None = None,
     ) -> Routed:
         """One request through the router: to the shard it picks for ``domain`` (KV-prefix
         holders of ``key``, load, breakers; ``path`` is the peer's ``/internal`` twin), or here
@@ -235,7 +248,9 @@ class InferenceRouting:
         (429) shard passes the request to the next one; only when every shard is full does the
         client see the 429. A peer that dies after taking a non-streamed request passes it on
         too (counted as a resumption). With ``resumable`` (``resumable(body)`` runs a body here,
-        a continuation included) a peer's stream survives its death; without, it ends in-band."""
+        a continuation included) a peer's stream survives its death; without, it ends in-band.
+        A request without a domain runs on the shard holding a longer KV prefix of ``key``
+        (``holder`` when the caller looked it up already), else here."""
         me = self._topo.self_id
         stream = bool(body.get("stream"))
 
@@ -278,6 +293,15 @@ class InferenceRouting:
 
         try:
             if not self.routes(domain):
+                target = holder or self.prefix_holder(key)
+                if target is not None:
+                    try:
+                        result = await call(target)
+                    except PeerUnavailable:  # dead, slow or full (429): it runs here, as it would have
+                        pass
+                    else:
+                        self.metrics.prefix_routed.inc()
+                        return Routed(target, result)
                 try:
                     return Routed(me, await call(me))
                 except Overloaded:  # full here: the router's choice among the others
@@ -296,6 +320,18 @@ class InferenceRouting:
                 ) from None
             raise Unavailable(f"no shard could serve the request: {exc}", code="no_shard_available") from None
         return Routed(decision.shard_id, result)
+
+    def prefix_holder(self, key: str) -> str | None:
+        """A shard holding a longer KV prefix of ``key`` than this one, worth the hop; never
+        raises (a request must not fail because of the prefix directory)."""
+        if self._prefix_target is None or not key or not self._topo.clustered:
+            return None
+        try:
+            target = self._prefix_target(key)
+        except Exception:
+            log.debug("prefix routing skipped", exc_info=True)
+            return None
+        return target if target != self._topo.self_id else None
 
     async def _open(self, shard: str, path: str, body: dict[str, Any]) -> Opened:
         """A peer's stream, open (headers received): a peer that fails before that raises here."""

@@ -25,15 +25,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import Conflict
-from ..storage.documents import DocumentStore, Replicated
-from ..storage.hints import decode_items, encode_items
-from ..storage.stamps import Stamp
+from ...errors import Conflict
+from ...storage.documents import DocumentStore, Replicated
+from ...storage.record_wire import decode_items, encode_items
+from ...storage.stamps import Stamp
+from ..placement.views import TopologySource
+from ..tasks import Tasks
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
+from .delivery import Replication
 from .merkle import FANOUT, Pair, bucket_digests, differing, leaf_digests, newer_than
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
-from .replication import Replication
-from .tasks import Tasks
-from .views import TopologySource
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Cluster-wide document operations: any shard accepts any request and routes it.
 
-Writes go to the key's one coordinator in this epoch, its primary owner (``fencing.py`` states
+Writes go to the key's one coordinator in this epoch, its primary owner (``replication/fencing.py`` states
 the rule and argues it), which serialises them per key, sends the stamped records to the other
 owners first and installs and acknowledges them only once the write concern's number of owners
 hold them durably (default: all copies). A write that cannot get there is a 503 and is never
@@ -17,6 +17,10 @@ coordinator; everything else keeps the single-coordinator path. A key locked by 
 cross-shard transaction refuses writes (409 ``transaction_in_progress``) until it is decided.
 A batch is atomic per coordinator. Keys whose primary is down cannot be written until the plan
 authority fails them over to an in-sync copy (``isr.py``).
+
+Why one ~890-line module: single-key writes, batches, reads and the answers to their failures
+(burns, forwarding) share one per-key lock table and one mapping of a peer's refusal; 2PC,
+fencing, delivery and the lease are packages of their own.
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ from typing import Any, Protocol
 from starlette.concurrency import run_in_threadpool
 from themis_core.ring import HashRing
 
-from ..errors import BadRequest, Conflict, InsufficientStorage, NotFound, ThemisError, Unavailable
-from ..storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
-from ..storage.inflight import InflightLog
-from ..storage.names import urn
-from .fencing import (
+from ...errors import BadRequest, Conflict, InsufficientStorage, NotFound, ThemisError, Unavailable
+from ...storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
+from ...storage.inflight import InflightLog
+from ...storage.names import urn
+from ..placement.owners import Topology, candidates
+from ..placement.views import TopologySource
+from ..replication.delivery import NOT_SENT_REASONS, Replication
+from ..replication.fencing import (
     DEFAULT_CONCERN,
     FENCE_CODES,
     Delivery,
@@ -48,11 +55,8 @@ from .fencing import (
     required_acks,
     write_owners,
 )
-from .lease import AuthorityLease, lease_refusal
-from .placement import Topology, candidates
-from .remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
-from .replication import NOT_SENT_REASONS, Replication
-from .views import TopologySource
+from ..replication.lease import AuthorityLease, lease_refusal
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +284,7 @@ class DistributedDocuments:
         deliberate failure, never a production setting. ``inflight``: the log that makes a
         write to owners reached in separate messages atomic across a crash (None: not kept).
         ``lease``: the plan authority's lease, without which this shard neither coordinates nor
-        serves primary reads when the plan has failover on (``lease.py``)."""
+        serves primary reads when the plan has failover on (``replication/lease.py``)."""
         self.store = store
         self.executor = executor
         self.replication = replication
@@ -800,7 +804,8 @@ class DistributedDocuments:
         when this shard's plan does not make it that, 503 when its lease lapsed. The reader's
         ``epoch`` may differ from ours while a plan spreads: what matters is that we are the
         primary in our epoch and, with failover, hold the lease the authority outlives before
-        it moves the key (``lease.py``); a handoff's new primary reads through before it writes."""
+        it moves the key (``replication/lease.py``); a handoff's new primary reads through
+        before it writes."""
         topo = self.topology
         if self.fencing:
             coordinator = primary(topo, collection, key) if topo.in_sync_self else None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .remote import PeerError, PeerUnavailable, RemoteExecutor
+from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 
 BATCH_PATH = "/internal/replicate/batch"
 SINGLE_PATH = "/internal/replicate"

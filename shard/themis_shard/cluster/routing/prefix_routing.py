@@ -16,11 +16,15 @@ For each candidate shard ``i`` (in the domain router's order)::
 loaded candidate is not promoted by its prefix (it keeps its domain position). The sort is
 stable: equal scores keep the domain router's order, so with no prefix anywhere and equal loads
 the ranking is exactly the domain router's.
+
+Requests without a domain have no ranking to re-order: they run where they land, unless
+``prefix_target`` finds a shard whose held prefix saves at least ``min_gain_s`` of prefill more
+than this shard's own (the same score, with the same load rule), like llm-d's prefix scorer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -62,6 +66,37 @@ def rank_with_prefix(
         return (-combined_score(score, saved, pending, policy), i)
 
     return [s for _, (s, _) in sorted(enumerate(ranked), key=key)]
+
+
+def prefix_target(
+    me: str,
+    held_tokens: Mapping[str, int],
+    loads: Mapping[str, float],
+    down: Collection[str],
+    policy: PrefixRoutingPolicy = PrefixRoutingPolicy(),
+    min_gain_s: float = 0.1,
+) -> str | None:
+    """The shard a request that would run here (``me``) should run on instead, because it holds
+    a longer prefix of the request's prompt and its load allows; None: run here.
+
+    Candidates are this shard and every holder not in ``down``; each scores as in
+    ``combined_score`` with no domain score. The best wins only by at least ``min_gain_s``
+    seconds of prefill saved (in score points), so equal holders, or a gain smaller than a hop,
+    keep the request where it is. Ties go to the lower shard id (the same answer on every shard)."""
+    candidates = {me} | {s for s, n in held_tokens.items() if n > 0 and s not in down}
+    if len(candidates) < 2:
+        return None
+    least = min(loads.get(s, 0.0) for s in candidates)
+
+    def score(shard: str) -> float:
+        pending = loads.get(shard, 0.0)
+        saved = held_tokens.get(shard, 0) if pending <= least + policy.max_extra_pending else 0
+        return combined_score(None, saved, pending, policy)
+
+    best = max(sorted(candidates), key=score)
+    if best == me or score(best) - score(me) < policy.prefix_weight * min_gain_s:
+        return None
+    return best
 
 
 def _router_class():

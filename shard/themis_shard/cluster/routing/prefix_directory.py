@@ -140,7 +140,7 @@ class PrefixSync:
     async def replicate_hot(self, rt, peers: list[str]) -> int:
         """Push every local prefix used ``prefix_replicate_hits`` times or more (hot system
         prompts) to the live peers that do not list it yet; once per (peer, prefix)."""
-        from ..llm.prefix_io import export_blob
+        from ...llm.prefix_io import export_blob
 
         pushed = 0
         for m in rt.models.values():
@@ -238,8 +238,8 @@ class PrefixSync:
         return pull
 
     async def _pull(self, hook, m, key: str, peers: list[str]) -> bool:
-        from ..llm.kv_blob import BlobError
-        from ..llm.prefix_io import import_blob
+        from ...llm.kv_blob import BlobError
+        from ...llm.prefix_io import import_blob
 
         for peer in peers:
             try:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .remote import PeerUnavailable
+from ..transport.remote import PeerUnavailable
 
 DONE_EVENT = b"data: [DONE]\n\n"
 

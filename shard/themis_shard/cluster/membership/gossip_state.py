@@ -42,7 +42,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from .router import Capability
+from ..routing.router import Capability
 
 ShardId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
 AdapterId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\s]+$")]
