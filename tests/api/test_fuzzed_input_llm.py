@@ -11,8 +11,9 @@ import pytest
 from themis_shard.errors import BadRequest
 from themis_shard.llm.runtime import LLMRuntime
 from themis_shard.llm.settings import LLMSettings
+from themis_testing.app_server import Server, free_port
 
-from tests.llm.conftest import Server, free_port, llm_settings
+from tests.llm.conftest import llm_settings
 
 
 def test_max_tokens_above_the_limit_is_refused_by_name() -> None:

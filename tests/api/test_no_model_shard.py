@@ -15,8 +15,7 @@ from fastapi.testclient import TestClient
 from themis_shard.app import create_app
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings
-
-from tests.llm.conftest import Server, free_port
+from themis_testing.app_server import Server, free_port
 
 #: The engine's public routes (docs/API.md "Inference" and "Adapters").
 ENGINE_ROUTES = [

@@ -3,14 +3,13 @@ real uvicorn server per module (loading is cheap; contexts are what cost memory)
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from themis_shard.llm.settings import LLMSettings
+from themis_testing.app_server import Server
 
 NOISE_LOGITS = 0.75
 """Largest change of a top-2 logit margin seen when only the batch shape changes (measured in
@@ -46,47 +45,6 @@ def llm_settings(**overrides) -> LLMSettings:
         "adapter_eval_on_load": False,
     }
     return LLMSettings(**{**base, **overrides})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A real uvicorn server running the real shard app in a thread."""
-
-    def __init__(self, app, port: int | None = None) -> None:
-        """``port``: the one the app's settings name (its loopback calls, AQL's INFER)."""
-        import uvicorn
-
-        self.app = app
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=5
-            )
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-
-    def __enter__(self) -> Server:
-        self._thread.start()
-        deadline = time.monotonic() + 120
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=60)
-
-    @property
-    def llm(self):
-        return self.app.state.llm
 
 
 @pytest.fixture(scope="module")

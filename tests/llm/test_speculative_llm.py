@@ -176,8 +176,7 @@ def draft_server(draft_gguf):
     from themis_shard.api.errors import install_error_handlers
     from themis_shard.llm.speculative.local_draft import LocalDraftModel
     from themis_shard.llm.speculative.remote import DraftService
-
-    from .conftest import Server
+    from themis_testing.app_server import Server
 
     app = FastAPI()
     install_error_handlers(app)

@@ -13,8 +13,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 from themis_shard.domains.sets import training_texts
-
-from .conftest import free_port
+from themis_testing.app_server import free_port
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
 

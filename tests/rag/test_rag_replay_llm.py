@@ -8,13 +8,11 @@ keeps one superseded version per document). AQL's RAG cites versions and replays
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from themis_testing.app_server import Server, free_port
 
 pytestmark = pytest.mark.llm
 
@@ -26,16 +24,9 @@ FACTS = {
 QUESTION = "What is the capital of France?"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def shard(tmp_path_factory) -> Iterator[httpx.Client]:
     pytest.importorskip("llama_cpp")
-    import uvicorn
     from themis_shard.app import create_app
     from themis_shard.llm.settings import LLMSettings
     from themis_shard.settings import Settings
@@ -52,26 +43,10 @@ def shard(tmp_path_factory) -> Iterator[httpx.Client]:
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("shard"), port=port, llm=llm, document_history_versions=1
     )
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    else:
-        pytest.fail("shard with the model did not become ready")
-    with httpx.Client(base_url=url, timeout=180) as client:
-        yield client
-    server.should_exit = True
-    thread.join(timeout=60)
+    with Server(create_app(settings), port) as server:
+        server.wait_ready()
+        with httpx.Client(base_url=server.url, timeout=180) as client:
+            yield client
 
 
 def collection(client: httpx.Client, name: str) -> str:
