@@ -88,6 +88,7 @@ BUILTINS = [
     Kind("apps", "v1", "statefulsets", "StatefulSet", status=True),
     Kind("apps", "v1", "deployments", "Deployment", status=True),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", status=True),
+    Kind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", status=True),
     Kind("events.k8s.io", "v1", "events", "Event"),
     Kind(
         "apiextensions.k8s.io",
@@ -107,6 +108,7 @@ _SHORT = {
     "namespaces": {"ns"},
     "customresourcedefinitions": {"crd", "crds"},
     "pods": {"po"},
+    "horizontalpodautoscalers": {"hpa"},
     "serviceaccounts": {"sa"},
     "deployments": {"deploy"},
     "events": {"ev"},
@@ -137,6 +139,20 @@ def _pod_ready(pod: dict) -> str:
     return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
 
 
+def _hpa_targets(hpa: dict) -> str:
+    """``current/target`` per metric, as ``kubectl get hpa`` prints them."""
+    current = {
+        m["pods"]["metric"]["name"]: m["pods"]["current"]["averageValue"]
+        for m in (hpa.get("status") or {}).get("currentMetrics") or []
+        if m.get("type") == "Pods"
+    }
+    return ", ".join(
+        f"{current.get(m['pods']['metric']['name'], '<unknown>')}/{m['pods']['target'].get('averageValue')}"
+        for m in hpa["spec"].get("metrics") or []
+        if m.get("type") == "Pods"
+    )
+
+
 #: Server-side printing of built-in kinds (what kubectl shows; ``priority`` 1 = ``-o wide`` only).
 BUILTIN_COLUMNS: dict[tuple[str, str, str], list[tuple[str, int, Any]]] = {
     ("", "v1", "pods"): [
@@ -161,6 +177,14 @@ BUILTIN_COLUMNS: dict[tuple[str, str, str], list[tuple[str, int, Any]]] = {
                 f"{(s.get('status') or {}).get('readyReplicas', 0)}/{s.get('spec', {}).get('replicas', 1)}"
             ),
         ),
+        ("Age", 0, _age),
+    ],
+    ("autoscaling", "v2", "horizontalpodautoscalers"): [
+        ("Reference", 0, lambda h: "{kind}/{name}".format(**h["spec"]["scaleTargetRef"])),
+        ("Targets", 0, _hpa_targets),
+        ("MinPods", 0, lambda h: h["spec"].get("minReplicas", 1)),
+        ("MaxPods", 0, lambda h: h["spec"]["maxReplicas"]),
+        ("Replicas", 0, lambda h: (h.get("status") or {}).get("currentReplicas", 0)),
         ("Age", 0, _age),
     ],
     ("", "v1", "persistentvolumeclaims"): [

@@ -1,6 +1,7 @@
-"""Chart autoscaling: an HPA on the ThemisCluster's scale subresource driven by
-themis_pending_llm_requests (Prometheus Adapter rule), bounded below by the RAID minimum;
-and the operator's own /metrics Service and ServiceMonitor."""
+"""Chart autoscaling: an HPA on the ThemisCluster's scale subresource driven by three LLM signals
+(pending requests, KV-page utilisation, TTFT p90; Prometheus Adapter rules), bounded below by the
+RAID minimum; and the operator's own /metrics Service and ServiceMonitor. That the HPA really
+scales a cluster: e2e/operator/test_autoscaling.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ CLUSTER = {"enabled": True, "name": "demo", "spec": {"shards": 3, "raidMode": "r
 ON = {"cluster": CLUSTER, "autoscaling": {"enabled": True, "minShards": 3, "maxShards": 6}}
 
 
-def test_the_hpa_scales_the_themiscluster_on_pending_llm_requests(render):
+def test_the_hpa_scales_the_themiscluster_on_queue_depth_kv_utilisation_and_ttft(render):
     import kubernetes_validate
 
     docs = render(ON)
@@ -26,23 +27,38 @@ def test_the_hpa_scales_the_themiscluster_on_pending_llm_requests(render):
         "name": "demo",
     }
     assert (spec["minReplicas"], spec["maxReplicas"]) == (3, 6)
-    (metric,) = spec["metrics"]
-    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "themis_pending_llm_requests"
-    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "16"}
+    targets = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in spec["metrics"]}
+    assert all(m["type"] == "Pods" for m in spec["metrics"])
+    assert targets == {
+        "themis_pending_llm_requests": {"type": "AverageValue", "averageValue": "16"},
+        "themis_llm_kv_utilization": {"type": "AverageValue", "averageValue": "0.8"},
+        "themis_llm_ttft_p90_seconds": {"type": "AverageValue", "averageValue": "2"},
+    }
     down = spec["behavior"]["scaleDown"]
     assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 300}]  # one hand-off at a time
 
 
-def test_the_prometheus_adapter_rule_serves_the_metric_per_pod(render):
+def test_a_signal_set_to_null_is_not_a_metric_of_the_hpa(render):
+    off = {**ON["autoscaling"], "targetKVUtilization": None, "targetTTFTP90Seconds": None}
+    hpa = one(render({**ON, "autoscaling": off}), "HorizontalPodAutoscaler")
+    assert [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]] == ["themis_pending_llm_requests"]
+
+
+def test_the_prometheus_adapter_rules_serve_each_signal_per_pod(render):
     rules = next(
         d
         for d in by_kind(render(ON), "ConfigMap")
         if d["metadata"]["name"].endswith("prometheus-adapter-rules")
     )
-    (rule,) = yaml.safe_load(rules["data"]["config.yaml"])["rules"]
-    assert rule["seriesQuery"].startswith("themis_pending_llm_requests{")
-    assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
-    assert rule["name"]["as"] == "themis_pending_llm_requests"
+    parsed = yaml.safe_load(rules["data"]["config.yaml"])["rules"]
+    assert [r["name"]["as"] for r in parsed] == [
+        "themis_pending_llm_requests",
+        "themis_llm_kv_utilization",
+        "themis_llm_ttft_p90_seconds",
+    ]
+    for rule in parsed:
+        assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
+        assert "<<.LabelMatchers>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
     without = render({**ON, "autoscaling": {**ON["autoscaling"], "prometheusAdapter": {"rules": False}}})
     assert not [d for d in by_kind(without, "ConfigMap") if "adapter" in d["metadata"]["name"]]
 
