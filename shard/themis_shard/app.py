@@ -58,10 +58,20 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     metrics = ShardMetrics(settings.shard_id)
     spans = spans or build_spans(settings.otel, settings.shard_id)
 
+    gate = None
+    if settings.auth.enabled and settings.llm.enabled:  # tenants are API keys' (and share a model)
+        t = settings.tenants
+        gate = TenantGate(
+            settings.auth.tenant_policies(),
+            max_inflight=t.max_inflight,
+            max_waiting=t.max_waiting,
+            metrics=TenantMetrics(metrics.registry),
+        )
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            node = await ShardNode.open(settings, metrics, spans)
+            node = await ShardNode.open(settings, metrics, spans, gate)
         except Exception as exc:
             write_termination_message(settings.termination_message_path, exc)
             spans.close()
@@ -110,14 +120,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     else:  # the same paths answer 503 llm_disabled by name, never 404 (docs/API.md "Inference")
         app.include_router(no_model.refusing_router(engine, settings.shard_id))
     app.add_middleware(InternalAuth)  # /internal/... signed with the cluster secret (without mTLS)
-    if settings.auth.enabled and settings.llm.enabled:  # a key's tenant: its limits and fair share
-        t = settings.tenants
-        gate = TenantGate(
-            settings.auth.tenant_policies(),
-            max_inflight=t.max_inflight,
-            max_waiting=t.max_waiting,
-            metrics=TenantMetrics(metrics.registry),
-        )
+    if gate is not None:  # a key's tenant: its limits and fair share
         app.add_middleware(TenantMiddleware, gate=gate, default_max_tokens=settings.llm.default_max_tokens)
     app.add_middleware(
         BodyLimitMiddleware,

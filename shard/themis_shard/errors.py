@@ -94,3 +94,13 @@ def check_unicode(value: object) -> None:
 
 def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
+
+
+def llm_disabled(shard_id: str) -> Unavailable:
+    """The 503 of a shard started without a model, on every path to its engine (routes and AQL)."""
+    who = f"shard {shard_id}" if shard_id else "this shard"
+    return Unavailable(
+        f"{who} runs without a model (started with themis up --no-llm, i.e. THEMIS_LLM_ENABLED=false), "
+        "so it serves no inference, embeddings, RAG or adapters; start the cluster without --no-llm",
+        code="llm_disabled",
+    )

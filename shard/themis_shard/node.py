@@ -32,7 +32,8 @@ from .cluster.transactions.settings import TxnSettings
 from .documents.service import DocumentService
 from .domains.detector import DomainDetector
 from .domains.sets import adapter_validation_set
-from .errors import Unavailable
+from .errors import Unavailable, llm_disabled
+from .inference.caller_gateway import CallerGateway
 from .inference.service import InferenceService
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
 from .metrics import ShardMetrics
@@ -41,6 +42,7 @@ from .raid.service import RaidService, start_raid
 from .settings import Settings
 from .storage.documents import DocumentStore
 from .storage.formats import open_formats
+from .tenants.gate import TenantGate
 from .training.federation import Federation, LocalParticipant
 from .training.persisted import TrainedAdapters
 from .training.service import TrainingService, train_cache_dir
@@ -65,6 +67,8 @@ class ShardNode:
     llm: LLMRuntime | None = None
     #: Downloads http(s) model and adapter sources onto the weights volume.
     fetcher: SourceFetcher | None = None
+    #: Tenants' admission (API keys and a model on): the HTTP edge's, shared with AQL's inference.
+    tenant_gate: TenantGate | None = None
     # The services over those parts, built once by ``__post_init__`` (never per request).
     documents: DocumentService = field(init=False)
     domains: DomainDetector = field(init=False)
@@ -95,7 +99,18 @@ class ShardNode:
             shard_id=settings.shard_id,
             domains=lambda: self.domains,
         )
-        self.aql = AqlService(self)
+        #: AQL's INFER/EMBED/RAG go through the same pipeline, rules and tenant gate, in process.
+        self.aql = AqlService(
+            self,
+            CallerGateway(
+                self.inference,
+                self.tenant_gate,
+                keys_on=settings.auth.enabled,
+                default_max_tokens=settings.llm.default_max_tokens,
+                max_batch_requests=settings.max_batch_requests,
+                metrics_open=settings.auth.metrics_open,
+            ),
+        )
         #: Retrieval for ``/v1/rag`` (the question needs this shard's embedding model).
         self.rag = RagService(
             self.store,
@@ -146,15 +161,22 @@ class ShardNode:
         """The loaded engine, or 503: ``llm_disabled`` on a shard that runs none, ``llm_not_ready``
         while it loads."""
         if self.llm is None and not self.settings.llm.enabled:
-            raise Unavailable("inference is not enabled on this shard", code="llm_disabled")
+            raise llm_disabled(self.settings.shard_id)
         if self.llm is None or not self.llm.ready:
             raise Unavailable("the model is still loading", code="llm_not_ready")
         return self.llm
 
     @classmethod
-    async def open(cls, settings: Settings, metrics: ShardMetrics, spans: Spans | None = None) -> ShardNode:
+    async def open(
+        cls,
+        settings: Settings,
+        metrics: ShardMetrics,
+        spans: Spans | None = None,
+        tenant_gate: TenantGate | None = None,
+    ) -> ShardNode:
         """Build and start every part; a part that fails to start stops the ones before it.
-        ``spans``: where request and peer-call spans go (the app's, shared with its access log)."""
+        ``spans``: where request and peer-call spans go (the app's, shared with its access log);
+        ``tenant_gate``: the HTTP edge's tenant admission, which AQL's inference shares."""
         fetcher = SourceFetcher(settings.weights_path / "sources", FetchSettings())
         store, vectors, plan, cluster = await asyncio.to_thread(
             cls._open_storage, settings, metrics, fetcher, spans or NoSpans()
@@ -209,6 +231,7 @@ class ShardNode:
             raid=raid,
             llm=llm,
             fetcher=fetcher,
+            tenant_gate=tenant_gate,
         )
         if llm is not None:  # batches this shard coordinates, resumed after a restart too
             node.batch_runner.start()

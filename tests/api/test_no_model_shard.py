@@ -83,7 +83,7 @@ def test_documents_vectors_and_health_work_as_on_any_shard(shard: TestClient) ->
 
 
 def test_aql_inference_on_a_shard_without_a_model_is_refused_by_the_same_name(tmp_path: Path) -> None:
-    """AQL's INFER reaches inference through the shard's own HTTP API: its caller gets the 503, named."""
+    """AQL's INFER reaches the same inference pipeline in process: its caller gets the same 503, named."""
     port = free_port()
     settings = Settings(data_dir=tmp_path / "shard", port=port, llm=LLMSettings(enabled=False))
     with Server(create_app(settings), port) as srv, httpx.Client(base_url=srv.url) as http:

@@ -1,5 +1,5 @@
-"""INFER, batched INFER, EMBED and RAG against the real engine, through the shard's own HTTP API
-(a real uvicorn server, so the loopback gateway is exercised end to end). Kept short: max 4 tokens."""
+"""INFER, batched INFER, EMBED and RAG against the real engine, on a real uvicorn server: AQL's
+inference runs in process (no HTTP call of the shard to itself). Kept short: max 4 tokens."""
 
 from __future__ import annotations
 
@@ -63,7 +63,19 @@ def aql(url: str, query: str, **binds):
     return r.json()["result"]
 
 
+def inference_http_requests(url: str) -> float:
+    """The shard's own count of HTTP requests to its inference routes (any status)."""
+    text = httpx.get(f"{url}/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("themis_http_requests_total{")
+        and any(f'"{route}"' in line for route in ("/v1/infer", "/v1/infer:batch", "/v1/embed"))
+    )
+
+
 def test_infer_and_batch_infer(shard):
+    before = inference_http_requests(shard)
     [one] = aql(
         shard,
         "INFER @m @p DOMAIN 'general' OPTIONS {max_tokens: 4, temperature: 0}",
@@ -77,6 +89,7 @@ def test_infer_and_batch_infer(shard):
         reqs=["One, two,", "Red, green,"],
     )
     assert len(many) == 2 and all("text" in m for m in many)
+    assert inference_http_requests(shard) == before  # in process, not a loopback call
 
 
 def test_embed_and_rag_return_the_urns_used(shard):

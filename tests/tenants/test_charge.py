@@ -4,7 +4,7 @@ the priority asked is the body's, or the highest of a batch's items."""
 
 from __future__ import annotations
 
-from themis_shard.api.tenants import charge
+from themis_shard.tenants.charge import charge
 
 DEFAULT = 256
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header
+from fastapi import APIRouter, Body, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..node import ShardNode
+from ..tenants.caller import Caller
 from .deps import current_node
 
 router = APIRouter(tags=["aql"])
@@ -30,12 +31,14 @@ class AqlResponse(BaseModel):
 async def aql(
     body: AqlRequest,
     shard: Node,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    request: Request,
 ) -> dict:
     """Run a query. Errors: 400 ``aql_syntax_error`` (with line/column and expected tokens),
     400 for semantic errors (unknown collection/variable/function, missing bind parameter,
     wrong types) and for exceeded limits (``query_timeout``, ``result_too_large``)."""
-    return await shard.aql.execute(body.query, body.bind_vars, authorization=authorization)
+    state = request.scope.get("state") or {}  # the key's role and tenant (AuthMiddleware)
+    caller = Caller(state.get("role"), state.get("tenant") or Caller().tenant)
+    return await shard.aql.execute(body.query, body.bind_vars, caller=caller)
 
 
 @router.post("/internal/aql/scan", include_in_schema=False)

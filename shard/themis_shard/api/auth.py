@@ -70,7 +70,9 @@ class AuthMiddleware:
                 "insufficient_scope",
             )
             return
-        scope.setdefault("state", {})["tenant"] = entry.tenant  # for TenantMiddleware
+        state = scope.setdefault("state", {})
+        state["tenant"] = entry.tenant  # for TenantMiddleware
+        state["role"] = role  # for in-process calls made on the caller's behalf (AQL's inference)
         await self.app(scope, receive, send)
 
     async def _refuse(self, send: Send, status: int, code: str, message: str, error: str) -> None:

@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..documents.service import DocumentService
-from ..errors import BadRequest, Unavailable
+from ..errors import BadRequest, Unavailable, llm_disabled
 from ..inference.service import InferenceService
 from ..node import ShardNode
 
@@ -41,7 +41,7 @@ def runtime(request: Request) -> LLMRuntime:
         settings = getattr(request.app.state, "settings", None)
         if settings is not None and settings.llm.enabled:  # the node (and its engine) is still opening
             raise Unavailable("the model is still loading", code="llm_not_ready")
-        raise Unavailable("inference is not enabled on this shard", code="llm_disabled")
+        raise llm_disabled(settings.shard_id if settings is not None else "")
     if not rt.ready:
         raise Unavailable("the model is still loading", code="llm_not_ready")
     return rt

@@ -15,18 +15,13 @@ from collections.abc import Iterable
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
-from ..errors import Unavailable
+from ..errors import Unavailable, llm_disabled
 
 CODE = "llm_disabled"
 
 
 def refusal(shard_id: str) -> Unavailable:
-    who = f"shard {shard_id}" if shard_id else "this shard"
-    return Unavailable(
-        f"{who} runs without a model (started with themis up --no-llm, i.e. THEMIS_LLM_ENABLED=false), "
-        "so it serves no inference, embeddings, RAG or adapters; start the cluster without --no-llm",
-        code=CODE,
-    )
+    return llm_disabled(shard_id)
 
 
 def refusing_router(engine_routers: Iterable[APIRouter], shard_id: str) -> APIRouter:

@@ -9,12 +9,12 @@ or not, has been sent. The body is then replayed to the route unchanged.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from themis_core.tenant_policy import DEFAULT_TENANT
 
 from ..errors import ThemisError, error_body
+from ..tenants.charge import charge, priority
 from ..tenants.gate import TenantGate
 
 #: POST routes that run the engine; the embedding ones generate no tokens (charged 0).
@@ -24,29 +24,6 @@ EMBEDDING = ("/v1/embed", "/v1/embeddings")
 
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or (path.startswith(prefix) and path[len(prefix)] in "/:")
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def charge(body: Any, *, default_max_tokens: int) -> tuple[int, int]:
-    """(tokens charged, highest priority asked) of a generation body: ``max_completion_tokens``
-    or ``max_tokens`` (the engine's default when absent) × ``n``, summed over an
-    ``/v1/infer:batch`` body's ``requests``. A malformed field counts as absent; the route
-    itself refuses it by name."""
-    if not isinstance(body, dict):
-        return default_max_tokens, 0
-    items = body.get("requests")
-    if isinstance(items, list) and items:
-        parts = [charge(item, default_max_tokens=default_max_tokens) for item in items]
-        return sum(t for t, _ in parts), max(p for _, p in parts)
-    budget = _int(body.get("max_completion_tokens"), 0) or _int(body.get("max_tokens"), default_max_tokens)
-    return max(1, budget) * max(1, _int(body.get("n"), 1)), _int(body.get("priority"), 0)
-
-
-def _priority(body: Any) -> int:
-    return _int(body.get("priority"), 0) if isinstance(body, dict) else 0
 
 
 class TenantMiddleware:
@@ -73,11 +50,11 @@ class TenantMiddleware:
         except (ValueError, UnicodeDecodeError):
             body = None  # the route answers the malformed body by name
         if generating:
-            tokens, priority = charge(body, default_max_tokens=self.default_max_tokens)
+            tokens, priority_ = charge(body, default_max_tokens=self.default_max_tokens)
         else:
-            tokens, priority = 0, _priority(body)
+            tokens, priority_ = 0, priority(body)
         try:
-            await self.gate.acquire(tenant, tokens=tokens, priority=priority)
+            await self.gate.acquire(tenant, tokens=tokens, priority=priority_)
         except ThemisError as exc:
             await _reply(send, exc)
             return

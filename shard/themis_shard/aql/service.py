@@ -1,7 +1,8 @@
 """One shard's AQL entry point: parse (cached) → plan → execute, and the peer side of scans.
 
 Built once per ShardNode (``node.aql``), never module-level, so several shards can live in one
-process. The gateway (INFER/EMBED/RAG) defaults to loopback HTTP against the shard's public URL.
+process. The gateway (INFER/EMBED/RAG) is the node's in-process inference pipeline, acting for
+each query's caller.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import ThemisError, check_unicode
 from ..storage.codec import check_depth
+from ..tenants.caller import Caller
 from . import ast
 from .data import NodeData, decode_scan
 from .errors import limit_exceeded, type_error
 from .executor import Executor
 from .explain import describe
-from .gateway import HttpGateway, InferenceGateway
+from .gateway import CallerBound, InferenceGateway
 from .metrics import AqlMetrics
 from .nodes import Plan
 from .parser import parse
@@ -45,16 +47,11 @@ def check_bind_values(binds: Mapping[str, Any]) -> None:
 
 
 class AqlService:
-    def __init__(
-        self, node, gateway: InferenceGateway | None = None, settings: AqlSettings | None = None
-    ) -> None:
+    def __init__(self, node, gateway: InferenceGateway, settings: AqlSettings | None = None) -> None:
         self.node = node
         self.settings = settings or AqlSettings()
         self.data = NodeData(node)
-        s = node.settings
-        self.gateway: InferenceGateway = gateway or HttpGateway(
-            s.url, verify=str(s.tls_ca_path) if s.tls else True
-        )
+        self.gateway = gateway
         self._parsed: OrderedDict[str, ast.Query] = OrderedDict()
         self.metrics = AqlMetrics(node.metrics.registry)
 
@@ -79,11 +76,11 @@ class AqlService:
                 raise
         return plan(query, binds, await self.data.cluster_collections(), max_search_k=k)
 
-    def executor(self, authorization: str | None = None) -> Executor:
+    def executor(self, caller: Caller | None = None) -> Executor:
         fields = {c.name: c.embed_field for c in self.node.store.collections() if c.embed_field}
         gateway = self.gateway
-        if authorization and isinstance(gateway, HttpGateway):  # loopback calls carry the caller's key
-            gateway = gateway.for_caller(authorization)
+        if caller is not None and isinstance(gateway, CallerBound):
+            gateway = gateway.for_caller(caller)
         return Executor(
             self.data,
             gateway,
@@ -93,9 +90,9 @@ class AqlService:
         )
 
     async def execute(
-        self, text: str, binds: Mapping[str, Any] | None, *, authorization: str | None = None
+        self, text: str, binds: Mapping[str, Any] | None, *, caller: Caller | None = None
     ) -> dict[str, Any]:
-        """Run one statement; ``authorization`` is the caller's header, sent on with INFER/EMBED/RAG."""
+        """Run one statement; INFER/EMBED/RAG act for ``caller`` (its role and tenant limits)."""
         started = time.perf_counter()
         kind = "unknown"
         try:
@@ -116,7 +113,7 @@ class AqlService:
                 result = [describe(the_plan, binds, members=members, owners=owners, routing=self.routing)]
                 stats: dict[str, Any] = {}
             else:
-                result, stats = await self.executor(authorization).run(the_plan, binds)
+                result, stats = await self.executor(caller).run(the_plan, binds)
                 for row in result:  # a deep literal or a nesting built by the query itself
                     check_depth(row, max_depth, "result")
         except RecursionError:  # a pathological nesting that slipped past the parser's guard
