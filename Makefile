@@ -8,7 +8,7 @@ SHARDS ?= 3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install up down status demo test test-tools test-fast nemesis bench bench-tools lint dashboards clean kube-up kube-down images image-e2e dist gpu-install gpu-check
+.PHONY: help install up down status demo test test-tools test-fast nemesis bench bench-paper bench-tools lint dashboards clean kube-up kube-down images image-e2e dist gpu-install gpu-check
 
 help:
 	@echo "make up      - install, start a local cluster ($(SHARDS) shard(s)) in the background, print URLs"
@@ -16,6 +16,7 @@ help:
 	@echo "make demo    - load the sample corpus into the running cluster, ask one RAG question and one AQL query"
 	@echo "make test    - install and run the whole test suite"
 	@echo "make bench   - run the benchmarks (prints tables)"
+	@echo "make bench-paper - the paper's Table II, target against measured, from one harness (QUICK=1: shorter)"
 	@echo "make lint    - ruff"
 	@echo "make kube-up - a local Kubernetes (API emulator, process node, operator); kubeconfig in .themis/kube/"
 	@echo "make kube-down - stop it (and its shard pods)"
@@ -106,6 +107,10 @@ bench: install bench-tools
 	$(PY) bench/prefix.py --cluster
 	$(PY) bench/speculative.py
 	$(PY) bench/reshard.py --docs 20000
+
+# The paper's Table II in one table (bench/paper.py calls the benches that own each row).
+bench-paper: install
+	$(PY) bench/paper.py $(if $(QUICK),--quick)
 
 lint: install
 	$(VENV)/bin/ruff check core shard operator testing client tests e2e bench tools images

@@ -33,10 +33,9 @@ def pcts(values: list[float]) -> tuple[float, float]:
     return q[49], q[98]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=300)
-    args = parser.parse_args()
+def measure(n: int) -> dict[str, list[float]]:
+    """Per-call milliseconds, interleaved on one 2-shard cluster: document GETs on the owner and
+    through the other shard; EMBED of 8 texts on the owner and of their 8 URNs through the other."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         # raid0: one owner per key, so "the other shard" never holds a copy.
@@ -45,8 +44,8 @@ def main() -> None:
             plan = ClusterPlan.load(cwd / ".themis" / "plan.json")
             topo = Topology.of(plan, "shard-0")
             url = {m.shard_id: m.url for m in plan.members}
-            keys = [f"k{i}" for i in range(4 * args.n)]
-            owned = [k for k in keys if topo.owners("b", k)[0] == "shard-0"][: args.n]
+            keys = [f"k{i}" for i in range(4 * n)]
+            owned = [k for k in keys if topo.owners("b", k)[0] == "shard-0"][:n]
             with (
                 ThemisClient(url["shard-0"], timeout=60, headers=api_headers(cwd)) as owner,
                 ThemisClient(url["shard-1"], timeout=60, headers=api_headers(cwd)) as other,
@@ -65,15 +64,31 @@ def main() -> None:
                     routed.append(timed(other.embed, urns=urns[i : i + 8]))
         finally:
             themis(cwd, "down")
-    lp, lq = pcts(local)
-    fp, fq = pcts(forwarded)
+    return {"local": local, "forwarded": forwarded, "direct": direct, "routed": routed}
+
+
+def embed_overhead(m: dict[str, list[float]]) -> float:
+    """Data-local EMBED through a non-owner against embedding on the owner, as a fraction."""
+    d, r = statistics.median(m["direct"]), statistics.median(m["routed"])
+    return (r - d) / d
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=300)
+    args = parser.parse_args()
+    m = measure(args.n)
+    lp, lq = pcts(m["local"])
+    fp, fq = pcts(m["forwarded"])
     print("\n| path | p50 ms | p99 ms |\n|---|---:|---:|")
     print(f"| document GET on the owner (local) | {lp:.2f} | {lq:.2f} |")
     print(f"| document GET through the other shard (1 hop) | {fp:.2f} | {fq:.2f} |")
     print(f"| forwarding overhead | {fp - lp:.2f} | {fq - lq:.2f} |")
-    d, r = statistics.median(direct), statistics.median(routed)
+    d = statistics.median(m["direct"])
+    r = statistics.median(m["routed"])
     print(f"\n| EMBED of 8 documents | median ms |\n|---|---:|\n| texts on the owner | {d:.1f} |")
-    print(f"| URNs through a non-owner (data-local) | {r:.1f} |\n| overhead | {100 * (r - d) / d:+.1f} % |")
+    overhead = 100 * embed_overhead(m)
+    print(f"| URNs through a non-owner (data-local) | {r:.1f} |\n| overhead | {overhead:+.1f} % |")
 
 
 if __name__ == "__main__":

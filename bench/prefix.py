@@ -118,21 +118,9 @@ def cluster_main(args) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="256,512,1024")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cluster", action="store_true", help="prefix-aware routing on a 3-shard cluster")
-    ap.add_argument("--prefixes", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--gap", type=float, default=1.0, help="seconds between requests")
-    ap.add_argument("--base-port", type=int, default=9670)
-    args = ap.parse_args()
-    if args.cluster:
-        cluster_main(args)
-        return
-    sizes = [int(s) for s in args.sizes.split(",")]
-
+def local_rows(sizes: list[int], threads: int) -> list[tuple]:
+    """Per prefix size: (prefix tokens, state bytes, cold TTFT, local-hit TTFT, remote-hit total,
+    loopback transfer, validate+trial load, break-even bandwidth B/s, prefill tokens/s)."""
     from prometheus_client import CollectorRegistry
     from themis_shard.llm import kv_blob
     from themis_shard.llm.engine import Engine, EngineConfig
@@ -150,7 +138,7 @@ def main() -> None:
     model = NativeModel(path)
     fp = fingerprint(path, model.meta)
     settings = LLMSettings(prefix_min_tokens=64, prefix_cache_bytes=1 << 30)
-    cfg = EngineConfig(n_ctx=max(sizes) + 256, n_threads=args.threads, limits=Limits(max_running=4))
+    cfg = EngineConfig(n_ctx=max(sizes) + 256, n_threads=threads, limits=Limits(max_running=4))
     engines = []
     for name in ("a", "b"):
         h = build_for(model, cfg, name, fp, settings)
@@ -221,6 +209,27 @@ def main() -> None:
         hb.cache.remove(key)
     loop.close()
     srv.shutdown()
+    for e, _ in engines:
+        e.stop()
+    model.close()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="256,512,1024")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cluster", action="store_true", help="prefix-aware routing on a 3-shard cluster")
+    ap.add_argument("--prefixes", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--gap", type=float, default=1.0, help="seconds between requests")
+    ap.add_argument("--base-port", type=int, default=9670)
+    args = ap.parse_args()
+    if args.cluster:
+        cluster_main(args)
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = local_rows(sizes, args.threads)
     print(f"\nKV-prefix cache, Gemma 3 270M Q4_K_M, {args.threads} threads, prefix + 32 new tokens (TTFT, s)")
     print(
         "| prefix | state MB | cold prefill | local hit | remote hit (xfer+import+TTFT) | loopback xfer "
@@ -233,9 +242,6 @@ def main() -> None:
             f"| {be / 1e6:.1f} MB/s | {tps:.0f} |"
         )
     print("break-even: pulling pays when bandwidth > state bytes / (cold − local hit − import time).")
-    for e, _ in engines:
-        e.stop()
-    model.close()
 
 
 if __name__ == "__main__":

@@ -131,17 +131,13 @@ def start_draft_shard(gguf: str, threads: int) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--draft-gguf", default="")
-    ap.add_argument("--sets", default="rag,open,sampled", help="prompt sets to run (comma-separated)")
-    args = ap.parse_args()
+def measure(rounds: int, max_tokens: int, threads: int, draft_gguf: str, sets: str) -> dict:
+    """Every configuration on every prompt, interleaved: ``stats[(configuration, prompt set)]`` is
+    [tokens, seconds, drafted, accepted, verify rounds]; also the configuration and set names and
+    the learnt verify-cost table (ms by extra logits rows)."""
     quiet_native_logs()
     model = NativeModel(resolve_model_path("bundled"), n_gpu_layers=0)
-    cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, limits=Limits(max_running=4))
+    cfg = EngineConfig(n_ctx=2048, n_threads=threads, limits=Limits(max_running=4))
     metrics = LLMMetrics(CollectorRegistry())
     switch = Switch()
     eng = Engine(model, cfg, metrics=metrics, speculator=switch)
@@ -157,10 +153,10 @@ def main() -> None:
         configs[name] = Speculator(
             PromptLookup(2, 4), AdaptiveConfig(n_max=n, adaptive=ad), cost=cost, target_bytes=size
         )
-    if args.draft_gguf:
+    if draft_gguf:
         from themis_shard.llm.speculative.local_draft import LocalDraftModel
 
-        local = LocalDraftModel.open(args.draft_gguf, n_ctx=2048, n_threads=args.threads)
+        local = LocalDraftModel.open(draft_gguf, n_ctx=2048, n_threads=threads)
         for name, ad in (("local fixed n=4", False), ("local adaptive", True)):
             configs[name] = Speculator(
                 local, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost, target_bytes=size
@@ -169,7 +165,7 @@ def main() -> None:
         # shows the protocol's overhead, not a faster draft machine).
         from themis_shard.llm.speculative.remote import RemoteDraft
 
-        remote = RemoteDraft(start_draft_shard(args.draft_gguf, args.threads), timeout_s=2.0)
+        remote = RemoteDraft(start_draft_shard(draft_gguf, threads), timeout_s=2.0)
         for name, ad in (("remote fixed n=4", False), ("remote adaptive", True)):
             configs[name] = Speculator(
                 remote, AdaptiveConfig(n_max=4 if not ad else 8, adaptive=ad), cost=cost, target_bytes=size
@@ -181,17 +177,17 @@ def main() -> None:
         "open": [model.tokenize(p) for p in OPEN],
         "sampled": [model.tokenize(p) for p in OPEN],
     }
-    prompts = {k: v for k, v in prompts.items() if k in args.sets.split(",")}
+    prompts = {k: v for k, v in prompts.items() if k in sets.split(",")}
     stats = {
         (c, s): [0, 0.0, 0, 0, 0] for c in configs for s in prompts
     }  # tokens, secs, drafted, accepted, rounds
-    for r in range(args.rounds):
+    for r in range(rounds):
         for set_name, plist in prompts.items():
             for i, toks in enumerate(plist):
                 if set_name == "sampled":
-                    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.8, seed=100 * r + i)
+                    params = SamplingParams(max_tokens=max_tokens, temperature=0.8, seed=100 * r + i)
                 else:
-                    params = SamplingParams(max_tokens=args.max_tokens)
+                    params = SamplingParams(max_tokens=max_tokens)
                 order = list(configs.items())
                 random.Random(1000 * r + i).shuffle(order)  # no configuration always runs first
                 for cname, spec in order:
@@ -209,8 +205,21 @@ def main() -> None:
                         st[3] += seq.spec.accepted
                         st[4] += seq.spec.rounds
     eng.stop()
+    return {"stats": stats, "configs": list(configs), "sets": list(prompts), "cost": cost.table(8)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-gguf", default="")
+    ap.add_argument("--sets", default="rag,open,sampled", help="prompt sets to run (comma-separated)")
+    args = ap.parse_args()
+    m = measure(args.rounds, args.max_tokens, args.threads, args.draft_gguf, args.sets)
+    stats, configs, prompts = m["stats"], m["configs"], m["sets"]
     print(f"\nspeculative decoding, 1 stream, {args.max_tokens} tokens, {args.rounds} rounds")
-    table = ", ".join(f"{k}: {t * 1e3:.0f}" for k, t in enumerate(cost.table(8)))
+    table = ", ".join(f"{k}: {t * 1e3:.0f}" for k, t in enumerate(m["cost"]))
     print(f"learnt verify cost (ms by extra logits rows): {table}\n")
     print(f"{'prompts':7} {'configuration':20} {'tok/s':>7} {'vs plain':>8} {'accept':>7} {'acc/round':>9}")
     for set_name in prompts:
