@@ -1,9 +1,8 @@
-"""Spec: the RAG prompt (shared by /v1/rag and AQL's RAG) and where a RAG answer is generated."""
+"""Spec: the RAG prompt, shared by /v1/rag and AQL's RAG."""
 
 from __future__ import annotations
 
-from themis_shard.rag.placement import generation_shard
-from themis_shard.rag.prompt import build_prompt, passage_text
+from themis_shard.rag.prompt import build_prompt, passage_text, prompt_order
 
 
 def test_a_passage_is_the_embed_field_then_text_content_body_then_json() -> None:
@@ -18,22 +17,12 @@ def test_the_prompt_numbers_the_passages_cuts_them_and_ends_with_the_question() 
     assert prompt.endswith("Question: Why?\nAnswer:")
 
 
-OWNERS = {"a": ["s1", "s2"], "b": ["s1", "s0"], "c": ["s2", "s0"], "d": ["s0", "s1"]}
-
-
-def test_generation_goes_to_the_shard_holding_most_passages() -> None:
-    assert generation_shard(["c", "a", "b"], OWNERS.__getitem__, "s0") == "s0"  # s0 holds c and b
-    assert generation_shard(["a", "b"], OWNERS.__getitem__, "s2") == "s2"  # s2 holds a's copy
-    assert generation_shard(["a", "b", "c"], OWNERS.__getitem__, "s3") == "s1"
-
-
-def test_ties_go_to_this_shard_then_to_the_better_hit() -> None:
-    assert generation_shard(["c", "a"], {"c": ["s2"], "a": ["s1"]}.__getitem__, "s9") == "s2"
-    assert generation_shard(["c", "a"], {"c": ["s2"], "a": ["s9"]}.__getitem__, "s9") == "s9"
-
-
-def test_unavailable_shards_are_skipped_and_no_owner_means_here() -> None:
-    owners = {"a": ["s1", "s2"], "b": ["s1", "s2"]}.__getitem__
-    assert generation_shard(["a", "b"], owners, "s0", unavailable={"s1"}) == "s2"
-    assert generation_shard(["a", "b"], owners, "s0", unavailable={"s1", "s2"}) == "s0"
-    assert generation_shard([], owners, "s0") == "s0"
+def test_passages_are_listed_in_urn_order_so_the_same_documents_make_the_same_prefix() -> None:
+    hits = [{"urn": "urn:themis:c:b", "score": 0.9}, {"urn": "urn:themis:c:a", "score": 0.5}]
+    assert [h["urn"] for h in prompt_order(hits)] == ["urn:themis:c:a", "urn:themis:c:b"]
+    assert prompt_order(list(reversed(hits))) == prompt_order(hits)
+    pairs = [(0.9, {"_urn": "urn:themis:c:z"}), (0.1, {"_urn": "urn:themis:c:y"})]
+    assert [d["_urn"] for _, d in prompt_order(pairs, urn=lambda h: h[1]["_urn"])] == [
+        "urn:themis:c:y",
+        "urn:themis:c:z",
+    ]

@@ -19,7 +19,7 @@ from ..inference.service import InferenceService
 from ..llm.sampling import generation_budget
 from ..node import ShardNode
 from ..rag.provenance import pick_seed, replay_record
-from ..rag.service import RagService, Retrieved, rag_result, rag_stream
+from ..rag.service import RagService, rag_result, rag_stream
 from ..storage.names import check_collection, parse_urn
 from ..wire import JsonInt
 from .deps import current_node, inference, runtime, sse_response
@@ -121,7 +121,7 @@ async def rag(
         seed=seed,
         stream=body.stream,
     )
-    answer = await generate(request, svc, service, retrieved, req)
+    answer = await generate(request, svc, req)
     if not isinstance(answer, dict):
         return sse_response(rag_stream(retrieved, answer, seed))
     out = rag_result(retrieved, answer, seed)
@@ -139,16 +139,10 @@ async def rag(
     return out
 
 
-async def generate(
-    request: Request, svc: InferenceService, service: RagService, retrieved: Retrieved, req: InferRequest
-):
-    """Where the router sends the request's domain (its adapter's shard wins over data locality),
-    else on the shard holding most of the passages."""
-    if req.domain is not None:
-        return (await svc.infer(req, request.is_disconnected)).answer
-    return await service.generate_on(
-        service.data_shard(retrieved), req.to_json(), lambda: svc.infer_here(req, request.is_disconnected)
-    )
+async def generate(request: Request, svc: InferenceService, req: InferRequest):
+    """The one inference pipeline places it: where the router sends ``domain``, else on the shard
+    whose KV cache holds the longest prefix of the prompt when that beats its load, else here."""
+    return (await svc.infer(req, request.is_disconnected)).answer
 
 
 @router.post("/v1/rag:replay")
@@ -188,7 +182,7 @@ async def rag_replay(
         temperature=body.temperature,
         seed=body.seed,
     )
-    answer = await generate(request, svc, service, retrieved, req)
+    answer = await generate(request, svc, req)
     out = rag_result(retrieved, answer, body.seed)
     out["reproduced"] = None if body.answer is None else answer.get("text") == body.answer
     return out

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import NotFound, ThemisError
-from ..rag.prompt import build_prompt, passage_text
+from ..rag.prompt import build_prompt, passage_text, prompt_order
 from ..rag.provenance import cited, pick_seed, replay_record
 from ..storage.documents import Change, Write
 from ..storage.names import check_key
@@ -410,6 +410,7 @@ class _Run:
         k = constant(t.top, self.binds) if t.top is not None else self.ex.settings.rag_top
         vector = (await self.ex.gateway.embed([question]))[0]
         hits, failed = await self.ex.data.vector_search(self.plan.collection, vector, max(1, k), None)
+        hits = prompt_order(hits, urn=lambda hit: hit[1]["_urn"])  # same documents, same prefix
         self.stats.index.append(f"vector:{self.plan.collection}")
         self.stats.shards |= set(self.ex.data.members())
         self.stats.failed_shards |= set(failed)

@@ -103,7 +103,12 @@ def generation_result(done: DoneEvent, gen: Generation) -> dict:
         "model": gen.model,
         "adapter": gen.adapter,
         "finish_reason": done.finish_reason,
-        "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
+        "usage": {
+            "prompt_tokens": done.prompt_tokens,
+            "completion_tokens": done.completion_tokens,
+            # the OpenAI shape: prompt tokens restored from the KV-prefix cache, not prefilled
+            "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+        },
         "timings": {
             "ttft_ms": None if done.ttft_s is None else round(done.ttft_s * 1000, 3),
             "total_ms": round(done.total_s * 1000, 3),

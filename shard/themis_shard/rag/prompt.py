@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: Fields that are the store's, not the document's text.
@@ -19,6 +19,15 @@ def passage_text(doc: Mapping[str, Any], embed_field: str | None = None) -> str:
             return doc[name]
     rest = {k: v for k, v in doc.items() if k not in SYSTEM_FIELDS}
     return json.dumps(rest, ensure_ascii=False, sort_keys=True)
+
+
+def prompt_order(hits: Sequence[Any], urn: Callable[[Any], str] = lambda h: h["urn"]) -> list[Any]:
+    """The passages in the order the prompt lists them: by URN, not by score. The same documents
+    then make the same prompt prefix whatever the question (and whatever their scores), so the
+    engine's prefix cache restores their KV state instead of prefilling them again. The cache is
+    keyed by the tokens themselves: a write to a document changes its passage, so no state built
+    from an older version can ever be restored for it."""
+    return sorted(hits, key=urn)
 
 
 def build_prompt(question: str, passages: Sequence[str], *, passage_chars: int) -> str:

@@ -1,39 +1,32 @@
-"""One ``POST /v1/rag`` request: embed the question, retrieve (scatter-gathered, filtered), build
-the prompt, and generate on the shard that holds most of the passages — or, with a ``domain``,
-wherever the adaptive router sends it. Nothing here knows HTTP; the route wraps the answer.
+"""One ``POST /v1/rag`` request's retrieval: embed the question, retrieve (scatter-gathered,
+filtered) and build the prompt, its passages in URN order (``prompt.prompt_order``) so that the
+same documents make the same prefix. Generation is the node's one inference pipeline, which
+places it (domain routing, the KV-prefix holder weighed against load, else here). Nothing here
+knows HTTP; the route wraps the answer.
 
 Every source is cited at its version (``provenance``). With ``snapshot`` the passages are read as
 they stood at one hybrid time T taken before the search: a hit written after T is read at its
 version as of T (``versions``), or left out when it did not exist then. The candidate set is the
 vector index's at search time, so a document deleted after T is not among them (documented).
 ``replay`` rebuilds the prompt from the cited versions themselves.
-
-Generation itself is this shard's inference service, handed in as callables (``local`` runs the
-prompt here, ``routed`` through the router), so this package sits below the inference layer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from ..cluster.documents.coordinator import relay
-from ..cluster.routing.inference import relay_sse
 from ..cluster.service import ClusterService
-from ..cluster.transport.remote import PeerError, PeerUnavailable
 from ..documents.vector_search import vector_search
 from ..errors import NotFound
 from ..metrics import ShardMetrics
 from ..storage.documents import DocumentStore
 from ..storage.names import parse_urn
 from ..vector.catalog import VectorCatalog
-from .placement import generation_shard
-from .prompt import build_prompt, passage_text
+from .prompt import build_prompt, passage_text, prompt_order
 from .provenance import cited
 from .versions import SourceReader
 
@@ -44,7 +37,7 @@ Embed = Callable[[list[str]], Awaitable[list[list[float]]]]
 
 @dataclass(frozen=True)
 class Retrieved:
-    sources: list[dict]  # {"urn", "score", "document", "version", "hlc"}, best first
+    sources: list[dict]  # {"urn", "score", "document", "version", "hlc"}, in prompt order
     shards_failed: list[str]
     prompt: str
     retrieval_ms: float
@@ -100,6 +93,7 @@ class RagService:
                 f"no document of collection {collection!r} matched (is it empty, or the filter too narrow?)",
                 code="no_context",
             )
+        hits = prompt_order(hits)
         prompt = build_prompt(
             question,
             [passage_text(h["document"], config.embed_field) for h in hits],
@@ -138,40 +132,6 @@ class RagService:
             passage_chars=passage_chars,
         )
         return Retrieved(hits, [], prompt, round((time.perf_counter() - started) * 1000, 3))
-
-    def data_shard(self, retrieved: Retrieved) -> str:
-        """The shard holding most of the passages (this one on a tie or alone)."""
-        topo = self.cluster.topology
-        if not topo.clustered:
-            return topo.self_id
-        keys = [parse_urn(s["urn"]) for s in retrieved.sources]
-        by_key = {key: topo.owners(coll, key) for coll, key in keys}
-        return generation_shard(
-            [key for _, key in keys], by_key.__getitem__, topo.self_id, self.cluster.membership.unavailable()
-        )
-
-    async def generate_on(
-        self, shard: str, body: dict[str, Any], local: Callable[[], Awaitable[Answer]]
-    ) -> Answer:
-        """Generate on ``shard`` (its ``/internal/infer``); here when it is this shard or cannot be
-        reached. A peer's 4xx is the answer (relayed unchanged)."""
-        if shard == self.cluster.topology.self_id:
-            return await local()
-        executor = self.cluster.executor
-        try:
-            if not body.get("stream"):
-                return await executor.request(
-                    shard, "POST", "/internal/infer", json_body=body, idempotent=False, retries=0
-                )
-            opened = contextlib.AsyncExitStack()
-            chunks = await opened.enter_async_context(
-                executor.stream(shard, "POST", "/internal/infer", json_body=body, chunk_size=None)
-            )
-            return relay_sse(shard, chunks, opened)
-        except PeerError as exc:
-            raise relay(exc) from None
-        except PeerUnavailable:
-            return await local()
 
 
 def rag_result(retrieved: Retrieved, generation: dict, seed: int) -> dict:
