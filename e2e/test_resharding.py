@@ -16,6 +16,7 @@ import pytest
 from themis_client import NO_RETRY, NotFound, ThemisClient, ThemisConnectionError, ThemisError
 from themis_core.plan import ClusterPlan
 from themis_core.ring import HashRing, RingSpec
+from themis_testing.background import Background
 
 from .conftest import peer_auth
 
@@ -32,7 +33,7 @@ def themis(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
-class Workload:
+class Workload(Background):
     """A writer inserting new documents and a reader reading acknowledged ones, both through
     every shard of the current plan, recording acknowledged versions and false 404s."""
 
@@ -41,9 +42,8 @@ class Workload:
         self.acked: dict[str, int] = {}
         self.false_404: list[str] = []
         self.errors: list[str] = []
-        self.stop = threading.Event()
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.write), threading.Thread(target=self.read)]
+        super().__init__(self.write, self.read, join_s=None)
 
     def urls(self) -> list[str]:
         plan = ClusterPlan.load(self.plan_path)
@@ -116,15 +116,6 @@ class Workload:
                 for item in themis_db.batch("docs", docs).results:
                     self.acked[item.urn.rsplit(":", 1)[1]] = item.version
 
-    def __enter__(self) -> Workload:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join()
 
 
 def expected_moves(keys, old: dict, new: dict, copies: int) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from themis_testing.background import Background
 
 from .conftest import LocalCluster, wait_ready
 
@@ -49,7 +50,7 @@ def previous_release(tmp: Path) -> Path:
     return out / "shard"
 
 
-class Load:
+class Load(Background):
     """A writer (``?w=1``, increasing values per key) and a reader of acknowledged keys, each
     sending to any shard and moving on when a connection is refused (as clients do)."""
 
@@ -59,9 +60,8 @@ class Load:
         self.write_refusals: list[str] = []
         self.read_failures: list[str] = []
         self.reads = 0
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._write), threading.Thread(target=self._read)]
+        super().__init__(self._write, self._read, join_s=30)
 
     def _send(self, c: httpx.Client, method: str, path: str, i: int, **kw) -> httpx.Response | None:
         for j in range(len(self.urls)):
@@ -74,7 +74,7 @@ class Load:
     def _write(self) -> None:
         with httpx.Client(timeout=15) as c:
             n = 0
-            while not self._stop.is_set():
+            while not self.stop.is_set():
                 n += 1
                 key = f"k{n % KEYS}"
                 r = self._send(c, "PUT", f"/v1/collections/up/documents/{key}?w=1", n, json={"n": n})
@@ -88,7 +88,7 @@ class Load:
     def _read(self) -> None:
         with httpx.Client(timeout=15) as c:
             i = 0
-            while not self._stop.is_set():
+            while not self.stop.is_set():
                 i += 1
                 with self._lock:
                     known = sorted(self.acked.items())
@@ -106,15 +106,6 @@ class Load:
                     )
                 time.sleep(0.02)
 
-    def __enter__(self) -> Load:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(30)
 
 
 def no_hints_anywhere(cluster: LocalCluster) -> bool:

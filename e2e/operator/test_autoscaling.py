@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from themis_testing.background import Background
 
 from .conftest import ROOT, Kubectl, eventually, kube_stack
 
@@ -148,14 +149,13 @@ def spawn(argv: list[str], log: Path) -> subprocess.Popen:
     )
 
 
-class Load:
+class Load(Background):
     """``clients`` threads sending greedy completions through the Service until stopped."""
 
     def __init__(self, url: str, clients: int) -> None:
         self.url, self.clients = url, clients
-        self.stop = threading.Event()
         self.answered = 0
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        super().__init__(*[self._run] * clients, join_s=150)
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=120) as http:
@@ -167,15 +167,6 @@ class Load:
                 if r.status_code == 200:
                     self.answered += 1
 
-    def __enter__(self) -> Load:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(150)
 
 
 def test_the_hpa_scales_the_cluster_out_under_llm_load_and_back_in_when_idle(kubectl_binary, tmp_path):
