@@ -35,7 +35,7 @@ def test_a_replay_on_one_shard_reads_the_cited_version_from_the_owner(local_clus
         first = themis_db.rag(FACTS[key], "facts", **GREEDY)
         [source] = first.sources
         assert (source.urn, source.version) == (f"urn:themis:facts:{key}", 1)
-        assert first.shard_id == "shard-1" and first.replay is not None
+        assert first.replay is not None
 
         changed = {"text": "This document was rewritten and says something else entirely now."}
         themis_db.put("facts", key, changed)

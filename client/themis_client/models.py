@@ -179,7 +179,7 @@ class RagSource(_Model):
 class RagResult(_Model):
     answer: str | None = None
     sources: list[RagSource] = Field(default_factory=list)
-    #: The shard that generated the answer (where most passages live, or the domain's shard).
+    #: The shard that generated the answer (the domain's shard, a KV-prefix holder, or the one asked).
     shard_id: str | None = None
     model: str | None = None
     adapter: str | None = None

@@ -108,5 +108,6 @@ def test_embed_and_rag_return_the_urns_used(shard):
         "RAG @q FROM facts TOP 2 OPTIONS {max_tokens: 4, temperature: 0}",
         q="What is the capital of France?",
     )
-    assert answer["urns"][0] == "urn:themis:facts:paris" and len(answer["urns"]) == 2
+    assert "urn:themis:facts:paris" in answer["urns"] and len(answer["urns"]) == 2
+    assert answer["urns"] == sorted(answer["urns"])  # prompt order: by URN
     assert isinstance(answer["answer"], str)

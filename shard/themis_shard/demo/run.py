@@ -56,7 +56,8 @@ def _run(themis: ThemisClient, question: str, collection: str, max_tokens: int, 
     loaded = 0 if skip_load else load(themis, collection)
     rag = themis.rag(question, collection, k=3, max_tokens=max_tokens, temperature=0)
     docs = {s.urn: themis.get(collection, s.urn.rsplit(":", 1)[1]).document for s in rag.sources}
-    topic = docs[rag.sources[0].urn]["topic"]
+    best = max(rag.sources, key=lambda s: s.score or 0.0)  # sources come in prompt (URN) order
+    topic = docs[best.urn]["topic"]
     [vector] = themis.embed([question]).embeddings
     aql = themis.aql(AQL_QUERY, {"@c": collection, "topic": topic, "v": vector})
     return {
@@ -79,7 +80,7 @@ def render(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
     rag = report["rag"]
     print(f"\nRAG  POST /v1/rag  {report['question']!r}  (generated on {rag['shard_id']})", file=out)
     print(f"answer: {(rag['answer'] or '').strip()}", file=out)
-    print("sources:", file=out)
+    print("sources (in prompt order, with their scores):", file=out)
     for s in rag["sources"]:
         print(f"  {s['score']:.3f}  {s['urn']}  {s['title']}", file=out)
     aql = report["aql"]
