@@ -9,11 +9,13 @@ same prompt template (``rag.prompt.build_prompt``; the two-tier app lists passag
 score order, as a user's app would), greedy, the same ``max_tokens``.
 
 Themis runs as 1 shard and as 3 shards (``themis up``; the 3-shard clients spread requests over
-the shards as a load balancer would). For each stack and client count (interleaved rounds): every
-question once, streamed; latency p50/p99, TTFT p50, answers/s, and the hit rate (the question's
-own paragraph among the sources). Then repeated questions over the same documents: per question a
-second, differently worded one; the second's TTFT over the first's, where both retrieved the same
-paragraphs. Ratios are Themis ÷ two-tier (answers/s above 1 is better for Themis, latency below 1).
+the shards as a load balancer would). For each stack and client count (interleaved rounds, each
+round and count with questions about other paragraphs, so no cache has seen them): every question
+once, streamed; latency p50/p99, TTFT p50, answers/s, and the hit rate (the question's own
+paragraph among the sources). Then repeated questions over the same documents, on paragraphs
+not asked about before: per question a second, differently worded one; the second's TTFT over
+the first's, where both retrieved the same paragraphs. Ratios are Themis ÷ two-tier (answers/s
+above 1 is better for Themis, latency below 1).
 
 Run: `.venv/bin/python bench/rag.py [--questions 20] [--clients 1,8] [--max-tokens 48] [--k 3]`
 """
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -97,12 +100,17 @@ def llama_server_binary() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def questions(paragraphs: list[Paragraph], n: int) -> list[tuple[str, str, str]]:
-    """(question, a second wording, the paragraph's key) for ``n`` paragraphs spread over topics."""
-    step = max(1, len(paragraphs) // n)
-    picked = paragraphs[::step][:n]
+def question_sets(paragraphs: list[Paragraph], n: int, sets: int) -> list[list[tuple[str, str, str]]]:
+    """``sets`` disjoint sets of ``n`` (question, a second wording, the paragraph's key), drawn
+    over every topic in a fixed shuffled order: no stack is ever asked a prompt twice by accident
+    (both serving stacks cache prompts), only where the repeated-question measure means to."""
+    order = paragraphs[:]
+    random.Random(7).shuffle(order)
+    if n * sets > len(order):
+        raise SystemExit(f"{n} questions × {sets} sets need more than the corpus's {len(order)} paragraphs")
     return [
-        (f"What do you know about {p.title}?", f"Tell me one fact about {p.title}.", p.key) for p in picked
+        [(f"What do you know about {p.title}?", f"Tell me one fact about {p.title}.", p.key) for p in part]
+        for part in (order[i * n : (i + 1) * n] for i in range(sets))
     ]
 
 
@@ -295,8 +303,9 @@ def main() -> None:
     from themis_shard.llm.settings import LLMSettings
 
     paragraphs = load_corpus()
-    qs = questions(paragraphs, args.questions)
     levels = [int(c) for c in args.clients.split(",")]
+    sets = question_sets(paragraphs, args.questions, args.rounds * len(levels) + 1)
+    qs, fresh = sets[0], sets[-1]
     gen_model, embed_model = resolve_model_path("bundled"), bundled_embedding_gguf(LLMSettings())
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -306,14 +315,15 @@ def main() -> None:
             stacks += [Themis(tmp, 1), Themis(tmp, 3)]
             ingest = {s.name: s.ingest(paragraphs) for s in stacks}
             results: dict[tuple[str, int], dict] = {}
-            for _ in range(args.rounds):
-                for clients in levels:
+            for r in range(args.rounds):
+                for j, clients in enumerate(levels):
+                    asked = sets[r * len(levels) + j]
                     for stack in stacks:  # interleaved: the machine's noise hits every stack alike
-                        row = asyncio.run(level(stack, qs, clients, args.k, args.max_tokens))
+                        row = asyncio.run(level(stack, asked, clients, args.k, args.max_tokens))
                         best = results.get((stack.name, clients))
                         if best is None or row["answers_s"] > best["answers_s"]:
                             results[(stack.name, clients)] = row
-            again = {s.name: asyncio.run(repeated(s, qs, args.k, args.max_tokens)) for s in stacks}
+            again = {s.name: asyncio.run(repeated(s, fresh, args.k, args.max_tokens)) for s in stacks}
         finally:
             for s in stacks:
                 s.close()
