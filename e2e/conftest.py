@@ -203,13 +203,13 @@ class LocalCluster:
 
 
 class Authority:
-    """The plan authority's loop (``supervisor.Supervisor``) in a thread of the test, as
+    """The plan authority's loop (``supervisor.local_authority``) in a thread of the test, as
     ``themis up`` runs it in a process; it never restarts shards (the test does)."""
 
     def __init__(self, plans) -> None:
-        from themis_shard.supervisor import Supervisor
+        from themis_shard.supervisor import local_authority
 
-        self.supervisor = Supervisor(plans, E2E_SECRET)
+        self.supervisor = local_authority(plans, E2E_SECRET)
         self._loop = asyncio.new_event_loop()
         self._stop = asyncio.Event()
         self._thread = threading.Thread(target=self._run, name="plan-authority", daemon=True)

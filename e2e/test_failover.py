@@ -1,4 +1,4 @@
-"""Spec: a 3-shard RAID1 cluster stays writable when a shard dies (``isr.py``).
+"""Spec: a 3-shard RAID1 cluster stays writable when a shard dies (``plan_authority.in_sync``).
 
 Real shard processes and the real plan authority (``supervisor.Supervisor``, in a thread here
 as ``themis up`` runs it in a process). After ``kill -9`` of one shard, every key becomes

@@ -1,6 +1,7 @@
-"""Spec: the local plan authority probes every member, grants leases only to members that
-answer, writes the next plan when a silent member's last lease ran out, and restarts a dead
-shard only when asked to."""
+"""Spec: the plan authority probes every member, grants leases only to members that answer
+(anchored on the clock each reported), writes the next plan when a silent member's last lease ran
+out, sends its plan to a member still on an older epoch, backs off when the plan changed
+underneath, and (locally) restarts a dead shard only when asked to."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import asyncio
 import json
 
 import httpx
+import pytest
 from themis_core.plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, build_plan
-from themis_shard.supervisor import Supervisor
+from themis_core.plan_authority.authority import PlanAuthority, StalePlan
+from themis_shard.supervisor import local_authority
 
 SETTINGS = FailoverSettings()
 
@@ -37,6 +40,11 @@ class Shards:
         self.plans = plans
         self.down: set[str] = set()
         self.granted: dict[str, list[float]] = {}
+        self.pushed: dict[str, list[int]] = {}
+        #: each member's own clock, far from the authority's (another machine)
+        self.clock = 5000.0
+        #: epochs members run when they do not follow the plan store (a lagging ConfigMap)
+        self.epochs: dict[str, int] = {}
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         shard = request.url.host
@@ -44,13 +52,25 @@ class Shards:
             raise httpx.ConnectError("refused", request=request)
         body = json.loads(request.content)
         self.granted.setdefault(shard, []).append(body["until"])
-        epoch = self.plans.plan.plan_epoch
+        if body.get("plan"):
+            self.pushed.setdefault(shard, []).append(ClusterPlan.model_validate(body["plan"]).plan_epoch)
+            self.epochs[shard] = body["epoch"]
+        epoch = self.epochs.get(shard, self.plans.plan.plan_epoch)
+        self.clock += 0.1
         return httpx.Response(
-            200, json={"epoch": epoch, "caught_up_epoch": epoch, "ready": True, "hints": {}, "renewed": True}
+            200,
+            json={
+                "epoch": epoch,
+                "caught_up_epoch": epoch,
+                "ready": True,
+                "hints": {},
+                "renewed": True,
+                "clock": self.clock,
+            },
         )
 
 
-def run_ticks(supervisor: Supervisor, shards: Shards, clock: list[float], ticks: int) -> None:
+def run_ticks(supervisor: PlanAuthority, shards: Shards, clock: list[float], ticks: int) -> None:
     async def go() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(shards)) as client:
             for _ in range(ticks):
@@ -60,19 +80,44 @@ def run_ticks(supervisor: Supervisor, shards: Shards, clock: list[float], ticks:
     asyncio.run(go())
 
 
-def test_members_that_answer_are_granted_leases_from_the_probes_send_time() -> None:
+def test_members_that_answer_are_granted_leases_from_the_clock_they_reported() -> None:
     plans = MemoryPlans(cluster_plan())
     clock = [100.0]
     shards = Shards(plans)
-    run_ticks(Supervisor(plans, None, clock=lambda: clock[0]), shards, clock, 2)
-    assert shards.granted["s-0"] == [100.0 + SETTINGS.lease_s, 100.5 + SETTINGS.lease_s]
+    run_ticks(local_authority(plans, None, clock=lambda: clock[0]), shards, clock, 3)
+    first, second, third = shards.granted["s-0"]
+    assert first == 0  # nothing to anchor a lease on before the first answer
+    assert second - SETTINGS.lease_s > 5000.0 and third - second == pytest.approx(0.3)
+
+
+def test_a_member_on_an_older_epoch_is_sent_the_plan_with_the_probe() -> None:
+    plans = MemoryPlans(cluster_plan())
+    clock = [0.0]
+    shards = Shards(plans)
+    shards.epochs["s-2"] = plans.plan.plan_epoch - 1
+    run_ticks(local_authority(plans, None, clock=lambda: clock[0]), shards, clock, 3)
+    assert shards.pushed == {"s-2": [plans.plan.plan_epoch]}  # once: then it runs that epoch
+
+
+def test_a_plan_changed_underneath_is_read_again_not_overwritten() -> None:
+    class Contended(MemoryPlans):
+        def write(self, plan: ClusterPlan) -> None:
+            raise StalePlan("changed")
+
+    plans = Contended(cluster_plan())
+    clock = [0.0]
+    shards = Shards(plans)
+    authority = local_authority(plans, None, clock=lambda: clock[0])
+    shards.down.add("s-1")
+    run_ticks(authority, shards, clock, 20)
+    assert authority.changes == [] and plans.plan.out_of_sync == ()
 
 
 def test_a_silent_member_is_fenced_after_its_lease_ran_out_and_readmitted_in_two_steps() -> None:
     plans = MemoryPlans(cluster_plan())
     clock = [0.0]
     shards = Shards(plans)
-    supervisor = Supervisor(plans, None, clock=lambda: clock[0])
+    supervisor = local_authority(plans, None, clock=lambda: clock[0])
     run_ticks(supervisor, shards, clock, 2)
     shards.down.add("s-1")
     run_ticks(supervisor, shards, clock, 2)
@@ -95,7 +140,7 @@ def test_a_dead_shard_is_restarted_only_when_a_restart_is_wired() -> None:
     clock = [0.0]
     shards = Shards(plans)
     restarted: list[str] = []
-    supervisor = Supervisor(
+    supervisor = local_authority(
         plans, None, restart=lambda s: restarted.append(s) or True, clock=lambda: clock[0]
     )
     shards.down.add("s-2")

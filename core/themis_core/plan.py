@@ -78,7 +78,7 @@ class AdapterPlacement(_Strict):
 
 
 class FailoverSettings(_Strict):
-    """Automatic failover by the plan authority (``isr.py``): a ring member that has not
+    """Automatic failover by the plan authority (``plan_authority/in_sync.py``): a ring member that has not
     answered the authority's probes for ``failover_after_s``, and whose last lease (``lease_s``
     from the last probe that granted one) has run out, leaves the in-sync set under a new
     epoch. A shard acts as a primary only while its lease holds (``cluster/replication/lease.py``)."""
@@ -171,7 +171,7 @@ class ClusterPlan(_Strict):
     #: before epochs: the ring version stands in). Writes are fenced by it.
     epoch: int = 0
     #: Ring members out of the in-sync set: fenced (no writes, never primary) until they have
-    #: caught up; the authority (``isr.py``) moves them, never more than ``copies - 1``.
+    #: caught up; the authority (``plan_authority/in_sync.py``) moves them, never more than ``copies - 1``.
     out_of_sync: tuple[str, ...] = ()
     #: Back in the in-sync set (they take every write synchronously) but not primary yet: the
     #: authority hands their keys back once nothing they missed is still pending for them.
@@ -260,7 +260,7 @@ def build_plan(spec: ClusterSpec, previous: ClusterPlan | None = None) -> Cluste
         same_ring = (old.shards, old.vnodes, old.seed) == (shard_ids, spec.vnodes, spec.ring_seed)
         version = old.version if same_ring else old.version + 1
         previous_ring = previous.previous_ring if same_ring else previous.ring
-        # The in-sync set is the authority's (isr.py), not the spec's: carried over, minus
+        # The in-sync set is the authority's (plan_authority.in_sync), not the spec's: carried over, minus
         # shards that left the ring.
         out_of_sync = tuple(s for s in previous.out_of_sync if s in shard_ids)
         rejoining = tuple(s for s in previous.rejoining if s in shard_ids)

@@ -112,7 +112,7 @@ class ClusterStatus(_Part):
     shard_id: str = ""
     cluster: str = ""
     ring_version: int | None = None
-    #: The plan epoch and the in-sync set (failover: ``isr.py``).
+    #: The plan epoch and the in-sync set (failover: ``plan_authority.in_sync``).
     epoch: int | None = None
     out_of_sync: list[str] = Field(default_factory=list)
     rejoining: list[str] = Field(default_factory=list)

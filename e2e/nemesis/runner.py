@@ -124,7 +124,7 @@ def run(
         env["THEMIS_UNSAFE_DISABLE_FENCING"] = "true"
     from themis_core.plan import FailoverSettings
 
-    # With fencing on, the plan authority fails a dead shard's keys over (``isr.py``).
+    # With fencing on, the plan authority fails a dead shard's keys over (``plan_authority.in_sync``).
     cluster = LocalCluster(root, 3, "raid1", env=env, failover=FailoverSettings() if fencing else None)
     mesh = Mesh(dict(zip(cluster.ids, cluster.ports, strict=True)))
     mesh.start()

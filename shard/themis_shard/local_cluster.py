@@ -8,7 +8,7 @@ shard answers ``/ready``, prints ``<shard_id> <url>`` lines (also written to
 
 With two shards or more (and no ``--tls``) it also starts the local plan authority
 (``supervisor.py``): it fails a dead shard's keys over to their in-sync copies within seconds,
-restarts the shard, and readmits it once it caught up (``isr.py``). ``themis down`` stops it
+restarts the shard, and readmits it once it caught up (``plan_authority.in_sync``). ``themis down`` stops it
 before the shards.
 
 Why one ~790-line module: it is the ``themis`` CLI's commands (up, scale, down, status, demo)

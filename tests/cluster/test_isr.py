@@ -8,6 +8,15 @@ from __future__ import annotations
 
 import pytest
 from themis_core.plan import FailoverSettings, build_plan, is_rollback, with_in_sync
+from themis_core.plan_authority.in_sync import (
+    FENCE_MARGIN_S,
+    STARTUP_GRACE_S,
+    Member,
+    Report,
+    decide,
+    fenceable,
+    lease_until,
+)
 from themis_shard.cluster.placement.owners import Topology
 from themis_shard.cluster.replication.fencing import (
     WriteConcern,
@@ -17,7 +26,6 @@ from themis_shard.cluster.replication.fencing import (
     write_owners,
 )
 from themis_shard.cluster.replication.lease import AuthorityLease, lease_refusal
-from themis_shard.isr import FENCE_MARGIN_S, STARTUP_GRACE_S, Member, Report, decide, fenceable, lease_until
 
 from .fakes import plan_of, spec
 
@@ -31,8 +39,10 @@ def failover_plan(n: int = 3, raid_mode: str = "raid1", **kw):
 def healthy(plan, now: float, **reports) -> dict[str, Member]:
     out = {}
     for s in plan.ring_spec.shards:
-        report = reports.get(s.replace("-", "_")) or Report(plan.plan_epoch, plan.plan_epoch, True, {})
-        out[s] = Member.new(now).answered(now, report)
+        report = reports.get(s.replace("-", "_")) or Report(
+            plan.plan_epoch, plan.plan_epoch, True, {}, clock=now
+        )
+        out[s] = Member.new(now, SETTINGS).answered(now, report)
     return out
 
 
@@ -126,17 +136,43 @@ def test_a_primary_without_its_lease_refuses_only_when_failover_is_on() -> None:
 
 # -- the authority's decisions --------------------------------------------------------------------
 def test_a_member_is_fenced_only_after_the_last_lease_granted_to_it_ran_out() -> None:
-    member = Member.new(0.0).answered(0.0, Report(1, 1, True)).sent(10.0).missed()
-    assert lease_until(member, 10.5, SETTINGS) == 0  # no lease to a member that missed a probe
+    member = Member.new(0.0, SETTINGS).answered(10.0, Report(1, 1, True, clock=500.0)).sent(SETTINGS)
+    member = member.missed()
+    assert lease_until(member, SETTINGS) == 0  # no lease to a member that missed a probe
     assert not fenceable(member, 10.0 + SETTINGS.lease_s, SETTINGS)
     late = 10.0 + max(SETTINGS.lease_s + FENCE_MARGIN_S, SETTINGS.failover_after_s) + 0.01
     assert fenceable(member, late, SETTINGS)
 
 
+def test_a_lease_is_anchored_on_the_members_clock_and_counted_from_the_answers_arrival() -> None:
+    """The authority may run on another machine: the grant is in the member's clock (its reading
+    plus the lease), and the authority's count starts when that reading arrived, later than it
+    was taken, so the member's lease never outlives the authority's view of it."""
+    answered = Member.new(0.0, SETTINGS).answered(7.0, Report(1, 1, True, clock=12_345.0))
+    assert lease_until(answered, SETTINGS) == 12_345.0 + SETTINGS.lease_s
+    assert answered.sent(SETTINGS).lease_end == 7.0 + SETTINGS.lease_s
+
+
+def test_a_member_that_reports_no_clock_is_granted_no_lease() -> None:
+    member = Member.new(0.0, SETTINGS).answered(1.0, Report(1, 1, True))
+    assert lease_until(member, SETTINGS) == 0
+    assert member.sent(SETTINGS).lease_end == SETTINGS.lease_s  # only the start-up assumption
+
+
+def test_a_plan_behind_the_epoch_members_run_changes_nothing() -> None:
+    """A plan restored from an older copy: members refuse it as stale, and its in-sync set
+    could readmit a member that has not caught up, so the authority waits for a current plan."""
+    plan = failover_plan()
+    ahead = Report(plan.plan_epoch + 3, plan.plan_epoch + 3, True, {}, clock=0.0)
+    members = healthy(plan, 0.0, s_0=ahead)
+    members["s-1"] = members["s-1"].missed()
+    assert decide(plan, members, 100.0) is None
+
+
 def test_a_dead_member_leaves_the_in_sync_set_under_a_new_epoch() -> None:
     plan = failover_plan()
     members = healthy(plan, 0.0)
-    members["s-1"] = members["s-1"].sent(1.0).missed()
+    members["s-1"] = members["s-1"].sent(SETTINGS).missed()
     assert decide(plan, members, 2.0) is None
     nxt = decide(plan, members, 10.0)
     assert nxt.out_of_sync == ("s-1",) and nxt.plan_epoch == plan.plan_epoch + 1
@@ -152,7 +188,7 @@ def test_a_death_while_another_member_rejoins_leaves_the_set_alone() -> None:
 
 
 def test_a_member_that_never_answered_is_given_time_to_start() -> None:
-    member = Member.new(0.0).missed()
+    member = Member.new(0.0, SETTINGS).missed()
     assert not fenceable(member, 30.0, SETTINGS)
     assert fenceable(member, STARTUP_GRACE_S + 1, SETTINGS)
 
@@ -186,7 +222,7 @@ def test_a_rejoining_member_is_primary_again_only_when_nothing_is_pending_for_it
 
 def test_without_failover_settings_the_authority_changes_nothing() -> None:
     plan = plan_of(3)
-    members = {s: Member.new(0.0).missed() for s in plan.ring_spec.shards}
+    members = {s: Member.new(0.0, SETTINGS).missed() for s in plan.ring_spec.shards}
     assert decide(plan, members, 1000.0) is None
 
 

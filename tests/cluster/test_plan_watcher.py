@@ -246,3 +246,40 @@ def test_http_adapter_sources_are_fetched_onto_the_weights_volume_and_checked(tm
     assert Path(loaded["legal"]).is_relative_to(tmp_path / "weights")
     assert report["failed"]["med"].startswith("sha256 mismatch for adapter")
     assert "med" not in loaded  # refused before llama.cpp saw it
+
+
+# -- plans the authority sends with its probe ------------------------------------------------------
+def with_uid(plan, uid: str = "uid-1"):
+    return plan.model_copy(update={"cluster_uid": uid})
+
+
+def test_a_newer_epoch_sent_by_the_authority_is_adopted_and_the_lagging_file_cannot_undo_it(tmp_path) -> None:
+    """A mounted ConfigMap can lag the authority by a minute: the probe brings the new epoch,
+    and the file's older plan, when the kubelet renders it, is refused as a rollback."""
+    from themis_core.plan import FailoverSettings, with_in_sync
+
+    path = tmp_path / "plan.json"
+    first = with_uid(plan_of(3, "raid1", failover=FailoverSettings()))
+    path.write_text(first.to_json())
+    w, current, _ = watcher(path, first)
+    fenced = with_in_sync(first, ("s-1",), ())
+    assert w.adopt_pushed(fenced)
+    assert current.topology.plan == fenced and current.topology.epoch == first.plan_epoch + 1
+    write(path, first)  # the kubelet renders an older version
+    assert not w.reload_plan() and current.topology.plan == fenced
+    write(path, fenced)  # and catches up
+    assert not w.reload_plan() and current.topology.plan == fenced
+
+
+def test_a_sent_plan_of_another_cluster_an_older_epoch_or_another_ring_is_refused(tmp_path) -> None:
+    from themis_core.plan import FailoverSettings, with_in_sync
+
+    path = tmp_path / "plan.json"
+    first = with_uid(plan_of(3, "raid1", failover=FailoverSettings()))
+    path.write_text(first.to_json())
+    w, current, _ = watcher(path, first)
+    assert not w.adopt_pushed(with_uid(with_in_sync(first, ("s-1",), ()), "other-uid"))
+    assert not w.adopt_pushed(first)  # not newer
+    resharded = with_uid(plan_of(4, "raid1", previous=first, failover=FailoverSettings()))
+    assert not w.adopt_pushed(resharded)  # a ring change comes with a handoff: the file brings it
+    assert current.topology.plan == first

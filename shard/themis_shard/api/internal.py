@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
+from themis_core.plan import ClusterPlan
 
 from ..cluster.documents.coordinator import change_to_json, check_from_json, write_from_json
 from ..cluster.membership.gossip_wire import InvalidGossipMessage
@@ -292,15 +293,22 @@ class LeaseProbe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: the plan authority's epoch: renews the lease only when it is this shard's too
     epoch: int = Field(..., ge=0)
-    #: when the lease runs out, in the monotonic clock shared with the authority (0: no lease)
+    #: when the lease runs out, in this shard's monotonic clock (0: no lease)
     until: float = Field(..., ge=0)
+    #: the authority's plan, sent while this shard runs an older epoch (its file may lag)
+    plan: dict | None = None
 
 
 @router.post("/lease")
 async def lease(body: LeaseProbe, shard: Node) -> dict:
-    """The plan authority's probe (``cluster/replication/lease.py``): renew the primary lease, and report
-    what the authority decides the in-sync set on (epoch, catch-up, hints held for peers)."""
-    return shard.cluster.lease_probe(body.epoch, body.until)
+    """The plan authority's probe (``cluster/replication/lease.py``): adopt its newer plan,
+    renew the primary lease, and report what the authority decides the in-sync set on (epoch,
+    catch-up, hints held for peers) with this shard's clock, which the next lease is anchored on."""
+    try:
+        plan = ClusterPlan.model_validate(body.plan) if body.plan is not None else None
+    except ValueError as e:
+        raise BadRequest(f"plan: not a valid cluster plan ({e})", code="invalid_plan") from e
+    return shard.cluster.lease_probe(body.epoch, body.until, plan)
 
 
 @router.get("/collections")

@@ -144,6 +144,18 @@ class PlanWatcher:
         self.adopt(plan)
         return True
 
+    def adopt_pushed(self, plan: ClusterPlan) -> bool:
+        """Adopt a plan the authority sent with its probe when it is the newer one of this
+        cluster (its epoch above ours, same uid, no ring rollback); the file catches up later
+        and is then the same plan (a file still older is refused as a rollback)."""
+        current = self.live.topology.plan
+        if plan.cluster_uid != current.cluster_uid or plan.plan_epoch <= current.plan_epoch:
+            return False
+        if is_rollback(current, plan) or plan.ring_version != current.ring_version:
+            return False  # a ring change comes with a handoff: the file brings it
+        self.adopt(plan)
+        return True
+
     def adopt(self, plan: ClusterPlan) -> None:
         """Swap in ``plan``: topology, router settings, members, and a handoff if the ring moved."""
         log.info(

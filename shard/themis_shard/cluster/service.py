@@ -258,12 +258,14 @@ class ClusterService:
     def reload_plan(self) -> bool:
         return self.plan_watcher.reload_plan()
 
-    def lease_probe(self, epoch: int, until: float) -> dict[str, Any]:
-        """The plan authority's probe: adopt its newer plan now (not at the next poll), renew
-        the lease when we then agree on the epoch, and report what it decides the in-sync set
-        on."""
+    def lease_probe(self, epoch: int, until: float, plan: ClusterPlan | None = None) -> dict[str, Any]:
+        """The plan authority's probe: adopt its newer plan now (the file's, else the one it
+        sent: a mounted ConfigMap may lag), renew the lease when we then agree on the epoch, and
+        report what it decides the in-sync set on, with the clock the next lease is anchored on."""
         if epoch > self.topology.epoch:
             self.reload_plan()
+        if epoch > self.topology.epoch and plan is not None and plan.plan_epoch == epoch:
+            self.plan_watcher.adopt_pushed(plan)
         renewed = epoch == self.topology.epoch and until > 0
         if renewed:
             self.lease.renew(until)
@@ -274,6 +276,7 @@ class ClusterService:
             "caught_up_epoch": self.anti_entropy.caught_up_epoch,
             "ready": self.handoff.caught_up,
             "hints": self.hints.pending(),
+            "clock": self.lease.now(),
         }
 
     def plan_adapters(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ through two-phase commit (``transactions/``, ``CrossShardCommit``) with this sha
 coordinator; everything else keeps the single-coordinator path. A key locked by a prepared
 cross-shard transaction refuses writes (409 ``transaction_in_progress``) until it is decided.
 A batch is atomic per coordinator. Keys whose primary is down cannot be written until the plan
-authority fails them over to an in-sync copy (``isr.py``).
+authority fails them over to an in-sync copy (``plan_authority.in_sync``).
 
 Why one ~890-line module: single-key writes, batches, reads and the answers to their failures
 (burns, forwarding) share one per-key lock table and one mapping of a peer's refusal; 2PC,

@@ -7,7 +7,7 @@ shards on the same plan epoch. It repairs what hints could not: a hint dropped a
 a replica restored from an old disk, a burn that was never delivered. Each round scans this
 shard's store once per peer (cost O(records)): the interval is the knob.
 
-Catch-up of a shard out of the in-sync set (``isr.py``) is one-way: it takes the in-sync
+Catch-up of a shard out of the in-sync set (``plan_authority.in_sync``) is one-way: it takes the in-sync
 peers' records for every key that differs, even where its own stamp is higher (a write it
 burned or acknowledged at ``w=1`` before it was fenced, which a new primary has since
 overwritten at a lower version), and drops the keys they do not hold, like a Kafka follower

@@ -37,7 +37,7 @@ a durable hint. A write that cannot reach enough owners fails with 503 and insta
   prepared, not when it failed: a repair may copy the failed record back here meanwhile.
 
 Failover. The epoch is the *plan* epoch: the ring version, bumped again whenever the plan
-authority changes the in-sync set (``isr.py`` argues why that cannot split the brain). A key's
+authority changes the in-sync set (``plan_authority.in_sync`` argues why that cannot split the brain). A key's
 primary is its first in-sync owner that is not rejoining, and a write waits for its in-sync
 owners only (``write_owners``): ``w=all`` means every in-sync copy, as Kafka's ``acks=all``
 does; out-of-sync owners get hints. ``min_insync`` is the floor below which ``w=all`` and

@@ -1,16 +1,16 @@
 """The primary's lease from the plan authority: why a shard the authority fenced has already
 stopped acting as a primary.
 
-When the plan has ``failover`` settings, the authority (``themis up``'s supervisor; ``isr.py``
-decides) probes every member every ``probe_interval_s``. A probe grants a lease that runs out
-``lease_s`` after the authority *sent* it, in the machine's monotonic clock (on Linux
-``CLOCK_MONOTONIC`` is one clock for every process, and a paused process's clock keeps going),
-so a probe delivered late — to a shard paused with it queued — grants nothing stale. Once a
-member misses a probe the authority stops granting it leases, and it fences the member only
-after the last lease it granted has run out. A shard coordinates writes and serves primary
-reads only while its lease holds: by the time a new epoch gives its keys to another owner, it
-has stopped. (An authority on another machine than its shards, as the operator would be, needs
-a bound on clock drift instead; see ``isr.py``.)
+When the plan has ``failover`` settings, the authority (the operator in Kubernetes, ``themis
+up``'s supervisor locally; ``themis_core.plan_authority``) probes every member every
+``probe_interval_s``. Each answer carries this shard's monotonic clock (``now``); the next probe
+grants a lease to ``lease_s`` past that reading, in this clock, so the authority may run on
+another machine, and a probe delivered late — to a shard paused with it queued — grants nothing
+stale (a paused process's monotonic clock keeps going). Once a member misses a probe the
+authority stops granting it leases, and it fences the member only after the last lease it
+granted has run out by its own count, which starts later than ours. A shard coordinates writes
+and serves primary reads only while its lease holds: by the time a new epoch gives its keys to
+another owner, it has stopped.
 """
 
 from __future__ import annotations
@@ -27,8 +27,12 @@ class AuthorityLease:
         self._clock = clock
         self._until = float("-inf")
 
+    def now(self) -> float:
+        """The clock leases are counted in (the authority anchors the next one on it)."""
+        return self._clock()
+
     def renew(self, until: float) -> None:
-        """Hold until ``until`` (the monotonic clock shared with the authority)."""
+        """Hold until ``until`` (in this clock: a reading we reported plus the lease)."""
         self._until = max(self._until, until)
 
     def holds(self) -> bool:

@@ -10,52 +10,43 @@ cannot be forged, altered, or replayed. The two are separate settings, far above
 timeout: a request queued at a paused or busy receiver is still a peer's when it is read, and
 a sender whose request is refused sees a peer fault (``transport/remote.py``), never a client's 401.
 With mTLS (the internal listener demands a cluster certificate) the certificate is the proof
-and signatures are not checked. ``PeerAuth`` signs (an ``httpx.Auth``: sync and async clients); ``verify`` and
-``NonceWindow`` check.
+and signatures are not checked. ``PeerAuth`` signs (an ``httpx.Auth`` for sync and async clients,
+in ``themis_core.peer_signing``, shared with the plan authority); ``verify`` and ``NonceWindow``
+check.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Mapping
 
-import httpx
-
-PEER, TIMESTAMP, NONCE, SIGNATURE = (
-    "x-themis-peer",
-    "x-themis-timestamp",
-    "x-themis-nonce",
-    "x-themis-signature",
+from themis_core.peer_signing import (
+    NONCE,
+    PEER,
+    SIGNATURE,
+    TIMESTAMP,
+    PeerAuth,
+    request_target,
+    signature,
+    signed_headers,
 )
 
-
-def signature(secret: bytes, method: str, target: str, timestamp: str, nonce: str, body: bytes) -> str:
-    message = b"\n".join(
-        [
-            method.upper().encode(),
-            target.encode(),
-            timestamp.encode(),
-            nonce.encode(),
-            hashlib.sha256(body).digest(),
-        ]
-    )
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def signed_headers(
-    secret: bytes, sender: str, method: str, target: str, body: bytes, now: float
-) -> dict[str, str]:
-    timestamp, nonce = str(int(now)), secrets.token_hex(16)
-    return {
-        PEER: sender,
-        TIMESTAMP: timestamp,
-        NONCE: nonce,
-        SIGNATURE: signature(secret, method, target, timestamp, nonce, body),
-    }
+__all__ = [
+    "NONCE",
+    "PEER",
+    "SIGNATURE",
+    "TIMESTAMP",
+    "InternalAuthPolicy",
+    "NonceWindow",
+    "PeerAuth",
+    "header_refusal",
+    "request_target",
+    "signature",
+    "signed_headers",
+    "verify",
+]
 
 
 class NonceWindow:
@@ -116,33 +107,6 @@ def verify(
     if not nonces.first_time(headers[NONCE], now):
         return "replayed request"
     return None
-
-
-def request_target(url: httpx.URL) -> str:
-    """Path and query as sent on the request line (what both sides sign)."""
-    return url.raw_path.decode("ascii")
-
-
-class PeerAuth(httpx.Auth):
-    """Signs every request of a client with the cluster secret (body included)."""
-
-    requires_request_body = True
-
-    def __init__(self, secret: str, sender: str, clock: Callable[[], float] = time.time) -> None:
-        self._secret = secret.encode()
-        self.sender = sender
-        self._clock = clock
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        yield self(request)
-
-    def __call__(self, request: httpx.Request) -> httpx.Request:
-        """Sign ``request`` in place (also the plain-callable form other clients accept)."""
-        target = request_target(request.url)
-        request.headers.update(
-            signed_headers(self._secret, self.sender, request.method, target, request.content, self._clock())
-        )
-        return request
 
 
 class InternalAuthPolicy:

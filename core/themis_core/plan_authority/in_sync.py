@@ -8,10 +8,12 @@ in ring order that is not rejoining (``cluster/replication/fencing.py``). ``min_
 which ``w=all``/``majority`` writes are refused.
 
 **One authority.** Only the plan authority changes the set, by writing the next plan with the
-next epoch: the local supervisor ``themis up`` starts (``supervisor.py``), which probes every
-member. Shards never change it themselves: two shards that each thought the other dead would
-each take over its keys (the split brain); a single writer of a totally ordered sequence of
-epochs cannot disagree with itself.
+next epoch: in Kubernetes the operator (a daemon per ThemisCluster, writing the plan ConfigMap
+with its ``resourceVersion`` as a precondition), locally the supervisor ``themis up`` starts
+(``themis_shard.supervisor``); both run ``authority.PlanAuthority``, which probes every member.
+Shards never change it themselves: two shards that each thought the other dead would each take
+over its keys (the split brain); a single writer of a totally ordered sequence of epochs cannot
+disagree with itself.
 
 **Why it cannot split the brain.**
 
@@ -20,9 +22,15 @@ epochs cannot disagree with itself.
   applied). A fenced shard that wakes up on an old plan cannot collect the in-sync owners'
   acknowledgements: they moved on.
 * Leases fence reads and ``w=1``. A primary acts only while it holds a lease the authority's
-  probes grant (``cluster/replication/lease.py``); the authority fences a member only after the last lease
-  it granted it has run out. So when the new epoch hands a key to another owner, the old
-  primary has already stopped serving it, even if it never saw the new plan.
+  probes grant (``themis_shard.cluster.replication.lease``); the authority fences a member only
+  after the last lease it granted it has run out. So when the new epoch hands a key to another
+  owner, the old primary has already stopped serving it, even if it never saw the new plan.
+  A lease is anchored in the *member's* clock, so the authority may run on another machine:
+  every answer carries the member's monotonic clock reading ``c``, and the next probe grants
+  until ``c + lease_s`` in that clock. The authority counts the same lease from when that answer
+  *arrived* (later than ``c`` was read), so it never believes a lease ran out before the member
+  does (only the clocks' rates must agree, to within ``FENCE_MARGIN_S`` over a lease; no offset
+  between them matters). A probe delivered late (to a paused member) grants nothing stale.
 * Every key keeps a settled in-sync owner: at most ``copies - 1`` members are out of sync or
   rejoining together (a second death in RAID1 leaves the set alone and those keys' writes
   fail, 503, rather than hand them to a copy that may miss committed writes: an out-of-sync or
@@ -34,7 +42,7 @@ epochs cannot disagree with itself.
   and it completed another round: nothing committed can be missing from it when it serves.
 
 This module is pure: ``decide`` maps the plan and what the probes saw to the next plan (or
-None); ``supervisor.py`` does the probing and writes the plan.
+None); ``authority.py`` does the probing and writes the plan.
 """
 
 from __future__ import annotations
@@ -61,27 +69,35 @@ class Report:
     ready: bool
     #: hint records it holds, per peer
     hints: Mapping[str, int] = field(default_factory=dict)
+    #: its monotonic clock when it answered (None: a shard that cannot anchor a lease)
+    clock: float | None = None
 
 
 @dataclass(frozen=True)
 class Member:
     """What the authority knows of one member: when it last answered, whether it is granted
-    leases now, when it sent the last probe that granted one, and the last report."""
+    leases now, until when (in the authority's clock) the last lease it may hold can run, and
+    the last report."""
 
     last_answer: float
     granting: bool = True
-    last_grant_sent: float = 0.0
+    #: in the authority's clock: no lease granted to this member runs past this
+    lease_end: float = 0.0
     report: Report | None = None
     #: it answered at least once (before that it may still be starting)
     seen: bool = False
 
     @classmethod
-    def new(cls, now: float) -> Member:
+    def new(cls, now: float, settings: FailoverSettings) -> Member:
         """An authority that just started assumes a lease granted now (it cannot know better)."""
-        return cls(last_answer=now, last_grant_sent=now)
+        return cls(last_answer=now, lease_end=now + settings.lease_s)
 
-    def sent(self, at: float) -> Member:
-        return replace(self, last_grant_sent=at) if self.granting else self
+    def sent(self, settings: FailoverSettings) -> Member:
+        """A probe that grants (``lease_until``) is on its way: the lease it grants ends, in our
+        clock, ``lease_s`` after the answer it is anchored on arrived."""
+        if lease_until(self, settings) == 0.0:
+            return self
+        return replace(self, lease_end=max(self.lease_end, self.last_answer + settings.lease_s))
 
     def answered(self, at: float, report: Report) -> Member:
         return replace(self, last_answer=at, granting=True, report=report, seen=True)
@@ -90,10 +106,11 @@ class Member:
         return replace(self, granting=False, report=None)
 
 
-def lease_until(member: Member, sent_at: float, settings: FailoverSettings) -> float:
-    """What a probe sent now grants: a lease to ``sent_at + lease_s``, or none (0) to a member
-    that missed a probe since its last answer."""
-    return sent_at + settings.lease_s if member.granting else 0.0
+def lease_until(member: Member, settings: FailoverSettings) -> float:
+    """What a probe sent now grants, in the member's clock: ``lease_s`` past its clock reading
+    in its last answer; none (0) to a member that missed a probe since, or never reported a clock."""
+    clock = member.report.clock if member.report is not None else None
+    return clock + settings.lease_s if member.granting and clock is not None else 0.0
 
 
 def fenceable(member: Member, now: float, settings: FailoverSettings) -> bool:
@@ -103,8 +120,16 @@ def fenceable(member: Member, now: float, settings: FailoverSettings) -> bool:
     return (
         not member.granting
         and now - member.last_answer > silent_for
-        and now > member.last_grant_sent + settings.lease_s + FENCE_MARGIN_S
+        and now > member.lease_end + FENCE_MARGIN_S
     )
+
+
+def epoch_behind(plan: ClusterPlan, members: Mapping[str, Member]) -> int | None:
+    """The highest epoch a member runs when it is above the plan's (a plan restored from an
+    older copy): members refuse that plan as stale, and its in-sync set may readmit a member
+    that has not caught up, so the authority changes nothing until the plan is current."""
+    seen = max((m.report.epoch for m in members.values() if m.report is not None), default=0)
+    return seen if seen > plan.plan_epoch else None
 
 
 def decide(plan: ClusterPlan, members: Mapping[str, Member], now: float) -> ClusterPlan | None:
@@ -112,6 +137,8 @@ def decide(plan: ClusterPlan, members: Mapping[str, Member], now: float) -> Clus
     key keeps an in-sync owner), or move a caught-up member one step back in."""
     settings = plan.failover
     if settings is None or plan.previous_ring is not None:  # a handoff has its own protocol
+        return None
+    if epoch_behind(plan, members) is not None:
         return None
     ring = list(plan.ring_spec.shards)
     out, back = set(plan.out_of_sync), set(plan.rejoining)
