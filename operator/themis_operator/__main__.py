@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     from themis_core.logs import LogSettings, configure_logging
 
     configure_logging(logging.DEBUG if args.verbose else logging.INFO, LogSettings().format)
+    if not args.verbose:  # not a line per status probe and per lease (several a second)
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     import kopf
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
-from themis_core.plan import MIN_SHARDS_BY_RAID_MODE, RaidMode
+from themis_core.plan import COPIES_BY_RAID_MODE, MIN_SHARDS_BY_RAID_MODE, RaidMode
 
 from .backups import BootstrapSpec
 
@@ -168,6 +168,28 @@ class EnvVar(_Model):
         return {"name": self.name, "value": self.value or ""}
 
 
+class FailoverSpec(_Model):
+    """Automatic failover: the operator probes every shard, grants their primary leases, and
+    moves a dead shard's keys to their in-sync copies under a new plan epoch
+    (``themis_core.plan_authority``). Off by default: with it on, shards act as primaries only
+    while the operator renews their leases, so the operator's own downtime (an upgrade, a
+    reschedule) longer than ``leaseSeconds`` pauses writes and primary reads until it is back."""
+
+    enabled: bool = False
+    #: A shard acts as a primary this long after the operator last heard from it.
+    lease_seconds: float = Field(2.0, gt=0)
+    #: A shard silent this long (and past its lease) leaves the in-sync set.
+    failover_after_seconds: float = Field(3.0, gt=0)
+    #: The floor of in-sync copies below which ``w=all``/``majority`` writes are refused.
+    min_insync: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _lease_first(self) -> FailoverSpec:
+        if self.failover_after_seconds < self.lease_seconds:
+            raise ValueError("failover.failoverAfterSeconds must be at least failover.leaseSeconds")
+        return self
+
+
 class LoggingSpec(_Model):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -206,6 +228,7 @@ class ThemisClusterSpec(_Model):
     #: prefix cache's disk tier); a variable the operator sets itself is refused by name.
     env: tuple[EnvVar, ...] = ()
     logging: LoggingSpec = LoggingSpec()
+    failover: FailoverSpec = FailoverSpec()
 
     @property
     def raid_weights(self) -> bool:
@@ -250,6 +273,12 @@ class ThemisClusterSpec(_Model):
         t = self.router.thresholds
         if not t[0] >= t[1] >= t[2]:
             found.append(f"spec.router.thresholds must be descending, got {list(t)}")
+        copies = COPIES_BY_RAID_MODE[self.raid_mode]
+        if self.failover.min_insync > copies:
+            found.append(
+                f"spec.failover.minInsync {self.failover.min_insync} exceeds the {copies} "
+                f"cop{'y' if copies == 1 else 'ies'} of {self.raid_mode}"
+            )
         seen: set[str] = set()
         for i, var in enumerate(self.env):
             if var.name in seen:

@@ -53,6 +53,9 @@ class FakeKube:
         if subresource == "status":
             patch = {"status": patch.get("status")}
         old = self.objects[key]
+        expected = (patch.get("metadata") or {}).get("resourceVersion")
+        if expected and expected != old["metadata"]["resourceVersion"]:  # a precondition, as on a real server
+            raise Conflict(f"{key} was modified (resourceVersion {old['metadata']['resourceVersion']})")
         new = merge_patch(old, patch)
         new["metadata"]["resourceVersion"] = str(next(self._rv))
         if new.get("spec") != old.get("spec"):

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from themis_core.plan import AdapterPlacement, ClusterPlan, ClusterSpec, Member, RouterSettings, build_plan
+from themis_core.plan import (
+    AdapterPlacement,
+    ClusterPlan,
+    ClusterSpec,
+    FailoverSettings,
+    Member,
+    RouterSettings,
+    build_plan,
+)
 from themis_core.ring import HashRing, RingSpec
 
 from .. import names
@@ -108,7 +116,17 @@ def cluster_spec(
         ),
         tls=tls,
         cluster_uid=ctx.uid,
+        failover=failover_settings(ctx),
+        min_insync=min(spec.failover.min_insync, len(ring_ids)),
     ), placements
+
+
+def failover_settings(ctx: ClusterContext) -> FailoverSettings | None:
+    """The plan's failover settings: the operator is the plan authority when they are set."""
+    f = ctx.spec.failover
+    if not f.enabled:
+        return None
+    return FailoverSettings(lease_s=f.lease_seconds, failover_after_s=f.failover_after_seconds)
 
 
 def previous_plan(configmap: dict | None) -> ClusterPlan | None:

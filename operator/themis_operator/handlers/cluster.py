@@ -1,10 +1,15 @@
-"""ThemisCluster handlers: create/update/resume reconcile, status timer, explicit delete."""
+"""ThemisCluster handlers: create/update/resume reconcile, status timer, explicit delete, and the
+plan authority daemon of clusters with failover on."""
 
 from __future__ import annotations
+
+import asyncio
 
 import kopf
 
 from .. import GROUP, VERSION
+from ..kube import Conflict
+from ..plan_authority import ClusterAuthority
 from ..reconcile import delete_children, probe_shards, reconcile_cluster
 from ..settings import OperatorSettings
 from .events import emit, write_adapter_statuses
@@ -17,10 +22,13 @@ _INTERVAL = OperatorSettings().status_interval_s
 def _reconcile(body, patch, memo, trigger: str, **kwargs) -> None:
     if body.metadata.get("deletionTimestamp"):
         return  # a tick racing the deletion must neither rebuild children nor patch the status
-    with memo.metrics.reconcile("ThemisCluster", trigger):
-        outcome = reconcile_cluster(
-            memo.kube, dict(body), default_image=memo.settings.default_shard_image, **kwargs
-        )
+    try:
+        with memo.metrics.reconcile("ThemisCluster", trigger):
+            outcome = reconcile_cluster(
+                memo.kube, dict(body), default_image=memo.settings.default_shard_image, **kwargs
+            )
+    except Conflict as e:  # the plan authority moved the plan meanwhile: decide again from it
+        raise kopf.TemporaryError(f"a child changed underneath: {e}", delay=1.0) from e
     memo.metrics.observe_status(body.metadata.namespace, body.metadata.name, outcome.status)
     patch.status.update(outcome.status)
     emit(body, outcome)
@@ -57,3 +65,23 @@ def deleted(body, memo, **_) -> None:
     memo.metrics.forget_cluster(body.metadata.namespace, body.metadata.name)
     if removed:
         kopf.info(body, reason="Deleted", message=f"removed {len(removed)} children")
+
+
+def _failover_enabled(spec, **_) -> bool:
+    return bool(((spec or {}).get("failover") or {}).get("enabled"))
+
+
+@kopf.daemon(*RESOURCE, when=_failover_enabled, cancellation_timeout=10.0)
+async def plan_authority(stopped, name, namespace, memo, **_) -> None:
+    """The cluster's plan authority (``plan_authority.py``) while ``spec.failover.enabled``."""
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(_when_stopped(stopped, stop))
+    try:
+        await ClusterAuthority(memo.kube, namespace, name).run(stop)
+    finally:
+        watcher.cancel()
+
+
+async def _when_stopped(stopped, stop: asyncio.Event) -> None:
+    await stopped.wait()
+    stop.set()

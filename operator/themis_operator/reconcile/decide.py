@@ -23,7 +23,7 @@ from themis_core.plan import ClusterPlan
 from .. import names
 from ..builders import ClusterContext, build_children
 from ..builders.children import Ref
-from ..builders.plan import Placement, next_plan, recovered_previous
+from ..builders.plan import PLAN_KEY, Placement, next_plan, recovered_previous
 from ..builders.statefulset import adapter_location, build_statefulset, env_conflicts
 from ..builders.tls import ca_material
 from ..kube import desired_patch, is_subset
@@ -105,6 +105,19 @@ def change(desired: dict, existing: dict | None) -> Create | Patch | None:
     return None if is_subset(patch, existing) else Patch(desired, patch)
 
 
+def guarded(action: Create | Patch, existing: dict | None) -> Create | Patch:
+    """The plan ConfigMap is written only over the version this reconcile read: the plan
+    authority changes its in-sync set between reconciles, and a plan built from an older copy
+    must fail (409, decided again) rather than undo a failover."""
+    if not isinstance(action, Patch) or existing is None or action.obj["kind"] != "ConfigMap":
+        return action
+    if (action.obj.get("data") or {}).get(PLAN_KEY) is None:
+        return action
+    version = existing["metadata"].get("resourceVersion")
+    patch = {**action.patch, "metadata": {**action.patch.get("metadata", {}), "resourceVersion": version}}
+    return Patch(action.obj, patch)
+
+
 def drained(report: ShardReport | None, ring_version: int) -> bool:
     """A leaving shard is done once it reports "drained" for this ring (not an older one)."""
     if report is None or report.migration != "drained":
@@ -158,7 +171,11 @@ def decide(ctx: ClusterContext, snapshot: Snapshot) -> Decision:
         existing_api_keys=snapshot.child(Ref("v1", "Secret", names.api_keys_secret(ctx.name))),
         partition=rollout.partition,
     )
-    actions: list[Action] = [a for obj in children.apply if (a := change(obj, snapshot.child(ref_of(obj))))]
+    actions: list[Action] = [
+        guarded(a, snapshot.child(ref_of(obj)))
+        for obj in children.apply
+        if (a := change(obj, snapshot.child(ref_of(obj))))
+    ]
     actions += [Delete(ref) for ref in children.remove if snapshot.child(ref) is not None]
     resizes, refusals = plan_resizes(ctx.name, ctx.spec.storage, snapshot.claims)
     return Decision(
