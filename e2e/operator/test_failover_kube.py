@@ -106,8 +106,9 @@ def test_a_paused_shard_pod_is_failed_over_by_the_operator_and_rejoins_without_l
 
         eventually(all_writable, timeout=BOUND_S, interval=0.2)
         times = sorted(writable_after.values())
-        # A write already waiting on the paused pod when it stopped holds its key until the peer
-        # request times out (THEMIS_CLUSTER_REQUEST_TIMEOUT_S): the slowest key shows it.
+        # The slowest key is the one whose write was waiting on the paused pod when it stopped:
+        # the coordinator stops waiting once the new epoch fences the pod (not at the peer's
+        # request timeout), burns the write and answers 503, and the retry commits.
         print(
             f"\nkeys writable again after {victim} was paused: median {times[len(times) // 2]:.1f}s, "
             f"every key {times[-1]:.1f}s"

@@ -283,3 +283,21 @@ def test_a_sent_plan_of_another_cluster_an_older_epoch_or_another_ring_is_refuse
     resharded = with_uid(plan_of(4, "raid1", previous=first, failover=FailoverSettings()))
     assert not w.adopt_pushed(resharded)  # a ring change comes with a handoff: the file brings it
     assert current.topology.plan == first
+
+
+def test_adopting_a_plan_wakes_whoever_waits_for_a_change(tmp_path) -> None:
+    """A write waiting on an owner stops waiting once a new plan fences that owner."""
+    from themis_core.plan import FailoverSettings, with_in_sync
+
+    first = with_uid(plan_of(3, "raid1", failover=FailoverSettings()))
+    w, current, _ = watcher(None, first)
+
+    async def wait_then_adopt() -> bool:
+        waiter = asyncio.ensure_future(current.changed())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        w.adopt_pushed(with_in_sync(first, ("s-1",), ()))
+        await asyncio.wait_for(waiter, 1.0)
+        return current.topology.plan.out_of_sync == ("s-1",)
+
+    assert asyncio.run(wait_then_adopt())

@@ -79,6 +79,17 @@ class PlanAuthority:
         self.changes: list[ClusterPlan] = []
 
     async def _probe(self, client: httpx.AsyncClient, plan: ClusterPlan, shard_id: str) -> None:
+        """One probe; a member that answered without holding a grant from us (it just started,
+        or so did we) is probed again at once, anchored on that answer, so it need not wait a
+        probe interval for its first lease."""
+        for _ in range(2):
+            granted = await self._probe_once(client, plan, shard_id)
+            member = self.members[shard_id]
+            if granted or not member.granting or member.report is None:
+                return
+
+    async def _probe_once(self, client: httpx.AsyncClient, plan: ClusterPlan, shard_id: str) -> bool:
+        """Probe ``shard_id`` once; True when the probe carried a lease."""
         settings = plan.failover
         assert settings is not None
         member = self.members.setdefault(shard_id, Member.new(self.clock(), settings))
@@ -97,8 +108,9 @@ class PlanAuthority:
             report = report_of(r.json())
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             self.members[shard_id] = self.members[shard_id].missed()
-            return
+            return until > 0
         self.members[shard_id] = self.members[shard_id].answered(self.clock(), report)
+        return until > 0
 
     async def tick(self, client: httpx.AsyncClient) -> ClusterPlan | None:
         """Probe every ring member at once, then apply ``decide``'s change, if any. The store is

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -259,6 +259,12 @@ class HandoffView(Protocol):
     def previous_ring(self) -> HashRing | None: ...
 
     async def fetch_previous(self, collection: str, key: str) -> None: ...
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """Consume the outcome of a delivery nobody waits for any more (no "never retrieved" noise)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class DistributedDocuments:
@@ -503,9 +509,7 @@ class DistributedDocuments:
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
             logged = await run_in_threadpool(self.inflight.add, records, burns)
-        answers = await asyncio.gather(
-            *(self.replication.deliver(p, per_peer[p], topo.epoch, topo.self_id) for p in peers)
-        )
+        answers = await asyncio.gather(*(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers))
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
         newer = [r for _, found in answers for r in found]
         if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
@@ -563,6 +567,28 @@ class DistributedDocuments:
             f"{max(required_acks(concern, len(write_owners(topo, r.collection, r.key))) for r in records)}"
         )
         raise burn_failure(short, burned, burns)
+
+    async def _deliver_while_in_sync(
+        self, topo: Topology, peer: str, items: list[Replicated]
+    ) -> tuple[Delivery, list[Replicated]]:
+        """Deliver a coordinated write to ``peer``, but stop waiting once a newer plan takes it
+        out of the in-sync set (a paused owner would hold the key until the request timeout):
+        its answer no longer decides, and it may have applied the write, so it counts as
+        UNKNOWN (the write is burned; catch-up replaces its copy before it serves again)."""
+        delivery = asyncio.ensure_future(self.replication.deliver(peer, items, topo.epoch, topo.self_id))
+        changed = getattr(self._plan, "changed", None)
+        if changed is None:
+            return await delivery
+        while True:
+            change = asyncio.ensure_future(changed())
+            await asyncio.wait({delivery, change}, return_when=asyncio.FIRST_COMPLETED)
+            change.cancel()
+            if delivery.done():
+                return delivery.result()
+            if peer in self.topology.plan.out_of_sync:
+                delivery.add_done_callback(_retrieve)
+                log.warning("stopped waiting for %s: a newer plan took it out of the in-sync set", peer)
+                return Delivery.UNKNOWN, []
 
     async def _install_then_replicate(
         self, records: list[Replicated], per_peer: dict[str, list[Replicated]], burns: list[Replicated]
@@ -686,10 +712,13 @@ class DistributedDocuments:
         burns = [b for b in burns if (b.collection, b.key) in newest]
         await run_in_threadpool(self.store.apply_replicated, burns)
         log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
-        reached = await self.replicate_repairs(burns)
+        # An owner out of sync now needs no burn: catch-up replaces its copies with the in-sync
+        # owners' (the burn among them) before it serves again, so it cannot serve the record.
+        fenced = set(self.topology.plan.out_of_sync)
+        reached = await self.replicate_repairs(burns, skip=fenced)
         # Until every owner that may hold the failed record holds the burn, a failover to one
         # of them could still serve the failed record: the client must not be told it failed.
-        return Burned.EVERYWHERE if maybe <= reached else Burned.PARTLY
+        return Burned.EVERYWHERE if maybe <= reached | fenced else Burned.PARTLY
 
     def _burns_of(self, topo: Topology, records: list[Replicated]) -> list[Replicated]:
         """For each record, the previous document again one version above it, stamped now."""
@@ -736,11 +765,11 @@ class DistributedDocuments:
             )
         return send
 
-    async def replicate_repairs(self, items: list[Replicated]) -> set[str]:
-        """Send records to their other owners now, or as hints (stamps decide on arrival);
-        answers the owners that took them now."""
+    async def replicate_repairs(self, items: list[Replicated], skip: Collection[str] = ()) -> set[str]:
+        """Send records to their other owners (but ``skip``) now, or as hints (stamps decide on
+        arrival); answers the owners that took them now."""
         topo = self.topology
-        per_peer = by_peer(topo, items, topo.owners)
+        per_peer = {p: b for p, b in by_peer(topo, items, topo.owners).items() if p not in skip}
         sent = await asyncio.gather(*(self.replication.send(peer, batch) for peer, batch in per_peer.items()))
         return {peer for peer, ok in zip(per_peer, sent, strict=True) if ok}
 

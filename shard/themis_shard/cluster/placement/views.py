@@ -9,6 +9,7 @@ built, hence ``RuntimeSlot``: parts read ``.runtime`` when they act, None until 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from ..settings import ClusterSettings
@@ -31,11 +32,29 @@ class RuntimeSource(Protocol):
 
 
 class LivePlan:
-    """The topology and settings in force now (a ``TopologySource`` and a ``SettingsSource``)."""
+    """The topology and settings in force now (a ``TopologySource`` and a ``SettingsSource``).
+
+    ``changed`` wakes waiters when a new topology is swapped in: a write waiting on an owner
+    that the new plan fenced stops waiting for it."""
 
     def __init__(self, topology: Topology, settings: ClusterSettings) -> None:
-        self.topology = topology
+        self._topology = topology
+        self._changed = asyncio.Event()
         self.settings = settings
+
+    @property
+    def topology(self) -> Topology:
+        return self._topology
+
+    @topology.setter
+    def topology(self, topology: Topology) -> None:
+        self._topology = topology
+        woken, self._changed = self._changed, asyncio.Event()
+        woken.set()
+
+    async def changed(self) -> None:
+        """Return once the topology has been replaced."""
+        await self._changed.wait()
 
     def url(self, shard_id: str) -> str:
         """A member's base URL in the current plan (KeyError when it is not a member)."""
