@@ -328,6 +328,11 @@ def test_a_peer_paused_past_the_signature_age_limit_costs_no_client_a_401(local_
         stored = httpx.get(f"{entry}/v1/collections/c/documents/{k}", timeout=30).status_code
         if r.status_code == 200:
             assert stored == 200
+        elif code_of(r) == "write_outcome_unknown":
+            # The owner refuses an expired signature from the headers alone and may close the
+            # connection while the body is still on its way: the coordinator then saw a torn
+            # connection, not the refusal, and says the outcome is unknown (true, and named).
+            assert "shard-1" in r.json()["error"]["message"] and stored in (200, 404), r.text
         else:  # refused by signature before it ran: a peer fault, named, and nothing written
             assert code_of(r) in ("coordinator_unavailable", "peer_auth_failed"), r.text
             assert "peer_auth" in r.json()["error"]["message"] and stored == 404
