@@ -117,3 +117,30 @@ def running_operator(crds, operator_env):
         time.sleep(1.0)  # let the watchers start
         yield runner
     assert runner.exception is None, runner.output[-3000:]
+
+
+# -- an in-memory API with the example ThemisCluster (reconcile specs) ------------------------------
+NS = "default"
+
+
+@pytest.fixture
+def kube():
+    from themis_testing.fakekube import FakeKube
+
+    return FakeKube()
+
+
+def cluster(kube, **spec) -> dict:
+    """The example ThemisCluster with ``spec`` fields replaced, stored in ``kube``."""
+    from themis_testing.validation import load_example
+
+    body = load_example("themiscluster.yaml")
+    body["spec"].update(spec)
+    return kube.add(body)
+
+
+def plan_of(kube, name: str = "demo"):
+    """The plan the cluster's ConfigMap publishes."""
+    from themis_core.plan import ClusterPlan
+
+    return ClusterPlan.from_json(kube.get("v1", "ConfigMap", NS, f"{name}-plan")["data"]["plan.json"])

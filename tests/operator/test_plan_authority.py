@@ -13,30 +13,13 @@ import base64
 import ssl
 
 import pytest
-from themis_core.plan import ClusterPlan, with_in_sync
+from themis_core.plan import with_in_sync
 from themis_core.plan_authority.authority import StalePlan
 from themis_operator.kube import Conflict
 from themis_operator.plan_authority import AUTHORITY_ID, ConfigMapPlan, probe_client
 from themis_operator.reconcile import reconcile_cluster
-from themis_testing.fakekube import FakeKube
-from themis_testing.validation import load_example
 
-NS = "default"
-
-
-@pytest.fixture
-def kube():
-    return FakeKube()
-
-
-def cluster(kube: FakeKube, **spec) -> dict:
-    body = load_example("themiscluster.yaml")
-    body["spec"].update(spec)
-    return kube.add(body)
-
-
-def plan_of(kube: FakeKube) -> ClusterPlan:
-    return ClusterPlan.from_json(kube.get("v1", "ConfigMap", NS, "demo-plan")["data"]["plan.json"])
+from .conftest import NS, cluster, plan_of
 
 
 def test_failover_is_off_unless_the_spec_turns_it_on(kube):

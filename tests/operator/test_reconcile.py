@@ -3,24 +3,12 @@
 import copy
 
 import pytest
-from themis_core.plan import ClusterPlan
 from themis_operator.reconcile import FORCE_SCALE_IN, delete_children, reconcile_cluster
 from themis_operator.status import AdapterReport, ShardReport
 from themis_testing.fakekube import FakeKube
 from themis_testing.validation import load_example
 
-NS = "default"
-
-
-@pytest.fixture
-def kube():
-    return FakeKube()
-
-
-def cluster(kube: FakeKube, **spec) -> dict:
-    body = load_example("themiscluster.yaml")
-    body["spec"].update(spec)
-    return kube.add(body)
+from .conftest import NS, cluster, plan_of
 
 
 def update(kube: FakeKube, body: dict, status: dict | None = None, **spec) -> dict:
@@ -28,10 +16,6 @@ def update(kube: FakeKube, body: dict, status: dict | None = None, **spec) -> di
     if status is not None:
         patch["status"] = status
     return kube.patch("themisdb.io/v1alpha1", "ThemisCluster", NS, body["metadata"]["name"], patch)
-
-
-def plan_of(kube: FakeKube, name="demo") -> ClusterPlan:
-    return ClusterPlan.from_json(kube.get("v1", "ConfigMap", NS, f"{name}-plan")["data"]["plan.json"])
 
 
 def replicas(kube: FakeKube, name="demo") -> int:
