@@ -16,7 +16,7 @@ for sub in ("shard", "operator", "testing", "client"):
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
 
-from themis_client import ThemisError  # noqa: E402 (needs the paths above)
+from themis_client import ThemisClient, ThemisError  # noqa: E402 (needs the paths above)
 from themis_testing.kube_node.stack import Stack  # noqa: E402
 from themis_testing.real_cluster import find_kubectl  # noqa: E402
 
@@ -130,6 +130,23 @@ def api_key(kubectl: Kubectl, cluster: str, role: str = "admin") -> dict[str, st
 
     data = kubectl.json("secret", f"{cluster}-api-keys")["data"]
     return {"Authorization": f"Bearer {base64.b64decode(data[f'{role}.key']).decode().strip()}"}
+
+
+def tls_client(
+    kubectl: Kubectl, cluster: str, *, host: str | None = None, timeout: float = 10
+) -> ThemisClient:
+    """A client of a TLS cluster as a user builds it with kubectl: the CA from ``CLUSTER-tls``,
+    an admin key from ``CLUSTER-api-keys``; ``host`` (a pod's) instead of the Service's name."""
+    import base64
+    import ssl
+
+    ca = base64.b64decode(kubectl.json("secret", f"{cluster}-tls")["data"]["ca.crt"]).decode()
+    return ThemisClient(
+        f"https://{host or cluster}.{kubectl.namespace}.svc:8080",
+        verify=ssl.create_default_context(cadata=ca),
+        timeout=timeout,
+        headers=api_key(kubectl, cluster),
+    )
 
 
 @contextmanager

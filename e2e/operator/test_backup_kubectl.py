@@ -9,7 +9,6 @@ as before.
 
 import base64
 import json
-import ssl
 import uuid
 
 import pytest
@@ -17,7 +16,7 @@ import yaml
 from themis_client import ThemisClient
 from themis_testing.s3 import moto_s3
 
-from .conftest import ROOT, Kubectl, api_key, eventually, kube_stack, light
+from .conftest import ROOT, Kubectl, eventually, kube_stack, light, tls_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,13 +28,7 @@ def s3(tmp_path_factory):
 
 
 def client(kubectl: Kubectl, cluster: str) -> ThemisClient:
-    ca = base64.b64decode(kubectl.json("secret", f"{cluster}-tls")["data"]["ca.crt"]).decode()
-    return ThemisClient(
-        f"https://{cluster}.{kubectl.namespace}.svc:8080",
-        verify=ssl.create_default_context(cadata=ca),
-        timeout=20,
-        headers=api_key(kubectl, cluster),
-    )
+    return tls_client(kubectl, cluster, timeout=20)
 
 
 def ready_pods(kubectl: Kubectl, cluster: str, count: int) -> bool:

@@ -10,19 +10,17 @@ how long each step took; its bounds are generous (numbers belong to benchmarks).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import signal
-import ssl
 import time
 
 import pytest
 import yaml
 from themis_client import ThemisClient, ThemisError
 
-from .conftest import ROOT, Kubectl, api_key, eventually, kubectl_on_stack, light
+from .conftest import ROOT, Kubectl, eventually, kubectl_on_stack, light, tls_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,13 +37,7 @@ def kubectl(kubectl_binary, tmp_path_factory):
 
 def shard_client(kubectl: Kubectl, index: int) -> ThemisClient:
     """A client of one shard pod (its own address, not the Service's)."""
-    ca = base64.b64decode(kubectl.json("secret", f"{CLUSTER}-tls")["data"]["ca.crt"]).decode()
-    return ThemisClient(
-        f"https://{CLUSTER}-{index}.{CLUSTER}-headless.{kubectl.namespace}.svc:8080",
-        verify=ssl.create_default_context(cadata=ca),
-        timeout=5,
-        headers=api_key(kubectl, CLUSTER),
-    )
+    return tls_client(kubectl, CLUSTER, host=f"{CLUSTER}-{index}.{CLUSTER}-headless", timeout=5)
 
 
 def plan(kubectl: Kubectl) -> dict:

@@ -11,9 +11,7 @@ way to keep reads available through a roll until it is."""
 
 from __future__ import annotations
 
-import base64
 import json
-import ssl
 import threading
 import time
 
@@ -21,7 +19,7 @@ import pytest
 import yaml
 from themis_client import ThemisClient
 
-from .conftest import ROOT, Kubectl, api_key, eventually, kubectl_on_stack, light
+from .conftest import ROOT, Kubectl, eventually, kubectl_on_stack, light, tls_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,13 +31,7 @@ def kubectl(kubectl_binary, tmp_path_factory):
 
 
 def client(kubectl: Kubectl) -> ThemisClient:
-    ca = base64.b64decode(kubectl.json("secret", "demo-tls")["data"]["ca.crt"]).decode()
-    return ThemisClient(
-        f"https://demo.{kubectl.namespace}.svc:8080",
-        verify=ssl.create_default_context(cadata=ca),
-        timeout=10,
-        headers=api_key(kubectl, "demo"),
-    )
+    return tls_client(kubectl, "demo", timeout=10)
 
 
 def pods(kubectl: Kubectl) -> dict[str, dict]:
