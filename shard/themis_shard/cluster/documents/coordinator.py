@@ -575,10 +575,10 @@ class DistributedDocuments:
         out of the in-sync set (a paused owner would hold the key until the request timeout):
         its answer no longer decides, and it may have applied the write, so it counts as
         UNKNOWN (the write is burned; catch-up replaces its copy before it serves again)."""
-        delivery = asyncio.ensure_future(self.replication.deliver(peer, items, topo.epoch, topo.self_id))
         changed = getattr(self._plan, "changed", None)
-        if changed is None:
-            return await delivery
+        if changed is None or topo.plan.failover is None:  # nothing fences an owner: just wait
+            return await self.replication.deliver(peer, items, topo.epoch, topo.self_id)
+        delivery = asyncio.ensure_future(self.replication.deliver(peer, items, topo.epoch, topo.self_id))
         while True:
             change = asyncio.ensure_future(changed())
             await asyncio.wait({delivery, change}, return_when=asyncio.FIRST_COMPLETED)
