@@ -50,6 +50,16 @@ def signed_headers(
     }
 
 
+def channel_keys(secret: bytes, client_nonce: str, server_nonce: str) -> tuple[bytes, bytes]:
+    """Per-connection keys of a peer channel (client→server, server→client): both nonces are
+    fresh per connection, so frames of an old connection never verify on a new one."""
+    seed = f"{client_nonce}\n{server_nonce}".encode()
+    return (
+        hmac.new(secret, b"themis-channel c2s\n" + seed, hashlib.sha256).digest(),
+        hmac.new(secret, b"themis-channel s2c\n" + seed, hashlib.sha256).digest(),
+    )
+
+
 def request_target(url: httpx.URL) -> str:
     """Path and query as sent on the request line (what both sides sign)."""
     return url.raw_path.decode("ascii")
@@ -67,6 +77,13 @@ class PeerAuth(httpx.Auth):
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         yield self(request)
+
+    def headers(self, method: str, target: str, body: bytes = b"") -> dict[str, str]:
+        """The signature headers of one request (a channel's opening handshake)."""
+        return signed_headers(self._secret, self.sender, method, target, body, self._clock())
+
+    def channel_keys(self, client_nonce: str, server_nonce: str) -> tuple[bytes, bytes]:
+        return channel_keys(self._secret, client_nonce, server_nonce)
 
     def __call__(self, request: httpx.Request) -> httpx.Request:
         """Sign ``request`` in place (also the plain-callable form other clients accept)."""

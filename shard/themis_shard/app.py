@@ -20,6 +20,7 @@ from .api import (
     aql,
     backup,
     batches,
+    channel,
     cluster,
     documents,
     health,
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
     app.include_router(cluster.router)
     app.include_router(backup.router)  # /v1/cluster/backups/...: this shard's part of a backup
     app.include_router(internal.router)
+    app.include_router(channel.router)  # /internal/channel: peers' calls as frames on one socket
     app.include_router(aql.router)
     app.include_router(raid_api.router)
     engine = (

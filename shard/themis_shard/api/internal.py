@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from themis_core.plan import ClusterPlan
 
@@ -60,6 +60,19 @@ async def commit(body: WritesBody, shard: Node) -> dict:
     writes, checks = _writes_and_checks(body.writes, body.checks)
     changes = await shard.cluster.documents.commit_forwarded(writes, body.epoch, body.concern, checks)
     return {"changes": [change_to_json(c) for c in changes]}
+
+
+class FullRequest(Exception):
+    """A frame handler's input needs the route's full treatment (its validation errors)."""
+
+
+async def commit_frame(shard: ShardNode, raw: bytes) -> bytes:
+    """``POST /internal/commit`` for a peer-channel frame: the route's work, without the stack."""
+    try:
+        body = WritesBody.model_validate_json(raw)
+    except ValidationError:
+        raise FullRequest from None  # the route answers it, with its 400 and message
+    return orjson.dumps(await commit(body, shard))
 
 
 def _writes_and_checks(writes: list[dict[str, Any]], checks: list[dict[str, Any]]):
@@ -211,8 +224,12 @@ async def replicate_batch(request: Request, shard: Node) -> Response:
     """Many coordinated writes in one request (``cluster/replication/batching.py``), each fenced and
     applied on its own and answered in order; one synced write for all of them. Parsed with
     orjson, without pydantic: this is the hottest internal route."""
+    return Response(await replicate_batch_frame(shard, await request.body()), media_type="application/json")
+
+
+async def replicate_batch_frame(shard: ShardNode, raw: bytes) -> bytes:
     try:
-        body = orjson.loads(await request.body())
+        body = orjson.loads(raw)
         raw = body["messages"]
         messages = [(decode_items(m["items"]), m["fence"]) for m in raw]
         fences = [(int(f["epoch"]), str(f["coordinator"])) for _, f in messages]
@@ -235,7 +252,15 @@ async def replicate_batch(request: Request, shard: Node) -> Response:
         else:
             applied, newer = answer
             results[i] = {"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
-    return Response(orjson.dumps({"results": results}), media_type="application/json")
+    return orjson.dumps({"results": results})
+
+
+#: The hottest routes, run for a peer-channel frame (``api/channel.py``) without the ASGI
+#: stack: ``handler(shard, body) -> JSON bytes``; a ``ThemisError`` is answered as the app would.
+FRAME_HANDLERS = {
+    ("POST", "/internal/commit"): commit_frame,
+    ("POST", "/internal/replicate/batch"): replicate_batch_frame,
+}
 
 
 def _error_result(exc: ThemisError) -> dict[str, Any]:

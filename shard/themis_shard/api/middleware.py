@@ -132,6 +132,11 @@ class ListenerGuard:
         self.internal_port = internal_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and self.internal_port is not None:
+            server = scope.get("server") or (None, None)
+            if scope.get("path", "").startswith("/internal/") and server[1] != self.internal_port:
+                await send({"type": "websocket.close", "code": 1008})  # the opening is answered 403
+                return
         if scope["type"] == "http" and self.internal_port is not None:
             server = scope.get("server") or (None, None)
             on_internal = server[1] == self.internal_port
@@ -162,13 +167,14 @@ class InternalAuth:
     node's ``InternalAuthPolicy`` requires it (a gossip secret and no mTLS). An unsigned or
     expired request is refused on its headers, before a byte of its body is read; otherwise
     the body (bounded by :class:`BodyLimitMiddleware`, outside this one) is read here to check
-    its hash and then handed on unchanged."""
+    its hash and then handed on unchanged. A request arriving as a peer-channel frame
+    (``api/channel.py``) was authenticated with its channel and passes."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
+        path = scope.get("path", "") if scope["type"] == "http" and "themis.channel" not in scope else ""
         node = getattr(getattr(scope.get("app"), "state", None), "node", None) if path else None
         policy = node.cluster.internal_auth if node is not None else None
         if not path.startswith("/internal/") or policy is None or not policy.required:

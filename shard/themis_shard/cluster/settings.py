@@ -56,6 +56,9 @@ class ClusterSettings(BaseSettings):
     #: breaker when it answers — a restarted peer gets traffic back in ~1 s instead of waiting
     #: out the recovery window, and the probe costs no client request. 0 disables.
     breaker_health_probe_s: float = Field(1.0, ge=0)
+    #: ``/internal`` calls go as frames on one WebSocket per peer (``transport/channel.py``)
+    #: instead of one HTTP request each; off: plain HTTP. A peer without channels gets HTTP.
+    peer_channel: bool = True
     pool_max_connections: int = Field(100, ge=1)
     pool_max_keepalive: int = Field(20, ge=0)
     #: mTLS material (PEM files written from the cluster Secret). All three or none.

@@ -44,6 +44,7 @@ from themis_core.tracing import NoSpans, Spans, current_trace, outgoing_tracepar
 
 from ..settings import ClusterSettings
 from .breaker import BreakerRegistry, BreakerState
+from .channel import ChannelPool, NoChannel, Signer
 
 M = TypeVar("M", bound=BaseModel)
 Expect = Literal["json", "bytes", "none"]
@@ -168,6 +169,20 @@ class RemoteExecutor:
         self._clock = clock
         #: signs every call with the cluster secret (``peer_auth.PeerAuth``); None: unsigned
         self.auth = auth
+        #: ``/internal`` calls as frames on one WebSocket per peer; None: every call over HTTP
+        #: (turned off, or a test transport stands in for the network)
+        self.channels = (
+            ChannelPool(
+                lambda peer: self.resolve(peer),
+                ssl_context=ssl_context,
+                signer=auth if isinstance(auth, Signer) else None,
+                headers=dict(headers or {}),
+                connect_timeout_s=settings.connect_timeout_s,
+                clock=clock,
+            )
+            if settings.peer_channel and transport is None
+            else None
+        )
         self.client = httpx.AsyncClient(
             auth=auth,
             timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
@@ -190,6 +205,8 @@ class RemoteExecutor:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self.channels is not None:
+            await self.channels.aclose()
         await self.client.aclose()
 
     async def answers(self, peer: str, timeout_s: float = 1.0) -> bool:
@@ -291,7 +308,7 @@ class RemoteExecutor:
                     kw["headers"] = {"content-type": "application/json", **(headers or {})}
                 elif content is not None:
                     kw["content"] = content
-                resp = await self.client.request(method, url, **kw)
+                resp = await self._send(peer, method, url, path, kw)
             except httpx.TimeoutException as exc:
                 last = self._fail(peer, "timeout", exc)
                 retry_ok = idem or isinstance(exc, _NOT_SENT)
@@ -329,6 +346,22 @@ class RemoteExecutor:
             attempt += 1
             self.metrics.retries.labels(peer=peer).inc()
             await self._sleep(self.backoff_s(attempt - 1))
+
+    async def _send(self, peer: str, method: str, url: str, path: str, kw: dict[str, Any]) -> httpx.Response:
+        """One attempt: over the peer's channel for an ``/internal`` call, else HTTP."""
+        if self.channels is not None and path.startswith("/internal/"):
+            target = path
+            if kw.get("params"):
+                target += "?" + str(httpx.QueryParams(kw["params"]))
+            timeout = kw.get("timeout")
+            timeout_s = timeout.read if timeout is not None else self.settings.request_timeout_s
+            try:
+                return await self.channels.request(
+                    peer, method, target, dict(kw.get("headers") or {}), kw.get("content") or b"", timeout_s
+                )
+            except NoChannel:
+                pass
+        return await self.client.request(method, url, **kw)
 
     def _url(self, peer: str, path: str) -> str:
         try:

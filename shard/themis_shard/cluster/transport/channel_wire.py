@@ -1,0 +1,111 @@
+"""The peer channel's frames: one binary WebSocket message per request or answer.
+
+A request is ``orjson([id, method, target, headers])`` + ``\\n`` + body; an answer is
+``orjson([id, status, content_type])`` + ``\\n`` + body. ``id`` pairs an answer with its
+request, so many requests share one connection in any order (the channel multiplexes).
+
+Where the cluster signs shard-to-shard calls with its secret (no mTLS), every frame is sealed:
+a 16-byte HMAC-SHA256 over the frame's sequence number and bytes, with a key per direction and
+connection (``peer_signing.channel_keys``). A frame that is altered, replayed, reordered or
+dropped then fails to open, and the receiver closes the connection.
+
+Pure functions and one small sequence-keeping class; no I/O.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+import orjson
+
+MAC_BYTES = 16
+
+
+class FrameError(ValueError):
+    """A frame that is not what the channel sends: the connection cannot be trusted further."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    id: int
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFrame:
+    id: int
+    status: int
+    content_type: str
+    body: bytes
+
+
+def encode_request(frame: RequestFrame) -> bytes:
+    head = orjson.dumps([frame.id, frame.method, frame.target, frame.headers])
+    return head + b"\n" + frame.body
+
+
+def decode_request(data: bytes) -> RequestFrame:
+    head, body = _split(data)
+    try:
+        rid, method, target, headers = head
+        pairs = [(str(k), str(v)) for k, v in headers]
+    except (TypeError, ValueError) as exc:
+        raise FrameError(f"malformed request frame: {exc}") from None
+    if not isinstance(rid, int) or not isinstance(method, str) or not isinstance(target, str):
+        raise FrameError("malformed request frame: id, method or target of the wrong type")
+    return RequestFrame(rid, method, target, pairs, body)
+
+
+def encode_answer(frame: AnswerFrame) -> bytes:
+    return orjson.dumps([frame.id, frame.status, frame.content_type]) + b"\n" + frame.body
+
+
+def decode_answer(data: bytes) -> AnswerFrame:
+    head, body = _split(data)
+    try:
+        rid, status, content_type = head
+    except (TypeError, ValueError) as exc:
+        raise FrameError(f"malformed answer frame: {exc}") from None
+    if not isinstance(rid, int) or not isinstance(status, int) or not isinstance(content_type, str):
+        raise FrameError("malformed answer frame: id, status or content type of the wrong type")
+    return AnswerFrame(rid, status, content_type, body)
+
+
+def _split(data: bytes) -> tuple[object, bytes]:
+    cut = data.find(b"\n")
+    if cut < 0:
+        raise FrameError("frame without a header line")
+    try:
+        return orjson.loads(data[:cut]), data[cut + 1 :]
+    except orjson.JSONDecodeError as exc:
+        raise FrameError(f"frame header is not JSON: {exc}") from None
+
+
+class Seal:
+    """One direction of a connection: seals (or opens) its frames in order. ``key=None``
+    (the transport itself authenticates: mTLS, or no secret) passes frames through."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+        self.seq = 0
+
+    def seal(self, payload: bytes) -> bytes:
+        if self.key is None:
+            return payload
+        mac = hmac.digest(self.key, self.seq.to_bytes(8, "big") + payload, "sha256")[:MAC_BYTES]
+        self.seq += 1
+        return mac + payload
+
+    def open(self, data: bytes) -> bytes:
+        if self.key is None:
+            return data
+        mac, payload = data[:MAC_BYTES], data[MAC_BYTES:]
+        want = hmac.digest(self.key, self.seq.to_bytes(8, "big") + payload, "sha256")[:MAC_BYTES]
+        if not hmac.compare_digest(mac, want):
+            raise FrameError("frame failed its seal (altered, replayed or out of order)")
+        self.seq += 1
+        return payload

@@ -1,0 +1,190 @@
+"""Spec: shard-to-shard calls travel as frames on one WebSocket per peer (the peer channel),
+answer exactly what the same call answers over HTTP, stay signed and sealed where the cluster
+signs its calls, and fall back to HTTP for a peer that offers no channel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry
+from themis_core.peer_signing import PeerAuth, channel_keys
+from themis_shard.app import create_app
+from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.cluster.transport.channel_wire import (
+    AnswerFrame,
+    FrameError,
+    RequestFrame,
+    Seal,
+    decode_answer,
+    decode_request,
+    encode_answer,
+    encode_request,
+)
+from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor
+from themis_testing.app_server import Server
+
+SECRET = "cluster-secret"
+
+
+# -- frames (pure) -------------------------------------------------------------------------------
+def test_a_request_and_its_answer_survive_the_wire_unchanged() -> None:
+    request = RequestFrame(7, "POST", "/internal/commit?x=1", [("content-type", "application/json")], b"{}\n")
+    assert decode_request(encode_request(request)) == request
+    answer = AnswerFrame(7, 409, "application/json", b'{"error":{}}')
+    assert decode_answer(encode_answer(answer)) == answer
+
+
+def test_sealed_frames_open_only_unaltered_and_in_order() -> None:
+    send_key, _ = channel_keys(b"secret", "client-nonce", "server-nonce")
+    sender, receiver = Seal(send_key), Seal(send_key)
+    first, second = sender.seal(b"first"), sender.seal(b"second")
+    assert receiver.open(first) == b"first"
+    with pytest.raises(FrameError):  # replayed
+        Seal(send_key).open(second)
+    with pytest.raises(FrameError):  # altered
+        receiver.open(second[:-1] + b"X")
+    other_connection, _ = channel_keys(b"secret", "client-nonce", "another-server-nonce")
+    with pytest.raises(FrameError):  # a frame of another connection
+        Seal(other_connection).open(first)
+
+
+def test_garbage_is_a_frame_error_not_a_crash() -> None:
+    for data in (b"no header line", b"[1,2\n", b'["id","GET","/x",[]]\n', b"[1]\n"):
+        with pytest.raises(FrameError):
+            decode_request(data)
+
+
+# -- a real shard app on a real server ---------------------------------------------------------
+@pytest.fixture
+def shard(tmp_path, monkeypatch, make_settings):
+    monkeypatch.setenv("THEMIS_CLUSTER_GOSSIP_SECRET", SECRET)
+    with Server(create_app(make_settings(tmp_path / "shard"))) as server:
+        server.wait_ready(60)
+        yield server
+
+
+def executor(url: str, *, secret: str | None = SECRET, channel: bool = True) -> RemoteExecutor:
+    settings = ClusterSettings(peer_channel=channel, request_timeout_s=5, connect_timeout_s=2, max_retries=0)
+    auth = PeerAuth(secret, "shard-9") if secret else None
+    return RemoteExecutor(settings, {"peer": url}.__getitem__, registry=CollectorRegistry(), auth=auth)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_internal_calls_answer_the_same_over_the_channel_as_over_http(shard) -> None:
+    items = {"items": [{"collection": "c", "key": "k", "version": 1, "document": {"a": 1}}]}
+
+    async def calls(channel: bool):
+        async with executor(shard.url, channel=channel) as ex:
+            replicated = await ex.post_json("peer", "/internal/replicate", items)
+            document = await ex.get_json("peer", "/internal/documents/c/k", params={"tombstones": True})
+            opened = ex.channels is not None and "peer" in ex.channels._open
+        return replicated, document, opened
+
+    over_channel = run(calls(True))
+    over_http = run(calls(False))
+    assert over_channel[2] is True and over_http[2] is False
+    assert over_channel[1] == over_http[1] and over_channel[1]["document"] == {"a": 1}
+    assert over_channel[0] == {"applied": 1} and over_http[0] == {"applied": 0}  # the same copy again
+
+
+def test_many_calls_share_one_connection_and_each_gets_its_own_answer(shard) -> None:
+    async def go():
+        async with executor(shard.url) as ex:
+            writes = [
+                ex.post_json(
+                    "peer",
+                    "/internal/replicate",
+                    {"items": [{"collection": "c", "key": f"k{i}", "version": 1, "document": {"i": i}}]},
+                )
+                for i in range(50)
+            ]
+            await asyncio.gather(*writes)
+            reads = await asyncio.gather(
+                *(ex.get_json("peer", f"/internal/documents/c/k{i}") for i in range(50))
+            )
+            return [r["document"]["i"] for r in reads], len(ex.channels._open)
+
+    values, connections = run(go())
+    assert values == list(range(50)) and connections == 1
+
+
+def test_a_refusal_crosses_the_channel_as_the_same_typed_error(shard) -> None:
+    async def go():
+        async with executor(shard.url) as ex:
+            with pytest.raises(PeerError) as malformed:  # the hot route's own validation answers
+                await ex.post_json("peer", "/internal/commit", {"writes": "not a list", "epoch": 1})
+            with pytest.raises(PeerError) as missing:
+                await ex.get_json("peer", "/internal/documents/c/never-written")
+            return malformed.value, missing.value
+
+    malformed, missing = run(go())
+    assert (malformed.status, malformed.code) == (400, "invalid_request")
+    assert "writes" in malformed.message
+    assert missing.status == 404
+
+
+def test_a_caller_without_the_cluster_secret_gets_no_channel_and_a_true_refusal(shard) -> None:
+    async def go(secret):
+        async with executor(shard.url, secret=secret) as ex:
+            with pytest.raises(PeerUnavailable) as refused:
+                await ex.get_json("peer", "/internal/collections")
+            return refused.value, dict(ex.channels._open)
+
+    for secret in (None, "another-secret"):
+        refused, opened = run(go(secret))
+        assert opened == {}  # the opening was refused; HTTP then answered 401
+        assert refused.code == "peer_auth_failed", refused
+
+
+def test_a_peer_that_offers_no_channel_is_called_over_http(tmp_path) -> None:
+    from fastapi import FastAPI
+
+    older = FastAPI()  # a peer of a version before channels: only HTTP routes
+
+    @older.get("/internal/collections")
+    async def collections() -> dict:
+        return {"collections": ["from-http"]}
+
+    async def go():
+        async with executor(server.url, secret=None) as ex:
+            first = await ex.get_json("peer", "/internal/collections")
+            second = await ex.get_json("peer", "/internal/collections")
+            return first, second, dict(ex.channels._open)
+
+    with Server(older) as server:
+        first, second, opened = run(go())
+    assert first == second == {"collections": ["from-http"]} and opened == {}
+
+
+def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(
+    tmp_path, monkeypatch, make_settings
+) -> None:
+    monkeypatch.setenv("THEMIS_CLUSTER_GOSSIP_SECRET", SECRET)
+    app = create_app(make_settings(tmp_path / "shard"))
+    with Server(app) as server:
+        server.wait_ready(60)
+        port = server.port
+
+        async def before_and_after():
+            async with executor(server.url) as ex:
+                await ex.get_json("peer", "/internal/collections")
+                first = ex.channels._open["peer"]
+                await first.ws.close()  # the connection drops (a restart, a network blip)
+                await asyncio.sleep(0.2)
+                answer = await ex.get_json("peer", "/internal/collections")
+                return first.closed, ex.channels._open["peer"] is not first, answer
+
+        was_closed, reconnected, answer = run(before_and_after())
+    assert was_closed and reconnected and "collections" in answer
+
+    async def after_exit():
+        async with executor(f"http://127.0.0.1:{port}") as ex:
+            with pytest.raises(PeerUnavailable) as gone:
+                await ex.get_json("peer", "/internal/collections")
+            return gone.value
+
+    assert run(after_exit()).reason == "connect_error"
