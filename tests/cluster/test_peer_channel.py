@@ -64,10 +64,14 @@ def shard(tmp_path, monkeypatch, make_settings):
         yield server
 
 
-def executor(url: str, *, secret: str | None = SECRET, channel: bool = True) -> RemoteExecutor:
+def executor(
+    url: str, *, secret: str | None = SECRET, channel: bool = True, registry: CollectorRegistry | None = None
+) -> RemoteExecutor:
     settings = ClusterSettings(peer_channel=channel, request_timeout_s=5, connect_timeout_s=2, max_retries=0)
     auth = PeerAuth(secret, "shard-9") if secret else None
-    return RemoteExecutor(settings, {"peer": url}.__getitem__, registry=CollectorRegistry(), auth=auth)
+    return RemoteExecutor(
+        settings, {"peer": url}.__getitem__, registry=registry or CollectorRegistry(), auth=auth
+    )
 
 
 def run(coro):
@@ -92,8 +96,10 @@ def test_internal_calls_answer_the_same_over_the_channel_as_over_http(shard) -> 
 
 
 def test_many_calls_share_one_connection_and_each_gets_its_own_answer(shard) -> None:
+    registry = CollectorRegistry()
+
     async def go():
-        async with executor(shard.url) as ex:
+        async with executor(shard.url, registry=registry) as ex:
             writes = [
                 ex.post_json(
                     "peer",
@@ -106,10 +112,11 @@ def test_many_calls_share_one_connection_and_each_gets_its_own_answer(shard) -> 
             reads = await asyncio.gather(
                 *(ex.get_json("peer", f"/internal/documents/c/k{i}") for i in range(50))
             )
-            return [r["document"]["i"] for r in reads], len(ex.channels._open)
+            return [r["document"]["i"] for r in reads], registry.get_sample_value("themis_peer_channels_open")
 
-    values, connections = run(go())
-    assert values == list(range(50)) and connections == 1
+    values, open_channels = run(go())
+    assert values == list(range(50)) and open_channels == 1
+    assert registry.get_sample_value("themis_peer_channels_opened_total", {"peer": "peer"}) == 1
 
 
 def test_a_refusal_crosses_the_channel_as_the_same_typed_error(shard) -> None:
@@ -149,8 +156,10 @@ def test_a_peer_that_offers_no_channel_is_called_over_http(tmp_path) -> None:
     async def collections() -> dict:
         return {"collections": ["from-http"]}
 
+    registry = CollectorRegistry()
+
     async def go():
-        async with executor(server.url, secret=None) as ex:
+        async with executor(server.url, secret=None, registry=registry) as ex:
             first = await ex.get_json("peer", "/internal/collections")
             second = await ex.get_json("peer", "/internal/collections")
             return first, second, dict(ex.channels._open)
@@ -158,6 +167,7 @@ def test_a_peer_that_offers_no_channel_is_called_over_http(tmp_path) -> None:
     with Server(older) as server:
         first, second, opened = run(go())
     assert first == second == {"collections": ["from-http"]} and opened == {}
+    assert registry.get_sample_value("themis_peer_channel_fallbacks_total", {"peer": "peer"}) == 2
 
 
 def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(

@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
@@ -138,6 +139,7 @@ class ChannelPool:
         connect_timeout_s: float = 5.0,
         retry_after_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.url_of = url_of
         self.ssl_context = ssl_context
@@ -149,6 +151,19 @@ class ChannelPool:
         self._open: dict[str, PeerChannel] = {}
         self._opening: dict[str, asyncio.Future[PeerChannel]] = {}
         self._refused_until: dict[str, float] = {}
+        registry = registry or CollectorRegistry()
+        self.opened = Counter(
+            "themis_peer_channels_opened_total", "Peer channels opened, by peer", ["peer"], registry=registry
+        )
+        self.fallbacks = Counter(
+            "themis_peer_channel_fallbacks_total",
+            "Calls sent over HTTP because the peer offered no channel (an older version, refused)",
+            ["peer"],
+            registry=registry,
+        )
+        Gauge("themis_peer_channels_open", "Peer channels open now", registry=registry).set_function(
+            lambda: sum(not c.closed for c in self._open.values())
+        )
 
     async def request(
         self,
@@ -161,7 +176,10 @@ class ChannelPool:
     ) -> httpx.Response:
         """One call over ``peer``'s channel. Raises :class:`NoChannel` (use HTTP) or the httpx
         error that says how far the call got."""
-        if len(body) > MAX_FRAME_BODY or self._clock() < self._refused_until.get(peer, 0.0):
+        if len(body) > MAX_FRAME_BODY:
+            raise NoChannel(peer)
+        if self._clock() < self._refused_until.get(peer, 0.0):
+            self.fallbacks.labels(peer=peer).inc()
             raise NoChannel(peer)
         channel = await self._channel(peer)
         pairs = [*self.headers.items(), *headers.items()]
@@ -201,6 +219,7 @@ class ChannelPool:
             status = exc.response.status_code
             self._refused_until[peer] = self._clock() + (self.retry_after_s if status == 404 else 5.0)
             log.info("peer %s offers no channel (HTTP %s); using HTTP", peer, status)
+            self.fallbacks.labels(peer=peer).inc()
             raise NoChannel(peer) from None
         except (InvalidHandshake, OSError, TimeoutError) as exc:
             raise httpx.ConnectError(f"channel to {peer}: {type(exc).__name__}: {exc}") from None
@@ -221,6 +240,7 @@ class ChannelPool:
             raise NoChannel(peer)
         channel = PeerChannel(peer, ws, *seals)
         self._open[peer] = channel
+        self.opened.labels(peer=peer).inc()
         return channel
 
     async def aclose(self) -> None:

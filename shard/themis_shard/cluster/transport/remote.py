@@ -179,6 +179,7 @@ class RemoteExecutor:
                 headers=dict(headers or {}),
                 connect_timeout_s=settings.connect_timeout_s,
                 clock=clock,
+                registry=registry,
             )
             if settings.peer_channel and transport is None
             else None
