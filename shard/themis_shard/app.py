@@ -38,6 +38,7 @@ from .api import transactions as transactions_api
 from .api.access_log import AccessLogMiddleware
 from .api.auth import AuthMiddleware, document_security
 from .api.errors import install_error_handlers
+from .api.hot_paths import HotDocumentPaths
 from .api.middleware import BodyLimitMiddleware, InternalAuth, ListenerGuard, MetricsMiddleware
 from .api.openapi import document_engine_limits, document_errors
 from .api.tenants import TenantMiddleware
@@ -121,6 +122,7 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
             app.include_router(router)
     else:  # the same paths answer 503 llm_disabled by name, never 404 (docs/API.md "Inference")
         app.include_router(no_model.refusing_router(engine, settings.shard_id))
+    app.add_middleware(HotDocumentPaths)  # innermost: the plain document PUT/GET without routing
     app.add_middleware(InternalAuth)  # /internal/... signed with the cluster secret (without mTLS)
     if gate is not None:  # a key's tenant: its limits and fair share
         app.add_middleware(TenantMiddleware, gate=gate, default_max_tokens=settings.llm.default_max_tokens)

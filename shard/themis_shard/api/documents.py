@@ -186,6 +186,18 @@ async def put_document(
     concern: Concern,
     if_match: IfMatch = None,
 ) -> WriteResult:
+    return await put_one(shard, collection, key, document, concern, if_match)
+
+
+async def put_one(
+    shard: ShardNode,
+    collection: str,
+    key: str,
+    document: dict[str, Any],
+    concern: WriteConcern,
+    if_match: str | None = None,
+) -> WriteResult:
+    """Write one document: the route's work, shared with ``api/hot_paths.py``."""
     check_collection(collection)
     check_key(key)
     changes = await document_service(shard).commit(
@@ -197,6 +209,11 @@ async def put_document(
 
 @router.get("/collections/{collection}/documents/{key}", response_model=DocumentOut)
 async def get_document(collection: CollectionName, key: DocumentKey, shard: Node) -> DocumentOut:
+    return await get_one(shard, collection, key)
+
+
+async def get_one(shard: ShardNode, collection: str, key: str) -> DocumentOut:
+    """Read one document: the route's work, shared with ``api/hot_paths.py``."""
     check_collection(collection)
     check_key(key)
     doc = await shard.cluster.documents.get(collection, key)

@@ -1,0 +1,173 @@
+"""The plain document PUT and GET, served without FastAPI's routing and dependency resolution.
+
+py-spy on a shard under 16 writers put a third of its event loop in the framework between the
+middleware and the route (matching ~150 routes, solving dependencies, validating the answer
+against its response model) — several times the route's own work. This innermost middleware
+takes the plain case of the two hottest routes — ``PUT`` with a JSON object body and at most
+``?w=``, ``GET`` without a query — and calls the functions the routes call (``put_one``,
+``get_one``), under every middleware the routes run under (access log, metrics, API keys,
+body limit). Anything else — another parameter, ``If-Match``, a body that is not a JSON object,
+a shard still starting — goes on to the routes, which answer it exactly as before; errors
+are rendered as the app's handlers render them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import orjson
+from pydantic_core import PydanticSerializationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..cluster.replication.fencing import DEFAULT_CONCERN, WriteConcern
+from ..errors import ThemisError, error_body, lone_surrogate
+from ..node import ShardNode
+from .documents import get_one, put_one
+
+log = logging.getLogger(__name__)
+
+TEMPLATE = "/v1/collections/{collection}/documents/{key}"
+_PATH = re.compile(r"/v1/collections/([^/]+)/documents/([^/]+)")
+_CONCERNS = {
+    b"": None,
+    b"w=1": WriteConcern.ONE,
+    b"w=majority": WriteConcern.MAJORITY,
+    b"w=all": WriteConcern.ALL,
+}
+
+
+class RouteLabel:
+    """What the access log and the metrics read of a matched route: its template."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self.path = path
+        self.name = name
+
+
+PUT_ROUTE = RouteLabel(TEMPLATE, "put_document")
+GET_ROUTE = RouteLabel(TEMPLATE, "get_document")
+
+
+class HotDocumentPaths:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope.get("method")
+        if scope["type"] != "http" or method not in ("PUT", "GET"):
+            await self.app(scope, receive, send)
+            return
+        match = _PATH.fullmatch(scope["path"])
+        shard = getattr(scope["app"].state, "node", None) if match else None
+        if shard is None:  # another path, or a shard still starting (the route says so)
+            await self.app(scope, receive, send)
+            return
+        collection, key = match.groups()
+        if method == "GET":
+            await self._get(scope, receive, send, shard, collection, key)
+        else:
+            await self._put(scope, receive, send, shard, collection, key)
+
+    async def _get(
+        self, scope: Scope, receive: Receive, send: Send, shard: ShardNode, collection: str, key: str
+    ) -> None:
+        if scope.get("query_string"):
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = GET_ROUTE
+        try:
+            found = await get_one(shard, collection, key)
+            body = found.model_dump_json().encode()
+        except PydanticSerializationError:
+            await self.app(scope, receive, send)  # the route's handlers answer it (a read: safe to redo)
+            return
+        except Exception as exc:
+            await _error(send, exc)
+            return
+        await _reply(send, 200, body)
+
+    async def _put(
+        self, scope: Scope, receive: Receive, send: Send, shard: ShardNode, collection: str, key: str
+    ) -> None:
+        concern = _CONCERNS.get(scope.get("query_string", b""), False)
+        content_type = _header(scope, b"content-type")
+        plain = (
+            concern is not False
+            and content_type is not None
+            and content_type.split(b";")[0].strip().lower() == b"application/json"
+            and _header(scope, b"if-match") is None
+        )
+        if not plain:
+            await self.app(scope, receive, send)
+            return
+        raw = await _body(receive)
+        try:
+            document = json.loads(raw)  # as the route parses it (orjson would round big integers)
+        except (ValueError, RecursionError):
+            document = None
+        if not isinstance(document, dict):  # the route's validation answers it
+            await self.app(scope, _replay(raw, receive), send)
+            return
+        scope["route"] = PUT_ROUTE
+        try:
+            result = await put_one(shard, collection, key, document, concern or DEFAULT_CONCERN)
+        except Exception as exc:
+            await _error(send, exc)
+            return
+        await _reply(send, 200, result.model_dump_json().encode())
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return v
+    return None
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _reply(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    raw: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _error(send: Send, exc: Exception) -> None:
+    """The answer ``api/errors.py``'s handlers give for ``exc``."""
+    if isinstance(exc, UnicodeEncodeError) and (bad := lone_surrogate(exc)) is not None:
+        exc = bad
+    if isinstance(exc, ThemisError):
+        await _reply(send, exc.status, orjson.dumps(error_body(exc.code, exc.message)), exc.headers)
+        return
+    log.exception("unhandled error", exc_info=exc)
+    body: dict[str, Any] = error_body("internal", "internal error")
+    await _reply(send, 500, orjson.dumps(body), {"Connection": "close"})

@@ -1,0 +1,91 @@
+"""Spec: the plain document PUT and GET (served without the framework's routing) answer exactly
+what the routes answer — successes, refusals, metrics — and anything out of the plain case is
+the routes' to answer."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+#: ``?w=all&`` means ``w=all`` to the route, but is not the plain form: it always takes the route
+PLAIN, ROUTED = "?w=all", "?w=all&"
+
+
+def answer(r) -> tuple[int, object]:
+    return r.status_code, r.json()
+
+
+def test_a_plain_write_and_read_answer_as_the_routes_do(client: TestClient) -> None:
+    first = client.put(f"/v1/collections/books/documents/dune{PLAIN}", json={"title": "Dune"})
+    second = client.put(f"/v1/collections/books/documents/dune{ROUTED}", json={"title": "Dune II"})
+    assert answer(first) == (200, {"urn": "urn:themis:books:dune", "version": 1})
+    assert answer(second) == (200, {"urn": "urn:themis:books:dune", "version": 2})
+    assert first.headers["content-type"] == second.headers["content-type"] == "application/json"
+    plain = client.get("/v1/collections/books/documents/dune")
+    assert answer(plain) == (
+        200,
+        {"urn": "urn:themis:books:dune", "version": 2, "document": {"title": "Dune II"}},
+    )
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/collections/Bad Name!/documents/k", {"a": 1}),  # an invalid collection name
+        ("/v1/collections/books/documents/" + "k" * 600, {"a": 1}),  # a key over its limit
+        ("/v1/collections/books/documents/k", {"a": "x" * (2 << 20)}),  # a document over its limit
+    ],
+)
+def test_a_refused_write_gets_the_routes_refusal(client: TestClient, path: str, body: dict) -> None:
+    plain = client.put(path + PLAIN, json=body)
+    routed = client.put(path + ROUTED, json=body)
+    assert plain.status_code in (400, 413) and answer(plain) == answer(routed)
+
+
+def test_a_missing_document_is_the_routes_404(client: TestClient) -> None:
+    plain = client.get("/v1/collections/books/documents/nowhere")
+    routed = client.get("/v1/collections/books/documents/nowhere?unplain=1")  # a query: the route's
+    assert plain.status_code == 404 and answer(plain)[1]["error"]["code"] == "document_not_found"
+    assert answer(plain) == answer(routed)
+
+
+@pytest.mark.parametrize(
+    "content, code",
+    [
+        (b"[1, 2]", "invalid_request"),  # not an object
+        (b"{not json", "malformed_json"),
+        (b'{"big": 123456789012345678901234567890}', None),  # beyond 64 bits: the route parses it
+    ],
+)
+def test_a_body_out_of_the_plain_case_is_the_routes_to_answer(
+    client: TestClient, content: bytes, code: str | None
+) -> None:
+    r = client.put(
+        "/v1/collections/books/documents/odd", content=content, headers={"content-type": "application/json"}
+    )
+    if code is None:
+        assert r.status_code == 200, r.text
+        assert client.get("/v1/collections/books/documents/odd").json()["document"] == {
+            "big": 123456789012345678901234567890
+        }
+    else:
+        assert r.status_code == 400 and r.json()["error"]["code"] == code
+
+
+def test_parameters_and_conditions_still_mean_what_they_mean(client: TestClient) -> None:
+    assert client.put("/v1/collections/books/documents/c", json={"v": 1}).status_code == 200
+    stale = client.put("/v1/collections/books/documents/c", json={"v": 2}, headers={"If-Match": "7"})
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "version_conflict"
+    bad = client.put("/v1/collections/books/documents/c?w=three", json={"v": 2})
+    assert bad.status_code == 400 and "w" in bad.json()["error"]["message"]
+    for w in ("1", "majority", "all"):
+        assert client.put(f"/v1/collections/books/documents/c?w={w}", json={"w": w}).status_code == 200
+
+
+def test_plain_requests_are_counted_under_the_routes_template(client: TestClient) -> None:
+    client.put(f"/v1/collections/books/documents/m{PLAIN}", json={"a": 1})
+    client.get("/v1/collections/books/documents/m")
+    metrics = client.get("/metrics").text
+    template = 'route="/v1/collections/{collection}/documents/{key}"'
+    assert f'themis_http_requests_total{{method="PUT",{template},status="200"}}' in metrics
+    assert f'themis_http_requests_total{{method="GET",{template},status="200"}}' in metrics
