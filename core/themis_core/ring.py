@@ -75,6 +75,10 @@ class HashRing:
     spec: RingSpec
     _points: tuple[int, ...] = field(repr=False)
     _owners: tuple[str, ...] = field(repr=False)
+    #: (range start, copies) → owners: at most ranges × distinct copies values
+    _memo: dict[tuple[int, int], tuple[str, ...]] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def build(cls, spec: RingSpec) -> HashRing:
@@ -129,6 +133,13 @@ class HashRing:
         return self._owners_from(index, copies)
 
     def _owners_from(self, start: int, copies: int) -> list[str]:
+        """Memoised per (range, copies): a ring is immutable, and every write asks several times."""
+        memo = self._memo.get((start, copies))
+        if memo is None:
+            memo = self._memo[(start, copies)] = tuple(self._walk(start, copies))
+        return list(memo)
+
+    def _walk(self, start: int, copies: int) -> list[str]:
         want = min(copies, len(self.spec.shards))
         if want < 1:
             raise ValueError("copies must be >= 1")

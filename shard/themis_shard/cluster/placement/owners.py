@@ -17,6 +17,9 @@ from themis_core.ring import HashRing
 
 from ...storage.names import urn
 
+#: Keys whose owners a Topology remembers (cleared when full: a cache, never a source of truth).
+OWNERS_MEMO = 16_384
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -25,6 +28,10 @@ class Topology:
     plan: ClusterPlan
     self_id: str
     ring: HashRing = field(repr=False)
+    #: (collection, key) → owners: a write asks for its keys' owners several times; bounded
+    _owners: dict[tuple[str, str], tuple[str, ...]] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def of(cls, plan: ClusterPlan, self_id: str) -> Topology:
@@ -67,7 +74,14 @@ class Topology:
         return self.plan.member(shard_id).peer_url
 
     def owners(self, collection: str, key: str) -> list[str]:
-        return self.ring.owners(urn(collection, key), self.plan.copies)
+        found = self._owners.get((collection, key))
+        if found is None:
+            if len(self._owners) >= OWNERS_MEMO:
+                self._owners.clear()
+            found = self._owners[(collection, key)] = tuple(
+                self.ring.owners(urn(collection, key), self.plan.copies)
+            )
+        return list(found)
 
     def in_sync(self, collection: str, key: str) -> list[str]:
         """The key's owners in the in-sync set, ring order: who must hold its writes."""
