@@ -201,6 +201,18 @@ async def versions(body: KeysBody, shard: Node) -> dict:
 
 @router.post("/replicate")
 async def replicate(body: ItemsBody, shard: Node) -> dict:
+    return await replicate_items(body, shard)
+
+
+async def replicate_frame(shard: ShardNode, raw: bytes) -> bytes:
+    try:
+        body = ItemsBody.model_validate_json(raw)
+    except ValidationError:
+        raise FullRequest from None
+    return orjson.dumps(await replicate_items(body, shard))
+
+
+async def replicate_items(body: ItemsBody, shard: ShardNode) -> dict:
     try:
         items = decode_items(body.items)
     except (KeyError, TypeError, ValueError) as exc:
@@ -260,6 +272,7 @@ async def replicate_batch_frame(shard: ShardNode, raw: bytes) -> bytes:
 FRAME_HANDLERS = {
     ("POST", "/internal/commit"): commit_frame,
     ("POST", "/internal/replicate/batch"): replicate_batch_frame,
+    ("POST", "/internal/replicate"): replicate_frame,
 }
 
 
