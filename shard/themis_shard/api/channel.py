@@ -97,10 +97,16 @@ class _Frames:
                 self.tasks.add(task)
                 task.add_done_callback(self._done)
         except WebSocketDisconnect:
-            pass  # calls still running finish (a write is never cut in half); their answers are dropped
+            pass
         except (FrameError, KeyError, RuntimeError) as exc:
             log.warning("closing a peer channel: %s", exc)
             await self.websocket.close(code=POLICY_VIOLATION)
+        finally:
+            # Calls still running finish (a write is never cut in half; their answers are
+            # dropped), and the connection ends only then: a shard shutting down closes its
+            # store after its connections, never under a write.
+            if self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
