@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -50,9 +51,15 @@ def etcd_version() -> str:
     return out.split()[2] if out.startswith("etcd Version:") else "?"
 
 
+@dataclass(frozen=True)
+class Members:
+    urls: list[str]  # client URLs
+    pids: list[int]  # processes (their CPU time is the server's cost)
+
+
 @contextmanager
-def etcd_cluster(workdir: Path, members: int = 3) -> Iterator[list[str]]:
-    """Run a ``members``-node etcd cluster; yields the members' client URLs."""
+def etcd_cluster(workdir: Path, members: int = 3) -> Iterator[Members]:
+    """Run a ``members``-node etcd cluster; yields its members' client URLs and processes."""
     binary = etcd_binary()
     ports = free_ports(2 * members)
     client = [f"http://127.0.0.1:{p}" for p in ports[:members]]
@@ -84,7 +91,7 @@ def etcd_cluster(workdir: Path, members: int = 3) -> Iterator[list[str]]:
                 )
             )
         wait_writable(client)
-        yield client
+        yield Members(client, [p.pid for p in procs])
     finally:
         for p in procs:
             p.terminate()

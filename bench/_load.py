@@ -5,8 +5,9 @@ its peer get the very same client (one pooled ``httpx.AsyncClient``, HTTP/1.1 ke
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -21,10 +22,29 @@ class Result:
     failed: int
     seconds: float
     first_error: str = ""
+    #: CPU seconds the server processes used during the timed phase (None: not measured)
+    server_cpu_s: float | None = None
 
     @property
     def rate(self) -> float:
         return self.done / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_ms_per_op(self) -> float | None:
+        """Server CPU per completed request: steadier than a rate on a shared, noisy machine."""
+        if self.server_cpu_s is None or not self.done:
+            return None
+        return 1000 * self.server_cpu_s / self.done
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time of ``pids`` so far (Linux ``/proc``)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat(5))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def pool(clients: int, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
@@ -36,8 +56,11 @@ def pool(clients: int, headers: dict[str, str] | None = None) -> httpx.AsyncClie
     )
 
 
-async def run(op: Op, clients: int, seconds: float, headers: dict[str, str] | None = None) -> Result:
-    """Drive ``op`` from ``clients`` callers for ``seconds`` (after one warm-up call each)."""
+async def run(
+    op: Op, clients: int, seconds: float, headers: dict[str, str] | None = None, pids: Sequence[int] = ()
+) -> Result:
+    """Drive ``op`` from ``clients`` callers for ``seconds`` (after one warm-up call each);
+    with ``pids``, also the CPU time those server processes spent meanwhile."""
     done = failed = 0
     errors: list[str] = []
     async with pool(clients, headers) as http:
@@ -57,11 +80,16 @@ async def run(op: Op, clients: int, seconds: float, headers: dict[str, str] | No
                         errors.append(f"{type(exc).__name__}: {str(exc)[:160]}")
                 i += 1
 
+        cpu = cpu_seconds(pids) if pids else None
         started = time.perf_counter()
         await asyncio.gather(*(caller(c) for c in range(clients)))
         elapsed = time.perf_counter() - started
-    return Result(done, failed, elapsed, errors[0] if errors else "")
+        if cpu is not None:
+            cpu = cpu_seconds(pids) - cpu
+    return Result(done, failed, elapsed, errors[0] if errors else "", cpu)
 
 
-def measure(op: Op, clients: int, seconds: float, headers: dict[str, str] | None = None) -> Result:
-    return asyncio.run(run(op, clients, seconds, headers))
+def measure(
+    op: Op, clients: int, seconds: float, headers: dict[str, str] | None = None, pids: Sequence[int] = ()
+) -> Result:
+    return asyncio.run(run(op, clients, seconds, headers, pids))

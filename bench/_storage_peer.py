@@ -7,7 +7,9 @@ Themis 2 of 3 writes then take one forwarding hop to the key's primary, on etcd 
 forwards to the leader), and for Themis also token-aware (straight to the key's primary, from
 the ring, as ``themis_client.routing`` does). Tables: writes at w=1/majority/all vs etcd put,
 reads vs etcd's linearizable and serializable range, 2-key transactions (single-shard and 2PC)
-vs etcd txn, each with the Themis/etcd ratio.
+vs etcd txn, each with the Themis/etcd ratio. Writes also show the servers' CPU time per write
+(``/proc``, all members together): on a shared machine whose speed drifts, steadier than a rate.
+Each etcd put cell runs right before the Themis cells it is compared with.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Themis:
     urls: list[str]
     router: KeyRouter
     headers: dict[str, str]
+    pids: list[int]
 
     def url(self, routing: str, c: int, i: int, collection: str, key: str) -> str:
         if routing == "token-aware":
@@ -94,6 +97,7 @@ class Themis:
 @dataclass
 class Etcd:
     urls: list[str]
+    pids: list[int]
 
     def put(self, run: str) -> Op:
         async def op(http: httpx.AsyncClient, c: int, i: int) -> None:
@@ -144,6 +148,10 @@ def _cell(r: Result) -> str:
     return text + (f" ({r.failed} failed)" if r.failed else "")
 
 
+def _cpu(r: Result) -> str:
+    return f"{r.cpu_ms_per_op:.2f}" if r.cpu_ms_per_op is not None else "n/a"
+
+
 def _ratio(a: Result, b: Result) -> str:
     return f"{a.rate / b.rate:.2f}" if b.rate else "n/a"
 
@@ -155,13 +163,13 @@ def compare(clients: list[int], seconds: float, print_: Callable[[str], None] = 
         (cwd / "etcd").mkdir()
         themis(cwd, "up", "--shards", "3", "--raid-mode", "raid1", "--no-llm", "--base-port", "0")
         try:
-            with etcd_cluster(cwd / "etcd") as etcd_urls:
+            with etcd_cluster(cwd / "etcd") as members:
                 headers = api_headers(cwd)
-                router = KeyRouter.from_cluster(
-                    json.loads((cwd / ".themis" / "cluster.json").read_text())["shards"][0]["url"], headers
-                )
-                t = Themis([router.url(s) for s in router.shards], router, headers)
-                e = Etcd(etcd_urls)
+                shards = json.loads((cwd / ".themis" / "cluster.json").read_text())["shards"]
+                router = KeyRouter.from_cluster(shards[0]["url"], headers)
+                pids = [s["pid"] for s in shards]
+                t = Themis([router.url(s) for s in router.shards], router, headers, pids)
+                e = Etcd(members.urls, members.pids)
                 _preload(t, e)
                 _tables(t, e, clients, seconds, headers, print_)
         finally:
@@ -178,8 +186,8 @@ def _tables(
 ) -> None:
     errors: list[str] = []
 
-    def m(op: Op, n: int, hdr: dict[str, str] | None = None) -> Result:
-        r = measure(op, n, seconds, hdr)
+    def m(op: Op, n: int, hdr: dict[str, str] | None = None, pids: list[int] | None = None) -> Result:
+        r = measure(op, n, seconds, hdr, pids or [])
         if r.first_error:
             errors.append(r.first_error)
         return r
@@ -191,17 +199,18 @@ def _tables(
     )
     print_(
         "\n| writes | clients | Themis round-robin /s | Themis token-aware /s | etcd put /s | ratio rr "
-        "| ratio token-aware |"
+        "| ratio token-aware | server CPU ms/write, Themis token-aware | server CPU ms/put, etcd |"
     )
-    print_("|---|---:|---:|---:|---:|---:|---:|")
+    print_("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in clients:
-        peer = m(e.put(f"{run}e{n}"), n)
         for concern in ("1", "majority", "all"):
+            # etcd measured next to each pair of Themis cells: this machine's speed drifts
+            peer = m(e.put(f"{run}e{concern}{n}"), n, pids=e.pids)
             rr = m(t.write(concern, "round-robin", f"{run}w{concern}rr{n}"), n, headers)
-            ta = m(t.write(concern, "token-aware", f"{run}w{concern}ta{n}"), n, headers)
+            ta = m(t.write(concern, "token-aware", f"{run}w{concern}ta{n}"), n, headers, t.pids)
             print_(
                 f"| w={concern} | {n} | {_cell(rr)} | {_cell(ta)} | {_cell(peer)} | {_ratio(rr, peer)} "
-                f"| {_ratio(ta, peer)} |"
+                f"| {_ratio(ta, peer)} | {_cpu(ta)} | {_cpu(peer)} |"
             )
     print_(
         "\n| reads (GET one key) | clients | Themis round-robin /s | Themis token-aware /s "
