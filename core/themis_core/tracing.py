@@ -12,8 +12,8 @@ records and exports, so log lines, headers and exported spans name the same trac
 
 from __future__ import annotations
 
+import random
 import re
-import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -40,15 +40,16 @@ class TraceContext:
 
 
 def new_span_id() -> str:
-    while (span := secrets.token_hex(8)) == "0" * 16:
+    """Random, not secret (as OpenTelemetry's own generator): ``getrandbits``, no syscall per request."""
+    while not (span := random.getrandbits(64)):
         pass
-    return span
+    return f"{span:016x}"
 
 
 def new_trace() -> TraceContext:
-    while (trace := secrets.token_hex(16)) == "0" * 32:
+    while not (trace := random.getrandbits(128)):
         pass
-    return TraceContext(trace, new_span_id())
+    return TraceContext(f"{trace:032x}", new_span_id())
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
