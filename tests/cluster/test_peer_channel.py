@@ -198,3 +198,30 @@ def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(
             return gone.value
 
     assert run(after_exit()).reason == "connect_error"
+
+
+def test_a_peer_that_stops_answering_costs_the_call_its_timeout_never_a_hang() -> None:
+    """A peer that opened the channel and then stopped answering (paused, wedged): the call
+    ends at its timeout as a timeout (the frame may have arrived: outcome unknown)."""
+    import orjson
+    from websockets.asyncio.server import serve
+
+    async def silent(ws) -> None:
+        await ws.send(orjson.dumps({"nonce": "n", "sealed": False}))
+        async for _ in ws:  # reads every frame, answers none
+            pass
+
+    async def go():
+        async with serve(silent, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            settings = ClusterSettings(request_timeout_s=0.5, connect_timeout_s=1, max_retries=0)
+            async with RemoteExecutor(
+                settings, {"peer": f"http://127.0.0.1:{port}"}.__getitem__, registry=CollectorRegistry()
+            ) as ex:
+                started = asyncio.get_running_loop().time()
+                with pytest.raises(PeerUnavailable) as stalled:
+                    await ex.post_json("peer", "/internal/commit", {"writes": []})
+                return stalled.value, asyncio.get_running_loop().time() - started
+
+    stalled, elapsed = run(go())
+    assert stalled.reason == "timeout" and elapsed < 3

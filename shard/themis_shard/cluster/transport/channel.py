@@ -29,6 +29,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.protocol import State
 
 from .channel_wire import AnswerFrame, FrameError, RequestFrame, Seal, decode_answer, encode_request
 
@@ -66,24 +67,30 @@ class PeerChannel:
         self.closed = False
 
     async def call(self, frame_of: Callable[[int], RequestFrame], timeout_s: float) -> AnswerFrame:
-        if self.closed:
+        """Send one request and wait for its answer, both within ``timeout_s`` (a peer that stops
+        reading fills the socket's buffer: the send itself may wait)."""
+        if self.closed or self.ws.state is not State.OPEN:  # provably not sent: safe to retry
             raise httpx.ConnectError(f"channel to {self.peer} is closed")
         self._next_id += 1
         rid = self._next_id
         future: asyncio.Future[AnswerFrame] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = future
+        sent = False
         try:
-            try:
-                # sealing and sending happen with no await between them: frames leave in
-                # sequence order, which the peer's seal checks
-                await self.ws.send(self._send_seal.seal(encode_request(frame_of(rid))))
-            except ConnectionClosed as exc:
+            async with asyncio.timeout(timeout_s):
+                try:
+                    # sealing and sending happen with no await between them: frames leave in
+                    # sequence order, which the peer's seal checks
+                    await self.ws.send(self._send_seal.seal(encode_request(frame_of(rid))))
+                except ConnectionClosed as exc:  # closed meanwhile: the frame may have left
+                    self._close()
+                    raise httpx.ReadError(f"channel to {self.peer} closed while sending: {exc}") from None
+                sent = True
+                return await asyncio.shield(future)
+        except TimeoutError:
+            if not sent:  # never leave a half-sent frame in front of the next one
                 self._close()
-                raise httpx.ConnectError(f"channel to {self.peer} closed: {exc}") from None
-            try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-            except TimeoutError:
-                raise httpx.ReadTimeout(f"no answer from {self.peer} in {timeout_s:g} s") from None
+            raise httpx.ReadTimeout(f"no answer from {self.peer} in {timeout_s:g} s") from None
         finally:
             self._waiting.pop(rid, None)
 
