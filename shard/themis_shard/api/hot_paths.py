@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
 
 import orjson
 from pydantic_core import PydanticSerializationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..cluster.replication.fencing import DEFAULT_CONCERN, WriteConcern
 from ..errors import ThemisError, error_body, lone_surrogate
 from ..node import ShardNode
+from .asgi import read_body, replaying, send_error, send_json
 from .documents import get_one, put_one
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class HotDocumentPaths:
         except Exception as exc:
             await _error(send, exc)
             return
-        await _reply(send, 200, body)
+        await send_json(send, 200, body)
 
     async def _put(
         self, scope: Scope, receive: Receive, send: Send, shard: ShardNode, collection: str, key: str
@@ -103,13 +103,13 @@ class HotDocumentPaths:
         if not plain:
             await self.app(scope, receive, send)
             return
-        raw = await _body(receive)
+        raw = await read_body(receive)
         try:
             document = json.loads(raw)  # as the route parses it (orjson would round big integers)
         except (ValueError, RecursionError):
             document = None
         if not isinstance(document, dict):  # the route's validation answers it
-            await self.app(scope, _replay(raw, receive), send)
+            await self.app(scope, replaying(raw, receive), send)
             return
         scope["route"] = PUT_ROUTE
         try:
@@ -117,7 +117,7 @@ class HotDocumentPaths:
         except Exception as exc:
             await _error(send, exc)
             return
-        await _reply(send, 200, result.model_dump_json().encode())
+        await send_json(send, 200, result.model_dump_json().encode())
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -127,47 +127,14 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def _body(receive: Receive) -> bytes:
-    chunks, more = [], True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
-async def _reply(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-    raw: list[tuple[bytes, bytes]] = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def _error(send: Send, exc: Exception) -> None:
     """The answer ``api/errors.py``'s handlers give for ``exc``."""
     if isinstance(exc, UnicodeEncodeError) and (bad := lone_surrogate(exc)) is not None:
         exc = bad
     if isinstance(exc, ThemisError):
-        await _reply(send, exc.status, orjson.dumps(error_body(exc.code, exc.message)), exc.headers)
+        await send_error(send, exc)
         return
     log.exception("unhandled error", exc_info=exc)
-    body: dict[str, Any] = error_body("internal", "internal error")
-    await _reply(send, 500, orjson.dumps(body), {"Connection": "close"})
+    await send_json(
+        send, 500, orjson.dumps(error_body("internal", "internal error")), [(b"connection", b"close")]
+    )

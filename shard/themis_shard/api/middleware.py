@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import error_body
 from ..metrics import ShardMetrics
+from .asgi import read_body, replaying, send_json
 
 
 class BodyTooLarge(HTTPException):
@@ -75,19 +76,7 @@ async def _reply_413(send: Send, limit: int) -> None:
 async def reply_unread(send: Send, status: int, code: str, message: str) -> None:
     """An error answered before the request's body is (fully) read: the connection closes after
     it, so whatever the client still sends is never taken for the next request."""
-    payload = json.dumps(error_body(code, message)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    await send_json(send, status, json.dumps(error_body(code, message)).encode(), [(b"connection", b"close")])
 
 
 class MetricsMiddleware:
@@ -156,17 +145,7 @@ class ListenerGuard:
                     b'{"error":{"code":"forbidden","message":"shard-to-shard endpoints are served only '
                     b'on the internal mTLS listener"}}'
                 )
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                await send_json(send, 403, body)
                 return
         await self.app(scope, receive, send)
 
@@ -194,14 +173,7 @@ class InternalAuth:
         if early is not None:
             await _reply_401(send, early)
             return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body = await read_body(receive)
         raw = scope.get("raw_path") or path.encode()
         target = raw.decode("latin-1") + (
             f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
@@ -210,16 +182,7 @@ class InternalAuth:
         if reason is not None:
             await _reply_401(send, reason)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 async def _reply_401(send: Send, reason: str) -> None:

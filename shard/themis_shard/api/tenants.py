@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 from themis_core.tenant_policy import DEFAULT_TENANT
 
-from ..errors import ThemisError, error_body
+from ..errors import ThemisError
 from ..tenants.charge import charge, priority
 from ..tenants.gate import TenantGate
+from .asgi import read_body, replaying, send_error
 
 #: POST routes that run the engine; the embedding ones generate no tokens (charged 0).
 GENERATING = ("/v1/infer", "/v1/completions", "/v1/chat/completions", "/v1/rag")
@@ -39,14 +40,9 @@ class TenantMiddleware:
             await self.app(scope, receive, send)
             return
         tenant = (scope.get("state") or {}).get("tenant") or DEFAULT_TENANT
-        messages: list[Message] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request" or not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         try:
-            body = json.loads(b"".join(m.get("body", b"") for m in messages) or b"null")
+            body = json.loads(raw or b"null")
         except (ValueError, UnicodeDecodeError):
             body = None  # the route answers the malformed body by name
         if generating:
@@ -56,21 +52,9 @@ class TenantMiddleware:
         try:
             await self.gate.acquire(tenant, tokens=tokens, priority=priority_)
         except ThemisError as exc:
-            await _reply(send, exc)
+            await send_error(send, exc)
             return
-
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
-
         try:
-            await self.app(scope, replay, send)
+            await self.app(scope, replaying(raw, receive), send)
         finally:
             self.gate.release(tenant)
-
-
-async def _reply(send: Send, exc: ThemisError) -> None:
-    payload = json.dumps(error_body(exc.code, exc.message)).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
-    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
