@@ -34,6 +34,7 @@ class ShardMetrics:
             ["method", "route", "status"],
             registry=r,
         )
+        self._request_children: dict[tuple[str, str, int], tuple] = {}
         self.http_latency = Histogram(
             "themis_http_request_duration_seconds",
             "HTTP request latency by route",
@@ -76,6 +77,19 @@ class ShardMetrics:
             "IO error until a probe write succeeds (the shard is unready meanwhile)",
             registry=r,
         )
+
+    def record_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One answered request, by route template (bounded label values). The labelled
+        children are looked up once per (method, route, status): ``labels()`` costs more than
+        ``inc()`` and this runs on every request."""
+        found = self._request_children.get((method, route, status))
+        if found is None:
+            found = self._request_children[(method, route, status)] = (
+                self.http_requests.labels(method=method, route=route, status=str(status)),
+                self.http_latency.labels(method=method, route=route),
+            )
+        found[0].inc()
+        found[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -182,8 +182,5 @@ class _Frames:
         except Exception:
             log.exception("peer channel request %s %s failed", frame.method, path)
             status, body = 500, orjson.dumps(error_body("internal", "internal error"))
-        metrics = self.shard.metrics
-        metrics.http_requests.labels(method=frame.method, route=path, status=str(status)).inc()
-        elapsed = time.perf_counter() - started
-        metrics.http_latency.labels(method=frame.method, route=path).observe(elapsed)
+        self.shard.metrics.record_request(frame.method, path, status, time.perf_counter() - started)
         return AnswerFrame(frame.id, status, "application/json", body)

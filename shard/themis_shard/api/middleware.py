@@ -85,7 +85,6 @@ class MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: ShardMetrics) -> None:
         self.app = app
         self.metrics = metrics
-        #: (method, route, status) → the labelled children: ``labels()`` costs more than ``inc()``
         self._children: dict[tuple[str, str, str], tuple] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -106,18 +105,8 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            counter, latency = self._labelled(scope.get("method", "GET"), template, str(status))
-            counter.inc()
-            latency.observe(time.perf_counter() - started)
-
-    def _labelled(self, method: str, template: str, status: str) -> tuple:
-        found = self._children.get((method, template, status))
-        if found is None:  # bounded: route templates and statuses, never raw paths
-            found = self._children[(method, template, status)] = (
-                self.metrics.http_requests.labels(method=method, route=template, status=status),
-                self.metrics.http_latency.labels(method=method, route=template),
-            )
-        return found
+            method = scope.get("method", "GET")
+            self.metrics.record_request(method, template, status, time.perf_counter() - started)
 
 
 class ListenerGuard:
