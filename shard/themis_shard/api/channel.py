@@ -15,7 +15,6 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -33,11 +32,9 @@ from ..cluster.transport.channel_wire import (
     encode_answer,
 )
 from ..errors import ThemisError, error_body
-from ..node import ShardNode
-from .internal import FRAME_HANDLERS, FullRequest
+from .internal import FRAME_HANDLERS, FrameHandler, FullRequest
 
 log = logging.getLogger(__name__)
-FrameHandler = Callable[[ShardNode, bytes], Awaitable[bytes]]
 router = APIRouter(include_in_schema=False)
 
 #: Requests of one connection running at once; the next frame is read when one finishes.

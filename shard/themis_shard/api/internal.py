@@ -3,6 +3,7 @@ any client request costs at most one extra hop."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
@@ -62,17 +63,27 @@ async def commit(body: WritesBody, shard: Node) -> dict:
     return {"changes": [change_to_json(c) for c in changes]}
 
 
+FrameHandler = Callable[[ShardNode, bytes], Awaitable[bytes]]
+
+
 class FullRequest(Exception):
     """A frame handler's input needs the route's full treatment (its validation errors)."""
 
 
-async def commit_frame(shard: ShardNode, raw: bytes) -> bytes:
-    """``POST /internal/commit`` for a peer-channel frame: the route's work, without the stack."""
-    try:
-        body = WritesBody.model_validate_json(raw)
-    except ValidationError:
-        raise FullRequest from None  # the route answers it, with its 400 and message
-    return orjson.dumps(await commit(body, shard))
+def frame_handler[M: BaseModel](
+    model: type[M], route: Callable[[M, ShardNode], Awaitable[dict]]
+) -> FrameHandler:
+    """A route's work for a peer-channel frame, without the ASGI stack: the body validated into
+    the route's model (an invalid one goes to the route, which answers it with its 400)."""
+
+    async def handler(shard: ShardNode, raw: bytes) -> bytes:
+        try:
+            body = model.model_validate_json(raw)
+        except ValidationError:
+            raise FullRequest from None
+        return orjson.dumps(await route(body, shard))
+
+    return handler
 
 
 def _writes_and_checks(writes: list[dict[str, Any]], checks: list[dict[str, Any]]):
@@ -204,14 +215,6 @@ async def replicate(body: ItemsBody, shard: Node) -> dict:
     return await replicate_items(body, shard)
 
 
-async def replicate_frame(shard: ShardNode, raw: bytes) -> bytes:
-    try:
-        body = ItemsBody.model_validate_json(raw)
-    except ValidationError:
-        raise FullRequest from None
-    return orjson.dumps(await replicate_items(body, shard))
-
-
 async def replicate_items(body: ItemsBody, shard: ShardNode) -> dict:
     try:
         items = decode_items(body.items)
@@ -269,10 +272,10 @@ async def replicate_batch_frame(shard: ShardNode, raw: bytes) -> bytes:
 
 #: The hottest routes, run for a peer-channel frame (``api/channel.py``) without the ASGI
 #: stack: ``handler(shard, body) -> JSON bytes``; a ``ThemisError`` is answered as the app would.
-FRAME_HANDLERS = {
-    ("POST", "/internal/commit"): commit_frame,
+FRAME_HANDLERS: dict[tuple[str, str], FrameHandler] = {
+    ("POST", "/internal/commit"): frame_handler(WritesBody, commit),
     ("POST", "/internal/replicate/batch"): replicate_batch_frame,
-    ("POST", "/internal/replicate"): replicate_frame,
+    ("POST", "/internal/replicate"): frame_handler(ItemsBody, replicate_items),
 }
 
 
