@@ -32,10 +32,18 @@ from ..cluster.transport.channel_wire import (
     encode_answer,
 )
 from ..errors import ThemisError, error_body
-from .internal import FRAME_HANDLERS, FrameHandler, FullRequest
+from . import inference, internal
+from .internal import FrameHandler, FullRequest
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
+
+
+def frame_handlers(llm_enabled: bool) -> dict[tuple[str, str], FrameHandler]:
+    """The hot routes a frame reaches without the ASGI stack, by (method, path): the engine's
+    only where the app serves it (a shard without a model answers them 503 ``llm_disabled``)."""
+    return {**internal.FRAME_HANDLERS, **(inference.FRAME_HANDLERS if llm_enabled else {})}
+
 
 #: Requests of one connection running at once; the next frame is read when one finishes.
 MAX_CONCURRENT_FRAMES = 512
@@ -81,6 +89,7 @@ class _Frames:
         ws = websocket.scope
         self.app = ws["app"]
         self.shard = self.app.state.node
+        self.handlers = frame_handlers(self.shard.settings.llm.enabled)
         self.base_scope = {k: ws[k] for k in ("server", "client", "root_path", "state") if k in ws}
         self.base_scope["scheme"] = "https" if ws.get("scheme") == "wss" else "http"
 
@@ -118,7 +127,7 @@ class _Frames:
 
     async def _answer(self, frame: RequestFrame) -> AnswerFrame:
         path, _, query = frame.target.partition("?")
-        handler = FRAME_HANDLERS.get((frame.method, path))
+        handler = self.handlers.get((frame.method, path))
         if handler is not None and not query:
             try:
                 return await self._direct(handler, frame, path)

@@ -6,7 +6,8 @@ import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from fastapi import Request
+import orjson
+from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..documents.service import DocumentService
@@ -78,6 +79,13 @@ def routed_response(shard: str, answer: dict | AsyncIterator[bytes]):
     if isinstance(answer, dict):
         return JSONResponse(answer, headers=headers)
     return sse_response(answer, headers)
+
+
+def json_answer(payload: dict) -> Response:
+    """``payload`` as JSON by orjson, past FastAPI's encoder: for answers made of many floats
+    (embeddings), which the default encoder walks value by value (3–4 ms for 8×384 floats
+    against 0.1 ms; on a data-local EMBED that was the hop's whole cost twice over)."""
+    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
 
 
 def ndjson_response(body: AsyncIterator[bytes]) -> StreamingResponse:

@@ -15,7 +15,9 @@ from fastapi import APIRouter, Depends, Request
 
 from ..errors import BadRequest, PayloadTooLarge
 from ..inference.service import Answer, InferenceService
-from .deps import inference, ndjson_response, node, routed_response, sse_response
+from ..node import ShardNode
+from .deps import inference, json_answer, ndjson_response, node, routed_response, sse_response
+from .internal import FrameHandler, frame_handler
 from .types import EmbedBody, EmbedUrnsBody, InferBatchBody, InferBody, infer_item
 
 router = APIRouter(tags=["inference"])
@@ -81,13 +83,25 @@ async def embed(body: EmbedBody, svc: Inference):
     """Texts embed here; URNs embed on the shards that hold the documents (§IV-E)."""
     if body.urns is None:
         out = await svc.embed_texts(body.texts)
-        return {"embeddings": out.embeddings, "dimension": out.dimension, "model": out.model}
+        return json_answer({"embeddings": out.embeddings, "dimension": out.dimension, "model": out.model})
     if body.texts is not None:
         raise BadRequest("give texts or urns, not both", code="invalid_request")
     vectors = await svc.embed_urns(body.urns)
-    return {"embeddings": vectors, "dimension": len(vectors[0]) if vectors else 0, "urns": body.urns}
+    dimension = len(vectors[0]) if vectors else 0
+    return json_answer({"embeddings": vectors, "dimension": dimension, "urns": body.urns})
 
 
 @router.post("/internal/embed", include_in_schema=False)
 async def embed_here(body: EmbedUrnsBody, svc: Inference):
-    return {"embeddings": await svc.embed_urns_here(body.urns)}
+    return json_answer({"embeddings": await svc.embed_urns_here(body.urns)})
+
+
+async def _embed_here_frame(body: EmbedUrnsBody, shard: ShardNode) -> dict:
+    return {"embeddings": await shard.inference.embed_urns_here(body.urns)}
+
+
+#: Routes the peer channel calls directly (``api/channel.py``): EMBED by URN is the hop that
+#: data-local embedding adds, and the paper holds it to a few per cent of the embedding itself.
+FRAME_HANDLERS: dict[tuple[str, str], FrameHandler] = {
+    ("POST", "/internal/embed"): frame_handler(EmbedUrnsBody, _embed_here_frame),
+}

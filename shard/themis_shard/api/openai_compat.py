@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from ..errors import BadRequest
 from ..inference.openai_types import ChatBody, CompletionBody, EmbeddingsBody
 from ..inference.service import Answer, InferenceService
-from .deps import inference, routed_response, sse_response
+from .deps import inference, json_answer, routed_response, sse_response
 
 router = APIRouter(tags=["openai"])
 Inference = Annotated[InferenceService, Depends(inference)]
@@ -55,7 +55,7 @@ async def chat_completions(body: ChatBody, request: Request, svc: Inference):
 
 @router.post("/v1/embeddings")
 async def embeddings(body: EmbeddingsBody, svc: Inference):
-    return await svc.embeddings(body)
+    return json_answer(await svc.embeddings(body))
 
 
 @router.post("/internal/openai/completions", include_in_schema=False)
@@ -70,4 +70,4 @@ async def chat_here(body: ChatBody, request: Request, svc: Inference):
 
 @router.post("/internal/openai/embeddings", include_in_schema=False)
 async def embeddings_here(body: EmbeddingsBody, svc: Inference):
-    return await svc.embeddings_here(body)
+    return json_answer(await svc.embeddings_here(body))
