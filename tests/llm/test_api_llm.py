@@ -98,6 +98,8 @@ def test_stream_sends_tokens_in_order_then_done(http):
         ({"prompt": "hi", "stop": [""]}, 400, "invalid_sampling"),
         ({"prompt": 42}, 400, "invalid_request"),
         ({}, 400, "invalid_request"),
+        ({"prompt": "hi", "shared_prefix_chars": 3}, 400, "invalid_request"),  # past the prompt
+        ({"prompt": "hi", "shared_prefix_chars": 0}, 400, "invalid_request"),
     ],
 )
 def test_bad_input_is_a_clear_4xx(http, body, status, code):

@@ -106,13 +106,13 @@ def prefix_engine(native_model):
     eng.stop()
 
 
-def run(eng, prompt, n=12):
+def run(eng, prompt, n=12, shared_prefix=0):
     from themis_shard.llm.sampling import SamplingParams
 
     from .test_engine_llm import Collector
 
     col = Collector()
-    eng.submit(prompt, SamplingParams(max_tokens=n, temperature=0.0), col)
+    eng.submit(prompt, SamplingParams(max_tokens=n, temperature=0.0), col, shared_prefix=shared_prefix)
     done = col.done
     return col.tokens, done
 
@@ -152,6 +152,33 @@ def test_short_prompts_bypass_the_cache(native_model, prefix_engine):
     before = (hook.saves, hook.restores)
     run(eng, native_model.tokenize("The quick brown fox"), 4)
     assert (hook.saves, hook.restores) == before
+
+
+@pytest.mark.llm
+def test_a_shared_prefix_is_saved_where_it_ends_so_the_next_question_prefills_only_itself(
+    native_model, prefix_engine
+):
+    """RAG's passages come before its question: saved at the prompt's last block, the state
+    would hold the question's first words and serve no other question over the same passages."""
+    from .reference import greedy_reference
+    from .test_engine_llm import assert_greedy_equivalent
+
+    eng, hook, _metrics = prefix_engine
+    text, i = "Answer from the passages.\n", 0
+    while len(native_model.tokenize(text)) < 150:
+        i += 1
+        text += f"[{i}] The lighthouse at cape {i} flashes every {i % 9 + 2} seconds. "
+    shared = native_model.tokenize(text)[:150]
+    ask = [
+        shared + native_model.tokenize(f" Question: {q}? Answer:", add_special=False)
+        for q in ("how often does the lighthouse at cape 3 flash", "which cape has the slowest lighthouse")
+    ]
+    saves, restores = hook.saves, hook.restores
+    _, first = run(eng, ask[0], 8, shared_prefix=len(shared))
+    assert hook.saves == saves + 1 and hook.cache.keys()[0][1] == 128  # the shared part's last block
+    got, second = run(eng, ask[1], 8, shared_prefix=len(shared))
+    assert hook.restores == restores + 1 and (first.cached_tokens, second.cached_tokens) == (0, 128)
+    assert_greedy_equivalent(greedy_reference(native_model, ask[1], 8), got)
 
 
 def test_states_past_the_sliding_window_are_not_trimmed_below_what_they_hold():

@@ -115,6 +115,7 @@ async def rag(
     temperature = 0.0 if body.temperature is None else body.temperature
     req = InferRequest(
         prompt=retrieved.prompt,
+        shared_prefix_chars=retrieved.shared_chars,
         domain=body.domain,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -175,6 +176,7 @@ async def rag_replay(
     )
     req = InferRequest(
         prompt=retrieved.prompt,
+        shared_prefix_chars=retrieved.shared_chars,
         model=body.model,
         adapter=body.adapter,
         domain=body.domain,

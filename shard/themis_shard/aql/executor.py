@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import NotFound, ThemisError
-from ..rag.prompt import build_prompt, passage_text, prompt_order
+from ..rag.prompt import passage_text, prompt_order, rag_prompt
 from ..rag.provenance import cited, pick_seed, replay_record
 from ..storage.documents import Change, Write
 from ..storage.names import check_key
@@ -44,7 +44,7 @@ from .values import distinct as unique
 
 INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "priority", "speculative"}
 #: A RAG body ``/v1/rag:replay`` can re-run (other OPTIONS, e.g. top_p or stop, it cannot).
-REPLAYABLE = {"prompt", "model", "domain", "max_tokens", "temperature", "seed"}
+REPLAYABLE = {"prompt", "shared_prefix_chars", "model", "domain", "max_tokens", "temperature", "seed"}
 ROW_SOURCES = (ScanNode, JoinNode, LookupNode, VectorNode, IterNode)
 
 
@@ -414,12 +414,12 @@ class _Run:
         self.stats.index.append(f"vector:{self.plan.collection}")
         self.stats.shards |= set(self.ex.data.members())
         self.stats.failed_shards |= set(failed)
-        prompt = build_prompt(
+        prompt, shared = rag_prompt(
             question,
             [self.text_of(self.plan.collection, doc) for _, doc in hits],
             passage_chars=self.ex.settings.rag_context_chars,
         )
-        body: dict[str, Any] = {"prompt": prompt}
+        body: dict[str, Any] = {"prompt": prompt, "shared_prefix_chars": shared}
         if t.model is not None:
             body["model"] = constant(t.model, self.binds)
         if t.domain is not None:

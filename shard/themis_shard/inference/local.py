@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from ..errors import ThemisError
+from ..errors import BadRequest, ThemisError
 from ..llm.generation import Generation, GenerationFailed, generation_result
 from ..llm.sequence import DoneEvent, TokenEvent
 from ..wire import JsonInt
@@ -72,6 +72,13 @@ class InferRequest(BaseModel):
         "unset: the shard's default (THEMIS_LLM_SPECULATIVE_DEFAULT)",
     )
     priority: JsonInt = Field(0, ge=-1000, le=1000, description="higher is served (and kept) first")
+    shared_prefix_chars: JsonInt | None = Field(
+        None,
+        ge=1,
+        description="the prompt's first characters that other requests share (a system prompt, "
+        "retrieved passages): the engine keeps their KV state, so a later prompt starting with "
+        "them skips their prefill",
+    )
     resume: SkipJsonSchema[Resume | None] = None
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +103,12 @@ def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Gener
         stop=req.stop,
     )
     speculative = req.speculative
+    shared = req.shared_prefix_chars
+    if shared is not None and shared > len(req.prompt):
+        raise BadRequest(
+            f"shared_prefix_chars ({shared}) is longer than the prompt ({len(req.prompt)} characters)",
+            code="invalid_request",
+        )
     if req.resume is not None:
         m = rt.model(req.model)
         sent = list(req.resume.tokens)
@@ -110,6 +123,7 @@ def submit(rt: LLMRuntime, req: InferRequest, *, special: bool = False) -> Gener
         priority=req.priority,
         special=special,
         speculative=speculative,
+        shared_prefix_chars=shared,
     )
 
 

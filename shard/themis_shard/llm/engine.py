@@ -145,9 +145,16 @@ class Engine:
         adapter: str | None = None,
         priority: int = 0,
         speculative: bool = False,
+        shared_prefix: int = 0,
     ) -> Sequence:
         return self.submit_group(
-            prompt, [params], [sink], adapter=adapter, priority=priority, speculative=speculative
+            prompt,
+            [params],
+            [sink],
+            adapter=adapter,
+            priority=priority,
+            speculative=speculative,
+            shared_prefix=shared_prefix,
         )[0]
 
     def submit_group(
@@ -159,13 +166,16 @@ class Engine:
         adapter: str | None = None,
         priority: int = 0,
         speculative: bool = False,
+        shared_prefix: int = 0,
     ) -> list[Sequence]:
         """Queue one prompt for ``len(params)`` sequences (OpenAI ``n``): the first prefills it and
         the others start from a copy of its cells when it is done (one prefill for all; a
         follower that finds no slot then queues and prefills itself). FIFO within a priority.
         Raises ``QueueFull`` beyond ``max_queue``,
         ``GrammarError`` for a grammar llama.cpp cannot compile. Speculative decoding applies to
-        plain sampling only (its verification knows no penalties, grammars or logprobs)."""
+        plain sampling only (its verification knows no penalties, grammars or logprobs).
+        ``shared_prefix``: leading prompt tokens other requests share (where the KV-prefix cache
+        saves the state)."""
         constraints = [
             GrammarConstraint(self.model.vocab, self.model.n_vocab, p.grammar) if p.grammar else None
             for p in params
@@ -190,6 +200,7 @@ class Engine:
                     priority=priority,
                     speculative=speculative and p.plain,
                     constraint=c,
+                    shared_prefix=shared_prefix,
                 )
                 for p, sink, c in zip(params, sinks, constraints, strict=True)
             ]

@@ -2,8 +2,10 @@
 
 On admission the hook restores the longest cached prefix into the sequence's slot and sets
 ``n_cached``; it asks the scheduler to stop the prefill at the prompt's last block boundary
-(``seq.prefill_stop``) and saves the state there. The cache itself (``prefix_cache.PrefixCache``)
-is plain state; this module is where llama.cpp's sequence states come in.
+(``seq.prefill_stop``), or at the last one of the part the caller says other requests share
+(``seq.shared_prefix``: RAG's passages, before the question), and saves the state there. The
+cache itself (``prefix_cache.PrefixCache``) is plain state; this module is where llama.cpp's
+sequence states come in.
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ class EnginePrefixHook:
     def _on_admit(self, ctx: NativeContext, seq: Sequence) -> None:
         seq.prefill_stop = 0
         n_prompt = len(seq.prompt)
-        if n_prompt <= self.min_tokens or seq.adapter is not None:
+        # A prefix the caller says others share is worth a state from one block on; a prompt
+        # nobody vouches for, from ``min_tokens``.
+        shared = min(seq.shared_prefix, n_prompt - 1) if seq.shared_prefix >= self.cache.block else 0
+        if (n_prompt <= self.min_tokens and not shared) or seq.adapter is not None:
             return  # a LoRA changes every layer's K/V: states are base-model only
         first = seq.preemptions == 0 and not seq.prefix_seen
         seq.prefix_seen = True
@@ -104,8 +109,10 @@ class EnginePrefixHook:
                 self._inc("saved_tokens", restored)
             else:
                 self._inc("misses")
-        target = self.cache.boundary(n_prompt)
-        if target > restored and target >= self.min_tokens:  # lookup is longest-first: not cached
+        # Saved where the shared part ends (its last block), else at the prompt's last block.
+        target = self.cache.boundary(shared + 1) if shared else self.cache.boundary(n_prompt)
+        floor = self.cache.block if shared else self.min_tokens
+        if target > restored and target >= floor:  # lookup is longest-first: not cached
             seq.prefill_stop = target
 
     def on_prefilled(self, ctx: NativeContext, seq: Sequence) -> None:

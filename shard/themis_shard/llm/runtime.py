@@ -348,9 +348,11 @@ class LLMRuntime:
         priority: int = 0,
         special: bool = False,
         speculative: bool | None = None,
+        shared_prefix_chars: int | None = None,
     ) -> Generation:
         """Queue one generation; raises ThemisError (4xx/429/503) for anything it cannot serve.
-        ``speculative`` None: the shard's ``speculative_default``."""
+        ``speculative`` None: the shard's ``speculative_default``. ``shared_prefix_chars``: the
+        prompt's first characters that other requests share (the KV-prefix cache saves there)."""
         m = self.model(model)
         if speculative and params is not None and not params.plain:
             raise BadRequest(
@@ -360,8 +362,12 @@ class LLMRuntime:
             )
         if speculative is None:
             speculative = self.settings.speculative_default
+        shared = 0
         if tokens is None:
             tokens = self.tokenize_prompt(m, prompt or "", special=special)
+            if shared_prefix_chars:
+                head = m.native.tokenize((prompt or "")[:shared_prefix_chars], parse_special=special)
+                shared = common_prefix(head, tokens)
         else:
             tokens = self.check_tokens(m, tokens)
         adapter_name = m.adapters.resolve(adapter, domain)
@@ -376,7 +382,13 @@ class LLMRuntime:
                 gen,
                 pull,
                 lambda: m.engine.submit(
-                    tokens, p, gen.sink, adapter=adapter_name, priority=priority, speculative=speculative
+                    tokens,
+                    p,
+                    gen.sink,
+                    adapter=adapter_name,
+                    priority=priority,
+                    speculative=speculative,
+                    shared_prefix=shared,
                 ),
                 m.engine.cancel,
             )
@@ -388,6 +400,7 @@ class LLMRuntime:
                 adapter=adapter_name,
                 priority=priority,
                 speculative=speculative,
+                shared_prefix=shared,
             )
         gen.bind(seq, lambda: m.engine.cancel(seq))
         return gen
@@ -542,6 +555,17 @@ class LLMRuntime:
                 }
             )
         return out
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share: a text's head tokenised alone may end in
+    another token than inside the whole text (a merge across the cut), so only these count."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def submit_after(

@@ -78,6 +78,9 @@ class Sequence:
     prefill_stop: int = 0
     prefix_restored: int = 0
     prefix_seen: bool = False
+    #: leading prompt tokens other requests share (a system prompt, RAG's passages): the state
+    #: is saved where they end rather than at the prompt's last block (0 = not said)
+    shared_prefix: int = 0
     #: the grammar of a constrained request (owned by the sampler from here on)
     constraint: Constraint | None = None
     #: sequences of the same prompt (OpenAI ``n``) that wait for this one's prefill and then

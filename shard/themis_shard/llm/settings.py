@@ -71,10 +71,13 @@ class LLMSettings(BaseSettings):
     embedding_batch_tokens: int = Field(2048, ge=16)
     max_embed_texts: int = Field(256, ge=1)
     #: KV-prefix cache: states of block-aligned prompt prefixes, restored instead of
-    #: prefilled; exported/imported between shards (/internal/kv_prefix).
+    #: prefilled; exported/imported between shards (/internal/kv_prefix). One page per block:
+    #: a restore reaches to within 15 tokens of where two prompts part (RAG's question).
     prefix_cache: bool = True
-    prefix_block_tokens: int = Field(64, ge=16, description="hash-chain block; multiple of kv_page_size")
-    prefix_min_tokens: int = Field(128, ge=0, description="shorter prompts are neither saved nor looked up")
+    prefix_block_tokens: int = Field(16, ge=16, description="hash-chain block; multiple of kv_page_size")
+    prefix_min_tokens: int = Field(
+        128, ge=0, description="shorter prompts are neither saved nor looked up, unless shared_prefix_chars"
+    )
     prefix_cache_bytes: int = Field(256 << 20, ge=0, description="RAM budget (LRU)")
     prefix_cache_dir: str = Field("", description="also keep states on disk here; '' = RAM only")
     prefix_disk_bytes: int = Field(2 << 30, ge=0)

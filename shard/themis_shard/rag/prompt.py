@@ -32,7 +32,13 @@ def prompt_order(hits: Sequence[Any], urn: Callable[[Any], str] = lambda h: h["u
 
 def build_prompt(question: str, passages: Sequence[str], *, passage_chars: int) -> str:
     """Numbered passages (each cut to ``passage_chars``) and the question."""
+    return rag_prompt(question, passages, passage_chars=passage_chars)[0]
+
+
+def rag_prompt(question: str, passages: Sequence[str], *, passage_chars: int) -> tuple[str, int]:
+    """The prompt, and how many of its first characters any question over the same passages
+    shares: everything before the question, which the engine is asked to keep the KV state of
+    (``shared_prefix_chars``), so a second question over them prefills only itself."""
     context = "\n".join(f"[{i + 1}] {text[:passage_chars]}" for i, text in enumerate(passages))
-    return (
-        f"Answer the question using only the context.\n\nContext:\n{context}\n\nQuestion: {question}\nAnswer:"
-    )
+    shared = f"Answer the question using only the context.\n\nContext:\n{context}\n\n"
+    return f"{shared}Question: {question}\nAnswer:", len(shared)

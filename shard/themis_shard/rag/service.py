@@ -26,7 +26,7 @@ from ..metrics import ShardMetrics
 from ..storage.documents import DocumentStore
 from ..storage.names import parse_urn
 from ..vector.catalog import VectorCatalog
-from .prompt import build_prompt, passage_text, prompt_order
+from .prompt import passage_text, prompt_order, rag_prompt
 from .provenance import cited
 from .versions import SourceReader
 
@@ -43,6 +43,8 @@ class Retrieved:
     retrieval_ms: float
     #: the hybrid time every passage was read at (``snapshot``), else None
     snapshot_hlc: int | None = None
+    #: the prompt's first characters any question over these passages shares (``rag_prompt``)
+    shared_chars: int = 0
 
     def cited(self) -> list[dict]:
         return cited(self.sources)
@@ -94,12 +96,13 @@ class RagService:
                 code="no_context",
             )
         hits = prompt_order(hits)
-        prompt = build_prompt(
+        prompt, shared = rag_prompt(
             question,
             [passage_text(h["document"], config.embed_field) for h in hits],
             passage_chars=self.passage_chars,
         )
-        return Retrieved(hits, failed, prompt, round((time.perf_counter() - started) * 1000, 3), at)
+        took = round((time.perf_counter() - started) * 1000, 3)
+        return Retrieved(hits, failed, prompt, took, at, shared_chars=shared)
 
     async def _as_of(self, hits: list[dict], at: int) -> list[dict]:
         """The hits as they stood at ``at``: a newer one read at its version then, or dropped."""
@@ -123,7 +126,7 @@ class RagService:
             *(self.reader.at_version(c, k, v, h) for (c, k), (_, v, h) in zip(keys, sources, strict=True))
         )
         hits = [{"urn": u, "score": None, **r} for (u, _, _), r in zip(sources, records, strict=True)]
-        prompt = build_prompt(
+        prompt, shared = rag_prompt(
             question,
             [
                 passage_text(h["document"], self.store.collection(c).embed_field)
@@ -131,7 +134,8 @@ class RagService:
             ],
             passage_chars=passage_chars,
         )
-        return Retrieved(hits, [], prompt, round((time.perf_counter() - started) * 1000, 3))
+        took = round((time.perf_counter() - started) * 1000, 3)
+        return Retrieved(hits, [], prompt, took, shared_chars=shared)
 
 
 def rag_result(retrieved: Retrieved, generation: dict, seed: int) -> dict:
