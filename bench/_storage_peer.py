@@ -9,13 +9,16 @@ the ring, as ``themis_client.routing`` does). Tables: writes at w=1/majority/all
 reads vs etcd's linearizable and serializable range, 2-key transactions (single-shard and 2PC)
 vs etcd txn, each with the Themis/etcd ratio. Writes also show the servers' CPU time per write
 (``/proc``, all members together): on a shared machine whose speed drifts, steadier than a rate.
-Each etcd put cell runs right before the Themis cells it is compared with.
+Each etcd put cell runs right before the Themis cells it is compared with. With ``repeats`` > 1
+every row's cells run that many times, interleaved (etcd, Themis, Themis, etcd, ...): a cell
+prints the median rate, a ratio the median of the ratios of cells measured side by side.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -152,11 +155,24 @@ def _cpu(r: Result) -> str:
     return f"{r.cpu_ms_per_op:.2f}" if r.cpu_ms_per_op is not None else "n/a"
 
 
-def _ratio(a: Result, b: Result) -> str:
-    return f"{a.rate / b.rate:.2f}" if b.rate else "n/a"
+def _ratio(a: list[Result], b: list[Result]) -> str:
+    """The median of the ratios of the cells measured side by side (repeat k of ``a`` with
+    repeat k of ``b``): the machine's drift between repeats cancels out of each."""
+    pairs = [x.rate / y.rate for x, y in zip(a, b, strict=True) if y.rate]
+    return f"{statistics.median(pairs):.2f}" if pairs else "n/a"
 
 
-def compare(clients: list[int], seconds: float, print_: Callable[[str], None] = print) -> None:
+def median_of(results: list[Result]) -> Result:
+    """The repeat with the median rate (its CPU figure with it); every repeat's failures."""
+    ranked = sorted(results, key=lambda r: r.rate)
+    mid = ranked[(len(ranked) - 1) // 2]
+    first_error = next((r.first_error for r in results if r.first_error), "")
+    return Result(mid.done, sum(r.failed for r in results), mid.seconds, first_error, mid.server_cpu_s)
+
+
+def compare(
+    clients: list[int], seconds: float, print_: Callable[[str], None] = print, repeats: int = 1
+) -> None:
     """Start both clusters, print the three tables, stop both."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
@@ -171,7 +187,7 @@ def compare(clients: list[int], seconds: float, print_: Callable[[str], None] = 
                 t = Themis([router.url(s) for s in router.shards], router, headers, pids)
                 e = Etcd(members.urls, members.pids)
                 _preload(t, e)
-                _tables(t, e, clients, seconds, headers, print_)
+                _tables(t, e, clients, seconds, headers, print_, repeats)
         finally:
             themis(cwd, "down")
 
@@ -183,6 +199,7 @@ def _tables(
     seconds: float,
     headers: dict[str, str],
     print_: Callable[[str], None],
+    repeats: int,
 ) -> None:
     errors: list[str] = []
 
@@ -192,10 +209,20 @@ def _tables(
             errors.append(r.first_error)
         return r
 
+    def row(*cells: Callable[[int], Result]) -> list[list[Result]]:
+        """Each cell ``repeats`` times, interleaved (repeat k of every cell before k + 1)."""
+        out: list[list[Result]] = [[] for _ in cells]
+        for k in range(repeats):
+            for results, cell in zip(out, cells, strict=True):
+                results.append(cell(k))
+        return out
+
     run = uuid.uuid4().hex[:6]
     print_(
         f"\nThemis (3 shards, RAID1, no model) vs etcd {etcd_version()} (3 members), "
-        f"same client, ~{len(VALUE)}-byte values, {seconds:g} s per cell; ratio = Themis / etcd"
+        f"same client, ~{len(VALUE)}-byte values, {seconds:g} s per cell"
+        + (f", median of {repeats} interleaved repeats" if repeats > 1 else "")
+        + "; ratio = Themis / etcd"
     )
     print_(
         "\n| writes | clients | Themis round-robin /s | Themis token-aware /s | etcd put /s | ratio rr "
@@ -205,12 +232,18 @@ def _tables(
     for n in clients:
         for concern in ("1", "majority", "all"):
             # etcd measured next to each pair of Themis cells: this machine's speed drifts
-            peer = m(e.put(f"{run}e{concern}{n}"), n, pids=e.pids)
-            rr = m(t.write(concern, "round-robin", f"{run}w{concern}rr{n}"), n, headers)
-            ta = m(t.write(concern, "token-aware", f"{run}w{concern}ta{n}"), n, headers, t.pids)
+            def write(routing: str, pids: list[int] | None, c: str = concern, n: int = n):
+                return lambda k: m(t.write(c, routing, f"{run}w{c}{routing[0]}{n}r{k}"), n, headers, pids)
+
+            peer, rr, ta = row(
+                lambda k, c=concern, n=n: m(e.put(f"{run}e{c}{n}r{k}"), n, pids=e.pids),
+                write("round-robin", None),
+                write("token-aware", t.pids),
+            )
+            mp, mr, mt = median_of(peer), median_of(rr), median_of(ta)
             print_(
-                f"| w={concern} | {n} | {_cell(rr)} | {_cell(ta)} | {_cell(peer)} | {_ratio(rr, peer)} "
-                f"| {_ratio(ta, peer)} | {_cpu(ta)} | {_cpu(peer)} |"
+                f"| w={concern} | {n} | {_cell(mr)} | {_cell(mt)} | {_cell(mp)} | {_ratio(rr, peer)} "
+                f"| {_ratio(ta, peer)} | {_cpu(mt)} | {_cpu(mp)} |"
             )
     print_(
         "\n| reads (GET one key) | clients | Themis round-robin /s | Themis token-aware /s "
@@ -219,23 +252,35 @@ def _tables(
     )
     print_("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in clients:
-        lin, ser = m(e.range(False), n), m(e.range(True), n)
-        rr, ta = m(t.read("round-robin"), n, headers), m(t.read("token-aware"), n, headers)
+        lin, ser, rr, ta = row(
+            lambda _k, n=n: m(e.range(False), n),
+            lambda _k, n=n: m(e.range(True), n),
+            lambda _k, n=n: m(t.read("round-robin"), n, headers),
+            lambda _k, n=n: m(t.read("token-aware"), n, headers),
+        )
         print_(
-            f"| GET | {n} | {_cell(rr)} | {_cell(ta)} | {_cell(lin)} | {_cell(ser)} | {_ratio(rr, lin)} "
-            f"| {_ratio(ta, lin)} | {_ratio(ta, ser)} |"
+            f"| GET | {n} | {_cell(median_of(rr))} | {_cell(median_of(ta))} | {_cell(median_of(lin))} "
+            f"| {_cell(median_of(ser))} | {_ratio(rr, lin)} | {_ratio(ta, lin)} | {_ratio(ta, ser)} |"
         )
     print_("\n| 2-key transactions (w=all) | clients | Themis /s | etcd txn /s | ratio |")
     print_("|---|---:|---:|---:|---:|")
+    cases = [
+        ("single-shard, token-aware", True, "token-aware"),
+        ("single-shard, round-robin", True, "round-robin"),
+        ("cross-shard (2PC), round-robin", False, "round-robin"),
+    ]
     for n in clients:
-        peer = m(e.txn(f"{run}x{n}"), n)
-        cases = [
-            ("single-shard, token-aware", True, "token-aware"),
-            ("single-shard, round-robin", True, "round-robin"),
-            ("cross-shard (2PC), round-robin", False, "round-robin"),
-        ]
-        for label, same, routing in cases:
-            r = m(t.txn(same, routing, f"{run}t{int(same)}{routing[0]}{n}"), n, headers)
-            print_(f"| {label} | {n} | {_cell(r)} | {_cell(peer)} | {_ratio(r, peer)} |")
+        peer, *ours = row(
+            lambda k, n=n: m(e.txn(f"{run}x{n}r{k}"), n),
+            *(
+                lambda k, n=n, s=same, r=routing: m(t.txn(s, r, f"{run}t{int(s)}{r[0]}{n}r{k}"), n, headers)
+                for _, same, routing in cases
+            ),
+        )
+        for (label, _, _), results in zip(cases, ours, strict=True):
+            print_(
+                f"| {label} | {n} | {_cell(median_of(results))} | {_cell(median_of(peer))} "
+                f"| {_ratio(results, peer)} |"
+            )
     if errors:
         print_("\nfirst errors: " + "; ".join(sorted(set(errors))[:5]))

@@ -12,7 +12,8 @@ etcd put, reads vs linearizable and serializable range, transactions vs etcd txn
 
 Run: `make bench` or `.venv/bin/python bench/storage.py [--quick] [--peer-clients 1 16 64]
 [--peer-seconds 4] [--vectors 100000] [--dim 384] [--cluster-writes 300] [--cluster-txns 300]`
-(``0`` skips that part; ``--quick``: the peer comparison alone, 1.5 s per cell).
+(``0`` skips that part; ``--quick``: the peer comparison alone, 1.5 s per cell;
+``--peer-repeats 3``: each cell three times, interleaved, medians and paired ratios printed).
 Prints tables; numbers are from this machine in this run (shared, noisy: compare rows, not runs).
 """
 
@@ -194,13 +195,16 @@ def main() -> None:
     parser.add_argument("--peer-clients", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--peer-seconds", type=float, default=None, help="per cell (default 4, --quick 1.5)")
     parser.add_argument("--quick", action="store_true", help="the peer comparison alone, 1.5 s per cell")
+    parser.add_argument(
+        "--peer-repeats", type=int, default=1, help="interleaved repeats per cell; medians printed"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from _storage_peer import compare
 
     seconds = args.peer_seconds if args.peer_seconds is not None else (1.5 if args.quick else 4.0)
     if seconds:
-        compare(args.peer_clients, seconds)
+        compare(args.peer_clients, seconds, repeats=args.peer_repeats)
     if args.quick:
         return
     with tempfile.TemporaryDirectory() as tmp:
