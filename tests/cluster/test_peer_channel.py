@@ -21,7 +21,7 @@ from themis_shard.cluster.transport.channel_wire import (
     encode_answer,
     encode_request,
 )
-from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor
+from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from themis_testing.app_server import Server
 
 SECRET = "cluster-secret"
@@ -243,3 +243,29 @@ def test_a_direct_handler_refuses_exactly_as_its_route_does(shard) -> None:
     over_channel, over_http = run(refusals(True)), run(refusals(False))
     assert over_channel == over_http
     assert over_channel == [(503, "llm_disabled")] * 3
+
+
+def test_the_forwarded_linearizable_read_answers_the_same_without_the_asgi_stack(shard) -> None:
+    """A non-primary's GET goes to the primary as ``/internal/documents/{c}/{k}?primary_epoch=N``;
+    on the channel that form runs directly, every other form through the app."""
+    item = {"collection": "c", "key": "k~1", "version": 1, "document": {"a": 1}}
+    queries = [{"primary_epoch": e} for e in ("0", "1", "7", "x", "-1")] + [
+        {"primary_epoch": "0", "tombstones": "true"},
+        {"tombstones": "true"},
+    ]
+
+    async def reads(channel: bool):
+        async with executor(shard.url, channel=channel) as ex:
+            await ex.post_json("peer", "/internal/replicate", {"items": [item]})
+            out = []
+            for path in (internal_path("documents", "c", k) for k in ("k~1", "never-written", "no%20such")):
+                for params in queries:
+                    try:
+                        out.append(await ex.get_json("peer", path, params=params))
+                    except (PeerError, PeerUnavailable) as exc:
+                        out.append((exc.status, exc.code))
+        return out
+
+    over_channel, over_http = run(reads(True)), run(reads(False))
+    assert over_channel == over_http
+    assert any(isinstance(a, dict) and a["document"] == {"a": 1} for a in over_channel)

@@ -15,6 +15,8 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
@@ -125,12 +127,24 @@ class _Frames:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
                 await self.websocket.send_bytes(self.send_seal.seal(encode_answer(answer)))
 
+    def _direct_call(
+        self, method: str, path: str, query: str, body: bytes
+    ) -> tuple[str, Callable[[], Awaitable[bytes]]] | None:
+        """The hot route's handler for this frame, with its route template; None: the app's."""
+        handler = self.handlers.get((method, path))
+        if handler is not None and not query:
+            return path, partial(handler, self.shard, body)
+        for (verb, prefix), (template, on_path) in internal.PATH_HANDLERS.items():
+            if method == verb and path.startswith(prefix):
+                return template, partial(on_path, self.shard, path[len(prefix) :], query)
+        return None
+
     async def _answer(self, frame: RequestFrame) -> AnswerFrame:
         path, _, query = frame.target.partition("?")
-        handler = self.handlers.get((frame.method, path))
-        if handler is not None and not query:
+        direct = self._direct_call(frame.method, path, query, frame.body)
+        if direct is not None:
             try:
-                return await self._direct(handler, frame, path)
+                return await self._direct(*direct, frame)
             except FullRequest:
                 pass
         scope: dict[str, Any] = {
@@ -175,18 +189,20 @@ class _Frames:
             return AnswerFrame(frame.id, 500, "application/json", body)
         return AnswerFrame(frame.id, status, content_type, b"".join(chunks))
 
-    async def _direct(self, handler: FrameHandler, frame: RequestFrame, path: str) -> AnswerFrame:
+    async def _direct(
+        self, route: str, call: Callable[[], Awaitable[bytes]], frame: RequestFrame
+    ) -> AnswerFrame:
         """A hot route's handler called directly; counted in the same request metrics.
         Raises ``FullRequest`` (nothing done yet) when the route's own validation must answer."""
         started = time.perf_counter()
         try:
-            status, body = 200, await handler(self.shard, frame.body)
+            status, body = 200, await call()
         except ThemisError as exc:
             status, body = exc.status, orjson.dumps(error_body(exc.code, exc.message))
         except FullRequest:
             raise
         except Exception:
-            log.exception("peer channel request %s %s failed", frame.method, path)
+            log.exception("peer channel request %s %s failed", frame.method, route)
             status, body = 500, orjson.dumps(error_body("internal", "internal error"))
-        self.shard.metrics.record_request(frame.method, path, status, time.perf_counter() - started)
+        self.shard.metrics.record_request(frame.method, route, status, time.perf_counter() - started)
         return AnswerFrame(frame.id, status, "application/json", body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
+from urllib.parse import unquote
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
@@ -305,6 +306,27 @@ async def local_document(
     if found is None or (found.document is None and not tombstones):
         raise NotFound(f"document {collection}/{key} does not exist", code="document_not_found")
     return {"version": found.version, "document": found.document, "hlc": found.hlc, "origin": found.origin}
+
+
+#: A route with path parameters, for a frame: (shard, the path after its prefix, the query).
+PathHandler = Callable[[ShardNode, str, str], Awaitable[bytes]]
+
+
+async def primary_read_frame(shard: ShardNode, rest: str, query: str) -> bytes:
+    """The linearizable read a non-primary forwards (``{collection}/{key}?primary_epoch=N``)
+    without the ASGI stack; any other form of the request goes to the route."""
+    collection, sep, key = rest.partition("/")
+    name, _, value = query.partition("=")
+    if not sep or "/" in key or name != "primary_epoch" or not (value.isascii() and value.isdigit()):
+        raise FullRequest
+    answer = await local_document(unquote(collection), unquote(key), shard, primary_epoch=int(value))
+    return orjson.dumps(answer)
+
+
+#: (method, path prefix) → (the route's template, for metrics; its handler).
+PATH_HANDLERS: dict[tuple[str, str], tuple[str, PathHandler]] = {
+    ("GET", "/internal/documents/"): ("/internal/documents/{collection}/{key}", primary_read_frame),
+}
 
 
 @router.get("/history/{collection}/{key}")
