@@ -167,5 +167,6 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
             docs_open=settings.auth.docs_open,
             realm=settings.auth.realm,
         )
+    app.state.spans = spans  # the peer channel's direct handlers trace their requests too
     app.add_middleware(AccessLogMiddleware, spans=spans)  # outermost: times and traces everything below
     return app

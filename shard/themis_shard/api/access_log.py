@@ -52,36 +52,41 @@ class AccessLogMiddleware:
         try:
             await self.app(scope, receive, sending)
         finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            path = scope.get("path", "")
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            server.name = f"{scope.get('method', 'GET')} {route}"
-            server.attributes.update(
-                {
-                    "http.request.method": scope.get("method", "GET"),
-                    "http.route": route,
-                    "url.path": path,
-                    "http.response.status_code": status,
-                }
-            )
-            level = logging.DEBUG if path in QUIET_PATHS or path.startswith("/internal/") else logging.INFO
-            if log.isEnabledFor(level):
-                log.log(
-                    level,
-                    "%s %s %d %.1fms",
-                    scope.get("method", "GET"),
-                    route,
-                    status,
-                    elapsed_ms,
-                    extra={
-                        "method": scope.get("method", "GET"),
-                        "route": route,
-                        "path": path,
-                        "status": status,
-                        "latency_ms": round(elapsed_ms, 3),
-                        "trace_id": span.trace_id,
-                        "span_id": span.span_id,
-                        "parent_span_id": span.parent_id,
-                    },
-                )
+            finish(server, scope.get("method", "GET"), scope.get("path", ""), route, status, started)
             current_trace.reset(token)
+
+
+def finish(server: ServerSpan, method: str, path: str, route: str, status: int, started: float) -> None:
+    """Name the request's span and write its access line (DEBUG for probes and peer hops)."""
+    span = server.context
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    server.name = f"{method} {route}"
+    server.attributes.update(
+        {
+            "http.request.method": method,
+            "http.route": route,
+            "url.path": path,
+            "http.response.status_code": status,
+        }
+    )
+    level = logging.DEBUG if path in QUIET_PATHS or path.startswith("/internal/") else logging.INFO
+    if log.isEnabledFor(level):
+        log.log(
+            level,
+            "%s %s %d %.1fms",
+            method,
+            route,
+            status,
+            elapsed_ms,
+            extra={
+                "method": method,
+                "route": route,
+                "path": path,
+                "status": status,
+                "latency_ms": round(elapsed_ms, 3),
+                "trace_id": span.trace_id,
+                "span_id": span.span_id,
+                "parent_span_id": span.parent_id,
+            },
+        )
