@@ -6,8 +6,10 @@ seconds, cached next to the user's other model files). Gemma's own pooled states
 64 tokens and weak at retrieval, so they are not the default; any embedding GGUF can be
 configured instead (``THEMIS_LLM_EMBEDDING_MODEL=/path/model.gguf``).
 
-One context is not thread-safe, so every call runs on a single dedicated worker thread; texts
-are packed into as few ``llama_encode`` calls as the batch allows.
+One context is not thread-safe, so every call runs on one thread: the generation engine's, between
+its iterations, where the shard runs one (``compute_threads`` says why not a thread of its own
+next to it), else a dedicated worker. Texts are packed into as few ``llama_encode`` calls as the
+batch allows.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from .artifacts import cache_root, materialise
 from .bert_convert import bundled_model_dir, convert
+from .compute_threads import Runner
 from .cpu_probe import BufferDecision
 from .metrics import LLMMetrics
 from .model import ModelError, sha256_file
@@ -74,7 +77,9 @@ class Embedder:
         metrics: LLMMetrics | None = None,
         name: str | None = None,
         use_extra_bufts: bool | None = None,
+        runner: Runner | None = None,
     ) -> None:
+        """``runner``: where the encoding runs (an engine's ``call``); None: a thread of its own."""
         self.name = name or path.stem
         self.path = path
         self.settings = settings
@@ -96,7 +101,11 @@ class Embedder:
             pooling=L.LLAMA_POOLING_TYPE_MEAN,
         )
         self._batch = Batch(self.batch_tokens)
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm-embed")
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        if runner is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm-embed")
+            runner = self._pool.submit
+        self._runner = runner
 
     def tokenize(self, text: str) -> list[int]:
         toks = self.model.tokenize(text)
@@ -124,10 +133,11 @@ class Embedder:
         return out
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.wrap_future(self._pool.submit(self.embed_sync, texts))
+        return await asyncio.wrap_future(self._runner(lambda: self.embed_sync(texts)))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self.ctx.close()
         self.model.close()
 
@@ -136,12 +146,14 @@ def load_embedder(
     settings: LLMSettings,
     metrics: LLMMetrics | None = None,
     buffers: Callable[[str, Path], BufferDecision] | None = None,
+    runner: Runner | None = None,
 ) -> Embedder | None:
-    """``buffers(name, path)`` decides the model's CPU buffer types (the runtime's probe)."""
+    """``buffers(name, path)`` decides the model's CPU buffer types (the runtime's probe);
+    ``runner``: where the encoding runs (see ``Embedder``)."""
 
     def open_embedder(path: Path, name: str) -> Embedder:
         extra = buffers(name, path).use_extra_bufts if buffers is not None else None
-        return Embedder(path, settings, metrics, name=name, use_extra_bufts=extra)
+        return Embedder(path, settings, metrics, name=name, use_extra_bufts=extra, runner=runner)
 
     choice = settings.embedding_model
     if choice == "none":

@@ -104,6 +104,7 @@ class Engine:
         #: Events of the current pass, handed over together (one event-loop wake-up per pass).
         self._outbox: list[tuple[Sink, Event]] = []
         self._thread = threading.Thread(target=self._run, name=f"llm-engine-{name}", daemon=True)
+        self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     @property
     def capacity_tokens(self) -> int:
@@ -112,8 +113,9 @@ class Engine:
     # -- API for other threads -----------------------------------------------------------------
 
     def start(self) -> None:
-        self._warm_up()
+        """Start the engine thread and return once it has warmed up (its error, if that fails)."""
         self._thread.start()
+        self._started.result()
 
     def _warm_up(self) -> None:
         """One throwaway decode: llama.cpp allocates its compute graph on first use (~2 s here),
@@ -271,6 +273,16 @@ class Engine:
     # -- engine thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        # Every decode of this context, the warm-up's included, runs on this one thread: llama.cpp
+        # computes with OpenMP, whose runtime keeps a worker pool per calling thread, and once
+        # its pools hold more threads than there are cores, every barrier of every graph sleeps
+        # in the kernel instead of spinning (decoding ran at half speed in a shard).
+        try:
+            self._warm_up()
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            return
+        self._started.set_result(None)
         try:
             while True:
                 with self._cv:

@@ -10,6 +10,7 @@ Each loaded adapter is evaluated once (``evaluation``) for the gossip capability
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BadRequest, Conflict, NotFound
+from .compute_threads import run_once
 from .engine import Engine
 from .lora_eval import evaluate_adapter
 from .metrics import LLMMetrics
@@ -199,14 +201,17 @@ class AdapterManager:
                     else None
                 )
                 pairs, set_name = chosen if chosen else (None, "")
-                info.evaluation = await asyncio.to_thread(
-                    evaluate_adapter,
-                    self.native,
-                    self._ptrs[info.name],
-                    info.scale,
-                    self.settings,
-                    pairs=pairs,
-                    set_name=set_name,
+                info.evaluation = await run_once(
+                    functools.partial(
+                        evaluate_adapter,
+                        self.native,
+                        self._ptrs[info.name],
+                        info.scale,
+                        self.settings,
+                        pairs=pairs,
+                        set_name=set_name,
+                    ),
+                    "llm-adapter-eval",
                 )
             except Exception:
                 log.exception("evaluating adapter %s failed", info.name)

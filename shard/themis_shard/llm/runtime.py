@@ -210,8 +210,13 @@ class LLMRuntime:
             await default.load(name, path, domain=None)
 
     def _load_embedder(self) -> None:
+        # Encoding runs on the first engine's thread where there is one: one OpenMP pool, not two.
+        engine = next(iter(self.models.values())).engine if self.models else None
         self.embedder = load_embedder(
-            self.settings, self.metrics, lambda name, path: self._buffers_for(f"embedding:{name}", path, True)
+            self.settings,
+            self.metrics,
+            lambda name, path: self._buffers_for(f"embedding:{name}", path, True),
+            runner=engine.call if engine is not None else None,
         )
 
     def _buffers_for(self, name: str, path, embedding: bool = False) -> BufferDecision:

@@ -1,0 +1,106 @@
+"""Where llama.cpp computes: each context on one long-lived thread, one-off work on a thread that
+ends with it.
+
+GNU OpenMP keeps a worker pool per thread that has computed; once a process's pools hold more
+threads than cores, every graph barrier sleeps in the kernel and decoding runs at about half
+speed (a shard decoded at 21 tok/s, its engine alone at 39, on 2 cores). These specs pin the
+threads; bench/engine.py measures the speed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from themis_shard.llm.compute_threads import on_own_thread, run_once
+from themis_shard.llm.runtime import LLMRuntime
+from themis_shard.llm.sampling import SamplingParams
+
+from .conftest import llm_settings
+from .test_engine_llm import Collector
+
+pytestmark = pytest.mark.llm
+
+
+def recording(method, seen: list[str]):
+    def record(*args, **kwargs):
+        seen.append(threading.current_thread().name)
+        return method(*args, **kwargs)
+
+    return record
+
+
+def test_an_engine_decodes_only_on_its_own_thread_its_warm_up_included(native_model):
+    from themis_shard.llm.engine import Engine, EngineConfig
+
+    engine = Engine(native_model, EngineConfig(n_ctx=512, n_threads=2))
+    seen: list[str] = []
+    engine.ctx.decode = recording(engine.ctx.decode, seen)
+    engine.start()
+    try:
+        assert seen, "start() returns after the warm-up decode"
+        out = Collector()
+        engine.submit(native_model.tokenize("The quick brown fox"), SamplingParams(max_tokens=4), out)
+        assert out.done.completion_tokens == 4
+    finally:
+        engine.stop()
+    assert set(seen) == {engine._thread.name}
+
+
+def test_a_failed_warm_up_is_raised_by_start(native_model):
+    from themis_shard.llm.engine import Engine, EngineConfig
+
+    engine = Engine(native_model, EngineConfig(n_ctx=512, n_threads=2))
+
+    def broken(batch):
+        raise RuntimeError("no compute today")
+
+    engine.ctx.decode = broken
+    with pytest.raises(RuntimeError, match="no compute today"):
+        engine.start()
+    engine.stop()
+
+
+def test_where_a_model_is_served_embeddings_are_encoded_on_its_engine_thread():
+    runtime = LLMRuntime(llm_settings(embedding_model="bundled", n_ctx=512))
+
+    async def scenario() -> list[str]:
+        await runtime.start()
+        try:
+            seen: list[str] = []
+            runtime.embedder.ctx.encode = recording(runtime.embedder.ctx.encode, seen)
+            vectors = await runtime.embed(["one text", "another text"])
+            assert len(vectors) == 2 and len(vectors[0]) == runtime.embedder.dimension
+            return seen
+        finally:
+            await runtime.stop()
+
+    seen = asyncio.run(scenario())
+    assert seen and all(name.startswith("llm-engine-") for name in seen), seen
+
+
+def test_a_one_off_computation_runs_on_a_thread_that_ends_with_it():
+    names: list[str] = []
+
+    def work() -> int:
+        names.append(threading.current_thread().name)
+        return 42
+
+    assert on_own_thread(work, "oneoff-spec").result(10) == 42
+    assert names == ["oneoff-spec"]
+    assert _ends("oneoff-spec")
+    assert asyncio.run(run_once(work)) == 42
+
+    def fails() -> None:
+        raise ValueError("bad adapter")
+
+    with pytest.raises(ValueError, match="bad adapter"):
+        on_own_thread(fails).result(10)
+
+
+def _ends(name: str) -> bool:
+    """No thread of that name is left once those still finishing have (within 5 s)."""
+    for t in threading.enumerate():
+        if t.name == name:
+            t.join(5)
+    return not any(t.name == name for t in threading.enumerate())
