@@ -9,6 +9,7 @@ threads; bench/engine.py measures the speed."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 
 import pytest
@@ -104,3 +105,24 @@ def _ends(name: str) -> bool:
         if t.name == name:
             t.join(5)
     return not any(t.name == name for t in threading.enumerate())
+
+
+def test_a_draft_shard_drafts_on_its_engine_thread():
+    runtime = LLMRuntime(llm_settings(n_ctx=512))
+
+    async def scenario() -> list[str]:
+        await runtime.start()
+        try:
+            service = runtime.draft_service()
+            seen: list[str] = []
+            service.source.ctx.decode = recording(service.source.ctx.decode, seen)
+            tokens = runtime.models[runtime.settings.model_alias].native.tokenize("The quick brown fox")
+            work = functools.partial(service.draft, "spec", 0, tokens, 3, SamplingParams(max_tokens=3))
+            drafted = await asyncio.wrap_future(service.run(work))
+            assert len(drafted["tokens"]) == 3
+            return seen
+        finally:
+            await runtime.stop()
+
+    seen = asyncio.run(scenario())
+    assert seen and all(name.startswith("llm-engine-") for name in seen), seen

@@ -6,6 +6,8 @@ else on the first call."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -14,6 +16,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import ThemisError, Unavailable
+from ..llm.engine import EngineClosed
 from ..llm.sampling import SamplingError, SamplingParams
 from ..llm.speculative.drafts import DraftUnavailable
 
@@ -70,10 +73,11 @@ def draft_router(
         if any(t < 0 or t >= n_vocab for t in body.tokens):
             raise ThemisError(f"token ids must be in [0, {n_vocab})", code="invalid_token", status=400)
         try:
-            return await run_in_threadpool(svc.draft, body.rid, body.pos, body.tokens, body.k, params)
+            work = functools.partial(svc.draft, body.rid, body.pos, body.tokens, body.k, params)
+            return await asyncio.wrap_future(svc.run(work))
         except LookupError as exc:
             raise ThemisError(str(exc), code="draft_state_lost", status=409) from exc
-        except DraftUnavailable as exc:
+        except (DraftUnavailable, EngineClosed) as exc:
             raise Unavailable(str(exc), code="draft_unavailable") from exc
 
     @router.get("/draft/info")

@@ -188,7 +188,9 @@ class LLMRuntime:
                 if src.info is None:  # the model itself: it drafts for its own fingerprint
                     m = self.models.get(s.model_alias)
                     src.info = {"of_sha256": m.fingerprint.sha256 if m else ""}
-                self._draft_service = DraftService(src)
+                # Drafts are computed on the engine's thread (one OpenMP pool: ``compute_threads``).
+                m = self.models.get(s.model_alias)
+                self._draft_service = DraftService(src, runner=m.engine.call if m else None)
             return self._draft_service
 
     @property
@@ -541,7 +543,8 @@ class LLMRuntime:
             raise BadRequest("texts must be strings", code="invalid_texts")
         if not texts:
             return []
-        vectors = await self.embedder.embed(texts)
+        with self._engine_errors():  # encoding runs on the engine's thread, which may be stopping
+            vectors = await self.embedder.embed(texts)
         return [v.tolist() for v in vectors]
 
     # -- introspection ---------------------------------------------------------------------------

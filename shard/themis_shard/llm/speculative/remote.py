@@ -27,6 +27,7 @@ the least-loaded live peer that gossips ``draft_of`` = this shard's model
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ssl
 import threading
@@ -39,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from ..compute_threads import Runner
 from ..sampling import SamplingParams
 from .drafts import Draft, DraftUnavailable
 from .rejection import Dist
@@ -52,10 +54,16 @@ class _Remote:
 
 
 class DraftService:
-    """Server side: per-request context copies in front of a ``LocalDraftModel`` (thread-safe)."""
+    """Server side: per-request context copies in front of a ``LocalDraftModel`` (thread-safe).
+    Its drafting runs through ``run``: the shard's engine thread, else one thread of its own,
+    never a pool of threads (``compute_threads`` says why)."""
 
-    def __init__(self, source, *, max_states: int = 64) -> None:
+    def __init__(self, source, *, max_states: int = 64, runner: Runner | None = None) -> None:
+        """``runner``: where drafting runs (an engine's ``call``); None: a thread of its own."""
         self.source = source
+        if runner is None:
+            runner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm-draft").submit
+        self.run: Runner = runner
         self.max_states = max_states
         self._lock = threading.Lock()
         self._states: OrderedDict[str, _Remote] = OrderedDict()
