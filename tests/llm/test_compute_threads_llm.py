@@ -13,7 +13,7 @@ import functools
 import threading
 
 import pytest
-from themis_shard.llm.compute_threads import on_own_thread, run_once
+from themis_shard.llm.compute_threads import on_own_thread, oversubscription, run_once
 from themis_shard.llm.runtime import LLMRuntime
 from themis_shard.llm.sampling import SamplingParams
 
@@ -126,3 +126,11 @@ def test_a_draft_shard_drafts_on_its_engine_thread():
 
     seen = asyncio.run(scenario())
     assert seen and all(name.startswith("llm-engine-") for name in seen), seen
+
+
+def test_engines_whose_pools_outnumber_the_cores_are_warned_about_with_the_setting_to_change():
+    assert oversubscription(engines=1, threads=2, cores=2) is None
+    assert oversubscription(engines=2, threads=1, cores=2) is None
+    assert oversubscription(engines=2, threads=4, cores=8) is None
+    warning = oversubscription(engines=2, threads=2, cores=2)
+    assert warning is not None and "THEMIS_LLM_N_THREADS to 1" in warning

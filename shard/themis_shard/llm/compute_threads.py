@@ -39,3 +39,15 @@ def on_own_thread[T](fn: Callable[[], T], name: str = "llm-oneoff") -> concurren
 async def run_once[T](fn: Callable[[], T], name: str = "llm-oneoff") -> T:
     """Await ``fn`` run by :func:`on_own_thread`."""
     return await asyncio.wrap_future(on_own_thread(fn, name))
+
+
+def oversubscription(engines: int, threads: int, cores: int) -> str | None:
+    """Why several engines in one process would decode slowly, or None: each engine's thread has
+    its own OpenMP pool, and pools holding more threads than cores throttle every barrier."""
+    if engines < 2 or threads < 2 or engines * threads <= cores:
+        return None
+    return (
+        f"{engines} engines with {threads} threads each on {cores} cores: their OpenMP pools "
+        f"outnumber the cores and every engine decodes slower; set THEMIS_LLM_N_THREADS to "
+        f"{max(1, cores // engines)}"
+    )

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
 from .chat_template import ChatTemplate, ChatTemplateError
+from .compute_threads import oversubscription
 from .cpu_probe import BufferDecision, BufferPolicy, default_cache_dir
 from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
@@ -164,6 +165,9 @@ class LLMRuntime:
             log.info(
                 "model %s ready: %s %s sha256=%s", alias, fp.architecture, fp.quantisation, fp.sha256[:12]
             )
+        warning = oversubscription(len(self.models), engine_config(s).n_threads, os.cpu_count() or 1)
+        if warning:
+            log.warning(warning)
 
     # -- speculative decoding across shards ------------------------------------------------------
 
