@@ -166,7 +166,10 @@ def test_earlier_requests_without_quotes_do_not_switch_prompt_lookup_off_for_new
     assert spec.shared.predicts_no_gain()
     fresh = spec.state(Seq()).controller
     assert fresh.cooldown < AdaptiveConfig().max_backoff  # a free source starts fresh
-    costly = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=8))
+    class RoundTrip(PromptLookup):  # drafts from elsewhere: timed, and what it costs is learnt
+        deterministic = False
+
+    costly = Speculator(RoundTrip(2, 4), AdaptiveConfig(n_max=8))
     costly.shared.draft_fixed_s = 0.05  # a round trip of two decodes
     for _ in range(50):
         costly.shared.observe(8, 0)
@@ -207,6 +210,7 @@ def test_a_draft_models_size_sets_its_cost_before_it_was_ever_timed():
     class SizedDraft(PromptLookup):
         name = "local"
         per_token_cost = True
+        deterministic = False
 
         def expected_token_s(self, target_decode_s, target_bytes):
             return target_decode_s * 0.95
@@ -220,3 +224,35 @@ def test_a_draft_models_size_sets_its_cost_before_it_was_ever_timed():
     assert [ctl.choose(8) for _ in range(300)] == [0] * 300
     free = Speculator(PromptLookup(), AdaptiveConfig(n_max=8)).state(Seq()).controller
     assert free.per_token_s == 0.0 and free.choose(8) > 0
+
+
+def test_prompt_lookup_chooses_draft_lengths_from_its_own_sequence_alone():
+    """Draft lengths change the verify batch's shape, and with it the logits' last bits: for a
+    reproducible answer, a deterministic source's choices depend on nothing but the sequence
+    (not on earlier sequences, not on the engine's timings)."""
+    from themis_shard.llm.speculative.speculator import Speculator
+
+    class Seq:
+        spec = None
+
+    def lengths(spec: Speculator) -> list[int]:
+        seq, out = Seq(), []
+        for accepted in (1, 2, 0, 4, 4, 0, 1):
+            out.append(k := spec.state(seq).controller.choose(8))
+            spec.state(seq).controller.observe(k, min(k, accepted))
+        return out
+
+    quiet = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=8))
+    busy = Speculator(PromptLookup(2, 4), AdaptiveConfig(n_max=8))
+    for _ in range(40):  # a history of other sequences and timings that a learner would follow
+        busy.shared.observe(8, 0)
+        busy.observe_iteration(0.5, 8)
+    assert lengths(quiet) == lengths(busy)
+
+
+def test_speculation_stops_while_the_batch_already_fills_the_cores():
+    from themis_shard.llm.speculative.speculator import Speculator
+
+    capped = Speculator(PromptLookup(), AdaptiveConfig(max_batch=2))
+    assert capped.drafts_at(1) and capped.drafts_at(2) and not capped.drafts_at(3)
+    assert Speculator(PromptLookup(), AdaptiveConfig()).drafts_at(64)  # 0: no cap

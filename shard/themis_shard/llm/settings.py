@@ -110,6 +110,9 @@ class LLMSettings(BaseSettings):
     speculation_min_acceptance: float = Field(0.3, ge=0, le=1, description="below: fall back to plain")
     speculation_cooldown: int = Field(32, ge=1, description="plain rounds after a fallback before a probe")
     speculation_max_draft_s: float = Field(0.25, gt=0, description="a slower draft counts as a fallback")
+    speculation_max_batch: int = Field(
+        2, ge=0, description="draft only while at most this many sequences decode together (0: any)"
+    )
     prompt_lookup_min_ngram: int = Field(2, ge=1)
     prompt_lookup_max_ngram: int = Field(4, ge=1)
     draft_url: str = Field("", description="speculative_source=remote: the draft shard's base URL")

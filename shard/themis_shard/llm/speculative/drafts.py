@@ -36,6 +36,10 @@ class DraftSource(Protocol):
     name: str
     #: True when drafting cost grows with k (a draft model); False for a fixed cost per round.
     per_token_cost: bool
+    #: True when a draft is a function of the sequence's own tokens and costs next to nothing
+    #: (prompt lookup): the speculator then chooses draft lengths from the sequence's own
+    #: acceptance alone, so a greedy or seeded answer repeats exactly (see ``Speculator.state``).
+    deterministic: bool
 
     def propose(self, key: Hashable, tokens: list[int], k: int, params) -> Draft: ...
 
@@ -51,6 +55,7 @@ class DraftSource(Protocol):
 class PromptLookup:
     name = "prompt_lookup"
     per_token_cost = False
+    deterministic = True
 
     def __init__(self, min_ngram: int = 2, max_ngram: int = 4) -> None:
         if not 1 <= min_ngram <= max_ngram:

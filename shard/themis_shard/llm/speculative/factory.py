@@ -19,6 +19,7 @@ def adaptive_config(s: LLMSettings) -> AdaptiveConfig:
         min_acceptance=s.speculation_min_acceptance,
         cooldown=s.speculation_cooldown,
         max_draft_s=s.speculation_max_draft_s,
+        max_batch=s.speculation_max_batch,
     )
 
 

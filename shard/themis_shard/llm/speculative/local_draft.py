@@ -35,6 +35,7 @@ class _Slot:
 class LocalDraftModel:
     name = "local"
     per_token_cost = True
+    deterministic = False  # its own decode: timed, and its cost is learnt
 
     def __init__(
         self,

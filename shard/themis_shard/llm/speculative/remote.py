@@ -136,6 +136,7 @@ class RemoteDraft:
 
     name = "remote"
     per_token_cost = False  # a round trip dominates
+    deterministic = False
     concurrent = True  # I/O bound: the engine may fetch several sequences' drafts at once
 
     def __init__(
