@@ -119,6 +119,7 @@ class ShardNode:
             self.metrics,
             lambda texts: self.ready_runtime().embed(texts),
             passage_chars=self.aql.settings.rag_context_chars,
+            speculative=self.aql.settings.rag_speculative,
         )
 
         async def query(text: str, binds: dict) -> list[dict]:

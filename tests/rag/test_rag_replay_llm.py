@@ -190,3 +190,28 @@ def test_an_owner_answers_a_key_as_it_stood_at_a_hybrid_time(shard) -> None:
     assert as_of(2**62)["document"]["text"] == "v2"
     both = shard.get(f"/internal/history/{name}/paris", params={"version": 1, "as_of": 1})
     assert error(both)[:2] == (400, "invalid_request")
+
+
+def drafted(client: httpx.Client) -> float:
+    """Draft tokens this shard has verified so far (all models, all sources)."""
+    lines = client.get("/metrics").text.splitlines()
+    return sum(
+        float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith("themis_speculation_draft_tokens_total{")
+    )
+
+
+def test_answers_quote_their_passages_speculatively_by_default_and_replay_the_same_way(shard) -> None:
+    """Prompt lookup drafts the passages' words; a draft length depends on the answer alone, so
+    the speculative answer is the plain one and its replay reproduces it."""
+    name = collection(shard, "quoted")
+    before = drafted(shard)
+    fast = rag(shard, name, max_tokens=24)
+    assert drafted(shard) > before
+    assert fast["replay"]["speculative"] is True
+    out = replay(shard, fast["replay"]).json()
+    assert out["reproduced"] is True and out["answer"] == fast["answer"]
+
+    before = drafted(shard)
+    plain = rag(shard, name, max_tokens=24, speculative=False)
+    assert drafted(shard) == before and plain["replay"]["speculative"] is False
+    assert plain["answer"] == fast["answer"]

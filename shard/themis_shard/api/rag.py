@@ -48,6 +48,11 @@ class RagBody(BaseModel):
         description="snapshot: every passage read as it stood at one hybrid time (snapshot_hlc)",
     )
     stream: bool = False
+    speculative: bool | None = Field(
+        None,
+        description="decode with the shard's draft source (prompt lookup: the answer's quotes of its "
+        "passages come several tokens a step); unset: the shard's rag_speculative (on by default)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -80,6 +85,7 @@ class ReplayBody(BaseModel):
     max_tokens: JsonInt | None = Field(..., ge=1, description="null: the shard's default")
     temperature: float = Field(..., ge=0)
     passage_chars: JsonInt = Field(..., ge=1)
+    speculative: bool = Field(False, description="the answer was decoded speculatively")
     answer: str | None = Field(None, description="the answer to compare with (reproduced)")
 
 
@@ -113,6 +119,7 @@ async def rag(
     )
     seed = pick_seed(body.seed)
     temperature = 0.0 if body.temperature is None else body.temperature
+    speculative = service.speculative if body.speculative is None else body.speculative
     req = InferRequest(
         prompt=retrieved.prompt,
         shared_prefix_chars=retrieved.shared_chars,
@@ -121,6 +128,7 @@ async def rag(
         temperature=temperature,
         seed=seed,
         stream=body.stream,
+        speculative=speculative,
     )
     answer = await generate(request, svc, req)
     if not isinstance(answer, dict):
@@ -136,6 +144,7 @@ async def rag(
         max_tokens=max_tokens,
         temperature=temperature,
         passage_chars=service.passage_chars,
+        speculative=speculative,
     )
     return out
 
@@ -183,6 +192,7 @@ async def rag_replay(
         max_tokens=body.max_tokens,
         temperature=body.temperature,
         seed=body.seed,
+        speculative=body.speculative,
     )
     answer = await generate(request, svc, req)
     out = rag_result(retrieved, answer, body.seed)

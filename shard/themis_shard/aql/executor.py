@@ -44,7 +44,16 @@ from .values import distinct as unique
 
 INFER_OPTIONS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "priority", "speculative"}
 #: A RAG body ``/v1/rag:replay`` can re-run (other OPTIONS, e.g. top_p or stop, it cannot).
-REPLAYABLE = {"prompt", "shared_prefix_chars", "model", "domain", "max_tokens", "temperature", "seed"}
+REPLAYABLE = {
+    "prompt",
+    "shared_prefix_chars",
+    "model",
+    "domain",
+    "max_tokens",
+    "temperature",
+    "seed",
+    "speculative",
+}
 ROW_SOURCES = (ScanNode, JoinNode, LookupNode, VectorNode, IterNode)
 
 
@@ -429,6 +438,7 @@ class _Run:
             body["domain"] = domain
         body.update(self.options(t.options, env))
         body["seed"] = pick_seed(body.get("seed"))
+        body.setdefault("speculative", self.ex.settings.rag_speculative)
         try:
             answer = await self.ex.gateway.infer(body)
         except ThemisError:
@@ -458,5 +468,6 @@ class _Run:
                 max_tokens=body.get("max_tokens"),
                 temperature=body.get("temperature") or 0.0,
                 passage_chars=self.ex.settings.rag_context_chars,
+                speculative=bool(body["speculative"]),
             )
         return out

@@ -21,3 +21,7 @@ class AqlSettings(BaseSettings):
     rag_top: int = Field(5, ge=1)
     #: Characters of each retrieved document that go into the RAG prompt.
     rag_context_chars: int = Field(1000, ge=16)
+    #: RAG answers (``/v1/rag``, AQL RAG) that do not say decode with speculation from the
+    #: shard's draft source: with prompt lookup the answer's quotes of its passages come several
+    #: tokens per step, and the answer is the same on every run (see llm/speculative/).
+    rag_speculative: bool = True

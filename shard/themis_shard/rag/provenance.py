@@ -35,6 +35,7 @@ def replay_record(
     max_tokens: int | None,
     temperature: float,
     passage_chars: int,
+    speculative: bool,
 ) -> dict[str, Any]:
     """The body ``POST /v1/rag:replay`` takes, sent back as it came: the question, the sources
     at their versions, the model and adapter that generated (as the engine reported them), the
@@ -50,5 +51,6 @@ def replay_record(
         "max_tokens": max_tokens,
         "temperature": temperature,
         "passage_chars": passage_chars,
+        "speculative": speculative,
         "answer": generation.get("text"),
     }

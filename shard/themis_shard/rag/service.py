@@ -64,6 +64,7 @@ class RagService:
         embed: Embed,
         *,
         passage_chars: int,
+        speculative: bool = True,
     ) -> None:
         self.reader = SourceReader(store, cluster)
         self.store = store
@@ -72,6 +73,8 @@ class RagService:
         self.metrics = metrics
         self.embed = embed
         self.passage_chars = passage_chars
+        #: Whether an answer that does not say decodes speculatively (``rag_speculative``).
+        self.speculative = speculative
 
     async def retrieve(
         self, question: str, collection: str, k: int, filter_: dict | None, *, snapshot: bool = False
