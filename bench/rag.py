@@ -17,7 +17,12 @@ not asked about before: per question a second, differently worded one; the secon
 the first's, where both retrieved the same paragraphs. Ratios are Themis ÷ two-tier (answers/s
 above 1 is better for Themis, latency below 1).
 
-Run: `.venv/bin/python bench/rag.py [--questions 20] [--clients 1,8] [--max-tokens 48] [--k 3]`
+The two-tier stack runs twice: as llama-server starts by default, and with llama-server's own
+n-gram speculation (``--spec-type ngram-simple``), since Themis's RAG speculates by default;
+the ratios are printed against both.
+
+Run: `.venv/bin/python bench/rag.py [--questions 20] [--clients 1,8] [--max-tokens 48] [--k 3]
+[--no-peer-speculation]`
 """
 
 from __future__ import annotations
@@ -120,16 +125,23 @@ def sse_events(lines: list[str]) -> list[dict]:
 
 # -- the two-tier stack ------------------------------------------------------------------------------
 class TwoTier:
-    name = "two-tier (Chroma + llama-server ×2)"
+    """``lookup``: the generating llama-server speculates with its own prompt lookup
+    (``--spec-type ngram-simple``, 3-token n-grams, drafts of up to 8: Themis's prompt lookup
+    matches 2..4-gram and drafts up to 8), as Themis's RAG does by default."""
 
-    def __init__(self, tmp: Path, gen_model: Path, embed_model: Path, threads: int, slots: int) -> None:
+    def __init__(
+        self, tmp: Path, gen_model: Path, embed_model: Path, threads: int, slots: int, *, lookup: bool = False
+    ) -> None:
+        self.name = "two-tier (Chroma + llama-server ×2)" + (", n-gram speculation" if lookup else "")
         server = llama_server_binary()
+        spec = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                "--spec-ngram-simple-size-m", "8"] if lookup else []  # fmt: skip
         self.procs: list[subprocess.Popen] = []
         gen_port, emb_port, chroma_port = free_port(), free_port(), free_port()
         common = ["-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1", "--no-webui"]
         self._start(
             [str(server), "-m", str(gen_model), "-c", "8192", "-np", str(slots), "-kvu", "-cb",
-             "--port", str(gen_port), *common],
+             "--port", str(gen_port), *spec, *common],
             f"http://127.0.0.1:{gen_port}/health",
         )  # fmt: skip
         self._start(
@@ -297,6 +309,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best answers/s is kept")
+    ap.add_argument(
+        "--no-peer-speculation", action="store_true", help="no two-tier stack with n-gram speculation"
+    )
     args = ap.parse_args()
     from themis_shard.llm.embeddings import bundled_embedding_gguf
     from themis_shard.llm.model import resolve_model_path
@@ -311,7 +326,10 @@ def main() -> None:
         tmp = Path(tmp_name)
         stacks = []
         try:
-            stacks.append(TwoTier(tmp, gen_model, embed_model, os.cpu_count() or 2, max(levels)))
+            cores = os.cpu_count() or 2
+            stacks.append(TwoTier(tmp, gen_model, embed_model, cores, max(levels)))
+            if not args.no_peer_speculation:
+                stacks.append(TwoTier(tmp, gen_model, embed_model, cores, max(levels), lookup=True))
             stacks += [Themis(tmp, 1), Themis(tmp, 3)]
             ingest = {s.name: s.ingest(paragraphs) for s in stacks}
             results: dict[tuple[str, int], dict] = {}
@@ -327,29 +345,22 @@ def main() -> None:
         finally:
             for s in stacks:
                 s.close()
-    base = stacks[0].name
+    peers = [s.name for s in stacks if isinstance(s, TwoTier)]
     print(
         f"\nRAG: {len(qs)} questions, k={args.k}, {args.max_tokens} greedy tokens, "
         f"best of {args.rounds} interleaved rounds, {os.cpu_count()} cores shared by every stack"
     )
-    print(
-        "| stack | clients | answers/s | p50 s | p99 s | TTFT p50 s | hit rate "
-        "| vs two-tier: answers/s · p50 · p99 · TTFT |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    heads = " | ".join(f"vs {'two-tier' if i == 0 else 'two-tier + spec'}: answers/s · p50 · p99 · TTFT"
+                       for i, _ in enumerate(peers))  # fmt: skip
+    print(f"| stack | clients | answers/s | p50 s | p99 s | TTFT p50 s | hit rate | {heads} |")
+    print("|---|---:|---:|---:|---:|---:|---:|" + "---|" * len(peers))
     for clients in levels:
-        ref = results[(base, clients)]
         for s in stacks:
             r = results[(s.name, clients)]
-            ratio = (
-                "—"
-                if s.name == base
-                else f"{r['answers_s'] / ref['answers_s']:.2f} · {r['p50'] / ref['p50']:.2f} · "
-                f"{r['p99'] / ref['p99']:.2f} · {r['ttft'] / ref['ttft']:.2f}"
-            )
+            ratios = " | ".join("—" if s.name in peers else ratio(r, results[(p, clients)]) for p in peers)
             print(
                 f"| {s.name} | {clients} | {r['answers_s']:.2f} | {r['p50']:.2f} | {r['p99']:.2f} "
-                f"| {r['ttft']:.3f} | {100 * r['hits']:.0f} % | {ratio} |"
+                f"| {r['ttft']:.3f} | {100 * r['hits']:.0f} % | {ratios} |"
             )
     print(
         "\n| stack | ingest of 280 paragraphs s | repeated question over the same documents: TTFT 2nd / 1st |"
@@ -359,6 +370,14 @@ def main() -> None:
         ratio, pairs = again[s.name]
         shown = f"{ratio:.2f} (median of {pairs} pairs)" if ratio is not None else "no pair retrieved alike"
         print(f"| {s.name} | {ingest[s.name]:.1f} | {shown} |")
+
+
+def ratio(r: dict, ref: dict) -> str:
+    """Themis ÷ a two-tier row: answers/s · p50 · p99 · TTFT p50."""
+    return (
+        f"{r['answers_s'] / ref['answers_s']:.2f} · {r['p50'] / ref['p50']:.2f} · "
+        f"{r['p99'] / ref['p99']:.2f} · {r['ttft'] / ref['ttft']:.2f}"
+    )
 
 
 if __name__ == "__main__":
