@@ -150,9 +150,10 @@ class TwoTier:
             f"http://127.0.0.1:{emb_port}/health",
         )  # fmt: skip
         self._start(
-            [str(chroma_binary()), "run", "--path", str(tmp / "chroma"), "--port", str(chroma_port)],
+            [str(chroma_binary()), "run", "--path", str(tmp / f"chroma-{chroma_port}"),
+             "--port", str(chroma_port)],
             f"http://127.0.0.1:{chroma_port}/api/v2/heartbeat",
-        )
+        )  # fmt: skip
         self.gen, self.emb = f"http://127.0.0.1:{gen_port}", f"http://127.0.0.1:{emb_port}"
         db = "/api/v2/tenants/default_tenant/databases/default_database"
         self.chroma = f"http://127.0.0.1:{chroma_port}{db}"
@@ -357,7 +358,7 @@ def main() -> None:
     for clients in levels:
         for s in stacks:
             r = results[(s.name, clients)]
-            ratios = " | ".join("—" if s.name in peers else ratio(r, results[(p, clients)]) for p in peers)
+            ratios = " | ".join("—" if s.name in peers else vs(r, results[(p, clients)]) for p in peers)
             print(
                 f"| {s.name} | {clients} | {r['answers_s']:.2f} | {r['p50']:.2f} | {r['p99']:.2f} "
                 f"| {r['ttft']:.3f} | {100 * r['hits']:.0f} % | {ratios} |"
@@ -372,7 +373,7 @@ def main() -> None:
         print(f"| {s.name} | {ingest[s.name]:.1f} | {shown} |")
 
 
-def ratio(r: dict, ref: dict) -> str:
+def vs(r: dict, ref: dict) -> str:
     """Themis ÷ a two-tier row: answers/s · p50 · p99 · TTFT p50."""
     return (
         f"{r['answers_s'] / ref['answers_s']:.2f} · {r['p50'] / ref['p50']:.2f} · "
