@@ -455,10 +455,8 @@ class Engine:
         iteration waits for the slowest draft, not for the sum of them."""
         if self._speculator is None or spare <= 0:
             return {}
-        if not self._speculator.drafts_at(sum(1 for s, _ in work if s.decoding)):
-            return {}
         cands = [s for s, n in work if n == 1 and s.speculative and s.n_cached + 1 == len(s.tokens)]
-        if not cands:
+        if not cands or not self._speculator.drafts_at(sum(1 for s, _ in work if s.decoding)):
             return {}
         limits = [self._draft_limit(s, spare // len(cands)) for s in cands]
         if len(cands) > 1 and self._speculator.concurrent:

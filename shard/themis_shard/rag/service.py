@@ -64,7 +64,7 @@ class RagService:
         embed: Embed,
         *,
         passage_chars: int,
-        speculative: bool = True,
+        speculative: bool,
     ) -> None:
         self.reader = SourceReader(store, cluster)
         self.store = store
