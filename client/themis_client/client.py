@@ -5,8 +5,9 @@ Any shard serves the whole API, so a client may be given several shard URLs: one
 reached is skipped for the next. Retries (``retry``):
 
 * a connect failure is retried for every call, on the next URL — nothing reached a server;
-* a connection that breaks after the request was sent is never retried (it may have been
-  applied): ``ThemisConnectionError`` with code ``connection_lost``;
+* a connection that breaks after the request was sent (but not one that timed out) is retried
+  on the next URL only for a safe call (GET: a read changes nothing); anything else may have
+  been applied and is never sent again: ``ThemisConnectionError`` with code ``connection_lost``;
 * 429 / 503 (the shard shed load, or a key's owners are down) only for idempotent calls
   (reads, PUT/DELETE, search, embed), with backoff and the server's ``Retry-After``.
 """
@@ -26,7 +27,7 @@ from . import calls
 from .calls import Call
 from .errors import ThemisConnectionError, ThemisError, error_from_response
 from .models import InferResult, RagSource, StreamToken
-from .retry import RetryPolicy, should_retry_status
+from .retry import RetryPolicy, retries_lost_connection, should_retry_status
 from .sse import DONE, SseDecoder, sse_events
 
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
@@ -68,10 +69,19 @@ class _Base:
             raise _connection_error("unreachable", request, exc) from exc
         return self.retry.delay(attempt)
 
-    def _lost(self, request: httpx.Request, exc: Exception) -> ThemisConnectionError:
+    def _lost(self, attempt: int, request: httpx.Request, exc: Exception) -> float:
         """The connection broke after the request was sent (the shard died, a read timed out):
-        not retried, since the shard may have applied it."""
-        return _connection_error("connection_lost", request, exc)
+        the wait before sending a safe call again on the next URL; otherwise raise
+        ``connection_lost``, since the shard may have applied it (and a timed-out call is not
+        repeated: it would only wait as long again)."""
+        if (
+            retries_lost_connection(request.method)
+            and not isinstance(exc, httpx.TimeoutException)
+            and attempt < self.retry.attempts
+        ):
+            self._current = (self._current + 1) % len(self.urls)
+            return self.retry.delay(attempt)
+        raise _connection_error("connection_lost", request, exc) from exc
 
     def _retry_after(self, attempt: int, response: httpx.Response, idempotent: bool) -> float | None:
         if should_retry_status(response.status_code, idempotent) and attempt < self.retry.attempts:
@@ -162,7 +172,8 @@ class ThemisClient(_Base):
                 time.sleep(self._unreachable(attempt, request, exc))
                 continue
             except httpx.TransportError as exc:
-                raise self._lost(request, exc) from exc
+                time.sleep(self._lost(attempt, request, exc))
+                continue
             if response.is_success:
                 return response
             wait = self._retry_after(attempt, response, idempotent)
@@ -260,7 +271,8 @@ class AsyncThemisClient(_Base):
                 await asyncio.sleep(self._unreachable(attempt, request, exc))
                 continue
             except httpx.TransportError as exc:
-                raise self._lost(request, exc) from exc
+                await asyncio.sleep(self._lost(attempt, request, exc))
+                continue
             if response.is_success:
                 return response
             wait = self._retry_after(attempt, response, idempotent)

@@ -36,6 +36,18 @@ def should_retry_status(status: int, idempotent: bool) -> bool:
     return idempotent and status in RETRY_STATUSES
 
 
+#: Methods that change nothing on the server (RFC 9110 §9.2.1).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def retries_lost_connection(method: str) -> bool:
+    """A connection that broke before the answer came (a shard shutting down closed it, a pod
+    moved under a Service) is sent again only for a safe method: whatever the shard did with
+    it, nothing changed. Go's ``net/http`` and browsers retry the same way. A write is never
+    sent again: it may have been applied."""
+    return method.upper() in SAFE_METHODS
+
+
 def _seconds(value: str | None) -> float | None:
     if value is None:
         return None

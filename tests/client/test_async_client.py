@@ -101,3 +101,25 @@ def test_async_rag_stream_gives_its_sources_then_the_tokens() -> None:
     tokens, stream = asyncio.run(scenario())
     assert tokens == [" blue"] and [s.urn for s in stream.sources or []] == ["urn:themis:demo:sky"]
     assert stream.result is not None and stream.result.shard_id == "shard-1"
+
+
+def test_a_read_whose_connection_breaks_before_the_answer_is_sent_again(reads_served) -> None:
+    url, accepted = reads_served([False, True])
+
+    async def read() -> int:
+        async with AsyncThemisClient(url, retry=FAST) as db:
+            return (await db.get("books", "x")).version
+
+    assert asyncio.run(read()) == 3 and len(accepted) == 2
+
+
+def test_a_write_whose_connection_breaks_is_lost_not_sent_again(reads_served) -> None:
+    url, accepted = reads_served([False, True])
+
+    async def write() -> None:
+        async with AsyncThemisClient(url, retry=FAST) as db:
+            await db.put("books", "x", {"t": 1})
+
+    with pytest.raises(ThemisConnectionError) as lost:
+        asyncio.run(write())
+    assert lost.value.code == "connection_lost" and len(accepted) == 1

@@ -197,6 +197,24 @@ def test_a_connection_that_breaks_before_the_answer_is_lost_not_retried() -> Non
     assert lost.value.code == "connection_lost" and accepted == [1]
 
 
+def test_a_read_whose_connection_breaks_before_the_answer_is_sent_again(reads_served) -> None:
+    """A shard shutting down (a rolling upgrade) closes a connection that a read was just sent
+    on: a read changes nothing, so the client sends it again and the caller sees the answer."""
+    url, accepted = reads_served([False, True])
+    with ThemisClient(url, retry=FAST) as c:
+        found = c.get("books", "x")
+    assert found.version == 3 and found.document == {"t": 1} and len(accepted) == 2
+
+
+def test_a_read_that_keeps_losing_its_connection_fails_as_lost_once_its_tries_are_spent(
+    reads_served,
+) -> None:
+    url, accepted = reads_served([False] * FAST.attempts)
+    with ThemisClient(url, retry=FAST) as c, pytest.raises(ThemisConnectionError) as lost:
+        c.get("books", "x")
+    assert lost.value.code == "connection_lost" and len(accepted) == FAST.attempts
+
+
 def test_retry_policy_backs_off_exponentially_and_honours_retry_after() -> None:
     policy = RetryPolicy(attempts=5, base_delay_s=0.1, max_delay_s=1.0)
     rng = random.Random(0)
