@@ -249,6 +249,24 @@ class DocumentStore:
         """(column family, handle, synced write options) for a neighbour such as the hint log."""
         return self._db.get_column_family(name), self._handles[name], self._db, self._sync
 
+    async def write_durably(self, fill: Callable[[Ops], None]) -> None:
+        """A neighbour's synced write (the in-flight log) carried by the next group commit: it
+        shares that fsync with concurrent writes, the loop is free while it waits, and no worker
+        thread holds the GIL through an fsync of its own."""
+        ops = Ops()
+        fill(ops)
+        with self._lock:
+            item = self._group.stage(ops.ops, _published)
+        await self._group.wait_async(item)
+
+    def write_unsynced(self, fill: Callable[[Ops], None]) -> None:
+        """A neighbour's write that may be lost in a crash (an entry whose loss only repeats
+        idempotent work): appended to the WAL behind everything written before it, synced by the
+        next group commit."""
+        ops = Ops()
+        fill(ops)
+        self._write_ops(ops.ops, synced=False)
+
     def checkpoint(self, target: Path) -> None:
         """A RocksDB checkpoint of every column family at ``target`` (hard links: cheap, and
         consistent with itself; a backup's cut decides what it must contain)."""
@@ -581,7 +599,7 @@ class DocumentStore:
         item = self._group.stage(batch.ops, publish)
         return item
 
-    def _write_ops(self, ops: list[Op]) -> None:
+    def _write_ops(self, ops: list[Op], synced: bool = True) -> None:
         """One synced write of every staged operation (the group's leader, no lock held)."""
         batch = WriteBatch(raw_mode=True)
         for kind, key, value, handle in ops:
@@ -591,7 +609,9 @@ class DocumentStore:
                 batch.delete_range(key, value, handle)
             else:
                 batch.delete(key, handle)
-        if self.wal_fsync_unlocked:
+        if not synced:
+            self._db.write(batch, self._unsynced)
+        elif self.wal_fsync_unlocked:
             self._db.write(batch, self._unsynced)
             with self.health.guard():  # an fsync error is the disk's refusal too
                 self._wal.sync()
@@ -983,3 +1003,7 @@ class Transaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._done:
             self.abort() if exc_type else self.commit()
+
+
+def _published() -> None:
+    """What a neighbour's entry publishes once durable: nothing (its owner keeps its own state)."""

@@ -9,6 +9,11 @@ entry once it installed or burned them. At start-up, before serving, a leftover 
 resolved by what this shard holds: every record installed here (one atomic batch) → the write
 may have been acknowledged, so the records are sent to the owners again; otherwise it was not
 acknowledged, and the burns are installed and sent instead. Both are idempotent.
+
+On the write path the entry rides the store's group commit (``add_async``: one fsync shared with
+concurrent writes), and its removal is not synced (``drop``): it follows the install or the burns
+in the WAL, so a crash loses it only after they are durable, and recovery then repeats
+idempotent work.
 """
 
 from __future__ import annotations
@@ -27,14 +32,28 @@ class InflightLog:
     def __init__(self, store: DocumentStore) -> None:
         self._cf, self._handle, self._db, self._sync = store.column_family("inflight")
         self._seq = itertools.count(time.time_ns())
+        self._store = store
 
     def add(self, records: list[Replicated], burns: list[Replicated]) -> bytes:
-        key = next(self._seq).to_bytes(8, "big")
+        key, value = self._entry(records, burns)
         batch = WriteBatch(raw_mode=True)
-        value = json.dumps({"records": encode_items(records), "burns": encode_items(burns)}).encode()
         batch.put(key, value, self._handle)
         self._db.write(batch, self._sync)
         return key
+
+    async def add_async(self, records: list[Replicated], burns: list[Replicated]) -> bytes:
+        """``add`` from a coroutine: durable when it returns, written by the group commit."""
+        key, value = self._entry(records, burns)
+        await self._store.write_durably(lambda ops: ops.put(key, value, self._handle))
+        return key
+
+    def drop(self, key: bytes) -> None:
+        """Remove an entry whose records or burns are durable already (no fsync of its own)."""
+        self._store.write_unsynced(lambda ops: ops.delete(key, self._handle))
+
+    def _entry(self, records: list[Replicated], burns: list[Replicated]) -> tuple[bytes, bytes]:
+        key = next(self._seq).to_bytes(8, "big")
+        return key, json.dumps({"records": encode_items(records), "burns": encode_items(burns)}).encode()
 
     def remove(self, key: bytes) -> None:
         batch = WriteBatch(raw_mode=True)

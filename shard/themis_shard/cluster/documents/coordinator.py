@@ -508,7 +508,7 @@ class DistributedDocuments:
         peers = sorted(per_peer)
         logged = None
         if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
-            logged = await run_in_threadpool(self.inflight.add, records, burns)
+            logged = await self.inflight.add_async(records, burns)
         answers = await asyncio.gather(*(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers))
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
         newer = [r for _, found in answers for r in found]
@@ -529,7 +529,7 @@ class DistributedDocuments:
                     raise
                 return await self._install_refused(topo, records, concern, delivered, burns, exc)
             if logged is not None:
-                await after_commit("in-flight log", run_in_threadpool(self.inflight.remove, logged))
+                self._drop_inflight(logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
                 changes = self._installed(records, changes, burns)
             if changes is None:
@@ -544,7 +544,7 @@ class DistributedDocuments:
             return changes
         burned = await self._burn(topo, records, delivered, burns)
         if logged is not None:
-            await run_in_threadpool(self.inflight.remove, logged)
+            self._drop_inflight(logged)
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
         fenced = any(d is Delivery.FENCED for d in delivered.values())
         if burned is Burned.NOTHING and (newer or (clean and (fenced or self._moving()))):
@@ -567,6 +567,16 @@ class DistributedDocuments:
             f"{max(required_acks(concern, len(write_owners(topo, r.collection, r.key))) for r in records)}"
         )
         raise burn_failure(short, burned, burns)
+
+    def _drop_inflight(self, logged: bytes) -> None:
+        """After the install or the burns are durable: a failure to drop the entry only means
+        recovery repeats idempotent work, so it never turns the write's answer into an error."""
+        try:
+            self.inflight.drop(logged)
+        except (InsufficientStorage, Unavailable) as exc:
+            if exc.code not in STORAGE_CODES:
+                raise
+            log.warning("after an applied write, dropping its in-flight entry failed: %s", exc.message)
 
     async def _deliver_while_in_sync(
         self, topo: Topology, peer: str, items: list[Replicated]
