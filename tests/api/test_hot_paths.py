@@ -1,6 +1,6 @@
-"""Spec: the plain document PUT and GET (served without the framework's routing) answer exactly
-what the routes answer — successes, refusals, metrics — and anything out of the plain case is
-the routes' to answer."""
+"""Spec: the plain document PUT and GET, and transactions (served without the framework's
+routing) answer exactly what the routes answer — successes, refusals, metrics — and anything
+out of the plain case is the routes' to answer."""
 
 from __future__ import annotations
 
@@ -89,3 +89,53 @@ def test_plain_requests_are_counted_under_the_routes_template(client: TestClient
     template = 'route="/v1/collections/{collection}/documents/{key}"'
     assert f'themis_http_requests_total{{method="PUT",{template},status="200"}}' in metrics
     assert f'themis_http_requests_total{{method="GET",{template},status="200"}}' in metrics
+
+
+def txn(*ops: dict) -> dict:
+    return {"operations": list(ops)}
+
+
+def put(key: str, document: dict, **extra) -> dict:
+    return {"op": "put", "collection": "books", "key": key, "document": document, **extra}
+
+
+def test_a_plain_transaction_answers_as_the_route_does(client: TestClient) -> None:
+    plain = client.post(f"/v1/transactions{PLAIN}", json=txn(put("a", {"n": 1}), put("b", {"n": 1})))
+    routed = client.post(f"/v1/transactions{ROUTED}", json=txn(put("a", {"n": 2}), put("b", {"n": 2})))
+    assert answer(plain) == (
+        200,
+        {
+            "committed": True,
+            "results": [
+                {"op": "put", "urn": "urn:themis:books:a", "version": 1},
+                {"op": "put", "urn": "urn:themis:books:b", "version": 1},
+            ],
+            "id": None,
+        },
+    )
+    assert answer(routed)[1]["results"][0]["version"] == 2
+    assert plain.headers["content-type"] == routed.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        txn(),  # empty: refused by transact itself
+        txn(put("c", {"n": 1}), put("a", {"n": 9}, if_version=7)),  # a failed condition: 409
+        txn({"op": "check", "collection": "books", "key": "x"}),  # the model refuses: the route's 400
+        txn(put("Bad Name!", {"n": 1})),
+        {"operations": [put("c", {"n": 1})], "lock": True},  # an unknown field, refused by name
+    ],
+)
+def test_a_refused_transaction_gets_the_routes_refusal(client: TestClient, body: dict) -> None:
+    client.post("/v1/transactions", json=txn(put("a", {"n": 1})))
+    plain = client.post(f"/v1/transactions{PLAIN}", json=body)
+    routed = client.post(f"/v1/transactions{ROUTED}", json=body)
+    assert plain.status_code in (400, 409) and answer(plain) == answer(routed)
+    assert client.get("/v1/collections/books/documents/c").status_code == 404  # nothing applied
+
+
+def test_plain_transactions_are_counted_under_the_routes_template(client: TestClient) -> None:
+    client.post("/v1/transactions", json=txn(put("m", {"a": 1})))
+    metrics = client.get("/metrics").text
+    assert 'themis_http_requests_total{method="POST",route="/v1/transactions",status="200"}' in metrics

@@ -264,6 +264,11 @@ async def transaction(body: TransactionRequest, shard: Node, concern: Concern) -
     Keys with one coordinating shard commit there; keys on several shards commit by two-phase
     commit coordinated by this shard. ``check`` operations validate versions without writing:
     with them a read-write transaction is serializable (``cluster/transactions``)."""
+    return await transact(shard, body, concern)
+
+
+async def transact(shard: ShardNode, body: TransactionRequest, concern: WriteConcern) -> TransactionResponse:
+    """Run a transaction: the route's work, shared with ``api/hot_paths.py``."""
     if not body.operations:
         raise BadRequest("operations must not be empty", code="empty_transaction")
     if len(body.operations) > shard.settings.max_transaction_operations:

@@ -1,4 +1,5 @@
-"""The plain document PUT and GET, served without FastAPI's routing and dependency resolution.
+"""The plain document PUT and GET, and transactions, served without FastAPI's routing and
+dependency resolution.
 
 py-spy on a shard under 16 writers put a third of its event loop in the framework between the
 middleware and the route (matching ~150 routes, solving dependencies, validating the answer
@@ -6,9 +7,10 @@ against its response model) — several times the route's own work. This innermo
 takes the plain case of the two hottest routes — ``PUT`` with a JSON object body and at most
 ``?w=``, ``GET`` without a query — and calls the functions the routes call (``put_one``,
 ``get_one``), under every middleware the routes run under (access log, metrics, API keys,
-body limit). Anything else — another parameter, ``If-Match``, a body that is not a JSON object,
-a shard still starting — goes on to the routes, which answer it exactly as before; errors
-are rendered as the app's handlers render them.
+body limit). ``POST /v1/transactions`` with a JSON body that its model accepts as it stands
+runs ``transact`` the same way. Anything else — another parameter, ``If-Match``, a body that
+is not a JSON object or that the model refuses, a shard still starting — goes on to the routes,
+which answer it exactly as before; errors are rendered as the app's handlers render them.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Literal
 
 import orjson
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -25,7 +29,7 @@ from ..cluster.replication.fencing import DEFAULT_CONCERN, WriteConcern
 from ..errors import ThemisError, error_body, lone_surrogate
 from ..node import ShardNode
 from .asgi import read_body, replaying, send_error, send_json
-from .documents import get_one, put_one
+from .documents import TransactionRequest, get_one, put_one, transact
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,8 @@ class RouteLabel:
 
 PUT_ROUTE = RouteLabel(TEMPLATE, "put_document")
 GET_ROUTE = RouteLabel(TEMPLATE, "get_document")
+TXN_PATH = "/v1/transactions"
+TXN_ROUTE = RouteLabel(TXN_PATH, "transaction")
 
 
 class HotDocumentPaths:
@@ -57,8 +63,15 @@ class HotDocumentPaths:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope.get("method")
-        if scope["type"] != "http" or method not in ("PUT", "GET"):
+        if scope["type"] != "http" or method not in ("PUT", "GET", "POST"):
             await self.app(scope, receive, send)
+            return
+        if method == "POST":
+            shard = getattr(scope["app"].state, "node", None) if scope["path"] == TXN_PATH else None
+            if shard is None:
+                await self.app(scope, receive, send)
+            else:
+                await self._transaction(scope, receive, send, shard)
             return
         match = _PATH.fullmatch(scope["path"])
         shard = getattr(scope["app"].state, "node", None) if match else None
@@ -92,22 +105,12 @@ class HotDocumentPaths:
     async def _put(
         self, scope: Scope, receive: Receive, send: Send, shard: ShardNode, collection: str, key: str
     ) -> None:
-        concern = _CONCERNS.get(scope.get("query_string", b""), False)
-        content_type = _header(scope, b"content-type")
-        plain = (
-            concern is not False
-            and content_type is not None
-            and content_type.split(b";")[0].strip().lower() == b"application/json"
-            and _header(scope, b"if-match") is None
-        )
-        if not plain:
+        concern = _plain_json(scope)
+        if concern is False or _header(scope, b"if-match") is not None:
             await self.app(scope, receive, send)
             return
         raw = await read_body(receive)
-        try:
-            document = json.loads(raw)  # as the route parses it (orjson would round big integers)
-        except (ValueError, RecursionError):
-            document = None
+        document = _json(raw)
         if not isinstance(document, dict):  # the route's validation answers it
             await self.app(scope, replaying(raw, receive), send)
             return
@@ -118,6 +121,43 @@ class HotDocumentPaths:
             await _error(send, exc)
             return
         await send_json(send, 200, result.model_dump_json().encode())
+
+    async def _transaction(self, scope: Scope, receive: Receive, send: Send, shard: ShardNode) -> None:
+        concern = _plain_json(scope)
+        if concern is False:
+            await self.app(scope, receive, send)
+            return
+        raw = await read_body(receive)
+        try:
+            body = TransactionRequest.model_validate(_json(raw))
+        except ValidationError:  # the route's validation answers it, with its codes
+            await self.app(scope, replaying(raw, receive), send)
+            return
+        scope["route"] = TXN_ROUTE
+        try:
+            result = await transact(shard, body, concern or DEFAULT_CONCERN)
+        except Exception as exc:
+            await _error(send, exc)
+            return
+        await send_json(send, 200, result.model_dump_json().encode())
+
+
+def _plain_json(scope: Scope) -> WriteConcern | Literal[False] | None:
+    """The write concern of a request with a JSON body and at most ``?w=`` (None: the default),
+    or False for anything else (the route answers it)."""
+    concern = _CONCERNS.get(scope.get("query_string", b""), False)
+    content_type = _header(scope, b"content-type")
+    if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
+        return False
+    return concern
+
+
+def _json(raw: bytes) -> object:
+    """The body as the route parses it (orjson would round big integers); None if it is not JSON."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
