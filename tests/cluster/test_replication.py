@@ -281,11 +281,12 @@ def test_a_transaction_sent_to_several_owners_leaves_no_inflight_entry(tmp_path,
         )
 
 
-def test_a_transaction_half_sent_when_its_coordinator_died_is_burned_everywhere_at_restart(
+def test_a_transaction_half_sent_when_its_coordinator_died_is_completed_everywhere_at_restart(
     tmp_path, store
 ) -> None:
     """The crash: one owner took its part of a transfer (the debit), the other never got the
-    credit, the coordinator installed nothing. At restart the logged burns win everywhere."""
+    credit, the coordinator installed nothing and answered nothing. At restart the logged
+    records are rolled forward: the whole transfer, everywhere (never half of it)."""
     from themis_shard.storage.inflight import InflightLog
 
     current = live(plan_of(3))
@@ -305,10 +306,97 @@ def test_a_transaction_half_sent_when_its_coordinator_died_is_burned_everywhere_
         repairs = asyncio.run(documents.recover_inflight())
         asyncio.run(documents.replicate_repairs(repairs))
         assert inflight.entries() == []
+        for k, balance in ((a, 90), (b, 110)):
+            for holder in (store, peers[topo.owners("c", k)[1]].store):
+                entry = holder.get_entry("c", k)
+                assert (entry.version, entry.document) == (2, {"balance": balance})
+
+
+def test_a_failed_write_whose_burn_is_installed_is_not_rolled_forward(tmp_path, store) -> None:
+    """The write failed and was burned here (the previous document, one version up) before the
+    crash left its entry behind: at restart the burn still wins, here and on the owners."""
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    a, b = _split_pair(topo)
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
+        records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
+        burns = documents._burns_of(topo, records)
+        inflight.add(records, burns)
+        peers[topo.owners("c", a)[1]].store.apply_replicated([records[0]])
+        store.apply_replicated(burns)  # the failure's burn, then the crash before the entry went
+
+        asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))
+        assert inflight.entries() == []
         for k in (a, b):
             for holder in (store, peers[topo.owners("c", k)[1]].store):
                 entry = holder.get_entry("c", k)
                 assert (entry.version, entry.document) == (3, {"balance": 100})
+
+
+def test_a_committed_write_whose_unsynced_install_was_lost_is_installed_at_restart(tmp_path, store) -> None:
+    """The owners took it and it was acknowledged; the coordinator's own install (not fsynced:
+    its entry held the records) died with the machine. At restart the entry installs it."""
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        records = store.prepare([Write("c", key, {"n": 1})])
+        inflight.add(records, documents._burns_of(topo, records))
+        peers[topo.owners("c", key)[1]].store.apply_replicated(records)
+
+        asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))
+        assert inflight.entries() == []
+        assert store.get_entry("c", key).document == {"n": 1}
+
+
+def test_a_write_answered_as_failed_leaves_no_entry_to_roll_forward(tmp_path, store) -> None:
+    """The other owner is down: the write fails, and its in-flight entry (logged while the
+    records travelled) is gone before the failure is answered, so no restart can apply it."""
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        peers[topo.owners("c", key)[1]].up = False
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        with pytest.raises(Unavailable):
+            asyncio.run(documents.commit_here([Write("c", key, {"n": 1})]))
+        assert inflight.entries() == []
+        assert asyncio.run(documents.recover_inflight()) == []
+        assert store.get("c", key) is None
+
+
+def test_a_coordinated_write_leaves_no_inflight_entry_and_its_copy_everywhere(tmp_path, store) -> None:
+    from themis_shard.storage.inflight import InflightLog
+
+    current = live(plan_of(3))
+    topo = current.topology
+    key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        inflight = InflightLog(store)
+        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"n": 1})]))
+        assert change.version == 1 and inflight.entries() == []
+        assert store.get_entry("c", key) == peers[topo.owners("c", key)[1]].store.get_entry("c", key)
 
 
 def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_path, store) -> None:

@@ -20,13 +20,15 @@ class HeldWrite:
 
     def __init__(self, fail: bool = False) -> None:
         self.writes: list[list] = []
+        self.synced: list[bool] = []
         self.entered = threading.Event()
         self.release = threading.Event()
         self.fail = fail
 
-    def __call__(self, ops: list) -> None:
+    def __call__(self, ops: list, synced: bool = True) -> None:
         first = not self.writes
         self.writes.append([op[1] for op in ops])
+        self.synced.append(synced)
         if first:
             self.entered.set()
             assert self.release.wait(30)
@@ -126,7 +128,7 @@ def test_a_conditional_commit_sees_a_write_that_is_staged_but_not_yet_durable(tm
     try:
         held = HeldWrite()
         real = store._group._write
-        store._group._write = lambda ops: (held(ops), real(ops))
+        store._group._write = lambda ops, synced: (held(ops, synced), real(ops, synced))
         first = threading.Thread(target=store.put, args=("c", "k", {"n": 1}))
         first.start()
         assert held.entered.wait(30)
@@ -178,3 +180,25 @@ def test_a_coroutine_waiting_for_its_write_leaves_the_event_loop_free() -> None:
 
     asyncio.run(scenario())
     group.close()
+
+
+def test_a_group_is_synced_when_any_of_its_items_needs_it() -> None:
+    """An unsynced item (its records are durable elsewhere) rides a synced group when it shares
+    one, and alone it costs no fsync."""
+    write, lock = HeldWrite(), threading.RLock()
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    with lock:
+        first = group.stage([("put", b"held", b"v", None)], lambda: None)
+    assert write.entered.wait(30)  # the first group is being written: the next ones queue
+    with lock:
+        unsynced = group.stage([("put", b"a", b"v", None)], lambda: None, synced=False)
+        synced = group.stage([("put", b"b", b"v", None)], lambda: None)
+    write.release.set()
+    for item in (first, unsynced, synced):
+        group.wait(item)
+    with lock:
+        alone = group.stage([("put", b"c", b"v", None)], lambda: None, synced=False)
+    group.wait(alone)
+    group.close()
+    assert write.writes == [[b"held"], [b"a", b"b"], [b"c"]]
+    assert write.synced == [True, True, False]

@@ -249,6 +249,11 @@ class DocumentStore:
         """(column family, handle, synced write options) for a neighbour such as the hint log."""
         return self._db.get_column_family(name), self._handles[name], self._db, self._sync
 
+    @property
+    def commits_idle(self) -> bool:
+        """No synced write in progress or queued: a write staged now pays an fsync alone."""
+        return self._group.idle
+
     async def write_durably(self, fill: Callable[[Ops], None]) -> None:
         """A neighbour's synced write (the in-flight log) carried by the next group commit: it
         shares that fsync with concurrent writes, the loop is free while it waits, and no worker
@@ -566,6 +571,7 @@ class DocumentStore:
         count_delta: dict[str, int],
         changes: list[Change],
         started: float | None = None,
+        synced: bool = True,
     ):
         """Queue ``batch`` (plus the touched collections' counters) for the next synced write;
         ``docs`` are its new records, visible to later commits' checks at once and to readers
@@ -596,11 +602,12 @@ class DocumentStore:
             if started is not None:
                 self.last_commit_seconds = time.perf_counter() - started
 
-        item = self._group.stage(batch.ops, publish)
+        item = self._group.stage(batch.ops, publish, synced)
         return item
 
     def _write_ops(self, ops: list[Op], synced: bool = True) -> None:
-        """One synced write of every staged operation (the group's leader, no lock held)."""
+        """One write of every staged operation, synced unless no item needed it (the group's
+        leader, no lock held)."""
         batch = WriteBatch(raw_mode=True)
         for kind, key, value, handle in ops:
             if kind == "put":
@@ -742,23 +749,29 @@ class DocumentStore:
         self._group.wait(staged[0])
         return staged[1]
 
-    async def apply_replicated_async(self, items: list[Replicated]) -> list[Change]:
+    async def apply_replicated_async(self, items: list[Replicated], synced: bool = True) -> list[Change]:
         """``apply_replicated`` for a coroutine: staged here (under the lock, briefly), and the
-        event loop is free while the synced write that carries it is in progress."""
-        staged = self._stage_checked(items, None)
+        event loop is free while the synced write that carries it is in progress. ``synced=False``:
+        the caller holds the records durably elsewhere (an in-flight entry), so the write needs
+        no fsync of its own."""
+        staged = self._stage_checked(items, None, synced)
         if staged is None:
             return []
         await self._group.wait_async(staged[0])
         return staged[1]
 
-    def _stage_checked(self, items: list[Replicated], also: Callable[[Ops], None] | None):
+    def _stage_checked(
+        self, items: list[Replicated], also: Callable[[Ops], None] | None, synced: bool = True
+    ):
         for item in items:
             check_collection(item.collection)
             check_key(item.key)
         with self._lock:
-            return self._stage_replicated(items, also)
+            return self._stage_replicated(items, also, synced)
 
-    def _stage_replicated(self, items: list[Replicated], also: Callable[[Ops], None] | None):
+    def _stage_replicated(
+        self, items: list[Replicated], also: Callable[[Ops], None] | None, synced: bool = True
+    ):
         """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None."""
         installs: list[tuple[Write, Stamp, int]] = []
         newest: dict[tuple[str, str], Stamp] = {}
@@ -777,7 +790,7 @@ class DocumentStore:
             newest[ident] = stamp
             installs.append((w, stamp, codec.live_version(raw)))
         if installs:
-            return self._install(installs, also)
+            return self._install(installs, also, synced)
         if also is not None:
             batch = Ops()
             also(batch)
@@ -888,7 +901,12 @@ class DocumentStore:
         if oldest_kept > 1:
             batch.delete_range(*history.below(collection, key, oldest_kept), handle)
 
-    def _install(self, installs: list[tuple[Write, Stamp, int]], also: Callable[[Ops], None] | None = None):
+    def _install(
+        self,
+        installs: list[tuple[Write, Stamp, int]],
+        also: Callable[[Ops], None] | None = None,
+        synced: bool = True,
+    ):
         """Stage (write, stamp, previous live version) triples as one atomic part of the next
         synced write (with whatever ``also`` adds to it): (item to wait for, changes)."""
         started = time.perf_counter()
@@ -919,7 +937,7 @@ class DocumentStore:
         touched = {w.collection for w, _, _ in installs}
         if also is not None:
             also(batch)
-        return self._stage(batch, docs, touched, count_delta, changes, started), changes
+        return self._stage(batch, docs, touched, count_delta, changes, started, synced), changes
 
 
 def _coordinated_answers(

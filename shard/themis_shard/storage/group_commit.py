@@ -8,6 +8,11 @@ writers. Items staged while a write is in progress form the next group. An item 
 synced write that holds it returned, so an acknowledged write survives ``kill -9`` exactly as
 before; what changes is how many writes one fsync carries: at N concurrent writers, about N.
 
+An item may be staged unsynced (``synced=False``): a coordinator's install whose records an
+in-flight entry already holds durably (``storage/inflight.py``). A group of such items only is
+written without an fsync (the OS has it, so it survives ``kill -9``; the next synced group
+carries it to disk, and the WAL keeps it in order before anything written later).
+
 A failed write fails its whole group and every item staged after it (they were validated
 against the failed items' versions): the store resets what it planned (``on_failure``) under its
 commit lock, so nothing staged later builds on them.
@@ -58,18 +63,20 @@ class Staged:
     group_size: int = field(default=0)
     #: (loop, future) of coroutines waiting for it
     waiters: list = field(default_factory=list)
+    #: False: an fsync is not needed for it (the group is synced if any item needs it)
+    synced: bool = True
 
 
 class GroupCommit:
     def __init__(
         self,
-        write: Callable[[list[Op]], None],
+        write: Callable[[list[Op], bool], None],
         commit_lock: threading.RLock,
         on_failure: Callable[[], None],
     ) -> None:
-        """``write`` makes the operations durable (one synced batch); ``commit_lock`` is the
-        store's lock, held while staging and while publishing; ``on_failure`` forgets what the
-        store planned on top of items that failed."""
+        """``write`` makes the operations durable (one batch, synced unless told not to);
+        ``commit_lock`` is the store's lock, held while staging and while publishing;
+        ``on_failure`` forgets what the store planned on top of items that failed."""
         self._write = write
         self._commit_lock = commit_lock
         self._on_failure = on_failure
@@ -79,10 +86,10 @@ class GroupCommit:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def stage(self, ops: list[Op], publish: Callable[[], None]) -> Staged:
+    def stage(self, ops: list[Op], publish: Callable[[], None], synced: bool = True) -> Staged:
         """Queue ``ops`` (call with the commit lock held, in commit order). The committer
         thread writes it with whatever else is queued when it next starts a write."""
-        item = Staged(ops, publish)
+        item = Staged(ops, publish, synced=synced)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the document store is closed")
@@ -92,6 +99,12 @@ class GroupCommit:
                 self._thread.start()
             self._cond.notify_all()
         return item
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or being written: an item staged now would be written alone (a hint,
+        read without the lock)."""
+        return not self._queue and not self._writing
 
     def wait(self, item: Staged) -> None:
         """Until ``item`` is durable and published (or raise its write's error). Call without
@@ -136,7 +149,7 @@ class GroupCommit:
 
     def _lead(self, group: list[Staged]) -> None:
         try:
-            self._write([op for item in group for op in item.ops])
+            self._write([op for item in group for op in item.ops], any(item.synced for item in group))
         except BaseException as exc:
             with self._commit_lock, self._cond:
                 failed = group + self._queue

@@ -1,19 +1,27 @@
-"""In-flight writes to several owners: what a coordinator finishes or undoes after a crash.
+"""In-flight writes: the coordinator's own durable copy of a write while its owners take it.
+
+A coordinated write (w=majority or all) is durable on every owner it waits for before it is
+acknowledged. The coordinator does not fsync its own install after the others answered:
+while the records travel, it logs them here (same RocksDB, column family ``inflight``, through
+the group commit), and once the owners took them it installs them without an fsync of its own
+(``DocumentStore.apply_replicated_async(synced=False)``) and drops the entry, unsynced. Its own
+fsync thus overlaps the other owners' (as a Raft leader appends to its log while it replicates),
+and the install is in the OS before the answer, so it survives ``kill -9``; the entry covers a
+machine that loses the OS's pages (the WAL recovers a prefix, so a surviving drop means a
+surviving install).
 
 A transaction whose keys share a primary but not their other owners reaches those owners in
 separate messages. A coordinator killed between them leaves some owners holding part of it, and
-anti-entropy would then spread that part: a transfer debited but never credited. So before it
-sends such a write, the coordinator logs here (same RocksDB, column family ``inflight``,
-synced) the records and their burns (the previous documents, one version up), and removes the
-entry once it installed or burned them. At start-up, before serving, a leftover entry is
-resolved by what this shard holds: every record installed here (one atomic batch) → the write
-may have been acknowledged, so the records are sent to the owners again; otherwise it was not
-acknowledged, and the burns are installed and sent instead. Both are idempotent.
+anti-entropy would then spread that part: a transfer debited but never credited. So such an
+entry is durable before the first message leaves.
 
-On the write path the entry rides the store's group commit (``add_async``: one fsync shared with
-concurrent writes), and its removal is not synced (``drop``): it follows the install or the burns
-in the WAL, so a crash loses it only after they are durable, and recovery then repeats
-idempotent work.
+At start-up, before serving, a leftover entry is rolled forward: its records are installed here
+unless this shard holds them or anything newer, and what it then holds is sent to the owners
+again. A write whose coordinator died before answering is thus applied everywhere, all of it
+(a client that got no answer cannot tell it from a write that committed just before the crash).
+A write that failed was burned first (the previous document one version up, which beats the
+records everywhere) or had its entry dropped durably before the failure was answered, so rolling
+forward never applies a write that was reported as not applied. Every step is idempotent.
 """
 
 from __future__ import annotations
@@ -48,8 +56,14 @@ class InflightLog:
         return key
 
     def drop(self, key: bytes) -> None:
-        """Remove an entry whose records or burns are durable already (no fsync of its own)."""
+        """Remove the entry of a write that committed (no fsync of its own: a crash that loses it
+        only rolls the committed write forward again)."""
         self._store.write_unsynced(lambda ops: ops.delete(key, self._handle))
+
+    async def drop_durably(self, key: bytes) -> None:
+        """Remove the entry of a write about to be answered as failed: durable before the answer,
+        so that recovery can never roll it forward."""
+        await self._store.write_durably(lambda ops: ops.delete(key, self._handle))
 
     def _entry(self, records: list[Replicated], burns: list[Replicated]) -> tuple[bytes, bytes]:
         key = next(self._seq).to_bytes(8, "big")

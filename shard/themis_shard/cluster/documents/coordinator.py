@@ -506,10 +506,23 @@ class DistributedDocuments:
                 await after_commit("hint", self.replication.hint(peer, missed))
             return changes
         peers = sorted(per_peer)
-        logged = None
-        if self.inflight is not None and len(records) > 1 and len(peers) > 1:  # see storage/inflight.py
-            logged = await self.inflight.add_async(records, burns)
-        answers = await asyncio.gather(*(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers))
+        logged: bytes | None = None
+        entry: asyncio.Future[bytes] | None = None
+        if self.inflight is not None and peers:  # this copy's durability: see storage/inflight.py
+            if len(records) > 1 and len(peers) > 1:  # in several messages: logged before any leaves
+                logged = await self.inflight.add_async(records, burns)
+            elif self.store.commits_idle:
+                # One message, and this shard's fsyncs are not shared now: log the records while
+                # they travel, so this copy's fsync overlaps the owners'. Under load the install
+                # joins a group commit instead (an entry there would only add work).
+                entry = asyncio.ensure_future(self.inflight.add_async(records, burns))
+        try:
+            answers = await asyncio.gather(
+                *(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers)
+            )
+        finally:
+            if entry is not None:
+                logged = await self._entry_written(entry)
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
         newer = [r for _, found in answers for r in found]
         if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
@@ -523,11 +536,12 @@ class DistributedDocuments:
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
             try:
-                changes = await self.store.apply_replicated_async(records)
+                # with an entry, the records are durable here already: no fsync of its own
+                changes = await self.store.apply_replicated_async(records, synced=logged is None)
             except (InsufficientStorage, Unavailable) as exc:
                 if exc.code not in STORAGE_CODES:
                     raise
-                return await self._install_refused(topo, records, concern, delivered, burns, exc)
+                return await self._install_refused(topo, records, concern, delivered, burns, exc, logged)
             if logged is not None:
                 self._drop_inflight(logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
@@ -543,8 +557,12 @@ class DistributedDocuments:
                 await after_commit("hint", self.replication.hint(peer, missed))
             return changes
         burned = await self._burn(topo, records, delivered, burns)
-        if logged is not None:
-            self._drop_inflight(logged)
+        if logged is not None and not await self._dropped_durably(logged):
+            raise Unavailable(
+                "the write could not be completed, and this shard's disk refused to record that it "
+                "was not: the write may or may not be applied; read the document before retrying",
+                code="write_outcome_unknown",
+            )
         clean = not any(d in (Delivery.HELD, Delivery.UNKNOWN) for d in delivered.values())
         fenced = any(d is Delivery.FENCED for d in delivered.values())
         if burned is Burned.NOTHING and (newer or (clean and (fenced or self._moving()))):
@@ -567,6 +585,26 @@ class DistributedDocuments:
             f"{max(required_acks(concern, len(write_owners(topo, r.collection, r.key))) for r in records)}"
         )
         raise burn_failure(short, burned, burns)
+
+    async def _entry_written(self, entry: asyncio.Future[bytes]) -> bytes | None:
+        """The in-flight entry's key, or None when this disk refused it (the install is then
+        synced itself, and refused the same way)."""
+        try:
+            return await entry
+        except (InsufficientStorage, Unavailable) as exc:
+            if exc.code not in STORAGE_CODES:
+                raise
+            return None
+
+    async def _dropped_durably(self, logged: bytes) -> bool:
+        """Before a failure is answered: recovery must never roll this write forward."""
+        try:
+            await self.inflight.drop_durably(logged)
+        except (InsufficientStorage, Unavailable) as exc:
+            if exc.code not in STORAGE_CODES:
+                raise
+            return False
+        return True
 
     def _drop_inflight(self, logged: bytes) -> None:
         """After the install or the burns are durable: a failure to drop the entry only means
@@ -630,6 +668,7 @@ class DistributedDocuments:
         delivered: dict[str, Delivery],
         burns: list[Replicated],
         refused: ThemisError,
+        logged: bytes | None = None,
     ) -> list[Change]:
         """This disk refused a write the other owners took. Enough of them for the concern: it
         is applied (this copy is repaired by anti-entropy once the disk takes writes). Too few:
@@ -676,6 +715,12 @@ class DistributedDocuments:
                 "document before retrying",
                 code="write_outcome_unknown",
             ) from None
+        if logged is not None and not await self._dropped_durably(logged):
+            raise Unavailable(
+                f"{refused.message.replace('; nothing was written', '')}, after the write was logged "
+                "here: the write may or may not be applied; read the document before retrying",
+                code="write_outcome_unknown",
+            )
         raise refused
 
     def _installed(
@@ -748,7 +793,7 @@ class DistributedDocuments:
         return burns
 
     async def recover_inflight(self) -> list[Replicated]:
-        """At start-up, before serving: finish or burn the writes a crash left half-sent
+        """At start-up, before serving: roll forward the writes a crash left in flight
         (``storage/inflight.py``) here, and answer the records their other owners still need
         (sent by the caller in the background; anti-entropy would deliver them too)."""
         if self.inflight is None:
@@ -762,16 +807,16 @@ class DistributedDocuments:
                 await run_in_threadpool(self.inflight.remove, logged)
             return send
         for logged, records, burns in entries:
-            held = self.store.stamps([(r.collection, r.key) for r in records])
-            installed = all(h == r.stamp for h, r in zip(held, records, strict=True))
-            if not installed:
-                await run_in_threadpool(self.store.apply_replicated, burns)
-            send += records if installed else burns
+            keys = [(r.collection, r.key) for r in records]
+            # a no-op for each key this shard holds the record of, or anything newer (a burn)
+            await run_in_threadpool(self.store.apply_replicated, records)
+            held = self.store.stamps(keys)
+            send += [b if h == b.stamp else r for r, b, h in zip(records, burns, held, strict=True)]
             await run_in_threadpool(self.inflight.remove, logged)
             log.warning(
-                "recovered a write to %d key(s) left in flight by a crash: %s",
+                "recovered a write to %d key(s) left in flight by a crash: rolled forward, sent to its "
+                "owners again",
                 len(records),
-                "installed here, sent to its owners again" if installed else "never acknowledged, burned",
             )
         return send
 
