@@ -308,6 +308,8 @@ class DistributedDocuments:
         self.read_from_replicas = read_from_replicas
         #: w=1 replication still on its way to the other owners
         self._background: set[asyncio.Task] = set()
+        #: coordinated writes replicating now: with others, this copy's fsync is shared anyway
+        self._replicating = 0
         self.lease = lease
 
     def fence_refusal(self, epoch: int, sender: str, keys: list[tuple[str, str]]) -> Conflict | None:
@@ -511,16 +513,18 @@ class DistributedDocuments:
         if self.inflight is not None and peers:  # this copy's durability: see storage/inflight.py
             if len(records) > 1 and len(peers) > 1:  # in several messages: logged before any leaves
                 logged = await self.inflight.add_async(records, burns)
-            elif self.store.commits_idle:
-                # One message, and this shard's fsyncs are not shared now: log the records while
-                # they travel, so this copy's fsync overlaps the owners'. Under load the install
-                # joins a group commit instead (an entry there would only add work).
+            elif self._replicating == 0 and self.store.commits_idle:
+                # One message, and no other write here to share an fsync with: log the records
+                # while they travel, so this copy's fsync overlaps the owners'. With company the
+                # install joins a group commit instead (an entry there would only add work).
                 entry = asyncio.ensure_future(self.inflight.add_async(records, burns))
+        self._replicating += 1
         try:
             answers = await asyncio.gather(
                 *(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers)
             )
         finally:
+            self._replicating -= 1
             if entry is not None:
                 logged = await self._entry_written(entry)
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
