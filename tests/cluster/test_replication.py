@@ -4,6 +4,7 @@ hints are replayed, oldest first, once the owner answers again (versions decide 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import httpx
@@ -15,6 +16,7 @@ from themis_shard.cluster.replication.fencing import WriteConcern
 from themis_shard.errors import Conflict, Unavailable
 from themis_shard.storage.documents import Replicated, Write
 from themis_shard.storage.hints import HintLog
+from themis_shard.storage.inflight import InflightLog
 from themis_shard.storage.record_wire import decode_items
 
 from .fakes import fake_peers, live, plan_of
@@ -261,16 +263,20 @@ def _split_pair(topo) -> tuple[str, str]:
     return a, b
 
 
-def test_a_transaction_sent_to_several_owners_leaves_no_inflight_entry(tmp_path, store) -> None:
-    from themis_shard.storage.inflight import InflightLog
-
-    current = live(plan_of(3))
-    a, b = _split_pair(current.topology)
+@contextlib.contextmanager
+def logging_coordinator(tmp_path, store, current):
+    """(peers, coordinator, its in-flight log): s-0 coordinating with s-1 and s-2 as fakes."""
     with fake_peers(tmp_path, "s-1", "s-2") as peers:
         executor = peers.executor(current)
         replication = Replication(executor, HintLog(store), current, CollectorRegistry())
         inflight = InflightLog(store)
-        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+        yield peers, DistributedDocuments(store, executor, replication, current, inflight=inflight), inflight
+
+
+def test_a_transaction_sent_to_several_owners_leaves_no_inflight_entry(tmp_path, store) -> None:
+    current = live(plan_of(3))
+    a, b = _split_pair(current.topology)
+    with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
         asyncio.run(documents.commit_here([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})]))
         assert inflight.entries() == []
         assert all(
@@ -281,28 +287,29 @@ def test_a_transaction_sent_to_several_owners_leaves_no_inflight_entry(tmp_path,
         )
 
 
+def _transfer_in_flight(peers, documents, inflight, a: str, b: str) -> list[Replicated]:
+    """Balances of 100 on ``a`` and ``b``; then a transfer of 10 logged in flight and delivered
+    to ``a``'s other owner only (the debit). Answers the transfer's burns."""
+    store, topo = documents.store, documents.topology
+    asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
+    records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
+    burns = documents._burns_of(topo, records)
+    inflight.add(records, burns)
+    peers[topo.owners("c", a)[1]].store.apply_replicated([records[0]])
+    return burns
+
+
 def test_a_transaction_half_sent_when_its_coordinator_died_is_completed_everywhere_at_restart(
     tmp_path, store
 ) -> None:
     """The crash: one owner took its part of a transfer (the debit), the other never got the
     credit, the coordinator installed nothing and answered nothing. At restart the logged
     records are rolled forward: the whole transfer, everywhere (never half of it)."""
-    from themis_shard.storage.inflight import InflightLog
-
     current = live(plan_of(3))
     topo = current.topology
     a, b = _split_pair(topo)
-    with fake_peers(tmp_path, "s-1", "s-2") as peers:
-        executor = peers.executor(current)
-        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        inflight = InflightLog(store)
-        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
-        asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
-        records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
-        inflight.add(records, documents._burns_of(topo, records))
-        debit_owner = topo.owners("c", a)[1]
-        peers[debit_owner].store.apply_replicated([records[0]])  # delivered, then the crash
-
+    with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
+        _transfer_in_flight(peers, documents, inflight, a, b)  # the debit delivered, then the crash
         repairs = asyncio.run(documents.recover_inflight())
         asyncio.run(documents.replicate_repairs(repairs))
         assert inflight.entries() == []
@@ -315,21 +322,11 @@ def test_a_transaction_half_sent_when_its_coordinator_died_is_completed_everywhe
 def test_a_failed_write_whose_burn_is_installed_is_not_rolled_forward(tmp_path, store) -> None:
     """The write failed and was burned here (the previous document, one version up) before the
     crash left its entry behind: at restart the burn still wins, here and on the owners."""
-    from themis_shard.storage.inflight import InflightLog
-
     current = live(plan_of(3))
     topo = current.topology
     a, b = _split_pair(topo)
-    with fake_peers(tmp_path, "s-1", "s-2") as peers:
-        executor = peers.executor(current)
-        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        inflight = InflightLog(store)
-        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
-        asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
-        records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
-        burns = documents._burns_of(topo, records)
-        inflight.add(records, burns)
-        peers[topo.owners("c", a)[1]].store.apply_replicated([records[0]])
+    with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
+        burns = _transfer_in_flight(peers, documents, inflight, a, b)
         store.apply_replicated(burns)  # the failure's burn, then the crash before the entry went
 
         asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))
@@ -343,16 +340,10 @@ def test_a_failed_write_whose_burn_is_installed_is_not_rolled_forward(tmp_path, 
 def test_a_committed_write_whose_unsynced_install_was_lost_is_installed_at_restart(tmp_path, store) -> None:
     """The owners took it and it was acknowledged; the coordinator's own install (not fsynced:
     its entry held the records) died with the machine. At restart the entry installs it."""
-    from themis_shard.storage.inflight import InflightLog
-
     current = live(plan_of(3))
     topo = current.topology
     key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
-    with fake_peers(tmp_path, "s-1", "s-2") as peers:
-        executor = peers.executor(current)
-        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        inflight = InflightLog(store)
-        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+    with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
         records = store.prepare([Write("c", key, {"n": 1})])
         inflight.add(records, documents._burns_of(topo, records))
         peers[topo.owners("c", key)[1]].store.apply_replicated(records)
@@ -365,8 +356,6 @@ def test_a_committed_write_whose_unsynced_install_was_lost_is_installed_at_resta
 def test_a_write_answered_as_failed_leaves_no_entry_to_roll_forward(tmp_path, store) -> None:
     """The other owner is down: the write fails, and its in-flight entry (logged while the
     records travelled) is gone before the failure is answered, so no restart can apply it."""
-    from themis_shard.storage.inflight import InflightLog
-
     current = live(plan_of(3))
     topo = current.topology
     key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
@@ -384,32 +373,20 @@ def test_a_write_answered_as_failed_leaves_no_entry_to_roll_forward(tmp_path, st
 
 
 def test_a_coordinated_write_leaves_no_inflight_entry_and_its_copy_everywhere(tmp_path, store) -> None:
-    from themis_shard.storage.inflight import InflightLog
-
     current = live(plan_of(3))
     topo = current.topology
     key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
-    with fake_peers(tmp_path, "s-1", "s-2") as peers:
-        executor = peers.executor(current)
-        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        inflight = InflightLog(store)
-        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+    with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
         [change] = asyncio.run(documents.commit_here([Write("c", key, {"n": 1})]))
         assert change.version == 1 and inflight.entries() == []
         assert store.get_entry("c", key) == peers[topo.owners("c", key)[1]].store.get_entry("c", key)
 
 
 def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_path, store) -> None:
-    from themis_shard.storage.inflight import InflightLog
-
     current = live(plan_of(3))
     topo = current.topology
     a, b = _split_pair(topo)
-    with fake_peers(tmp_path, "s-1", "s-2") as peers:
-        executor = peers.executor(current)
-        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
-        inflight = InflightLog(store)
-        documents = DistributedDocuments(store, executor, replication, current, inflight=inflight)
+    with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
         records = store.prepare([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})])
         inflight.add(records, documents._burns_of(topo, records))
         store.apply_replicated(records)  # installed here, then the crash before the entry went
