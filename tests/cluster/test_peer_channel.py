@@ -200,6 +200,30 @@ def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(
     assert run(after_exit()).reason == "connect_error"
 
 
+def test_a_peer_that_drops_the_connection_mid_handshake_is_unavailable_not_an_error(monkeypatch) -> None:
+    """Killed while the channel opens: the websocket library reports the closed connection
+    itself, which must read as a failed connect (nothing was sent: retried, then a 503),
+    never escape as an unhandled error (a 500) from whatever request needed the channel."""
+    from themis_shard.cluster.transport import channel
+    from websockets.exceptions import ConnectionClosedError
+
+    async def dropped(*_args, **_kwargs):
+        raise ConnectionClosedError(None, None)
+
+    monkeypatch.setattr(channel, "connect", dropped)
+
+    async def go():
+        settings = ClusterSettings(request_timeout_s=0.5, connect_timeout_s=1, max_retries=0)
+        async with RemoteExecutor(
+            settings, {"peer": "http://127.0.0.1:9"}.__getitem__, registry=CollectorRegistry()
+        ) as ex:
+            with pytest.raises(PeerUnavailable) as gone:
+                await ex.post_json("peer", "/internal/commit", {"writes": []})
+            return gone.value
+
+    assert run(go()).reason == "connect_error"
+
+
 def test_a_peer_that_stops_answering_costs_the_call_its_timeout_never_a_hang() -> None:
     """A peer that opened the channel and then stopped answering (paused, wedged): the call
     ends at its timeout as a timeout (the frame may have arrived: outcome unknown)."""

@@ -228,7 +228,9 @@ class ChannelPool:
             log.info("peer %s offers no channel (HTTP %s); using HTTP", peer, status)
             self.fallbacks.labels(peer=peer).inc()
             raise NoChannel(peer) from None
-        except (InvalidHandshake, OSError, TimeoutError) as exc:
+        except (InvalidHandshake, ConnectionClosed, OSError, TimeoutError) as exc:
+            # ConnectionClosed: the peer went away mid-handshake (killed, restarting); nothing
+            # was sent on the channel yet, so the call may be retried like a refused connect
             raise httpx.ConnectError(f"channel to {peer}: {type(exc).__name__}: {exc}") from None
         try:
             hello = orjson.loads(await asyncio.wait_for(ws.recv(), self.connect_timeout_s))
