@@ -34,6 +34,7 @@ from themis_client.routing import KeyRouter
 DOC = {"title": "A document", "body": "x" * 160, "n": 1}
 VALUE = json.dumps(DOC)  # ~200 bytes, the etcd value too
 READ_KEYS = 256
+COPIES = 2  # RAID1
 
 
 def _ok(r: httpx.Response) -> None:
@@ -78,15 +79,23 @@ class Themis:
 
         return op
 
-    def txn(self, same_primary: bool, routing: str, run: str) -> Op:
+    def txn(self, shape: str, routing: str, run: str) -> Op:
+        """2-key transactions of one ``shape``: ``same-owners`` (one primary, the same other owner:
+        committed in one step), ``split-owners`` (one primary, different other owners: 2PC, see
+        transactions/decisions.py) or ``cross`` (two primaries: 2PC)."""
+        owners = self.router.owners
+
+        def fits(a: str, b: str) -> bool:
+            if shape == "cross":
+                return owners("txn", a, 1) != owners("txn", b, 1)
+            same_primary = owners("txn", a, 1) == owners("txn", b, 1)
+            return same_primary and (owners("txn", a, COPIES) == owners("txn", b, COPIES)) == (
+                shape == "same-owners"
+            )
+
         async def op(http: httpx.AsyncClient, c: int, i: int) -> None:
             a = f"{run}-{c}-{i}-a"
-            pa = self.router.primary("txn", a)
-            b = next(
-                k
-                for k in (f"{run}-{c}-{i}-b{j}" for j in itertools.count())
-                if (self.router.primary("txn", k) == pa) == same_primary
-            )
+            b = next(k for k in (f"{run}-{c}-{i}-b{j}" for j in itertools.count()) if fits(a, k))
             ops = [{"op": "put", "collection": "txn", "key": k, "document": DOC} for k in (a, b)]
             _ok(
                 await http.post(
@@ -265,16 +274,17 @@ def _tables(
     print_("\n| 2-key transactions (w=all) | clients | Themis /s | etcd txn /s | ratio |")
     print_("|---|---:|---:|---:|---:|")
     cases = [
-        ("single-shard, token-aware", True, "token-aware"),
-        ("single-shard, round-robin", True, "round-robin"),
-        ("cross-shard (2PC), round-robin", False, "round-robin"),
+        ("single-shard, token-aware", "same-owners", "token-aware"),
+        ("single-shard, round-robin", "same-owners", "round-robin"),
+        ("one primary, split owners (2PC), token-aware", "split-owners", "token-aware"),
+        ("cross-shard (2PC), round-robin", "cross", "round-robin"),
     ]
     for n in clients:
         peer, *ours = row(
             lambda k, n=n: m(e.txn(f"{run}x{n}r{k}"), n),
             *(
-                lambda k, n=n, s=same, r=routing: m(t.txn(s, r, f"{run}t{int(s)}{r[0]}{n}r{k}"), n, headers)
-                for _, same, routing in cases
+                lambda k, n=n, s=shape, r=routing: m(t.txn(s, r, f"{run}t{s[0]}{r[0]}{n}r{k}"), n, headers)
+                for _, shape, routing in cases
             ),
         )
         for (label, _, _), results in zip(cases, ours, strict=True):

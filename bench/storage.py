@@ -150,13 +150,21 @@ def bench_cluster_transactions(n: int) -> list[tuple[str, str, str, str, str]]:
             def on(primary: str, count: int) -> list[str]:
                 return [k for k in keys if topo.owners("t", k)[0] == primary][:count]
 
+            def owned_by(owners: list[str], count: int) -> list[str]:
+                return [k for k in keys if topo.owners("t", k) == owners][:count]
+
             pairs = 50
-            same = list(zip(on("shard-0", 2 * pairs)[::2], on("shard-0", 2 * pairs)[1::2], strict=True))
+            # one step only when the keys share every owner (else 2PC: transactions/decisions.py)
+            mine = owned_by(["shard-0", "shard-1"], 2 * pairs)
+            same = list(zip(mine[::2], mine[1::2], strict=True))
+            near, far = owned_by(["shard-0", "shard-1"], pairs), owned_by(["shard-0", "shard-2"], pairs)
+            split = list(zip(near, far, strict=True))
             cross = list(zip(on("shard-0", pairs), on("shard-1", pairs), strict=True))
             cross_far = list(zip(on("shard-1", 2 * pairs)[pairs:], on("shard-2", pairs), strict=True))
             cases = [
                 ("single-shard: both keys on one primary, sent to it", "shard-0", same),
                 ("single-shard: both keys on one primary, via another shard", "shard-1", same),
+                ("one primary, different other owners (2PC), sent to it", "shard-0", split),
                 ("cross-shard (2PC): two primaries, coordinator is one of them", "shard-0", cross),
                 ("cross-shard (2PC): two primaries, coordinator is the third shard", "shard-0", cross_far),
             ]

@@ -397,6 +397,39 @@ def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_p
             assert peers[topo.owners("c", k)[1]].store.get_entry("c", k) == store.get_entry("c", k)
 
 
+class RecordingTwoPhase:
+    """The two-phase-commit seam (``CrossShardCommit``), recording what it was asked to commit."""
+
+    def __init__(self) -> None:
+        self.runs: list[list[str]] = []
+
+    async def run(self, writes, checks, concern):
+        self.runs.append([w.key for w in writes])
+        return []
+
+
+def test_a_transaction_whose_keys_share_a_primary_but_not_their_owners_commits_by_2pc(
+    tmp_path, store
+) -> None:
+    current = live(plan_of(3))
+    a, b = _split_pair(current.topology)
+    same = next(
+        k
+        for k in (f"k{i}" for i in range(200))
+        if k != a and current.topology.owners("c", k) == current.topology.owners("c", a)
+    )
+    two_phase = RecordingTwoPhase()
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current, cross_shard=two_phase)
+        asyncio.run(documents.commit([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})]))
+        assert two_phase.runs == [[a, b]] and store.get("c", a) is None
+        asyncio.run(documents.commit([Write("c", a, {"n": 2}), Write("c", same, {"n": 2})]))
+        assert two_phase.runs == [[a, b]]  # one step, here
+        assert store.get("c", a).document == store.get("c", same).document == {"n": 2}
+
+
 def test_reads_go_to_the_primary_only_unless_replica_fallback_is_asked_for(tmp_path, store) -> None:
     current = live(plan_of(3))
     key = next(k for k in (f"k{i}" for i in range(200)) if current.topology.owners("c", k) == ["s-1", "s-2"])

@@ -60,7 +60,16 @@ def test_participants_are_the_primaries_and_results_keep_the_input_order() -> No
     assert groups["s-1"].positions == [0, 2] and groups["s-2"].positions == [1]
     assert groups["s-0"].writes == [] and groups["s-0"].checks == [Check("acc", c, 3)]
     assert kind([("acc", a), ("acc", b)], ME) == "cross"
-    assert kind([("acc", k) for k in keys_of("s-1")], ME) == "single"
+
+
+def test_keys_on_one_primary_commit_in_one_step_only_when_they_share_their_other_owners() -> None:
+    """One message per owner, applied whole: a coordinator lost between two messages (and then
+    fenced by a failover) cannot leave half of such a transaction served."""
+    mine = keys_of("s-1", 50)
+    same = [k for k in mine if ME.owners("acc", k) == ME.owners("acc", mine[0])][:2]
+    split = next(k for k in mine if ME.owners("acc", k) != ME.owners("acc", mine[0]))
+    assert kind([("acc", k) for k in same], ME) == "single"
+    assert kind([("acc", mine[0]), ("acc", split)], ME) == "cross"
 
 
 def test_the_coordinator_commits_only_when_every_participant_prepared() -> None:

@@ -38,7 +38,7 @@ from ...errors import BadRequest, Conflict, InsufficientStorage, NotFound, Themi
 from ...storage.documents import Change, Check, DocumentStore, Replicated, StoredDocument, Write
 from ...storage.inflight import InflightLog
 from ...storage.names import urn
-from ..placement.owners import Topology, candidates
+from ..placement.owners import Topology, candidates, same_owners
 from ..placement.views import TopologySource
 from ..replication.delivery import NOT_SENT_REASONS, Replication
 from ..replication.fencing import (
@@ -101,11 +101,12 @@ def change_from_json(d: dict[str, Any]) -> Change:
     )
 
 
-def primary_groups(writes: list[Write], topology: Topology) -> dict[str, list[Write]]:
-    """Writes grouped by their keys' coordinator in this epoch, input order kept."""
-    groups: dict[str, list[Write]] = {}
+def owner_groups(writes: list[Write], topology: Topology) -> dict[tuple[str, ...], list[Write]]:
+    """Writes grouped by their keys' owners (so by coordinator too), input order kept: a group
+    reaches each owner in one message, applied whole, so it commits without two-phase commit."""
+    groups: dict[tuple[str, ...], list[Write]] = {}
     for w in writes:
-        groups.setdefault(primary(topology, w.collection, w.key), []).append(w)
+        groups.setdefault(tuple(topology.owners(w.collection, w.key)), []).append(w)
     return groups
 
 
@@ -360,7 +361,10 @@ class DistributedDocuments:
         }
         if not targets:
             return []
-        if len(targets) > 1:
+        keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
+        # keys on one primary but not the same other owners: two-phase commit too (see
+        # transactions/decisions.py ``kind``)
+        if len(targets) > 1 or (self.cross_shard is not None and not same_owners(keys, topo)):
             if self.cross_shard is None:
                 raise BadRequest(
                     "the keys of this transaction live on different shards "
@@ -432,11 +436,11 @@ class DistributedDocuments:
     async def commit_batch(
         self, writes: list[Write], concern: WriteConcern = DEFAULT_CONCERN
     ) -> list[Change]:
-        """A batch: atomic per coordinator, coordinators in parallel, results in input order."""
+        """A batch: atomic per set of owners, the sets in parallel, results in input order."""
         topo = self.topology
         if not topo.clustered:
             return await self.commit_here(writes, concern)
-        groups = primary_groups(writes, topo)
+        groups = owner_groups(writes, topo)
         results = await asyncio.gather(*(self.commit(group, concern) for group in groups.values()))
         changes = {(c.collection, c.key): c for group in results for c in group}
         return [changes[(w.collection, w.key)] for w in writes]

@@ -117,3 +117,9 @@ def merge_top_k(result_lists: Iterable[list[dict]], k: int) -> list[dict]:
             if seen is None or item["score"] > seen["score"]:
                 best[item["urn"]] = item
     return sorted(best.values(), key=lambda r: (-r["score"], r["urn"]))[:k]
+
+
+def same_owners(keys: Iterable[tuple[str, str]], topology: Topology) -> bool:
+    """Every key has the same owners in the same order: one primary commits them all, with one
+    message per other owner, each applied atomically."""
+    return len({tuple(topology.owners(c, k)) for c, k in keys}) <= 1

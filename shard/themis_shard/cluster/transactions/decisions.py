@@ -10,7 +10,7 @@ from enum import StrEnum
 from ...errors import ThemisError, Unavailable
 from ...storage.documents import Check, Write
 from ...storage.intents import Decision, Intent
-from ..placement.owners import Topology
+from ..placement.owners import Topology, same_owners
 from ..replication.fencing import FENCE_CODES, Delivery
 
 
@@ -70,10 +70,15 @@ def participant_groups(
 
 
 def kind(keys: Iterable[tuple[str, str]], topology: Topology) -> str:
-    """``single`` when one shard coordinates every key (the fast path), else ``cross``."""
+    """``single`` when one shard coordinates every key and every key has the same owners (the
+    fast path: one message per owner, each applied atomically), else ``cross`` (two-phase
+    commit). Keys that share a primary but not their other owners are ``cross`` too: their
+    owners would take their parts in separate messages, and a coordinator that dies between
+    them, followed by a failover that fences it, would leave one part served as committed and
+    the other never applied; prepared intents and their termination protocol cannot."""
     if not topology.clustered:
         return "single"
-    return "single" if len({topology.owners(c, k)[0] for c, k in keys}) <= 1 else "cross"
+    return "single" if same_owners(keys, topology) else "cross"
 
 
 def coordinator_decision(prepared: Iterable[bool]) -> Decision:
