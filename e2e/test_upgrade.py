@@ -64,10 +64,17 @@ class Load(Background):
         super().__init__(self._write, self._read, join_s=30)
 
     def _send(self, c: httpx.Client, method: str, path: str, i: int, **kw) -> httpx.Response | None:
+        """The first answer; None when no shard answered. A connection lost mid-request (a shard
+        stopping under it) sends a read on to the next shard; a write's outcome is then unknown,
+        so it is never counted as acknowledged."""
         for j in range(len(self.urls)):
             try:
                 return c.request(method, self.urls[(i + j) % len(self.urls)] + path, **kw)
             except httpx.ConnectError:
+                continue
+            except httpx.TransportError:
+                if method != "GET":
+                    return None
                 continue
         return None
 
