@@ -355,13 +355,10 @@ class DistributedDocuments:
         topo = self.topology
         if not topo.clustered:
             return await self.commit_here(writes, concern, checks)
-        targets = {
-            primary(topo, c, k)
-            for c, k in [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
-        }
+        keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
+        targets = {primary(topo, c, k) for c, k in keys}
         if not targets:
             return []
-        keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
         # keys on one primary but not the same other owners: two-phase commit too (see
         # transactions/decisions.py ``kind``)
         if len(targets) > 1 or (self.cross_shard is not None and not same_owners(keys, topo)):
