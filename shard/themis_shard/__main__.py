@@ -17,6 +17,7 @@ import uvicorn
 from themis_core.logs import LogSettings, configure_logging
 
 from . import __version__
+from .api.channel_protocol import server_options
 from .app import create_app
 from .cluster.security.cert_reload import CertFiles, CertReloader
 from .settings import Settings
@@ -48,6 +49,7 @@ async def serve(settings: Settings, log_level: str) -> None:
             log_config=None,  # uvicorn's loggers propagate to ours (one format, trace ids)
             access_log=False,  # replaced by api.access_log (route templates, latency, trace id)
             timeout_graceful_shutdown=10,
+            **server_options(),
             **tls,
         )
     )
@@ -64,6 +66,7 @@ async def serve(settings: Settings, log_level: str) -> None:
                 log_config=None,
                 access_log=False,
                 lifespan="off",
+                **server_options(),
                 **mtls,
             )
         )

@@ -21,13 +21,19 @@ class Server:
     def __init__(self, app, port: int | None = None) -> None:
         """``port``: the one the app's settings name (its loopback calls, AQL's INFER)."""
         import uvicorn
+        from themis_shard.api.channel_protocol import server_options
 
         self.app = app
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(
             uvicorn.Config(
-                app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=5
+                app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                timeout_graceful_shutdown=5,
+                **server_options(),
             )
         )
         self._thread = threading.Thread(target=self._server.run, daemon=True)

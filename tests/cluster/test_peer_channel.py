@@ -1,6 +1,8 @@
-"""Spec: shard-to-shard calls travel as frames on one WebSocket per peer (the peer channel),
-answer exactly what the same call answers over HTTP, stay signed and sealed where the cluster
-signs its calls, and fall back to HTTP for a peer that offers no channel."""
+"""Spec: shard-to-shard calls travel as frames on one connection per peer (the peer channel),
+opened as a WebSocket and then carrying bare length-prefixed frames; they answer exactly what
+the same call answers over HTTP, stay signed and sealed where the cluster signs its calls, and
+fall back to HTTP for a peer that offers no channel or only WebSocket frames. A shard still
+serves a peer that speaks WebSocket frames (an older version, mid-upgrade)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ from themis_shard.cluster.transport.channel_wire import (
     decode_request,
     encode_answer,
     encode_request,
+)
+from themis_shard.cluster.transport.framing import (
+    SUBPROTOCOL,
+    FrameBuffer,
+    frame,
+    opening_answer,
+    opening_request,
 )
 from themis_shard.cluster.transport.remote import PeerError, PeerUnavailable, RemoteExecutor, internal_path
 from themis_testing.app_server import Server
@@ -53,6 +62,35 @@ def test_garbage_is_a_frame_error_not_a_crash() -> None:
     for data in (b"no header line", b"[1,2\n", b'["id","GET","/x",[]]\n', b"[1]\n"):
         with pytest.raises(FrameError):
             decode_request(data)
+
+
+def test_bare_frames_come_out_whole_however_the_bytes_arrive() -> None:
+    stream = frame(b"first") + frame(b"") + frame(b"x" * 70_000)
+    whole = FrameBuffer().feed(stream)
+    assert whole == [b"first", b"", b"x" * 70_000]
+    buffer = FrameBuffer()
+    trickled = [f for i in range(len(stream)) for f in buffer.feed(stream[i : i + 1])]
+    assert trickled == whole
+
+
+def test_a_frame_over_the_limit_is_a_frame_error_before_its_bytes_are_held() -> None:
+    with pytest.raises(FrameError, match="over the channel"):
+        FrameBuffer(max_frame=1024).feed((1025).to_bytes(4, "big") + b"x")
+
+
+def test_the_opening_asks_for_bare_frames_and_its_answer_is_read_strictly() -> None:
+    request = opening_request("10.0.0.7:9000", "/internal/channel", {"x-themis-nonce": "n"})
+    assert request.startswith(b"GET /internal/channel HTTP/1.1\r\nHost: 10.0.0.7:9000\r\n")
+    assert f"Sec-WebSocket-Protocol: {SUBPROTOCOL}".encode() in request and request.endswith(b"\r\n\r\n")
+    assert b"x-themis-nonce: n\r\n" in request
+    status, headers = opening_answer(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Protocol: "
+        + SUBPROTOCOL.encode()
+    )
+    assert status == 101 and headers["sec-websocket-protocol"] == SUBPROTOCOL
+    for garbage in (b"SSH-2.0-OpenSSH_9.6", b"HTTP/1.1 101 OK\r\nno colon here"):
+        with pytest.raises(FrameError):
+            opening_answer(garbage)
 
 
 # -- a real shard app on a real server ---------------------------------------------------------
@@ -183,7 +221,7 @@ def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(
             async with executor(server.url) as ex:
                 await ex.get_json("peer", "/internal/collections")
                 first = ex.channels._open["peer"]
-                await first.ws.close()  # the connection drops (a restart, a network blip)
+                first.connection.transport.close()  # the connection drops (a restart, a blip)
                 await asyncio.sleep(0.2)
                 answer = await ex.get_json("peer", "/internal/collections")
                 return first.closed, ex.channels._open["peer"] is not first, answer
@@ -200,23 +238,32 @@ def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(
     assert run(after_exit()).reason == "connect_error"
 
 
-def test_a_peer_that_drops_the_connection_mid_handshake_is_unavailable_not_an_error(monkeypatch) -> None:
-    """Killed while the channel opens: the websocket library reports the closed connection
-    itself, which must read as a failed connect (nothing was sent: retried, then a 503),
-    never escape as an unhandled error (a 500) from whatever request needed the channel."""
-    from themis_shard.cluster.transport import channel
-    from websockets.exceptions import ConnectionClosedError
+async def _raw_peer(handle) -> tuple[asyncio.Server, int]:
+    """A TCP server that runs ``handle(reader, writer)`` for each connection: a peer that
+    misbehaves in exactly one way."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
 
-    async def dropped(*_args, **_kwargs):
-        raise ConnectionClosedError(None, None)
 
-    monkeypatch.setattr(channel, "connect", dropped)
+def _remote(port: int) -> RemoteExecutor:
+    settings = ClusterSettings(request_timeout_s=0.5, connect_timeout_s=1, max_retries=0)
+    return RemoteExecutor(
+        settings, {"peer": f"http://127.0.0.1:{port}"}.__getitem__, registry=CollectorRegistry()
+    )
+
+
+def test_a_peer_that_drops_the_connection_mid_handshake_is_unavailable_not_an_error() -> None:
+    """Killed while the channel opens: the closed connection must read as a failed connect
+    (nothing was sent: retried, then a 503), never escape as an unhandled error (a 500) from
+    whatever request needed the channel."""
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
 
     async def go():
-        settings = ClusterSettings(request_timeout_s=0.5, connect_timeout_s=1, max_retries=0)
-        async with RemoteExecutor(
-            settings, {"peer": "http://127.0.0.1:9"}.__getitem__, registry=CollectorRegistry()
-        ) as ex:
+        server, port = await _raw_peer(hang_up)
+        async with server, _remote(port) as ex:
             with pytest.raises(PeerUnavailable) as gone:
                 await ex.post_json("peer", "/internal/commit", {"writes": []})
             return gone.value
@@ -224,31 +271,136 @@ def test_a_peer_that_drops_the_connection_mid_handshake_is_unavailable_not_an_er
     assert run(go()).reason == "connect_error"
 
 
-def test_a_peer_that_stops_answering_costs_the_call_its_timeout_never_a_hang() -> None:
-    """A peer that opened the channel and then stopped answering (paused, wedged): the call
-    ends at its timeout as a timeout (the frame may have arrived: outcome unknown)."""
-    import orjson
-    from websockets.asyncio.server import serve
+def _granting(then):
+    """A peer that grants bare frames, says hello, then runs ``then(reader, writer)``."""
 
-    async def silent(ws) -> None:
-        await ws.send(orjson.dumps({"nonce": "n", "sealed": False}))
-        async for _ in ws:  # reads every frame, answers none
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n".encode()
+            + frame(b'{"nonce": "n", "sealed": false}')
+        )
+        await then(reader, writer)
+        writer.close()
+
+    return handle
+
+
+def test_a_peer_that_stops_answering_costs_the_call_its_timeout_and_a_long_silence_the_channel() -> None:
+    """A peer that opened the channel and then stopped answering (paused, wedged, or gone
+    without closing its connection): each call ends at its timeout as a timeout (the frame may
+    have arrived: outcome unknown). A short silence keeps the connection (a paused peer answers
+    on resuming); once the peer has said nothing for the silence limit while calls waited, the
+    channel is closed and the next call opens a new one instead of waiting on a dead connection."""
+    openings = 0
+
+    async def silent(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+        nonlocal openings
+        openings += 1
+        while await reader.read(65536):  # reads every frame, answers none
             pass
 
     async def go():
-        async with serve(silent, "127.0.0.1", 0) as server:
-            port = server.sockets[0].getsockname()[1]
-            settings = ClusterSettings(request_timeout_s=0.5, connect_timeout_s=1, max_retries=0)
-            async with RemoteExecutor(
-                settings, {"peer": f"http://127.0.0.1:{port}"}.__getitem__, registry=CollectorRegistry()
-            ) as ex:
-                started = asyncio.get_running_loop().time()
-                with pytest.raises(PeerUnavailable) as stalled:
-                    await ex.post_json("peer", "/internal/commit", {"writes": []})
-                return stalled.value, asyncio.get_running_loop().time() - started
+        server, port = await _raw_peer(_granting(silent))
+        async with server, _remote(port) as ex:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(PeerUnavailable) as stalled:
+                await ex.post_json("peer", "/internal/commit", {"writes": []})
+            elapsed = asyncio.get_running_loop().time() - started
+            first = ex.channels._open["peer"]
+            kept = not first.closed
+            first.silence_limit_s = 0.8  # the next timeout makes the silence longer than this
+            with pytest.raises(PeerUnavailable):
+                await ex.post_json("peer", "/internal/commit", {"writes": []})
+            dropped = first.closed
+            with pytest.raises(PeerUnavailable):
+                await ex.post_json("peer", "/internal/commit", {"writes": []})
+            return stalled.value, elapsed, kept, dropped, ex.channels._open["peer"] is not first
 
-    stalled, elapsed = run(go())
+    stalled, elapsed, kept, dropped, reopened = run(go())
     assert stalled.reason == "timeout" and elapsed < 3
+    assert kept and dropped and reopened and openings == 2
+
+
+def test_a_peer_that_speaks_only_websocket_frames_is_called_over_http(
+    tmp_path, monkeypatch, make_settings
+) -> None:
+    """A shard on uvicorn's own WebSocket protocol (an older version) grants the opening
+    without bare frames: the caller uses HTTP, with the same answers."""
+    import uvicorn
+    from themis_testing.app_server import free_port
+
+    monkeypatch.setenv("THEMIS_CLUSTER_GOSSIP_SECRET", SECRET)
+    port = free_port()
+    config = uvicorn.Config(create_app(make_settings(tmp_path / "shard")), host="127.0.0.1", port=port)
+    server = uvicorn.Server(config)
+    registry = CollectorRegistry()
+
+    async def go():
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.05)
+        try:
+            async with executor(f"http://127.0.0.1:{port}", registry=registry) as ex:
+                answer = await ex.get_json("peer", "/internal/collections")
+                return answer, dict(ex.channels._open)
+        finally:
+            server.should_exit = True
+            await task
+
+    answer, opened = run(go())
+    assert "collections" in answer and opened == {}
+    assert registry.get_sample_value("themis_peer_channel_fallbacks_total", {"peer": "peer"}) == 1
+
+
+def test_a_peer_that_speaks_websocket_frames_is_still_served(shard) -> None:
+    """An older shard's channel: WebSocket messages, sealed the same way, answered the same."""
+    import orjson
+    from websockets.asyncio.client import connect
+
+    async def go():
+        auth = PeerAuth(SECRET, "shard-old")
+        signed = auth.headers("GET", "/internal/channel")
+        uri = "ws" + shard.url.removeprefix("http") + "/internal/channel"
+        async with connect(uri, additional_headers=signed) as ws:
+            assert ws.subprotocol is None
+            hello = orjson.loads(await ws.recv())
+            send_key, receive_key = auth.channel_keys(signed["x-themis-nonce"], hello["nonce"])
+            send, receive = Seal(send_key), Seal(receive_key)
+            await ws.send(send.seal(encode_request(RequestFrame(1, "GET", "/internal/collections", [], b""))))
+            return decode_answer(receive.open(await ws.recv()))
+
+    answer = run(go())
+    assert answer.id == 1 and answer.status == 200 and "collections" in orjson_loads(answer.body)
+
+
+def test_a_bare_frame_that_fails_its_seal_closes_the_connection(shard) -> None:
+    async def go():
+        auth = PeerAuth(SECRET, "shard-9")
+        signed = auth.headers("GET", "/internal/channel")
+        host = shard.url.removeprefix("http://")
+        reader, writer = await asyncio.open_connection(*host.split(":"))
+        writer.write(opening_request(host, "/internal/channel", signed))
+        status, headers = opening_answer((await reader.readuntil(b"\r\n\r\n"))[:-4])
+        assert status == 101 and headers["sec-websocket-protocol"] == SUBPROTOCOL
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        await reader.readexactly(size)  # the hello
+        forged = Seal(b"not the key").seal(
+            encode_request(RequestFrame(1, "GET", "/internal/collections", [], b""))
+        )
+        writer.write(frame(forged))
+        rest = await asyncio.wait_for(reader.read(), 5)  # the server closes: end of stream
+        writer.close()
+        return rest
+
+    assert run(go()) == b""
+
+
+def orjson_loads(data: bytes):
+    import orjson
+
+    return orjson.loads(data)
 
 
 def test_a_direct_handler_refuses_exactly_as_its_route_does(shard) -> None:

@@ -6,6 +6,10 @@ frames. Each frame runs through this very app as an HTTP request — same routes
 metrics and error bodies — and its answer goes back as one frame with the request's id, in
 whatever order the answers are ready. Frames are sealed per connection where calls are signed
 (``channel_wire.Seal``); one that fails its seal closes the connection.
+
+A peer that asks for bare frames (``framing.SUBPROTOCOL``) on a listener whose protocol offers
+them (``channel_protocol.ChannelProtocol``) gets them; any other peer gets WebSocket frames,
+with the same requests and answers inside.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from ..cluster.transport.channel_wire import (
     decode_request,
     encode_answer,
 )
+from ..cluster.transport.framing import SUBPROTOCOL
 from ..errors import ThemisError, error_body
 from . import inference, internal
 from .access_log import finish
+from .channel_protocol import EXTENSION, BareFrames
 from .internal import FrameHandler, FullRequest
 
 log = logging.getLogger(__name__)
@@ -71,64 +77,128 @@ async def channel(websocket: WebSocket) -> None:
             await websocket.close(code=POLICY_VIOLATION)
             return
         client_nonce = headers["x-themis-nonce"]
-    await websocket.accept()
+    switch = websocket.scope.get("extensions", {}).get(EXTENSION)
+    bare = switch is not None and SUBPROTOCOL in websocket.scope.get("subprotocols", ())
+    await websocket.accept(subprotocol=SUBPROTOCOL if bare else None)
     server_nonce = secrets.token_hex(16)
-    await websocket.send_bytes(orjson.dumps({"nonce": server_nonce, "sealed": policy.required}))
+    hello = orjson.dumps({"nonce": server_nonce, "sealed": policy.required})
+    receive_seal, send_seal = Seal(None), Seal(None)
     if policy.required:
         receive_key, send_key = channel_keys(policy.secret, client_nonce, server_nonce)
-        frames = _Frames(websocket, Seal(receive_key), Seal(send_key))
+        receive_seal, send_seal = Seal(receive_key), Seal(send_key)
+    if bare:
+        link: BareFrames = switch()
+        link.write_now(hello)
+        await _serve_bare(link, _Frames(websocket.scope, receive_seal, _bare_sender(link, send_seal)))
     else:
-        frames = _Frames(websocket, Seal(None), Seal(None))
-    await frames.serve()
+        await websocket.send_bytes(hello)
+        sender = _websocket_sender(websocket, send_seal)
+        await _serve_websocket(websocket, _Frames(websocket.scope, receive_seal, sender))
+
+
+def _bare_sender(link: BareFrames, seal: Seal) -> Callable[[bytes], Awaitable[None]]:
+    async def send(data: bytes) -> None:
+        await link.writable()
+        link.write_now(seal.seal(data))  # sealed as written: answers leave in sequence order
+
+    return send
+
+
+def _websocket_sender(websocket: WebSocket, seal: Seal) -> Callable[[bytes], Awaitable[None]]:
+    lock = asyncio.Lock()
+
+    async def send(data: bytes) -> None:
+        async with lock:  # sealed in the order sent: the peer checks the sequence
+            # a peer gone meanwhile reports this call as sent without an answer
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                await websocket.send_bytes(seal.seal(data))
+
+    return send
+
+
+async def _serve_websocket(websocket: WebSocket, frames: _Frames) -> None:
+    try:
+        while True:
+            if not frames.accept(await websocket.receive_bytes()):
+                await frames.room()
+    except WebSocketDisconnect:
+        pass
+    except (FrameError, KeyError, RuntimeError) as exc:
+        log.warning("closing a peer channel: %s", exc)
+        await websocket.close(code=POLICY_VIOLATION)
+    finally:
+        await frames.drain()
+
+
+async def _serve_bare(link: BareFrames, frames: _Frames) -> None:
+    def take(payload: bytes) -> bool:
+        if link.ended.done():  # closing: the frames behind a bad one are not read
+            return False
+        try:
+            return frames.accept(payload)
+        except (FrameError, KeyError, RuntimeError) as exc:
+            log.warning("closing a peer channel: %s", exc)
+            link.end()
+            return False
+
+    frames.on_room = link.room
+    link.consume(take)
+    try:
+        await link.ended
+    finally:
+        await frames.drain()
 
 
 class _Frames:
-    def __init__(self, websocket: WebSocket, receive: Seal, send: Seal) -> None:
-        self.websocket = websocket
+    """The calls of one connection: each frame runs as a task, its answer sent when ready."""
+
+    def __init__(
+        self, scope: dict[str, Any], receive: Seal, write: Callable[[bytes], Awaitable[None]]
+    ) -> None:
+        """``write`` seals and sends one answer."""
         self.receive_seal = receive
-        self.send_seal = send
-        self.send_lock = asyncio.Lock()
-        self.slots = asyncio.Semaphore(MAX_CONCURRENT_FRAMES)
+        self.write = write
         self.tasks: set[asyncio.Task] = set()
-        ws = websocket.scope
-        self.app = ws["app"]
+        self.on_room: Callable[[], None] | None = None
+        self._room = asyncio.Event()
+        self.app = scope["app"]
         self.shard = self.app.state.node
         self.spans: Spans = getattr(self.app.state, "spans", None) or NoSpans()
         self.handlers = frame_handlers(self.shard.settings.llm.enabled)
-        self.base_scope = {k: ws[k] for k in ("server", "client", "root_path", "state") if k in ws}
-        self.base_scope["scheme"] = "https" if ws.get("scheme") == "wss" else "http"
+        self.base_scope = {k: scope[k] for k in ("server", "client", "root_path", "state") if k in scope}
+        self.base_scope["scheme"] = "https" if scope.get("scheme") == "wss" else "http"
 
-    async def serve(self) -> None:
-        try:
-            while True:
-                data = await self.websocket.receive_bytes()
-                frame = decode_request(self.receive_seal.open(data))
-                await self.slots.acquire()
-                task = asyncio.create_task(self._run(frame))
-                self.tasks.add(task)
-                task.add_done_callback(self._done)
-        except WebSocketDisconnect:
-            pass
-        except (FrameError, KeyError, RuntimeError) as exc:
-            log.warning("closing a peer channel: %s", exc)
-            await self.websocket.close(code=POLICY_VIOLATION)
-        finally:
-            # Calls still running finish (a write is never cut in half; their answers are
-            # dropped), and the connection ends only then: a shard shutting down closes its
-            # store after its connections, never under a write.
-            if self.tasks:
-                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+    def accept(self, data: bytes) -> bool:
+        """Start the call ``data`` carries; False once ``MAX_CONCURRENT_FRAMES`` are running
+        (read no more until :meth:`room`). Raises ``FrameError`` for a frame that fails its
+        seal or is malformed: the connection cannot be trusted further."""
+        frame = decode_request(self.receive_seal.open(data))
+        task = asyncio.create_task(self._run(frame))
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+        return len(self.tasks) < MAX_CONCURRENT_FRAMES
+
+    async def room(self) -> None:
+        while len(self.tasks) >= MAX_CONCURRENT_FRAMES:
+            self._room.clear()
+            await self._room.wait()
+
+    async def drain(self) -> None:
+        """Calls still running finish (a write is never cut in half; answers that can no longer
+        be sent are dropped), and the connection ends only then: a shard shutting down closes
+        its store after its connections, never under a write."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
-        self.slots.release()
+        if len(self.tasks) < MAX_CONCURRENT_FRAMES:
+            self._room.set()
+            if self.on_room is not None:
+                self.on_room()
 
     async def _run(self, frame: RequestFrame) -> None:
-        answer = await self._answer(frame)
-        async with self.send_lock:  # sealed in the order sent: the peer checks the sequence
-            # a peer gone meanwhile reports this call as sent without an answer
-            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-                await self.websocket.send_bytes(self.send_seal.seal(encode_answer(answer)))
+        await self.write(encode_answer(await self._answer(frame)))
 
     def _direct_call(
         self, method: str, path: str, query: str, body: bytes
