@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -117,15 +117,14 @@ class Spans(Protocol):
 class NoSpans:
     """Ids only, nothing recorded: what the shard does without the [otel] extra."""
 
-    @contextmanager
-    def server(self, name: str, incoming: TraceContext | None) -> Iterator[ServerSpan]:
-        yield ServerSpan(incoming.child() if incoming is not None else new_trace())
+    # plain ``nullcontext`` objects, not generator-based context managers: two per request
+    def server(self, name: str, incoming: TraceContext | None) -> AbstractContextManager[ServerSpan]:
+        return nullcontext(ServerSpan(incoming.child() if incoming is not None else new_trace()))
 
-    @contextmanager
     def client(
         self, name: str, parent: TraceContext | None, attributes: Mapping[str, Attribute]
-    ) -> Iterator[TraceContext | None]:
-        yield None if parent is None else parent.child()
+    ) -> AbstractContextManager[TraceContext | None]:
+        return nullcontext(None if parent is None else parent.child())
 
     def close(self) -> None:
         pass

@@ -590,7 +590,8 @@ class DocumentStore:
 
         def publish() -> None:  # by the group's leader, under ``_lock``, once durable
             for c in touched:
-                self._configs.setdefault(c, CollectionConfig(name=c))
+                if c not in self._configs:
+                    self._configs[c] = CollectionConfig(name=c)
             self._generations.update(generations)
             self._counts.update(counts)
             for skey in docs:

@@ -283,9 +283,10 @@ class ChannelPool:
         headers: dict[str, str],
         body: bytes,
         timeout_s: float,
-    ) -> httpx.Response:
-        """One call over ``peer``'s channel. Raises :class:`NoChannel` (use HTTP) or the httpx
-        error that says how far the call got."""
+    ) -> AnswerFrame:
+        """One call over ``peer``'s channel: its answer's ``status_code`` and ``content``, as
+        an HTTP response has them. Raises :class:`NoChannel` (use HTTP) or the httpx error that
+        says how far the call got."""
         if len(body) > MAX_FRAME_BODY:
             raise NoChannel(peer)
         if self._clock() < self._refused_until.get(peer, 0.0):
@@ -293,10 +294,7 @@ class ChannelPool:
             raise NoChannel(peer)
         channel = await self._channel(peer)
         pairs = [*self.headers.items(), *headers.items()]
-        answer = await channel.call(lambda rid: RequestFrame(rid, method, target, pairs, body), timeout_s)
-        return httpx.Response(
-            answer.status, headers={"content-type": answer.content_type}, content=answer.body
-        )
+        return await channel.call(lambda rid: RequestFrame(rid, method, target, pairs, body), timeout_s)
 
     async def _channel(self, peer: str) -> PeerChannel:
         channel = self._open.get(peer)

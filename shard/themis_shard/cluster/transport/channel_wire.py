@@ -42,6 +42,15 @@ class AnswerFrame:
     content_type: str
     body: bytes
 
+    # what the remote executor reads of an HTTP response, so a frame is answered without one
+    @property
+    def status_code(self) -> int:
+        return self.status
+
+    @property
+    def content(self) -> bytes:
+        return self.body
+
 
 def encode_request(frame: RequestFrame) -> bytes:
     head = orjson.dumps([frame.id, frame.method, frame.target, frame.headers])

@@ -33,7 +33,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -54,6 +54,16 @@ IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 #: Failures where the request provably never reached the peer: safe to retry even a POST.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class PeerAnswer(Protocol):
+    """What is read of a peer's answer: an HTTP response, or a channel's answer frame."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def content(self) -> bytes: ...
 
 
 class RemoteCallError(Exception):
@@ -348,7 +358,7 @@ class RemoteExecutor:
             self.metrics.retries.labels(peer=peer).inc()
             await self._sleep(self.backoff_s(attempt - 1))
 
-    async def _send(self, peer: str, method: str, url: str, path: str, kw: dict[str, Any]) -> httpx.Response:
+    async def _send(self, peer: str, method: str, url: str, path: str, kw: dict[str, Any]) -> PeerAnswer:
         """One attempt: over the peer's channel for an ``/internal`` call, else HTTP."""
         if self.channels is not None and path.startswith("/internal/"):
             target = path
@@ -459,7 +469,7 @@ class RemoteExecutor:
         text = detail if isinstance(detail, str) else (f"{type(detail).__name__}: {detail}".rstrip(": "))
         return PeerUnavailable(peer, reason, text, status=status)
 
-    def _refused_signature(self, peer: str, resp: httpx.Response) -> PeerUnavailable:
+    def _refused_signature(self, peer: str, resp: PeerAnswer) -> PeerUnavailable:
         """A peer's 401 on ``/internal``: it refused this shard's signature (clock skew, a stale
         request it read late, another cluster secret). A fault between shards, never the
         client's own 401: the caller fails over or answers 503 ``peer_auth_failed``."""
@@ -470,7 +480,7 @@ class RemoteExecutor:
         exc.code = "peer_auth_failed"
         return exc
 
-    def _accept(self, peer: str, resp: httpx.Response, expect: Expect, model: type[M] | None) -> Any:
+    def _accept(self, peer: str, resp: PeerAnswer, expect: Expect, model: type[M] | None) -> Any:
         breaker = self.breakers.get(peer)
         if expect == "bytes":
             value: Any = resp.content
@@ -534,11 +544,11 @@ def internal_path(*segments: str) -> str:
     )
 
 
-def refused_signature(path: str, resp: httpx.Response) -> bool:
+def refused_signature(path: str, resp: PeerAnswer) -> bool:
     return resp.status_code == 401 and path.startswith("/internal/")
 
 
-def _peer_error(peer: str, resp: httpx.Response) -> PeerError:
+def _peer_error(peer: str, resp: PeerAnswer) -> PeerError:
     code, message = "http_error", f"HTTP {resp.status_code}"
     try:
         err = json.loads(resp.content)["error"]
