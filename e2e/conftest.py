@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from themis_testing.ports import free_port
 
 #: The gossip secret of the e2e clusters: it also signs their /internal/... calls.
 E2E_SECRET = "e2e-secret"
@@ -25,12 +25,6 @@ def peer_auth(secret: str = E2E_SECRET):
     from themis_shard.cluster.security.peer_auth import PeerAuth
 
     return PeerAuth(secret, "e2e-test")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -173,11 +173,9 @@ def chart_alert_rules() -> dict:
 
 
 def free_port() -> int:
-    import socket
+    from themis_testing.ports import free_port as pick
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return pick()
 
 
 def wait_for(check, timeout: float, what: str):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from themis_testing import real_cluster  # noqa: E402 (needs the path above)
+from themis_testing.ports import free_port  # noqa: E402
 
 #: A fresh namespace per run keeps the node's /etc/hosts names apart from other runs.
 NAMESPACE = f"themis-{uuid.uuid4().hex[:6]}"
@@ -51,12 +51,6 @@ config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
 release = asyncio.run(helm_sdkpy.Install(config).run("themis", chart, values=values, wait=False, timeout=60))
 print(json.dumps({"name": release.get("name"), "status": (release.get("info") or {}).get("status")}))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def eventually(check, timeout: float = 30.0, log: Path | None = None, interval: float = 0.3):

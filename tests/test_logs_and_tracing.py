@@ -7,7 +7,6 @@ import asyncio
 import io
 import json
 import logging
-import socket
 import threading
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from themis_shard.cluster.settings import ClusterSettings
 from themis_shard.cluster.transport.remote import RemoteExecutor
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.settings import Settings
+from themis_testing.ports import free_port as _free_port
 
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -124,12 +124,6 @@ def test_log_format_is_chosen_by_env_and_text_lines_show_the_trace(monkeypatch) 
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
     assert "[4bf92f3577b34da6a3ce929d0e0e4736]: hello" in out.getvalue()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_peer_client_carries_the_trace_to_the_next_shard(tmp_path: Path, caplog) -> None:

@@ -4,7 +4,6 @@ W3C traceparent the shards propagate; without it (or unconfigured) nothing chang
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from themis_shard.app import create_app
 from themis_shard.llm.settings import LLMSettings
 from themis_shard.otel import OtelSettings, build_spans, wanted
 from themis_shard.settings import Settings
+from themis_testing.ports import free_port as _free_port
 
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 CALLER = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
@@ -70,12 +70,6 @@ def test_a_shard_without_the_extra_serves_as_before_even_with_an_endpoint_set(tm
 
 
 # ---- spans across a forwarded request -----------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def recorded():
     """Each shard's own OpenTelemetry provider, recording into memory."""

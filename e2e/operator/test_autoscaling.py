@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ import httpx
 import pytest
 import yaml
 from themis_testing.background import Background
+from themis_testing.ports import free_port
 
 from .conftest import ROOT, Kubectl, eventually, kube_stack
 
@@ -72,12 +72,6 @@ VALUES = {
     },
 }
 METRICS = {"themis_pending_llm_requests", "themis_llm_kv_utilization", "themis_llm_ttft_p90_seconds"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rendered(namespace: str) -> list[dict]:
@@ -166,7 +160,6 @@ class Load(Background):
                 )
                 if r.status_code == 200:
                     self.answered += 1
-
 
 
 def test_the_hpa_scales_the_cluster_out_under_llm_load_and_back_in_when_idle(kubectl_binary, tmp_path):

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import httpx
 
+from .ports import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["Server", "free_port"]
 
 
 class Server:

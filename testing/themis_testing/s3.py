@@ -6,7 +6,6 @@ nothing of Themis is faked.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -16,11 +15,7 @@ from pathlib import Path
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .ports import free_port as _free_port
 
 
 @contextmanager

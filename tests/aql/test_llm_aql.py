@@ -3,21 +3,15 @@ inference runs in process (no HTTP call of the shard to itself). Kept short: max
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from themis_testing.ports import free_port
 
 pytestmark = pytest.mark.llm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

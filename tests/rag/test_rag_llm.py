@@ -7,7 +7,6 @@ runs the caller's inference in process, under the caller's key."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import httpx
 import pytest
 from themis_core.access_policy import Role
 from themis_core.api_keys import entry_for, new_key
+from themis_testing.ports import free_port
 
 pytestmark = pytest.mark.llm
 
@@ -27,12 +27,6 @@ FACTS = {
     "kiwi": ("The kiwi is a flightless bird from New Zealand.", "oceania"),
     "berlin": ("Berlin is the capital of Germany.", "europe"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,10 @@ from pathlib import Path
 
 import httpx
 
+from ..ports import free_port as _free_port
+
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_DIR = REPO / ".themis" / "kube"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:
