@@ -173,11 +173,14 @@ def test_the_hpa_scales_the_cluster_out_under_llm_load_and_back_in_when_idle(kub
     ]
     assert {d["kind"] for d in wanted} == {"ThemisCluster", "HorizontalPodAutoscaler", "ConfigMap"}
     procs: list[subprocess.Popen] = []
-    with kube_stack(tmp_path / "kube", namespace) as stack:
+    with kube_stack(tmp_path / "kube", namespace, operator=False) as stack:
         kubectl = Kubectl(kubectl_binary, stack.kubeconfig, namespace)
         kubectl.run("apply", "-f", str(ROOT / "crds"))
         kubectl.run("create", "namespace", namespace, check=False)
         kubectl.run("apply", "-f", "-", input=yaml.safe_dump_all(wanted))
+        # started once its CRD, namespace and cluster exist: a kopf that looked before the CRD
+        # was there once never saw the cluster (CI: no handler ran in 7 minutes)
+        stack.start_operator()
 
         rules = kubectl.json("configmap", "themis-prometheus-adapter-rules")["data"]["config.yaml"]
         (tmp_path / "adapter.yaml").write_text(rules)

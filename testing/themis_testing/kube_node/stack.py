@@ -94,13 +94,29 @@ class Stack:
             node += ["--dockerfile", str(self.dockerfile)]
         self._spawn("node", [py, *node], self.node_env)
         if self.with_operator:
-            self._spawn(
-                "operator",
-                [py, "-m", "themis_operator", "--kubeconfig", str(self.kubeconfig), *self.operator_args],
-                self.operator_env,
-            )
-        (self.dir / "pids.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
+            self.start_operator()
+        self._write_pids()
         return self
+
+    def start_operator(self) -> None:
+        """Start the operator (``start`` does unless built with ``operator=False``: a test that
+        needs its resources in place before the operator's first look starts it itself)."""
+        self._spawn(
+            "operator",
+            [
+                sys.executable,
+                "-m",
+                "themis_operator",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                *self.operator_args,
+            ],
+            self.operator_env,
+        )
+        self._write_pids()
+
+    def _write_pids(self) -> None:
+        (self.dir / "pids.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
 
     def _wait(self, check, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
