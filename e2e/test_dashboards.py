@@ -30,6 +30,7 @@ from themis_client import Operation, RateLimited, ThemisClient
 from themis_core.access_policy import Role
 from themis_core.api_keys import entry_for, new_key
 from themis_core.tenant_policy import TenantPolicy
+from themis_testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus")
@@ -170,12 +171,6 @@ def chart_alert_rules() -> dict:
         {"prometheusRule": {"enabled": True}}, name="themis", namespace="themis"
     )
     return {"groups": yaml.safe_load(out["themis/templates/prometheusrule.yaml"])["spec"]["groups"]}
-
-
-def free_port() -> int:
-    from themis_testing.ports import free_port as pick
-
-    return pick()
 
 
 def wait_for(check, timeout: float, what: str):

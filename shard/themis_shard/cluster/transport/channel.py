@@ -38,13 +38,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .channel_wire import AnswerFrame, FrameError, RequestFrame, Seal, decode_answer, encode_request
 from .corked import CorkedWriter
-from .framing import MAX_OPENING_ANSWER, SUBPROTOCOL, FrameBuffer, frame, opening_answer, opening_request
+from .framing import (
+    MAX_FRAME_BODY,
+    MAX_OPENING_ANSWER,
+    SUBPROTOCOL,
+    FrameBuffer,
+    frame,
+    opening_answer,
+    opening_request,
+)
 
 log = logging.getLogger(__name__)
 
 CHANNEL_PATH = "/internal/channel"
-#: Bodies above this go over HTTP (a channel frame is held whole in memory on both sides).
-MAX_FRAME_BODY = 8 << 20
 #: A peer that answers nothing for this long while calls wait is taken for gone (what a
 #: WebSocket keepalive with a 20 s ping timeout would decide).
 SILENCE_LIMIT_S = 20.0
@@ -199,7 +205,8 @@ class PeerChannel:
                 return await asyncio.shield(future)
         except TimeoutError:
             self._waiting.pop(rid, None)
-            silent_s = self._clock() - (self._unanswered_since or self._clock())
+            now = self._clock()
+            silent_s = 0.0 if self._unanswered_since is None else now - self._unanswered_since
             if silent_s >= self.silence_limit_s:
                 self._close(f"silent for {silent_s:.0f} s while calls waited")
             raise httpx.ReadTimeout(f"no answer from {self.peer} in {timeout_s:g} s") from None

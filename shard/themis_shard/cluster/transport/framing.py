@@ -19,8 +19,10 @@ from .channel_wire import FrameError
 
 #: The WebSocket subprotocol that means "bare length-prefixed frames from here on".
 SUBPROTOCOL = "themis-frames.1"
-#: The largest frame either side accepts (a body of ``channel.MAX_FRAME_BODY`` plus its head).
-MAX_FRAME = (8 << 20) + (64 << 10)
+#: Bodies above this go over HTTP (a frame is held whole in memory on both sides).
+MAX_FRAME_BODY = 8 << 20
+#: The largest frame either side accepts: the largest body plus its head.
+MAX_FRAME = MAX_FRAME_BODY + (64 << 10)
 #: The largest answer head to an opening.
 MAX_OPENING_ANSWER = 64 << 10
 PREFIX = 4
