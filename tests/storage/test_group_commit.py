@@ -95,7 +95,6 @@ def test_a_failed_synced_write_fails_its_group_and_everything_staged_behind_it()
 
 def test_a_store_commits_concurrently_and_keeps_every_acknowledged_write_after_reopen(tmp_path) -> None:
     store = DocumentStore(tmp_path / "db")
-    assert store.wal_fsync_unlocked  # the WAL is in the database directory: fsynced without the GIL
     failures = []
 
     def put(i: int) -> None:
@@ -202,3 +201,53 @@ def test_a_group_is_synced_when_any_of_its_items_needs_it() -> None:
     group.close()
     assert write.writes == [[b"held"], [b"a", b"b"], [b"c"]]
     assert write.synced == [True, True, False]
+
+
+def test_an_unsynced_item_with_nothing_ahead_is_written_and_published_by_its_caller() -> None:
+    """No fsync to keep off the caller's thread and nothing to overtake: no hand-off to the
+    committer thread and back."""
+    write, lock, published = HeldWrite(), threading.RLock(), []
+    write.release.set()
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    with lock:
+        item = group.stage(
+            [("put", b"a", b"v", None)], lambda: published.append(threading.current_thread()), synced=False
+        )
+        assert item.done and published == [threading.current_thread()]  # before stage returned
+    group.wait(item)
+    assert write.writes == [[b"a"]] and write.synced == [False]
+    assert group._thread is None  # the committer was never needed
+    group.close()
+
+
+def test_an_unsynced_item_staged_behind_a_write_in_progress_waits_its_turn() -> None:
+    write, lock, order = HeldWrite(), threading.RLock(), []
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    with lock:
+        first = group.stage([("put", b"held", b"v", None)], lambda: order.append(b"held"))
+    assert write.entered.wait(30)
+    with lock:
+        behind = group.stage([("put", b"a", b"v", None)], lambda: order.append(b"a"), synced=False)
+    assert not behind.done
+    write.release.set()
+    group.wait(behind)
+    group.wait(first)
+    group.close()
+    assert order == [b"held", b"a"]
+    assert write.writes == [[b"held"], [b"a"]]
+
+
+def test_a_failed_unsynced_write_by_its_caller_fails_the_item_and_forgets_what_was_planned() -> None:
+    forgotten, published = [], []
+
+    def refuse(ops: list, synced: bool = True) -> None:
+        raise OSError("disk gone")
+
+    lock = threading.RLock()
+    group = GroupCommit(refuse, lock, on_failure=lambda: forgotten.append(True))
+    with lock:
+        item = group.stage([("put", b"a", b"v", None)], lambda: published.append(b"a"), synced=False)
+    with pytest.raises(OSError, match="disk gone"):
+        group.wait(item)
+    assert forgotten == [True] and published == []
+    group.close()

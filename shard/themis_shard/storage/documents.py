@@ -207,9 +207,7 @@ class DocumentStore:
         self._unsynced.sync = False
         self._no_wal = WriteOptions()
         self._no_wal.disable_wal = True
-        self._wal = WalSync(self.path)
-        #: commits fsync the WAL themselves, without the GIL (``wal_sync``); else sync=True
-        self.wal_fsync_unlocked = self._wal.available()
+        self._wal = WalSync(self._db)  # commits fsync the WAL without the GIL (``wal_sync``)
         self._lock = threading.RLock()
         self._observers: list[StoreObserver] = []
         self._configs: dict[str, CollectionConfig] = {
@@ -224,7 +222,6 @@ class DocumentStore:
         self._pending: dict[bytes, tuple[bytes | None, int]] = {}
         self._staged_seq = 0
         self._group = GroupCommit(self._write_ops, self._lock, self._forget_planned)
-        self.last_group_size = 0
         self.health.attach_probe(self._probe_write)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -248,6 +245,11 @@ class DocumentStore:
     def column_family(self, name: str):
         """(column family, handle, synced write options) for a neighbour such as the hint log."""
         return self._db.get_column_family(name), self._handles[name], self._db, self._sync
+
+    @property
+    def last_group_size(self) -> int:
+        """How many commits the last write carried (with one fsync when any needed it)."""
+        return self._group.last_group_size
 
     @property
     def commits_idle(self) -> bool:
@@ -599,12 +601,10 @@ class DocumentStore:
                     del self._pending[skey]
             for observer in self._observers:
                 observer.apply(changes, generations)
-            self.last_group_size = item.group_size
             if started is not None:
                 self.last_commit_seconds = time.perf_counter() - started
 
-        item = self._group.stage(batch.ops, publish, synced)
-        return item
+        return self._group.stage(batch.ops, publish, synced)
 
     def _write_ops(self, ops: list[Op], synced: bool = True) -> None:
         """One write of every staged operation, synced unless no item needed it (the group's
@@ -617,14 +617,10 @@ class DocumentStore:
                 batch.delete_range(key, value, handle)
             else:
                 batch.delete(key, handle)
-        if not synced:
-            self._db.write(batch, self._unsynced)
-        elif self.wal_fsync_unlocked:
-            self._db.write(batch, self._unsynced)
+        self._db.write(batch, self._unsynced)
+        if synced:
             with self.health.guard():  # an fsync error is the disk's refusal too
                 self._wal.sync()
-        else:
-            self._db.write(batch, self._sync)
 
     def _forget_planned(self) -> None:
         """A synced write failed: every staged commit failed with it (``GroupCommit``)."""

@@ -11,7 +11,9 @@ before; what changes is how many writes one fsync carries: at N concurrent write
 An item may be staged unsynced (``synced=False``): a coordinator's install whose records an
 in-flight entry already holds durably (``storage/inflight.py``). A group of such items only is
 written without an fsync (the OS has it, so it survives ``kill -9``; the next synced group
-carries it to disk, and the WAL keeps it in order before anything written later).
+carries it to disk, and the WAL keeps it in order before anything written later). Staged with
+nothing queued or being written, such an item is written at once by its caller: there is no
+fsync to keep off the caller's thread, and nothing it could overtake.
 
 A failed write fails its whole group and every item staged after it (they were validated
 against the failed items' versions): the store resets what it planned (``on_failure``) under its
@@ -85,6 +87,8 @@ class GroupCommit:
         self._writing = False
         self._closed = False
         self._thread: threading.Thread | None = None
+        #: how many items the last write carried
+        self.last_group_size = 0
 
     def stage(self, ops: list[Op], publish: Callable[[], None], synced: bool = True) -> Staged:
         """Queue ``ops`` (call with the commit lock held, in commit order). The committer
@@ -93,6 +97,9 @@ class GroupCommit:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the document store is closed")
+            if not synced and not self._queue and not self._writing:
+                self._write_alone(item)
+                return item
             self._queue.append(item)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -147,6 +154,24 @@ class GroupCommit:
                 self._writing = True
             self._lead(group)
 
+    def _write_alone(self, item: Staged) -> None:
+        """An unsynced item with nothing ahead of it, written by its caller (under the commit
+        lock and the condition, so nothing is staged or written meanwhile): a write without an
+        fsync holds the GIL for its whole length in any thread, and handing it to the committer
+        and back cost ~0.17 ms of waking threads and loops for ~0.04 ms of writing."""
+        item.group_size = self.last_group_size = 1
+        try:
+            self._write(item.ops, False)
+        except BaseException as exc:
+            item.error = exc
+            self._on_failure()
+        else:
+            try:
+                item.publish()
+            except Exception:  # durable already: never report an applied write as failed
+                log.exception("publishing a committed write failed")
+        _finish(item)
+
     def _lead(self, group: list[Staged]) -> None:
         try:
             self._write([op for item in group for op in item.ops], any(item.synced for item in group))
@@ -162,6 +187,7 @@ class GroupCommit:
                 self._cond.notify_all()
             return
         with self._commit_lock:
+            self.last_group_size = len(group)
             for item in group:
                 item.group_size = len(group)
                 try:
