@@ -139,3 +139,61 @@ def test_plain_transactions_are_counted_under_the_routes_template(client: TestCl
     client.post("/v1/transactions", json=txn(put("m", {"a": 1})))
     metrics = client.get("/metrics").text
     assert 'themis_http_requests_total{method="POST",route="/v1/transactions",status="200"}' in metrics
+
+
+# -- what the layers around every route do, done for these too ---------------------------------
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "themis.access"]
+
+
+def test_every_request_of_these_paths_is_logged_traced_and_counted_once(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Served without routing or by the route (a condition), each has one access line under
+    the route's template, a ``traceresponse`` header, and one count."""
+    template = "/v1/collections/{collection}/documents/{key}"
+    with caplog.at_level("INFO", logger="themis.access"):
+        plain = client.put("/v1/collections/books/documents/t", json={"v": 1})
+        routed = client.put("/v1/collections/books/documents/t", json={"v": 2}, headers={"If-Match": "1"})
+        got = client.get("/v1/collections/books/documents/t")
+    assert [r.status_code for r in (plain, routed, got)] == [200, 200, 200]
+    lines = [line.rsplit(" ", 1)[0] for line in access_lines(caplog)]  # without the latency
+    assert lines == [f"PUT {template} 200", f"PUT {template} 200", f"GET {template} 200"]
+    traced = [r.headers["traceresponse"] for r in (plain, routed, got)]
+    assert len(set(traced)) == 3 and all(t.startswith("00-") for t in traced)
+    metrics = client.get("/metrics").text
+    counted = f'themis_http_requests_total{{method="PUT",route="{template}",status="200"}} 2.0'
+    assert counted in metrics
+
+
+def test_a_traceparent_sent_by_the_caller_is_continued(client: TestClient) -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    r = client.put("/v1/collections/books/documents/p", json={"v": 1}, headers={"traceparent": parent})
+    assert r.status_code == 200
+    assert r.headers["traceresponse"].split("-")[1] == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_a_body_without_a_declared_length_is_still_served(client: TestClient) -> None:
+    def chunks():
+        yield b'{"title": '
+        yield b'"streamed"}'
+
+    r = client.put(
+        "/v1/collections/books/documents/s", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 200, r.text
+    assert client.get("/v1/collections/books/documents/s").json()["document"] == {"title": "streamed"}
+
+
+def test_a_body_over_the_request_limit_is_the_stacks_413(tmp_path) -> None:
+    from themis_shard.app import create_app
+
+    from tests.conftest import shard_settings
+
+    settings = shard_settings(tmp_path / "shard").model_copy(update={"max_request_bytes": 64})
+    with TestClient(create_app(settings)) as small:
+        r = small.put("/v1/collections/books/documents/big", json={"body": "x" * 100})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+        assert small.get("/v1/collections/books/documents/big").status_code == 404
