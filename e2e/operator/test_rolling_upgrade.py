@@ -53,6 +53,8 @@ def test_a_template_change_rolls_one_shard_at_a_time_without_losing_a_write_or_f
     kubectl.run("apply", "-f", "-", input=json.dumps(example))
     eventually(lambda: len(p := pods(kubectl)) == 3 and all(ready(x) for x in p.values()), timeout=120)
     before = {name: p["metadata"]["uid"] for name, p in pods(kubectl).items()}
+    with client(kubectl) as db:  # pods are Ready before the Service routes to them (endpoints follow)
+        eventually(lambda: db.put("roll", "seed", {"n": 0}), timeout=60)
 
     acked: dict[str, int] = {}
     failures: list[str] = []
@@ -60,7 +62,6 @@ def test_a_template_change_rolls_one_shard_at_a_time_without_losing_a_write_or_f
 
     def load() -> None:
         with client(kubectl) as db:
-            db.put("roll", "seed", {"n": 0})
             n = 0
             while not stop.is_set():
                 n += 1
