@@ -7,6 +7,7 @@ control when a synced write is "in progress" instead of relying on timing.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -218,6 +219,49 @@ def test_an_unsynced_item_with_nothing_ahead_is_written_and_published_by_its_cal
     assert write.writes == [[b"a"]] and write.synced == [False]
     assert group._thread is None  # the committer was never needed
     group.close()
+
+
+def test_an_unsynced_item_whose_publishing_may_take_long_is_published_off_the_callers_thread() -> None:
+    """A vector index's insert (or its persisting) must not run on the event loop."""
+    write, lock, published = HeldWrite(), threading.RLock(), []
+    write.release.set()
+    group = GroupCommit(write, lock, on_failure=lambda: None)
+    with lock:
+        item = group.stage(
+            [("put", b"a", b"v", None)],
+            lambda: published.append(threading.current_thread().name),
+            synced=False,
+            by_caller=False,
+        )
+    group.wait(item)
+    group.close()
+    assert published == ["group-commit"] and write.synced == [False]
+
+
+def test_a_store_publishes_by_the_caller_only_what_no_observer_watches(tmp_path) -> None:
+    from themis_shard.storage.documents import StoreObserver
+
+    class Watching(StoreObserver):
+        def __init__(self) -> None:
+            self.threads: list[str] = []
+
+        def watches(self, collection: str) -> bool:
+            return collection == "indexed"
+
+        def apply(self, changes, generations) -> None:
+            self.threads.append(threading.current_thread().name)
+
+    store = DocumentStore(tmp_path / "db")
+    observer = Watching()
+    store.add_observer(observer)
+    try:
+        for collection in ("plain", "indexed"):  # a coordinator's install, its records logged elsewhere
+            records = store.prepare([Write(collection, "k", {"n": 1})])
+            changes = asyncio.run(store.apply_replicated_async(records, synced=False))
+            assert [c.version for c in changes] == [1]
+        assert observer.threads == [threading.current_thread().name, "group-commit"]
+    finally:
+        store.close()
 
 
 def test_an_unsynced_item_staged_behind_a_write_in_progress_waits_its_turn() -> None:

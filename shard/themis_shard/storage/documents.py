@@ -148,6 +148,11 @@ class StoreObserver:
     def apply(self, changes: list[Change], generations: dict[str, int]) -> None:  # pragma: no cover
         return None
 
+    def watches(self, collection: str) -> bool:  # pragma: no cover - default
+        """Does ``apply`` do work for this collection? (Work that may be long — a vector index's
+        insert, its persisting — is kept off the caller's thread: see ``group_commit``.)"""
+        return True
+
 
 def _counter(raw: bytes | None) -> int:
     return 0 if raw is None else int.from_bytes(raw, "big", signed=True)
@@ -604,7 +609,8 @@ class DocumentStore:
             if started is not None:
                 self.last_commit_seconds = time.perf_counter() - started
 
-        return self._group.stage(batch.ops, publish, synced)
+        quiet = not any(o.watches(c) for o in self._observers for c in touched)
+        return self._group.stage(batch.ops, publish, synced, by_caller=quiet)
 
     def _write_ops(self, ops: list[Op], synced: bool = True) -> None:
         """One write of every staged operation, synced unless no item needed it (the group's

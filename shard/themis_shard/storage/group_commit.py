@@ -13,7 +13,9 @@ in-flight entry already holds durably (``storage/inflight.py``). A group of such
 written without an fsync (the OS has it, so it survives ``kill -9``; the next synced group
 carries it to disk, and the WAL keeps it in order before anything written later). Staged with
 nothing queued or being written, such an item is written at once by its caller: there is no
-fsync to keep off the caller's thread, and nothing it could overtake.
+fsync to keep off the caller's thread, and nothing it could overtake — unless publishing it may
+take long (a vector index's insert, or its persisting every so many changes), which stays on the
+committer thread, off the event loop.
 
 A failed write fails its whole group and every item staged after it (they were validated
 against the failed items' versions): the store resets what it planned (``on_failure``) under its
@@ -95,14 +97,18 @@ class GroupCommit:
         #: how many items the last write carried
         self.last_group_size = 0
 
-    def stage(self, ops: list[Op], publish: Callable[[], None], synced: bool = True) -> Staged:
+    def stage(
+        self, ops: list[Op], publish: Callable[[], None], synced: bool = True, *, by_caller: bool = True
+    ) -> Staged:
         """Queue ``ops`` (call with the commit lock held, in commit order). The committer
-        thread writes it with whatever else is queued when it next starts a write."""
+        thread writes it with whatever else is queued when it next starts a write.
+        ``by_caller=False``: ``publish`` may take long (a vector index's insert), so even an
+        unsynced item with nothing ahead goes to the committer, off the caller's thread."""
         item = Staged(ops, publish, synced=synced)
         with self._work:
             if self._closed:
                 raise RuntimeError("the document store is closed")
-            if not synced and not self._queue and not self._writing:
+            if not synced and by_caller and not self._queue and not self._writing:
                 self._write_alone(item)
                 return item
             self._queue.append(item)

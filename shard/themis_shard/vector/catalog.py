@@ -184,6 +184,9 @@ class VectorCatalog(StoreObserver):
             else:
                 check_vector(vector, config.dimension)
 
+    def watches(self, collection: str) -> bool:
+        return collection in self._indexes
+
     def apply(self, changes: list[Change], generations: dict[str, int]) -> None:
         by_collection: dict[str, list[Change]] = {}
         for change in changes:
