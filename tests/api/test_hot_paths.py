@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from themis_shard.app import create_app
+
+from tests.conftest import shard_settings
 
 #: ``?w=all&`` means ``w=all`` to the route, but is not the plain form: it always takes the route
 PLAIN, ROUTED = "?w=all", "?w=all&"
@@ -187,11 +190,7 @@ def test_a_body_without_a_declared_length_is_still_served(client: TestClient) ->
     assert client.get("/v1/collections/books/documents/s").json()["document"] == {"title": "streamed"}
 
 
-def test_a_body_over_the_request_limit_is_the_stacks_413(tmp_path) -> None:
-    from themis_shard.app import create_app
-
-    from tests.conftest import shard_settings
-
+def test_a_body_over_the_request_limit_is_a_413_and_writes_nothing(tmp_path) -> None:
     settings = shard_settings(tmp_path / "shard").model_copy(update={"max_request_bytes": 64})
     with TestClient(create_app(settings)) as small:
         r = small.put("/v1/collections/books/documents/big", json={"body": "x" * 100})

@@ -609,7 +609,8 @@ class DocumentStore:
             if started is not None:
                 self.last_commit_seconds = time.perf_counter() - started
 
-        quiet = not any(o.watches(c) for o in self._observers for c in touched)
+        # only an unsynced item may be written by its caller: then no observer may have work
+        quiet = not synced and not any(o.watches(c) for o in self._observers for c in touched)
         return self._group.stage(batch.ops, publish, synced, by_caller=quiet)
 
     def _write_ops(self, ops: list[Op], synced: bool = True) -> None:

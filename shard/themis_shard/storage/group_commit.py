@@ -63,8 +63,6 @@ class Staged:
     publish: Callable[[], None]
     done: bool = False
     error: BaseException | None = None
-    #: how many items the synced write that carried this one held
-    group_size: int = field(default=0)
     #: (loop, future) of coroutines waiting for it
     waiters: list = field(default_factory=list)
     #: False: an fsync is not needed for it (the group is synced if any item needs it)
@@ -173,17 +171,13 @@ class GroupCommit:
         lock and the queue's lock, so nothing is staged or written meanwhile): a write without an
         fsync holds the GIL for its whole length in any thread, and handing it to the committer
         and back cost ~0.17 ms of waking threads and loops for ~0.04 ms of writing."""
-        item.group_size = self.last_group_size = 1
         try:
             self._write(item.ops, False)
         except BaseException as exc:
             item.error = exc
             self._on_failure()
         else:
-            try:
-                item.publish()
-            except Exception:  # durable already: never report an applied write as failed
-                log.exception("publishing a committed write failed")
+            self._publish([item])
         _finish([item])
         self._done.notify_all()
 
@@ -202,17 +196,21 @@ class GroupCommit:
                 self._done.notify_all()
             return
         with self._commit_lock:
-            self.last_group_size = len(group)
-            for item in group:
-                item.group_size = len(group)
-                try:
-                    item.publish()
-                except Exception:  # durable already: never report an applied write as failed
-                    log.exception("publishing a committed write failed")
+            self._publish(group)
         with self._done:
             _finish(group)
             self._writing = False
             self._done.notify_all()
+
+    def _publish(self, group: list[Staged]) -> None:
+        """Each item's effects, in staging order, once the write that carries them returned
+        (under the commit lock)."""
+        self.last_group_size = len(group)
+        for item in group:
+            try:
+                item.publish()
+            except Exception:  # durable already: never report an applied write as failed
+                log.exception("publishing a committed write failed")
 
 
 def _noop() -> None:
