@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -20,6 +21,7 @@ from . import __version__
 from .api.channel_protocol import server_options
 from .app import create_app
 from .cluster.security.cert_reload import CertFiles, CertReloader
+from .gc_policy import apply_after_start
 from .settings import Settings
 
 
@@ -53,7 +55,7 @@ async def serve(settings: Settings, log_level: str) -> None:
             **tls,
         )
     )
-    servers = [public.serve()]
+    servers = [public.serve(), when_started(public, lambda: apply_after_start(settings.gc))]
     internal = None
     if settings.internal_port is not None:
         mtls = {**tls, "ssl_cert_reqs": ssl.CERT_REQUIRED} if settings.tls else {}
@@ -97,6 +99,14 @@ async def serve(settings: Settings, log_level: str) -> None:
             reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reloader
+
+
+async def when_started(server: uvicorn.Server, action: Callable[[], None]) -> None:
+    """``action`` once ``server`` has finished its start-up (never when start-up failed)."""
+    while not server.started and not server.should_exit:
+        await asyncio.sleep(0.05)
+    if server.started:
+        action()
 
 
 async def reload_certificates(

@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .auth.settings import AuthSettings
 from .batches.settings import BatchSettings
 from .domains.settings import DomainSettings
+from .gc_policy import GcSettings
 from .llm.settings import LLMSettings
 from .otel import OtelSettings
 from .tenants.settings import TenantSettings
@@ -65,6 +66,7 @@ class Settings(BaseSettings):
     domains: DomainSettings = Field(default_factory=DomainSettings)
     otel: OtelSettings = Field(default_factory=OtelSettings)
     batches: BatchSettings = Field(default_factory=BatchSettings)
+    gc: GcSettings = Field(default_factory=GcSettings)
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:
