@@ -8,6 +8,7 @@ refused) and brought back. Calls are recorded by (peer, method, path).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -56,6 +57,8 @@ class FakePeer:
         self.shard_id = shard_id
         self.store = store
         self.up = True
+        #: takes calls and never answers them (a paused process)
+        self.paused = False
         #: what ``GET /internal/migration`` answers (None: as if the endpoint failed)
         self.migration: dict | None = {"ring_version": 0, "state": "idle"}
         self.search_results: list[dict] = []
@@ -172,6 +175,8 @@ class FakePeers:
         if peer is None or not peer.up:
             raise httpx.ConnectError("connection refused", request=request)
         self.calls.append((shard_id, request.method, request.url.path))
+        if peer.paused:
+            await asyncio.Event().wait()
         if request.url.path == "/internal/gossip" and peer.gossip_handler is not None:
             return httpx.Response(200, json=await peer.gossip_handler(json.loads(request.content)))
         return peer.handle(request.method, request.url.path, request)

@@ -293,7 +293,7 @@ def test_adopting_a_plan_wakes_whoever_waits_for_a_change(tmp_path) -> None:
     w, current, _ = watcher(None, first)
 
     async def wait_then_adopt() -> bool:
-        waiter = asyncio.ensure_future(current.changed())
+        waiter = current.next_change()
         await asyncio.sleep(0)
         assert not waiter.done()
         w.adopt_pushed(with_in_sync(first, ("s-1",), ()))

@@ -515,3 +515,35 @@ def test_a_primary_read_is_served_only_by_the_keys_primary_while_it_holds_its_le
     now[0] = 2.5
     with pytest.raises(Unavailable):
         docs.primary_read("c", mine, topo.epoch)
+
+
+def test_a_write_stops_waiting_for_an_owner_a_newer_plan_took_out_of_the_in_sync_set(tmp_path, store) -> None:
+    """A paused owner would hold the write until the request timeout; a plan that fences it
+    ends the wait at once. The write is refused and its version burned here, so the record the
+    paused owner may still take is outranked when that owner catches up."""
+    from themis_core.plan import FailoverSettings, with_in_sync
+    from themis_shard.cluster.placement.owners import Topology
+
+    plan = plan_of(3, failover=FailoverSettings())
+    current = live(plan)
+    key = next(k for k in (f"k{i}" for i in range(200)) if current.topology.owners("c", k) == ["s-0", "s-1"])
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        peers["s-1"].paused = True
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+
+        async def fence_while_waiting() -> BaseException | None:
+            write = asyncio.ensure_future(documents.commit_here([Write("c", key, {"x": 1})]))
+            await asyncio.sleep(0.2)
+            assert not write.done()  # waiting on the paused owner
+            current.topology = Topology.of(with_in_sync(plan, ("s-1",), ()), "s-0")
+            done, _ = await asyncio.wait({write}, timeout=2)
+            assert done, "the write kept waiting for a fenced owner"
+            return write.exception()
+
+        failure = asyncio.run(fence_while_waiting())
+        assert isinstance(failure, Unavailable) and failure.status == 503
+        assert failure.code == "replicas_unavailable" and "was not applied" in failure.message
+        burned = store.get_entry("c", key)  # outranks the record the paused owner may still take
+        assert (burned.version, burned.document) == (2, None)

@@ -262,6 +262,24 @@ class HandoffView(Protocol):
     async def fetch_previous(self, collection: str, key: str) -> None: ...
 
 
+async def first_done(*futures: asyncio.Future) -> None:
+    """Until one of ``futures`` is done (none is cancelled or waited for further): what
+    ``asyncio.wait(FIRST_COMPLETED)`` does, without its per-call sets, checks and timeout."""
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: asyncio.Future) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        for future in futures:
+            future.remove_done_callback(wake)
+
+
 def _retrieve(task: asyncio.Future) -> None:
     """Consume the outcome of a delivery nobody waits for any more (no "never retrieved" noise)."""
     if not task.cancelled():
@@ -628,14 +646,12 @@ class DistributedDocuments:
         out of the in-sync set (a paused owner would hold the key until the request timeout):
         its answer no longer decides, and it may have applied the write, so it counts as
         UNKNOWN (the write is burned; catch-up replaces its copy before it serves again)."""
-        changed = getattr(self._plan, "changed", None)
-        if changed is None or topo.plan.failover is None:  # nothing fences an owner: just wait
+        next_change = getattr(self._plan, "next_change", None)
+        if next_change is None or topo.plan.failover is None:  # nothing fences an owner: just wait
             return await self.replication.deliver(peer, items, topo.epoch, topo.self_id)
         delivery = asyncio.ensure_future(self.replication.deliver(peer, items, topo.epoch, topo.self_id))
         while True:
-            change = asyncio.ensure_future(changed())
-            await asyncio.wait({delivery, change}, return_when=asyncio.FIRST_COMPLETED)
-            change.cancel()
+            await first_done(delivery, next_change())
             if delivery.done():
                 return delivery.result()
             if peer in self.topology.plan.out_of_sync:

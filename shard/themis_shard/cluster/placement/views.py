@@ -34,12 +34,12 @@ class RuntimeSource(Protocol):
 class LivePlan:
     """The topology and settings in force now (a ``TopologySource`` and a ``SettingsSource``).
 
-    ``changed`` wakes waiters when a new topology is swapped in: a write waiting on an owner
+    ``next_change`` is resolved when a new topology is swapped in: a write waiting on an owner
     that the new plan fenced stops waiting for it."""
 
     def __init__(self, topology: Topology, settings: ClusterSettings) -> None:
         self._topology = topology
-        self._changed = asyncio.Event()
+        self._next: asyncio.Future[None] | None = None
         self.settings = settings
 
     @property
@@ -49,12 +49,17 @@ class LivePlan:
     @topology.setter
     def topology(self, topology: Topology) -> None:
         self._topology = topology
-        woken, self._changed = self._changed, asyncio.Event()
-        woken.set()
+        woken, self._next = self._next, None
+        if woken is not None and not woken.done():
+            woken.set_result(None)
 
-    async def changed(self) -> None:
-        """Return once the topology has been replaced."""
-        await self._changed.wait()
+    def next_change(self) -> asyncio.Future[None]:
+        """Resolved once the topology has been replaced: one future shared by every waiter of
+        this topology (a write watches it beside its delivery; nothing to create per write)."""
+        loop = asyncio.get_running_loop()
+        if self._next is None or self._next.get_loop() is not loop:
+            self._next = loop.create_future()
+        return self._next
 
     def url(self, shard_id: str) -> str:
         """A member's base URL in the current plan (KeyError when it is not a member)."""
