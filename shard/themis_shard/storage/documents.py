@@ -753,12 +753,14 @@ class DocumentStore:
         self._group.wait(staged[0])
         return staged[1]
 
-    async def apply_replicated_async(self, items: list[Replicated], synced: bool = True) -> list[Change]:
+    async def apply_replicated_async(
+        self, items: list[Replicated], synced: bool = True, also: Callable[[Ops], None] | None = None
+    ) -> list[Change]:
         """``apply_replicated`` for a coroutine: staged here (under the lock, briefly), and the
         event loop is free while the synced write that carries it is in progress. ``synced=False``:
-        the caller holds the records durably elsewhere (an in-flight entry), so the write needs
-        no fsync of its own."""
-        staged = self._stage_checked(items, None, synced)
+        the caller holds the records durably elsewhere (an in-flight entry, which ``also`` may
+        drop in the same write), so the write needs no fsync of its own."""
+        staged = self._stage_checked(items, also, synced)
         if staged is None:
             return []
         await self._group.wait_async(staged[0])
@@ -798,7 +800,7 @@ class DocumentStore:
         if also is not None:
             batch = Ops()
             also(batch)
-            return self._stage(batch, {}, set(), {}, []), []
+            return self._stage(batch, {}, set(), {}, [], synced=synced), []
         return None
 
     def tombstones(self, older_than_hlc: int) -> list[Tombstone]:

@@ -29,10 +29,12 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
 
 from rocksdict import WriteBatch
 
 from .documents import DocumentStore, Replicated
+from .group_commit import Ops
 from .record_wire import decode_items, encode_items
 
 
@@ -58,7 +60,12 @@ class InflightLog:
     def drop(self, key: bytes) -> None:
         """Remove the entry of a write that committed (no fsync of its own: a crash that loses it
         only rolls the committed write forward again)."""
-        self._store.write_unsynced(lambda ops: ops.delete(key, self._handle))
+        self._store.write_unsynced(self.dropping(key))
+
+    def dropping(self, key: bytes) -> Callable[[Ops], None]:
+        """The entry's removal as part of another batch: the install it covers (atomic with it,
+        and one write instead of two)."""
+        return lambda ops: ops.delete(key, self._handle)
 
     async def drop_durably(self, key: bytes) -> None:
         """Remove the entry of a write about to be answered as failed: durable before the answer,

@@ -559,14 +559,17 @@ class DistributedDocuments:
         }
         if not newer and all(o is Outcome.COMMIT for o in outcomes.values()):
             try:
-                # with an entry, the records are durable here already: no fsync of its own
-                changes = await self.store.apply_replicated_async(records, synced=logged is None)
+                # with an entry, the records are durable here already: no fsync of its own, and
+                # the entry goes in the same write
+                changes = await self.store.apply_replicated_async(
+                    records,
+                    synced=logged is None,
+                    also=None if logged is None else self.inflight.dropping(logged),
+                )
             except (InsufficientStorage, Unavailable) as exc:
                 if exc.code not in STORAGE_CODES:
                     raise
                 return await self._install_refused(topo, records, concern, delivered, burns, exc, logged)
-            if logged is not None:
-                self._drop_inflight(logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
                 changes = self._installed(records, changes, burns)
             if changes is None:
@@ -628,16 +631,6 @@ class DistributedDocuments:
                 raise
             return False
         return True
-
-    def _drop_inflight(self, logged: bytes) -> None:
-        """After the install or the burns are durable: a failure to drop the entry only means
-        recovery repeats idempotent work, so it never turns the write's answer into an error."""
-        try:
-            self.inflight.drop(logged)
-        except (InsufficientStorage, Unavailable) as exc:
-            if exc.code not in STORAGE_CODES:
-                raise
-            log.warning("after an applied write, dropping its in-flight entry failed: %s", exc.message)
 
     async def _deliver_while_in_sync(
         self, topo: Topology, peer: str, items: list[Replicated]
