@@ -33,6 +33,26 @@ def test_replicas_receiving_two_records_of_one_version_in_any_order_keep_the_sam
     assert finals == {repr(store_entry(b))}
 
 
+def test_a_coordinator_stores_the_bytes_its_owners_store_from_the_wire(tmp_path) -> None:
+    """The coordinator installs the JSON it checked while preparing (not encoded again); the
+    owners encode the record they received. Both give one value."""
+    from themis_shard.storage.record_wire import decode_items, encode_items
+
+    document = {"title": "é ✓", "n": 1.5e16, "nested": {"list": [1, "two", None, True]}}
+    coordinator = DocumentStore(tmp_path / "coordinator", origin="s-0")
+    [record] = coordinator.prepare([Write("c", "k", document)])
+    stamp = record.stamp
+    assert record.body is not None
+    assert codec.stamped(stamp, record.body) == codec.encode(stamp, document, 1 << 20)
+    owner = DocumentStore(tmp_path / "owner", origin="s-1")
+    coordinator.apply_replicated([record])
+    owner.apply_replicated(decode_items(encode_items([record])))
+    assert coordinator.get_entry("c", "k") == owner.get_entry("c", "k")
+    assert "body" not in encode_items([record])[0]  # the wire carries the document, once
+    coordinator.close()
+    owner.close()
+
+
 def store_entry(r: Replicated):
     from themis_shard.storage.documents import StoredDocument
 

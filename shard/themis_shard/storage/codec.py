@@ -99,6 +99,11 @@ def encode(
     return _header(stamp) + encode_body(document, max_bytes, max_depth)
 
 
+def stamped(stamp: Stamp, body: bytes) -> bytes:
+    """A body that ``encode_body`` returned, under its stamp: ``encode`` without encoding again."""
+    return _header(stamp) + body
+
+
 def encode_tombstone(version: int | Stamp) -> bytes:
     return _header(version if isinstance(version, Stamp) else Stamp(version))
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ class Write:
     key: str
     document: dict[str, Any] | None
     if_version: int | None = None
+    #: the document's JSON, when it was encoded and checked already (``prepare``)
+    encoded: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,9 @@ class Replicated:
     document: dict[str, Any] | None
     hlc: int = 0
     origin: str = ""
+    #: ``document``'s JSON as ``prepare`` encoded and checked it (None elsewhere): its install
+    #: here stores it without encoding again. Never on the wire.
+    body: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def stamp(self) -> Stamp:
@@ -679,11 +684,18 @@ class DocumentStore:
             return []
         with self._lock:
             installs = self._plan(writes, None, checks)
-        for w, _, _ in installs:
-            if w.document is not None:
-                codec.encode_body(w.document, self.max_document_bytes, self.max_document_depth)
         return [
-            Replicated(w.collection, w.key, stamp.version, w.document, stamp.hlc, stamp.origin)
+            Replicated(
+                w.collection,
+                w.key,
+                stamp.version,
+                w.document,
+                stamp.hlc,
+                stamp.origin,
+                body=None
+                if w.document is None
+                else codec.encode_body(w.document, self.max_document_bytes, self.max_document_depth),
+            )
             for w, stamp, _ in installs
         ]
 
@@ -789,7 +801,7 @@ class DocumentStore:
             stored = newest.get(ident) or codec.decode_stamp(raw)
             if not wins(stamp, stored):
                 continue
-            w = Write(item.collection, item.key, item.document)
+            w = Write(item.collection, item.key, item.document, encoded=item.body)
             config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
             for observer in self._observers:
                 observer.validate(config, w)
@@ -930,6 +942,8 @@ class DocumentStore:
             self._keep_superseded(batch, w.collection, w.key, before, stamp)
             if w.document is None:
                 value = codec.encode_tombstone(stamp)
+            elif w.encoded is not None:
+                value = codec.stamped(stamp, w.encoded)
             else:
                 value = codec.encode(stamp, w.document, self.max_document_bytes, self.max_document_depth)
             batch.put(skey, value, self._handles["docs"])
