@@ -231,7 +231,8 @@ async def replicate_items(body: ItemsBody, shard: ShardNode) -> dict:
             raise refusal
         applied, newer = await run_in_threadpool(shard.store.apply_coordinated, items)
         return {"applied": len(applied), "newer": [encode_entry(e) for e in newer]}
-    applied = await run_in_threadpool(shard.store.apply_replicated, items)
+    # staged here and waited for without a thread: the event loop is free during the fsync
+    applied = await shard.store.apply_replicated_async(items)
     return {"applied": len(applied)}
 
 
