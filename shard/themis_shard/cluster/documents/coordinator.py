@@ -326,7 +326,6 @@ class DistributedDocuments:
         #: False (the default): reads go to the primary only (``ClusterSettings.read_from_replicas``).
         self.read_from_replicas = read_from_replicas
         #: w=1 replication still on its way to the other owners
-        self._background: set[asyncio.Task] = set()
         #: coordinated writes replicating now: with others, this copy's fsync is shared anyway
         self._replicating = 0
         self.lease = lease
@@ -664,15 +663,12 @@ class DistributedDocuments:
         if changes is None:
             raise Conflict("the document changed while this write was replicated", code="version_conflict")
         for peer, items in per_peer.items():
-            task = asyncio.create_task(self.replication.send(peer, items), name=f"w1-replicate-{peer}")
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.replication.send_later(peer, items)
         return changes
 
     async def settle(self) -> None:
         """Until the w=1 replication started so far has been delivered or hinted."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self.replication.settle()
 
     async def _install_refused(
         self,

@@ -9,12 +9,15 @@ budget a hint is dropped, counted (``themis_hints_dropped_total``) and left to a
 
 A coordinated write uses ``deliver`` instead: one fenced attempt whose answer is classified as
 held, provably not applied, or unknown (``fencing.Delivery``) for the coordinator to decide on.
-Concurrent deliveries to one peer share requests (``replication_batch``).
+Concurrent deliveries to one peer share requests (``batching``), and so do concurrent sends
+(``coalescing``: a w=1 write's background replication, repairs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +29,7 @@ from ..placement.views import TopologySource
 from ..tasks import Tasks
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .batching import ReplicationBatcher
+from .coalescing import PushCoalescer
 from .fencing import FENCE_CODES, Delivery
 
 log = logging.getLogger(__name__)
@@ -108,6 +112,8 @@ class Replication:
         self.metrics = ReplicationMetrics(registry, hints)
         self._tasks = Tasks()
         self.batcher = ReplicationBatcher(executor)
+        self.pushes = PushCoalescer(partial(self.push, retries=1))
+        self._hinting: set[asyncio.Task] = set()
 
     async def push(self, peer: str, items: list, *, retries: int) -> None:
         """Install versions on ``peer`` (the higher version wins there, so a replay is harmless).
@@ -122,16 +128,44 @@ class Replication:
         )
 
     async def send(self, peer: str, items: list[Replicated]) -> bool:
-        """Push to ``peer``; when it cannot be reached, keep a durable hint (replayed later).
-        True when ``peer`` took them now."""
+        """Push to ``peer`` (with other sends queued for it); when it cannot be reached, keep a
+        durable hint (replayed later). True when ``peer`` took them now."""
         try:
-            await self.push(peer, items, retries=1)
+            await self.pushes.send(peer, items)
             self.metrics.replication.labels(outcome="replicated").inc(len(items))
             return True
         except (PeerUnavailable, PeerError) as exc:
             log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), exc)
             await self.hint(peer, items)
             return False
+
+    def send_later(self, peer: str, items: list[Replicated]) -> None:
+        """``send`` in the background, with no task of its own unless the push fails (the hint
+        is then written by one); ``settle`` waits for it."""
+        self.pushes.enqueue(peer, items).add_done_callback(partial(self._sent_later, peer, items))
+
+    def _sent_later(self, peer: str, items: list[Replicated], pushed: asyncio.Future[None]) -> None:
+        if pushed.cancelled():  # the shard is stopping: anti-entropy covers these records
+            return
+        failure = pushed.exception()
+        if failure is None:
+            self.metrics.replication.labels(outcome="replicated").inc(len(items))
+            return
+        if not isinstance(failure, PeerUnavailable | PeerError):
+            log.error("replicating %d version(s) to %s failed", len(items), peer, exc_info=failure)
+            return
+        log.warning("replica %s missed %d version(s) (%s); keeping a hint", peer, len(items), failure)
+        task = asyncio.create_task(self.hint(peer, items), name=f"hint-{peer}")
+        self._hinting.add(task)
+        task.add_done_callback(self._hinting.discard)
+
+    async def settle(self) -> None:
+        """Until what ``send_later`` was given has been delivered or hinted."""
+        while True:
+            await self.pushes.settle()
+            if not self._hinting:
+                return
+            await asyncio.gather(*list(self._hinting), return_exceptions=True)
 
     async def deliver(
         self, peer: str, items: list[Replicated], epoch: int, coordinator: str
