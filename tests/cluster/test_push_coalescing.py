@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.documents.coordinator import DistributedDocuments
-from themis_shard.cluster.replication.coalescing import PushCoalescer
+from themis_shard.cluster.replication.coalescing import RECORD_OVERHEAD, PushCoalescer, wire_size
 from themis_shard.cluster.replication.delivery import Replication
 from themis_shard.cluster.replication.fencing import WriteConcern
 from themis_shard.cluster.transport.remote import PeerUnavailable
@@ -144,3 +144,29 @@ def test_settle_returns_at_once_when_nothing_was_sent(n):
             await asyncio.wait_for(pushes.settle(), 1)
 
     asyncio.run(scenario())
+
+
+def test_one_push_is_bounded_in_bytes_too():
+    """Far under a peer's request limit: a refused push of many writes' records would make
+    every one of them a hint."""
+
+    def big(key: str) -> Replicated:
+        return Replicated("c", key, 1, {"text": "x" * 1000})
+
+    async def scenario() -> list[tuple[str, list[str]]]:
+        push = GatedPush()
+        pushes = PushCoalescer(push, max_bytes=2_500)
+        sends = [pushes.enqueue("s-1", [big(k)]) for k in "abcde"]
+        push.gate.set()
+        await asyncio.gather(*sends)
+        return push.pushes
+
+    assert asyncio.run(scenario()) == [("s-1", ["a", "b"]), ("s-1", ["c", "d"]), ("s-1", ["e"])]
+
+
+def test_a_prepared_records_size_is_its_json_and_a_repairs_is_measured():
+    prepared = Replicated("c", "k", 1, {"n": 1}, body=b'{"n":1}')
+    repair = Replicated("c", "k", 1, {"n": 1})
+    tombstone = Replicated("c", "k", 2, None)
+    assert wire_size([prepared]) == wire_size([repair]) == RECORD_OVERHEAD + len(b'{"n":1}')
+    assert wire_size([tombstone]) == RECORD_OVERHEAD

@@ -9,6 +9,8 @@ push is in flight at a time, and the records queued meanwhile leave together in 
 Records carry their stamps, so one push of many writes' records is applied exactly as separate
 pushes would be: the higher stamp wins and a replay is a no-op, in any order. A push that fails
 fails every sender in it, each with the same error (each then keeps its own records as a hint).
+A push is bounded in records and in bytes (well under a peer's request limit: a refused push of
+many writes' records would turn them all into hints).
 """
 
 from __future__ import annotations
@@ -16,18 +18,36 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import orjson
+
 from ...storage.documents import Replicated
 
 Push = Callable[[str, list[Replicated]], Awaitable[None]]
+#: a sender's records, their size on the wire, and the sender's future
+_Queued = tuple[list[Replicated], int, asyncio.Future[None]]
+
+
+#: a record's stamp, names and JSON framing, beside its document
+RECORD_OVERHEAD = 128
+
+
+def wire_size(records: list[Replicated]) -> int:
+    """About how many bytes ``records`` take in a push (a prepared record's JSON is at hand)."""
+    return sum(
+        RECORD_OVERHEAD
+        + (len(r.body) if r.body is not None else len(orjson.dumps(r.document)) if r.document else 0)
+        for r in records
+    )
 
 
 class PushCoalescer:
-    def __init__(self, push: Push, *, max_records: int = 1024) -> None:
-        """``push(peer, records)`` installs records on a peer or raises; ``max_records`` bounds
-        one push (a sender's own records are never split)."""
+    def __init__(self, push: Push, *, max_records: int = 1024, max_bytes: int = 8 << 20) -> None:
+        """``push(peer, records)`` installs records on a peer or raises; ``max_records`` and
+        ``max_bytes`` bound one push (a sender's own records are never split)."""
         self._push = push
         self.max_records = max_records
-        self._queues: dict[str, list[tuple[list[Replicated], asyncio.Future[None]]]] = {}
+        self.max_bytes = max_bytes
+        self._queues: dict[str, list[_Queued]] = {}
         self._draining: dict[str, asyncio.Task] = {}
         #: records per push (the last one), for tests and curiosity
         self.last_push_size = 0
@@ -36,7 +56,7 @@ class PushCoalescer:
         """Queue ``records`` for ``peer``: the future is done once a push carried them, or holds
         the push's error."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(peer, []).append((records, future))
+        self._queues.setdefault(peer, []).append((records, wire_size(records), future))
         if peer not in self._draining:
             self._draining[peer] = asyncio.create_task(self._drain(peer), name=f"push-{peer}")
         return future
@@ -52,24 +72,28 @@ class PushCoalescer:
 
     async def _drain(self, peer: str) -> None:
         queue = self._queues[peer]
-        taken: list[tuple[list[Replicated], asyncio.Future[None]]] = []
+        taken: list[_Queued] = []
         try:
             while queue:
                 taken = [queue.pop(0)]
-                size = len(taken[0][0])
-                while queue and size + len(queue[0][0]) <= self.max_records:
+                count, size = len(taken[0][0]), taken[0][1]
+                while (
+                    queue
+                    and count + len(queue[0][0]) <= self.max_records
+                    and size + queue[0][1] <= self.max_bytes
+                ):
                     taken.append(queue.pop(0))
-                    size += len(taken[-1][0])
-                self.last_push_size = size
+                    count, size = count + len(taken[-1][0]), size + taken[-1][1]
+                self.last_push_size = count
                 try:
-                    await self._push(peer, [r for records, _ in taken for r in records])
+                    await self._push(peer, [r for records, _, _ in taken for r in records])
                 except Exception as exc:
                     _settle(taken, exc)
                 else:
                     _settle(taken, None)
                 taken = []
         except BaseException:  # cancelled (the shard is stopping): nobody waits for an answer
-            for _, future in taken + queue:
+            for _, _, future in taken + queue:
                 future.cancel()
             queue.clear()
             raise
@@ -77,8 +101,8 @@ class PushCoalescer:
             del self._draining[peer]
 
 
-def _settle(taken: list[tuple[list[Replicated], asyncio.Future[None]]], error: Exception | None) -> None:
-    for _, future in taken:
+def _settle(taken: list[_Queued], error: Exception | None) -> None:
+    for _, _, future in taken:
         if future.done():  # its sender was cancelled
             continue
         if error is None:
