@@ -9,7 +9,12 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.documents.coordinator import DistributedDocuments
-from themis_shard.cluster.replication.coalescing import RECORD_OVERHEAD, PushCoalescer, wire_size
+from themis_shard.cluster.replication.coalescing import (
+    RECORD_OVERHEAD,
+    PushCoalescer,
+    split_by_size,
+    wire_size,
+)
 from themis_shard.cluster.replication.delivery import Replication
 from themis_shard.cluster.replication.fencing import WriteConcern
 from themis_shard.cluster.transport.remote import PeerUnavailable
@@ -168,5 +173,30 @@ def test_a_prepared_records_size_is_its_json_and_a_repairs_is_measured():
     prepared = Replicated("c", "k", 1, {"n": 1}, body=b'{"n":1}')
     repair = Replicated("c", "k", 1, {"n": 1})
     tombstone = Replicated("c", "k", 2, None)
-    assert wire_size([prepared]) == wire_size([repair]) == RECORD_OVERHEAD + len(b'{"n":1}')
-    assert wire_size([tombstone]) == RECORD_OVERHEAD
+    assert wire_size([prepared]) == wire_size([repair]) == RECORD_OVERHEAD + len("ck") + len(b'{"n":1}')
+    assert wire_size([tombstone]) == RECORD_OVERHEAD + len("ck")
+
+
+def test_a_push_too_large_for_one_request_goes_in_several_in_order(tmp_path, store, monkeypatch):
+    """Hints of large documents, replayed: each request stays under its share, all arrive."""
+    from themis_shard.cluster.replication import delivery
+
+    monkeypatch.setattr(delivery, "PUSH_MAX_BYTES", 2_600)
+    current = live(plan_of(2))
+    with fake_peers(tmp_path, "s-1") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        records = [Replicated("c", f"k{i}", 1, {"text": "x" * 1000}) for i in range(5)]
+        for r in records:
+            replication.hints.add("s-1", [r])
+        asyncio.run(replication.replay_hints())
+        assert len(peers.calls_to("s-1", "/internal/replicate")) == 3  # 2 + 2 + 1
+        assert not any(replication.hints.pending().values())
+        assert all(peers["s-1"].store.get("c", r.key).document == r.document for r in records)
+
+
+def test_records_are_split_into_runs_by_size_and_a_large_one_goes_alone():
+    small = Replicated("c", "a", 1, {"n": 1})
+    large = Replicated("c", "b", 1, {"text": "x" * 5_000})
+    runs = split_by_size([small, small, large, small], 1_000)
+    assert [[r.key for r in run] for run in runs] == [["a", "a"], ["b"], ["a"]]

@@ -33,15 +33,30 @@ RECORD_OVERHEAD = 128
 
 def wire_size(records: list[Replicated]) -> int:
     """About how many bytes ``records`` take in a push (a prepared record's JSON is at hand)."""
-    return sum(
-        RECORD_OVERHEAD
-        + (len(r.body) if r.body is not None else len(orjson.dumps(r.document)) if r.document else 0)
-        for r in records
-    )
+    return sum(record_size(r) for r in records)
+
+
+def record_size(r: Replicated) -> int:
+    document = len(r.body) if r.body is not None else len(orjson.dumps(r.document)) if r.document else 0
+    return RECORD_OVERHEAD + len(r.collection) + len(r.key) + document
+
+
+def split_by_size(records: list[Replicated], max_bytes: int) -> list[list[Replicated]]:
+    """``records`` in order, in runs of at most ``max_bytes`` (a record larger alone)."""
+    runs: list[list[Replicated]] = []
+    size = 0
+    for r in records:
+        n = record_size(r)
+        if not runs or size + n > max_bytes:
+            runs.append([])
+            size = 0
+        runs[-1].append(r)
+        size += n
+    return runs
 
 
 class PushCoalescer:
-    def __init__(self, push: Push, *, max_records: int = 1024, max_bytes: int = 8 << 20) -> None:
+    def __init__(self, push: Push, *, max_records: int = 1024, max_bytes: int = 6 << 20) -> None:
         """``push(peer, records)`` installs records on a peer or raises; ``max_records`` and
         ``max_bytes`` bound one push (a sender's own records are never split)."""
         self._push = push

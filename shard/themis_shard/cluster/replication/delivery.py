@@ -29,13 +29,15 @@ from ..placement.views import TopologySource
 from ..tasks import Tasks
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .batching import ReplicationBatcher
-from .coalescing import PushCoalescer
+from .coalescing import PushCoalescer, split_by_size
 from .fencing import FENCE_CODES, Delivery
 
 log = logging.getLogger(__name__)
 
 #: Hint records taken per read while replaying to one peer.
 REPLAY_BATCH = 100
+#: Most bytes of records in one push (under a peer channel's frame, far under a request's limit).
+PUSH_MAX_BYTES = 6 << 20
 #: PeerUnavailable reasons that prove the request never reached the peer (or, ``peer_auth``,
 #: was refused before anything ran: the peer did not accept its signature).
 NOT_SENT_REASONS = frozenset({"circuit_open", "connect_error", "unknown_peer", "peer_auth"})
@@ -117,15 +119,18 @@ class Replication:
 
     async def push(self, peer: str, items: list, *, retries: int) -> None:
         """Install versions on ``peer`` (the higher version wins there, so a replay is harmless).
-        Raises PeerUnavailable / PeerError."""
-        await self.executor.request(
-            peer,
-            "POST",
-            "/internal/replicate",
-            json_body={"items": encode_items(items)},
-            idempotent=True,
-            retries=retries,
-        )
+        Raises PeerUnavailable / PeerError. Many or large records go in requests of at most
+        ``PUSH_MAX_BYTES``, one after the other: a hundred hinted 1 MiB documents in one request
+        were over a peer's request limit, refused every time, and held that peer's hints back."""
+        for run in split_by_size(items, PUSH_MAX_BYTES):
+            await self.executor.request(
+                peer,
+                "POST",
+                "/internal/replicate",
+                json_body={"items": encode_items(run)},
+                idempotent=True,
+                retries=retries,
+            )
 
     async def send(self, peer: str, items: list[Replicated]) -> bool:
         """Push to ``peer`` (with other sends queued for it); when it cannot be reached, keep a
