@@ -74,9 +74,7 @@ async def serve(settings: Settings, log_level: str) -> None:
         )
 
         async def internal_until_public_exits() -> None:
-            while not public.started and not public.should_exit:
-                await asyncio.sleep(0.05)
-            if not public.started:  # start-up failed: never open the peer listener
+            if not await until_started(public):  # start-up failed: never open the peer listener
                 return
             task = asyncio.create_task(internal.serve())
             while not public.should_exit:
@@ -101,11 +99,16 @@ async def serve(settings: Settings, log_level: str) -> None:
                 await reloader
 
 
-async def when_started(server: uvicorn.Server, action: Callable[[], None]) -> None:
-    """``action`` once ``server`` has finished its start-up (never when start-up failed)."""
+async def until_started(server: uvicorn.Server) -> bool:
+    """Once ``server`` has finished its start-up: True, or False when start-up failed."""
     while not server.started and not server.should_exit:
         await asyncio.sleep(0.05)
-    if server.started:
+    return server.started
+
+
+async def when_started(server: uvicorn.Server, action: Callable[[], None]) -> None:
+    """``action`` once ``server`` has finished its start-up (never when start-up failed)."""
+    if await until_started(server):
         action()
 
 

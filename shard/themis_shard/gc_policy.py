@@ -53,14 +53,13 @@ class Collector(Protocol):
 def apply_after_start(settings: GcSettings, collector: Collector = gc) -> None:
     """Once, when the shard has started: freeze what exists, and space out young collections
     (the older generations' ratios stay CPython's)."""
+    frozen = "not frozen"
     if settings.freeze_after_start:
         collector.collect()
         collector.freeze()
+        frozen = f"{collector.get_freeze_count()} start-up objects frozen"
     _, older, oldest = collector.get_threshold()
     collector.set_threshold(settings.young_threshold, older, oldest)
-    frozen = "not frozen"
-    if settings.freeze_after_start:
-        frozen = f"{collector.get_freeze_count()} start-up objects frozen"
     log.info(
         "garbage collector: %s, young collections every %d allocations", frozen, settings.young_threshold
     )

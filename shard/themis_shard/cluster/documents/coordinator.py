@@ -325,7 +325,6 @@ class DistributedDocuments:
         self.inflight = inflight
         #: False (the default): reads go to the primary only (``ClusterSettings.read_from_replicas``).
         self.read_from_replicas = read_from_replicas
-        #: w=1 replication still on its way to the other owners
         #: coordinated writes replicating now: with others, this copy's fsync is shared anyway
         self._replicating = 0
         self.lease = lease

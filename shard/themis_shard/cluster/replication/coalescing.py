@@ -16,6 +16,7 @@ many writes' records would turn them all into hints).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -29,6 +30,9 @@ _Queued = tuple[list[Replicated], int, asyncio.Future[None]]
 
 #: a record's stamp, names and JSON framing, beside its document
 RECORD_OVERHEAD = 128
+#: Most bytes of records in one push request (under a peer channel's frame, far under a
+#: request's limit): what a coalesced push gathers, and what ``split_by_size`` cuts to.
+PUSH_MAX_BYTES = 6 << 20
 
 
 def wire_size(records: list[Replicated]) -> int:
@@ -56,13 +60,13 @@ def split_by_size(records: list[Replicated], max_bytes: int) -> list[list[Replic
 
 
 class PushCoalescer:
-    def __init__(self, push: Push, *, max_records: int = 1024, max_bytes: int = 6 << 20) -> None:
+    def __init__(self, push: Push, *, max_records: int = 1024, max_bytes: int = PUSH_MAX_BYTES) -> None:
         """``push(peer, records)`` installs records on a peer or raises; ``max_records`` and
         ``max_bytes`` bound one push (a sender's own records are never split)."""
         self._push = push
         self.max_records = max_records
         self.max_bytes = max_bytes
-        self._queues: dict[str, list[_Queued]] = {}
+        self._queues: dict[str, deque[_Queued]] = {}
         self._draining: dict[str, asyncio.Task] = {}
         #: records per push (the last one), for tests and curiosity
         self.last_push_size = 0
@@ -71,7 +75,7 @@ class PushCoalescer:
         """Queue ``records`` for ``peer``: the future is done once a push carried them, or holds
         the push's error."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(peer, []).append((records, wire_size(records), future))
+        self._queues.setdefault(peer, deque()).append((records, wire_size(records), future))
         if peer not in self._draining:
             self._draining[peer] = asyncio.create_task(self._drain(peer), name=f"push-{peer}")
         return future
@@ -90,14 +94,14 @@ class PushCoalescer:
         taken: list[_Queued] = []
         try:
             while queue:
-                taken = [queue.pop(0)]
+                taken = [queue.popleft()]
                 count, size = len(taken[0][0]), taken[0][1]
                 while (
                     queue
                     and count + len(queue[0][0]) <= self.max_records
                     and size + queue[0][1] <= self.max_bytes
                 ):
-                    taken.append(queue.pop(0))
+                    taken.append(queue.popleft())
                     count, size = count + len(taken[-1][0]), size + taken[-1][1]
                 self.last_push_size = count
                 try:
@@ -108,7 +112,7 @@ class PushCoalescer:
                     _settle(taken, None)
                 taken = []
         except BaseException:  # cancelled (the shard is stopping): nobody waits for an answer
-            for _, _, future in taken + queue:
+            for _, _, future in [*taken, *queue]:
                 future.cancel()
             queue.clear()
             raise

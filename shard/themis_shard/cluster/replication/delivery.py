@@ -29,15 +29,13 @@ from ..placement.views import TopologySource
 from ..tasks import Tasks
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .batching import ReplicationBatcher
-from .coalescing import PushCoalescer, split_by_size
+from .coalescing import PUSH_MAX_BYTES, PushCoalescer, split_by_size
 from .fencing import FENCE_CODES, Delivery
 
 log = logging.getLogger(__name__)
 
 #: Hint records taken per read while replaying to one peer.
 REPLAY_BATCH = 100
-#: Most bytes of records in one push (under a peer channel's frame, far under a request's limit).
-PUSH_MAX_BYTES = 6 << 20
 #: PeerUnavailable reasons that prove the request never reached the peer (or, ``peer_auth``,
 #: was refused before anything ran: the peer did not accept its signature).
 NOT_SENT_REASONS = frozenset({"circuit_open", "connect_error", "unknown_peer", "peer_auth"})
