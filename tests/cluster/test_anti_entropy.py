@@ -16,6 +16,7 @@ from themis_shard.cluster.replication.merkle import (
     leaf_digests,
     newer_than,
 )
+from themis_shard.storage.digests import RecordDigests
 from themis_shard.storage.documents import Replicated
 from themis_shard.storage.hints import HintLog
 from themis_shard.storage.stamps import Stamp
@@ -51,7 +52,7 @@ def test_an_exchange_makes_two_diverged_replicas_identical(tmp_path, store) -> N
         other = peers["s-1"].store
         peer_view = live(plan_of(2), "s-1")
         peers["s-1"].anti_entropy = AntiEntropy(
-            "s-1", other, None, peer_view, None, CollectorRegistry(), interval_s=60
+            "s-1", other, RecordDigests(other), None, peer_view, None, CollectorRegistry(), interval_s=60
         )
         same = [Replicated("c", k, 1, {"k": k}, 10, "s-0") for k in KEYS]
         store.apply_replicated(same)
@@ -64,7 +65,9 @@ def test_an_exchange_makes_two_diverged_replicas_identical(tmp_path, store) -> N
         executor = peers.executor(current)
         registry = CollectorRegistry()
         replication = Replication(executor, HintLog(store), current, registry)
-        ae = AntiEntropy("s-0", store, executor, current, replication, registry, interval_s=60)
+        ae = AntiEntropy(
+            "s-0", store, RecordDigests(store), executor, current, replication, registry, interval_s=60
+        )
         moved = asyncio.run(ae.exchange("s-1"))
         assert moved == 3
         assert list(store.scan_all()) == list(other.scan_all())

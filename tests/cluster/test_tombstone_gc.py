@@ -7,6 +7,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.replication.tombstone_gc import TombstoneGC, hlc_span, shard_watermark, to_collect
+from themis_shard.storage.digests import RecordDigests
 from themis_shard.storage.documents import Replicated, Tombstone
 from themis_shard.storage.hints import HintLog
 from themis_shard.storage.stamps import HybridClock
@@ -33,7 +34,9 @@ def test_only_the_primary_collects_and_only_below_the_watermark() -> None:
 
 
 def _gc(store, hints, executor, current) -> TombstoneGC:
-    return TombstoneGC(store, hints, executor, current, CollectorRegistry(), grace_s=60, interval_s=60)
+    return TombstoneGC(
+        store, RecordDigests(store), hints, executor, current, CollectorRegistry(), grace_s=60, interval_s=60
+    )
 
 
 def test_a_tombstone_every_owner_holds_is_collected_everywhere_and_nothing_else(tmp_path, store) -> None:

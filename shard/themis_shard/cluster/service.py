@@ -34,6 +34,7 @@ from themis_core.tracing import Spans
 from ..llm.fetch import SourceFetcher
 from ..llm.settings import LLMSettings
 from ..storage.collections import CollectionConfig
+from ..storage.digests import RecordDigests
 from ..storage.documents import DocumentStore
 from ..storage.hints import HintLog
 from ..storage.inflight import InflightLog
@@ -118,9 +119,12 @@ class ClusterService:
             page_pause_s=self.live.settings.migration_page_pause_s,
             finish_timeout_s=self.live.settings.migration_finish_timeout_s,
         )
+        #: per-range digests and tombstones, kept current as writes are staged
+        self.digests = RecordDigests(store)
         self.anti_entropy = AntiEntropy(
             self_id,
             store,
+            self.digests,
             self.executor,
             self.live,
             self.replication,
@@ -129,6 +133,7 @@ class ClusterService:
         )
         self.tombstone_gc = TombstoneGC(
             store,
+            self.digests,
             self.hints,
             self.executor,
             self.live,

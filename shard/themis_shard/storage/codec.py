@@ -137,6 +137,16 @@ def decode_stamp(raw: bytes | None) -> Stamp | None:
     return Stamp(version)
 
 
+def stamp_parts(raw: bytes) -> tuple[int, int, bytes]:
+    """(version, hlc, origin as stored) without building a ``Stamp``: for hashing many records."""
+    version = int.from_bytes(raw[:_VERSION_BYTES], "big")
+    if len(raw) > _VERSION_BYTES and raw[_VERSION_BYTES] == _STAMPED:
+        n = raw[_VERSION_BYTES + 9]
+        hlc = int.from_bytes(raw[_VERSION_BYTES + 1 : _VERSION_BYTES + 9], "big")
+        return version, hlc, raw[_VERSION_BYTES + 10 : _VERSION_BYTES + 10 + n]
+    return version, 0, b""
+
+
 def decode_version(raw: bytes | None) -> int:
     """The stored version, tombstones included; 0 means "never written"."""
     return 0 if raw is None else int.from_bytes(raw[:_VERSION_BYTES], "big")

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 
@@ -142,6 +142,17 @@ class StoredDocument:
     origin: str = ""
 
 
+class StampWatcher(Protocol):
+    """Told of every record change as it is staged (under the commit lock, in commit order):
+    ``(storage key, record before, record after)``, None for "no record". ``reset``: what was
+    staged and not yet durable was discarded (a failed write), or records were loaded around
+    staging (``ingest``) — the watcher's view must be rebuilt (``staged_records``)."""
+
+    def staged(self, changes: list[tuple[bytes, bytes | None, bytes | None]]) -> None: ...
+
+    def reset(self) -> None: ...
+
+
 class StoreObserver:
     """Hooks around a commit. ``validate`` runs before anything is written and may raise a
     4xx error to reject the whole commit; ``apply`` runs after the durable write, in commit
@@ -220,6 +231,7 @@ class DocumentStore:
         self._wal = WalSync(self._db)  # commits fsync the WAL without the GIL (``wal_sync``)
         self._lock = threading.RLock()
         self._observers: list[StoreObserver] = []
+        self._stamp_watchers: list[StampWatcher] = []
         self._configs: dict[str, CollectionConfig] = {
             name.decode(): CollectionConfig.model_validate_json(raw) for name, raw in self._colls.items()
         }
@@ -291,6 +303,20 @@ class DocumentStore:
 
     def add_observer(self, observer: StoreObserver) -> None:
         self._observers.append(observer)
+
+    def watch_stamps(self, watcher: StampWatcher) -> None:
+        self._stamp_watchers.append(watcher)
+
+    def staged_records(self, on_cut: Callable[[], None]) -> Iterator[tuple[bytes, bytes]]:
+        """Every record as commits have staged it — durable or not yet — at one cut, with
+        ``on_cut()`` called under the commit lock at that cut (a watcher starts collecting the
+        changes staged after it there). The records are read afterwards from a snapshot, without
+        the lock; writes go on meanwhile."""
+        with self._lock:
+            snap = self._docs.snapshot()
+            pending = {skey: raw for skey, (raw, _) in self._pending.items()}
+            on_cut()
+        return _overlaid(snap, pending)
 
     # -- collections -------------------------------------------------------------------------
     def collection(self, name: str) -> CollectionConfig:
@@ -560,6 +586,8 @@ class DocumentStore:
             self._db.write(final, self._sync)
             self._planned_counts = dict(self._counts)
             self._planned_generations = dict(self._generations)
+            for watcher in self._stamp_watchers:
+                watcher.reset()
         return loaded
 
     def _ingest_batch(self, batch: WriteBatch, keys: list[bytes]) -> None:
@@ -597,6 +625,10 @@ class DocumentStore:
         self._planned_counts.update(counts)
         self._staged_seq += 1
         seq = self._staged_seq
+        if self._stamp_watchers:
+            changed = [(skey, self._raw(skey), raw) for skey, raw in docs.items()]
+            for watcher in self._stamp_watchers:
+                watcher.staged(changed)
         for skey, raw in docs.items():
             self._pending[skey] = (raw, seq)
 
@@ -637,6 +669,8 @@ class DocumentStore:
     def _forget_planned(self) -> None:
         """A synced write failed: every staged commit failed with it (``GroupCommit``)."""
         self._pending.clear()
+        for watcher in self._stamp_watchers:
+            watcher.reset()
         self._planned_counts = dict(self._counts)
         self._planned_generations = dict(self._generations)
 
@@ -1041,6 +1075,22 @@ class Transaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._done:
             self.abort() if exc_type else self.commit()
+
+
+def _overlaid(snap: Any, pending: dict[bytes, bytes | None]) -> Iterator[tuple[bytes, bytes]]:
+    """``snap``'s records with ``pending`` laid over them (None: gone); keys only pending last."""
+    try:
+        for skey, raw in snap.items():
+            if skey in pending:
+                raw = pending.pop(skey)
+                if raw is None:
+                    continue
+            yield skey, raw
+    finally:
+        del snap
+    for skey in sorted(pending):
+        if pending[skey] is not None:
+            yield skey, pending[skey]
 
 
 def _published() -> None:

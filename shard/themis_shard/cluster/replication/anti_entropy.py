@@ -4,8 +4,9 @@ records in the vnode ranges that differ (``merkle.py``); stamps decide every dif
 Runs once after start-up catch-up and then every ``anti_entropy_interval_s``, with each peer in
 turn, while no handoff is in progress (a ring change has its own protocol) and only between
 shards on the same plan epoch. It repairs what hints could not: a hint dropped at its budget,
-a replica restored from an old disk, a burn that was never delivered. Each round scans this
-shard's store once per peer (cost O(records)): the interval is the knob.
+a replica restored from an old disk, a burn that was never delivered. A round costs O(vnode
+ranges) while the owners agree: the leaves are kept current on every write
+(``storage.digests``), and the store is read only for buckets that differ.
 
 Catch-up of a shard out of the in-sync set (``plan_authority.in_sync``) is one-way: it takes the in-sync
 peers' records for every key that differs, even where its own stamp is higher (a write it
@@ -26,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.concurrency import run_in_threadpool
 
 from ...errors import Conflict
+from ...storage.digests import RecordDigests
 from ...storage.documents import DocumentStore, Replicated
 from ...storage.record_wire import decode_items, encode_items
 from ...storage.stamps import Stamp
@@ -33,7 +35,7 @@ from ..placement.views import TopologySource
 from ..tasks import Tasks
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .delivery import Replication
-from .merkle import FANOUT, Pair, bucket_digests, differing, leaf_digests, newer_than
+from .merkle import FANOUT, Pair, bucket_digests, differing, newer_than, shared_leaves
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class AntiEntropy:
         self,
         self_id: str,
         store: DocumentStore,
+        digests: RecordDigests,
         executor: RemoteExecutor,
         topology: TopologySource,
         replication: Replication,
@@ -76,6 +79,7 @@ class AntiEntropy:
     ) -> None:
         self.self_id = self_id
         self.store = store
+        self.digests = digests
         self.executor = executor
         self._plan = topology
         self.replication = replication
@@ -101,9 +105,8 @@ class AntiEntropy:
         return list(self.store.scan_where(keep))
 
     def _digests(self, pair: Pair) -> dict[int, str]:
-        """From stamps alone: no document body is decoded."""
-        records = ((c, k, stamp) for c, k, stamp, _ in self.store.scan_stamps())
-        return bucket_digests(leaf_digests(records, pair))
+        """From the leaves kept on write (a scan only after a ring change or a failed write)."""
+        return bucket_digests(shared_leaves(self.digests.leaves(pair.partition()), pair))
 
     def _check(self, request: dict[str, Any]) -> Pair:
         topo = self._plan.topology

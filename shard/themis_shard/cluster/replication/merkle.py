@@ -6,6 +6,10 @@ records — into the leaf of the vnode range the key falls in (XOR of per-record
 does not matter, and an empty range is all zeros). Leaves are grouped ``fanout`` to a bucket,
 and buckets are what travel first: only buckets whose digests differ are opened, and only the
 records in them are exchanged, so two replicas that agree cost one small message.
+
+A shard keeps its leaves current as it writes (``storage.digests``), so a round costs the
+ranges, not the records; ``leaf_digests`` is the same computation over a list of records, the
+reference the kept leaves are checked against.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from dataclasses import dataclass, field
 
 from themis_core.ring import HashRing
 
+from ...storage.digests import DIGEST_BYTES, Partition
+from ...storage.digests import record_hash as stored_record_hash
 from ...storage.names import storage_key, urn
 from ...storage.stamps import Stamp
 
-DIGEST_BYTES = 16
 ZERO = bytes(DIGEST_BYTES)
 #: Leaves (vnode ranges) per bucket: 6144 ranges (3 shards × 2048 vnodes) make 96 buckets.
 FANOUT = 64
@@ -52,14 +57,14 @@ class Pair:
     def bucket(self, collection: str, key: str) -> int:
         return self.leaf(collection, key) // FANOUT
 
+    def partition(self) -> Partition:
+        """The ring's vnode ranges as the leaves a store keeps digests for."""
+        ring = self.ring
+        return Partition(ring.spec, lambda collection, key: ring.range_of(urn(collection, key)))
+
 
 def record_hash(collection: str, key: str, stamp: Stamp) -> bytes:
-    data = (
-        storage_key(collection, key)
-        + b"\x00%d\x00%d\x00" % (stamp.version, stamp.hlc)
-        + stamp.origin.encode()
-    )
-    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
+    return stored_record_hash(storage_key(collection, key), stamp)
 
 
 def _xor(a: bytes, b: bytes) -> bytes:
@@ -74,6 +79,11 @@ def leaf_digests(records: Iterable[tuple[str, str, Stamp]], pair: Pair) -> dict[
         if pair.shares_leaf(leaf):
             leaves[leaf] = _xor(leaves.get(leaf, ZERO), record_hash(collection, key, stamp))
     return {leaf: d for leaf, d in leaves.items() if d != ZERO}
+
+
+def shared_leaves(leaves: dict[int, bytes], pair: Pair) -> dict[int, bytes]:
+    """The leaves of a whole store's digests (``storage.digests``) that ``pair`` shares."""
+    return {leaf: d for leaf, d in leaves.items() if pair.shares_leaf(leaf)}
 
 
 def bucket_digests(leaves: dict[int, bytes]) -> dict[int, str]:

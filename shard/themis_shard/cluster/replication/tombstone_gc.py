@@ -9,7 +9,8 @@ The key's primary drives its collection: it asks the other owners to drop the to
 hold exactly that record, and drops its own copy only when all of them did. A newer write that
 races the collection keeps the key (drops compare the whole stamp), and an owner that missed
 the drop gets the tombstone back from anti-entropy, harmlessly. No collection while a handoff
-is in progress (previous owners may still hold copies).
+is in progress (previous owners may still hold copies). The candidates come from the
+tombstones kept as writes are staged (``storage.digests``), not from a scan of the store.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 from prometheus_client import CollectorRegistry, Counter
 from starlette.concurrency import run_in_threadpool
 
+from ...storage.digests import RecordDigests
 from ...storage.documents import DocumentStore, Tombstone
 from ...storage.hints import HintLog
 from ..placement.owners import Topology
@@ -59,6 +61,7 @@ class TombstoneGC:
     def __init__(
         self,
         store: DocumentStore,
+        digests: RecordDigests,
         hints: HintLog,
         executor: RemoteExecutor,
         topology: TopologySource,
@@ -68,6 +71,7 @@ class TombstoneGC:
         interval_s: float,
     ) -> None:
         self.store = store
+        self.digests = digests
         self.hints = hints
         self.executor = executor
         self._plan = topology
@@ -102,7 +106,7 @@ class TombstoneGC:
                 marks.append(int(reply["watermark"]))
             except (PeerUnavailable, PeerError, KeyError, ValueError):
                 return 0  # a member we cannot ask might still send an older record
-        mine = to_collect(await run_in_threadpool(self.store.tombstones, min(marks)), min(marks), topo)
+        mine = to_collect(await run_in_threadpool(self.digests.tombstones, min(marks)), min(marks), topo)
         confirmed = {(t.collection, t.key): t for t in mine}
         for peer in topo.peers:
             theirs = [t for t in mine if peer in topo.owners(t.collection, t.key)]
