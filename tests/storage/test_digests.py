@@ -18,14 +18,14 @@ from themis_shard.storage.names import split_storage_key, storage_key
 
 
 def by_hash(leaves: int) -> Partition:
-    return Partition(("hash", leaves), lambda c, k: hash((c, k)) % leaves)
+    return Partition(("hash", leaves), lambda skey: hash(skey) % leaves)
 
 
 def scanned(store: DocumentStore, partition: Partition) -> dict[int, bytes]:
     """The reference: every record's hash XORed into its leaf, from a full scan."""
     acc: dict[int, int] = {}
     for collection, key, stamp, _ in store.scan_stamps():
-        leaf = partition.leaf_of(collection, key)
+        leaf = partition.leaf_of(storage_key(collection, key))
         acc[leaf] = acc.get(leaf, 0) ^ int.from_bytes(record_hash(storage_key(collection, key), stamp), "big")
     return {leaf: d.to_bytes(DIGEST_BYTES, "big") for leaf, d in acc.items() if d}
 
@@ -106,7 +106,7 @@ def test_equal_records_have_equal_digests_whatever_order_they_arrived_in(tmp_pat
             for leaf in set(digests[0].leaves(partition)) | set(digests[1].leaves(partition))
             if digests[0].leaves(partition).get(leaf) != digests[1].leaves(partition).get(leaf)
         }
-        assert differ == {partition.leaf_of("c", "k3")}
+        assert differ == {partition.leaf_of(storage_key("c", "k3"))}
     finally:
         for s in stores:
             s.close()
@@ -130,13 +130,13 @@ def test_writes_staged_while_a_rebuild_reads_the_store_are_folded_in(store) -> N
     digests = RecordDigests(store)
     written = []
 
-    def leaf_of(collection: str, key: str) -> int:
+    def leaf_of(skey: bytes) -> int:
         if not written:  # a writer gets in while the rebuild scans, after its cut
             written.append(True)
             store.put("c", "k0", {"rewritten": True})
             store.delete("c", "k19")
             store.put("c", "new", {"late": True})
-        return hash((collection, key)) % 4
+        return hash(skey) % 4
 
     partition = Partition("racing", leaf_of)
     got = digests.leaves(partition)

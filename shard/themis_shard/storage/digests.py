@@ -57,10 +57,10 @@ def _stored_hash(skey: bytes, raw: bytes) -> int:
 
 @dataclass(frozen=True)
 class Partition:
-    """How records group into leaves: ``leaf_of(collection, key)``. Equal keys, equal grouping."""
+    """How records group into leaves: ``leaf_of(storage key)``. Equal keys, equal grouping."""
 
     key: Hashable
-    leaf_of: Callable[[str, str], int] = field(compare=False, hash=False)
+    leaf_of: Callable[[bytes], int] = field(compare=False, hash=False)
 
 
 class RecordDigests:
@@ -179,7 +179,7 @@ class RecordDigests:
                 if codec.is_tombstone(after):
                     tombstones[skey] = codec.decode_stamp(after)
             if h and leaf_of is not None:
-                leaf = leaf_of(*split_storage_key(skey))
+                leaf = leaf_of(skey)
                 leaves[leaf] = leaves.get(leaf, 0) ^ h
 
 
@@ -196,6 +196,6 @@ def _add_all(
         if codec.is_tombstone(raw):
             tombstones[skey] = codec.decode_stamp(raw)
         if leaf_of is not None:
-            leaf = leaf_of(*split_storage_key(skey))
+            leaf = leaf_of(skey)
             leaves[leaf] = leaves.get(leaf, 0) ^ _stored_hash(skey, raw)
     return n

@@ -56,6 +56,14 @@ def storage_key(collection: str, key: str) -> bytes:
     return collection.encode() + b"\x00" + key.encode()
 
 
+_URN_PREFIX_BYTES = URN_PREFIX.encode()
+
+
+def storage_key_urn(skey: bytes) -> bytes:
+    """``urn(collection, key)`` as UTF-8, from the storage key: what the ring hashes."""
+    return _URN_PREFIX_BYTES + skey.replace(b"\x00", b":", 1)
+
+
 def split_storage_key(raw: bytes) -> tuple[str, str]:
     collection, _, key = raw.partition(b"\x00")
     return collection.decode(), key.decode()

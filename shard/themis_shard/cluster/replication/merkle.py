@@ -22,7 +22,7 @@ from themis_core.ring import HashRing
 
 from ...storage.digests import DIGEST_BYTES, Partition
 from ...storage.digests import record_hash as stored_record_hash
-from ...storage.names import storage_key, urn
+from ...storage.names import storage_key, storage_key_urn, urn
 from ...storage.stamps import Stamp
 
 ZERO = bytes(DIGEST_BYTES)
@@ -60,7 +60,7 @@ class Pair:
     def partition(self) -> Partition:
         """The ring's vnode ranges as the leaves a store keeps digests for."""
         ring = self.ring
-        return Partition(ring.spec, lambda collection, key: ring.range_of(urn(collection, key)))
+        return Partition(ring.spec, lambda skey: ring.range_of(storage_key_urn(skey)))
 
 
 def record_hash(collection: str, key: str, stamp: Stamp) -> bytes:
