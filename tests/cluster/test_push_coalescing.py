@@ -36,8 +36,8 @@ class GatedPush:
         self.gate = asyncio.Event()
         self.fail = fail
 
-    async def __call__(self, peer: str, records: list[Replicated]) -> None:
-        self.pushes.append((peer, [x.key for x in records]))
+    async def __call__(self, peer: str, groups: list[list[Replicated]]) -> None:
+        self.pushes.append((peer, [x.key for group in groups for x in group]))
         await self.gate.wait()
         if self.fail is not None:
             raise self.fail
@@ -195,8 +195,34 @@ def test_a_push_too_large_for_one_request_goes_in_several_in_order(tmp_path, sto
         assert all(peers["s-1"].store.get("c", r.key).document == r.document for r in records)
 
 
-def test_records_are_split_into_runs_by_size_and_a_large_one_goes_alone():
-    small = Replicated("c", "a", 1, {"n": 1})
-    large = Replicated("c", "b", 1, {"text": "x" * 5_000})
-    runs = split_by_size([small, small, large, small], 1_000)
-    assert [[r.key for r in run] for run in runs] == [["a", "a"], ["b"], ["a"]]
+def test_records_are_split_into_runs_of_whole_groups_by_size_and_a_large_group_goes_alone():
+    small = [Replicated("c", "a", 1, {"n": 1})]
+    large = [Replicated("c", "b", 1, {"text": "x" * 400}), Replicated("c", "c", 1, {"text": "x" * 400})]
+    runs = split_by_size([small, small, large, small], 700)
+    assert [[r.key for r in run] for run in runs] == [["a", "a"], ["b", "c"], ["a"]]
+
+
+def test_a_transactions_records_reach_a_peer_in_one_request_however_large(tmp_path, store, monkeypatch):
+    """A w=1 transaction larger than a push's share is one request, so the peer installs all of
+    it or none; hints replay each kept write whole as well."""
+    from themis_shard.cluster.replication import delivery
+
+    monkeypatch.setattr(delivery, "PUSH_MAX_BYTES", 2_600)
+    current = live(plan_of(2))
+    with fake_peers(tmp_path, "s-1") as peers:
+        installs: list[int] = []  # records per install on the peer, one per request
+        peer_store = peers["s-1"].store
+        apply = peer_store.apply_replicated
+        monkeypatch.setattr(
+            peer_store, "apply_replicated", lambda items: installs.append(len(items)) or apply(items)
+        )
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        transaction = [Replicated("c", f"t{i}", 1, {"text": "x" * 1000}) for i in range(4)]
+        asyncio.run(replication.push("s-1", [transaction], retries=0))
+        assert installs == [4]
+        replication.hints.add("s-1", [Replicated("c", f"h{i}", 1, {"text": "x" * 1000}) for i in range(3)])
+        replication.hints.add("s-1", [Replicated("c", "single", 1, {"n": 1})])
+        asyncio.run(replication.replay_hints())
+        assert installs == [4, 3, 1]
+        assert peer_store.count("c") == 8

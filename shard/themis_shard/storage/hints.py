@@ -68,17 +68,18 @@ class HintLog:
     def pending(self) -> dict[str, int]:
         return dict(self._pending)
 
-    def take(self, peer: str, limit: int = 100) -> tuple[list[bytes], list[Replicated]]:
-        """Up to ``limit`` hint records for ``peer`` (oldest first), not yet removed."""
+    def take(self, peer: str, limit: int = 100) -> tuple[list[bytes], list[list[Replicated]]]:
+        """Up to ``limit`` hints for ``peer`` (oldest first), not yet removed: their keys, and
+        each hint's records as one group (one write's records, to be installed together)."""
         prefix = peer.encode() + b"\x00"
         keys: list[bytes] = []
-        items: list[Replicated] = []
+        groups: list[list[Replicated]] = []
         for raw_key, raw in self._cf.items(from_key=prefix):
             if not raw_key.startswith(prefix) or len(keys) >= limit:
                 break
             keys.append(raw_key)
-            items.extend(decode_items(json.loads(raw)))
-        return keys, items
+            groups.append(decode_items(json.loads(raw)))
+        return keys, groups
 
     def done(self, peer: str, keys: list[bytes]) -> None:
         batch = WriteBatch(raw_mode=True)

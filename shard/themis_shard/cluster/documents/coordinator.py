@@ -715,7 +715,7 @@ class DistributedDocuments:
                 per_peer.setdefault(owner, []).append(b)
         try:
             await asyncio.gather(
-                *(self.replication.push(p, items, retries=1) for p, items in per_peer.items())
+                *(self.replication.push(p, [items], retries=1) for p, items in per_peer.items())
             )
         except (PeerUnavailable, PeerError) as exc:
             raise Unavailable(

@@ -168,7 +168,7 @@ class AntiEntropy:
         push_keys = set(newer_than(my_stamps, their_stamps))
         push = [_replicated(e) for e in local if (e.collection, e.key) in push_keys]
         if push:
-            await self.replication.push(peer, push, retries=1)
+            await self.replication.push(peer, [[r] for r in push], retries=1)  # each on its own
         self.metrics.repaired.labels(direction="pulled").inc(len(pulled))
         self.metrics.repaired.labels(direction="pushed").inc(len(push))
         self.metrics.rounds.labels(outcome="repaired").inc()

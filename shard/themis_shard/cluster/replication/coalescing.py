@@ -23,7 +23,8 @@ import orjson
 
 from ...storage.documents import Replicated
 
-Push = Callable[[str, list[Replicated]], Awaitable[None]]
+#: ``push(peer, groups)``: installs each group of records on ``peer`` atomically, or raises
+Push = Callable[[str, list[list[Replicated]]], Awaitable[None]]
 #: a sender's records, their size on the wire, and the sender's future
 _Queued = tuple[list[Replicated], int, asyncio.Future[None]]
 
@@ -45,24 +46,26 @@ def record_size(r: Replicated) -> int:
     return RECORD_OVERHEAD + len(r.collection) + len(r.key) + document
 
 
-def split_by_size(records: list[Replicated], max_bytes: int) -> list[list[Replicated]]:
-    """``records`` in order, in runs of at most ``max_bytes`` (a record larger alone)."""
+def split_by_size(groups: list[list[Replicated]], max_bytes: int) -> list[list[Replicated]]:
+    """``groups`` in order, in runs of at most ``max_bytes`` made of whole groups (a group
+    larger alone). A group is what the receiver must install at once — a transaction's records
+    for that peer — and one request is installed there as one atomic write."""
     runs: list[list[Replicated]] = []
     size = 0
-    for r in records:
-        n = record_size(r)
+    for group in groups:
+        n = wire_size(group)
         if not runs or size + n > max_bytes:
             runs.append([])
             size = 0
-        runs[-1].append(r)
+        runs[-1].extend(group)
         size += n
-    return runs
+    return [run for run in runs if run]
 
 
 class PushCoalescer:
     def __init__(self, push: Push, *, max_records: int = 1024, max_bytes: int = PUSH_MAX_BYTES) -> None:
-        """``push(peer, records)`` installs records on a peer or raises; ``max_records`` and
-        ``max_bytes`` bound one push (a sender's own records are never split)."""
+        """``push(peer, groups)`` installs records on a peer or raises; ``max_records`` and
+        ``max_bytes`` bound one push (a sender's own records are one group, never split)."""
         self._push = push
         self.max_records = max_records
         self.max_bytes = max_bytes
@@ -105,7 +108,7 @@ class PushCoalescer:
                     count, size = count + len(taken[-1][0]), size + taken[-1][1]
                 self.last_push_size = count
                 try:
-                    await self._push(peer, [r for records, _, _ in taken for r in records])
+                    await self._push(peer, [records for records, _, _ in taken])
                 except Exception as exc:
                     _settle(taken, exc)
                 else:

@@ -115,12 +115,14 @@ class Replication:
         self.pushes = PushCoalescer(partial(self.push, retries=1))
         self._hinting: set[asyncio.Task] = set()
 
-    async def push(self, peer: str, items: list, *, retries: int) -> None:
-        """Install versions on ``peer`` (the higher version wins there, so a replay is harmless).
-        Raises PeerUnavailable / PeerError. Many or large records go in requests of at most
-        ``PUSH_MAX_BYTES``, one after the other: a hundred hinted 1 MiB documents in one request
-        were over a peer's request limit, refused every time, and held that peer's hints back."""
-        for run in split_by_size(items, PUSH_MAX_BYTES):
+    async def push(self, peer: str, groups: list[list[Replicated]], *, retries: int) -> None:
+        """Install versions on ``peer`` (the higher version wins there, so a replay is harmless),
+        each group atomically: a transaction's records never arrive in parts. Raises
+        PeerUnavailable / PeerError. Many or large groups go in requests of at most
+        ``PUSH_MAX_BYTES`` (a larger group alone), one after the other: a hundred hinted 1 MiB
+        documents in one request were over a peer's request limit, refused every time, and held
+        that peer's hints back."""
+        for run in split_by_size(groups, PUSH_MAX_BYTES):
             await self.executor.request(
                 peer,
                 "POST",
@@ -215,15 +217,15 @@ class Replication:
             if not worth_replaying(peer, self._plan.topology.members, self.executor.open_peers()):
                 continue
             while True:
-                keys, items = await run_in_threadpool(self.hints.take, peer, REPLAY_BATCH)
+                keys, groups = await run_in_threadpool(self.hints.take, peer, REPLAY_BATCH)
                 if not keys:
                     break
                 try:
-                    await self.push(peer, items, retries=0)
+                    await self.push(peer, groups, retries=0)
                 except (PeerUnavailable, PeerError):
                     break
                 await run_in_threadpool(self.hints.done, peer, keys)
-                log.info("delivered %d hinted version(s) to %s", len(items), peer)
+                log.info("delivered %d hinted version(s) to %s", sum(map(len, groups)), peer)
 
     async def _drop_hints(self) -> None:
         """This shard is out of sync: the hints it holds were minted while it was a primary in
@@ -231,11 +233,11 @@ class Replication:
         them could outrank a write they acknowledged since). Catch-up takes their records."""
         for peer in self.hints.peers():
             while True:
-                keys, items = await run_in_threadpool(self.hints.take, peer, REPLAY_BATCH)
+                keys, groups = await run_in_threadpool(self.hints.take, peer, REPLAY_BATCH)
                 if not keys:
                     break
                 await run_in_threadpool(self.hints.done, peer, keys)
-                log.warning("out of sync: dropped %d hinted version(s) for %s", len(items), peer)
+                log.warning("out of sync: dropped %d hinted version(s) for %s", sum(map(len, groups)), peer)
 
     def start(self, interval_s: float = 1.0) -> None:
         self._tasks.every(interval_s, self.replay_hints, "hint-replay")
