@@ -32,33 +32,6 @@ def test_an_entry_added_from_a_coroutine_is_durable_when_the_call_returns(tmp_pa
         reopened.close()
 
 
-def test_an_entry_dropped_after_its_records_are_installed_stays_dropped_after_kill_9(tmp_path) -> None:
-    """The drop is appended to the WAL without an fsync: the process may die right after it,
-    and the entry is still gone (only losing the machine could bring it back, and then
-    recovery finds its records installed and sends them again, which is idempotent)."""
-    script = textwrap.dedent(
-        f"""
-        import asyncio, os
-        from themis_shard.storage.documents import DocumentStore, Write
-        from themis_shard.storage.inflight import InflightLog
-        store = DocumentStore({str(tmp_path / "db")!r})
-        log = InflightLog(store)
-        records = store.prepare([Write("c", "a", {{"n": 1}})])
-        key = asyncio.run(log.add_async(records, []))
-        asyncio.run(store.apply_replicated_async(records))
-        log.drop(key)
-        os._exit(0)  # no close, no flush: as kill -9
-        """
-    )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
-    reopened = DocumentStore(tmp_path / "db")
-    try:
-        assert InflightLog(reopened).entries() == []
-        assert reopened.get("c", "a").document == {"n": 1}
-    finally:
-        reopened.close()
-
-
 def test_an_entry_dropped_in_its_installs_own_write_goes_with_it_even_after_kill_9(tmp_path) -> None:
     """The unsynced install and the entry's removal are one batch: the records are installed and
     the entry is gone, or (had the write failed) neither."""

@@ -288,14 +288,6 @@ class DocumentStore:
             item = self._group.stage(ops.ops, _published)
         await self._group.wait_async(item)
 
-    def write_unsynced(self, fill: Callable[[Ops], None]) -> None:
-        """A neighbour's write that may be lost in a crash (an entry whose loss only repeats
-        idempotent work): appended to the WAL behind everything written before it, synced by the
-        next group commit."""
-        ops = Ops()
-        fill(ops)
-        self._write_ops(ops.ops, synced=False)
-
     def checkpoint(self, target: Path) -> None:
         """A RocksDB checkpoint of every column family at ``target`` (hard links: cheap, and
         consistent with itself; a backup's cut decides what it must contain)."""

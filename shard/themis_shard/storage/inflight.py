@@ -57,11 +57,6 @@ class InflightLog:
         await self._store.write_durably(lambda ops: ops.put(key, value, self._handle))
         return key
 
-    def drop(self, key: bytes) -> None:
-        """Remove the entry of a write that committed (no fsync of its own: a crash that loses it
-        only rolls the committed write forward again)."""
-        self._store.write_unsynced(self.dropping(key))
-
     def dropping(self, key: bytes) -> Callable[[Ops], None]:
         """The entry's removal as part of another batch: the install it covers (atomic with it,
         and one write instead of two)."""
