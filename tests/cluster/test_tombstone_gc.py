@@ -8,7 +8,7 @@ import asyncio
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.replication.tombstone_gc import TombstoneGC, hlc_span, shard_watermark, to_collect
 from themis_shard.storage.digests import RecordDigests
-from themis_shard.storage.documents import Replicated, Tombstone
+from themis_shard.storage.documents import DocumentStore, Replicated, Tombstone
 from themis_shard.storage.hints import HintLog
 from themis_shard.storage.stamps import HybridClock
 
@@ -71,3 +71,21 @@ def test_a_tombstone_every_owner_holds_is_collected_everywhere_and_nothing_else(
         gc.hints.done("s-1", gc.hints.take("s-1")[0])
         peers["s-1"].up = False
         assert asyncio.run(gc.collect()) == 0
+
+
+def test_the_oldest_hint_is_known_as_hints_come_and_go_and_after_a_restart(tmp_path) -> None:
+    store = DocumentStore(tmp_path / "db")
+    hints = HintLog(store)
+    assert hints.oldest_hlc() is None
+    hints.add("s-1", [Replicated("c", "a", 1, {}, 50, "s-0"), Replicated("c", "b", 1, {}, 30, "s-0")])
+    hints.add("s-2", [Replicated("c", "c", 1, {}, 40, "s-0")])
+    assert hints.oldest_hlc() == 30
+    hints.done("s-1", hints.take("s-1")[0])
+    assert hints.oldest_hlc() == 40
+    del hints  # its column-family handles hold the database's lock
+    store.close()
+    reopened = DocumentStore(tmp_path / "db")
+    try:
+        assert HintLog(reopened).oldest_hlc() == 40
+    finally:
+        reopened.close()

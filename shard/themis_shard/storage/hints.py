@@ -26,10 +26,13 @@ class HintLog:
         self._seq = itertools.count(time.time_ns())
         self._pending: dict[str, int] = {}
         self._bytes: dict[str, int] = {}
+        #: hint key → the lowest stamp in it: the watermark without decoding every hint
+        self._lowest: dict[bytes, int] = {}
         for raw_key, raw in self._cf.items():
             peer = raw_key.partition(b"\x00")[0].decode()
             self._pending[peer] = self._pending.get(peer, 0) + 1
             self._bytes[peer] = self._bytes.get(peer, 0) + len(raw)
+            self._lowest[raw_key] = _lowest_hlc(decode_items(json.loads(raw)))
 
     @staticmethod
     def encode(items: list[Replicated]) -> bytes:
@@ -49,18 +52,17 @@ class HintLog:
             self._db.write(batch, self._sync)
             self._pending[peer] = self._pending.get(peer, 0) + 1
             self._bytes[peer] = self._bytes.get(peer, 0) + len(value)
+            self._lowest[key] = _lowest_hlc(items)
 
     def pending_bytes(self) -> dict[str, int]:
         return dict(self._bytes)
 
     def oldest_hlc(self) -> int | None:
         """The lowest hybrid-clock stamp of any pending hint (None: no hints): no record older
-        than it can still arrive from this shard's hints (the tombstone-GC watermark)."""
-        oldest = None
-        for _, raw in self._cf.items():
-            for item in decode_items(json.loads(raw)):
-                oldest = item.hlc if oldest is None else min(oldest, item.hlc)
-        return oldest
+        than it can still arrive from this shard's hints (the tombstone-GC watermark). Kept as
+        hints come and go: no hint is read for it."""
+        with self._lock:
+            return min(self._lowest.values(), default=None)
 
     def peers(self) -> list[str]:
         return [p for p, n in self._pending.items() if n > 0]
@@ -90,5 +92,11 @@ class HintLog:
             batch.delete(key, self._handle)
         with self._lock:
             self._db.write(batch, self._sync)
+            for key in keys:
+                self._lowest.pop(key, None)
             self._pending[peer] = max(0, self._pending.get(peer, 0) - len(keys))
             self._bytes[peer] = max(0, self._bytes.get(peer, 0) - freed)
+
+
+def _lowest_hlc(items: list[Replicated]) -> int:
+    return min((item.hlc for item in items), default=1 << 63)
