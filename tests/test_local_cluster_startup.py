@@ -70,6 +70,7 @@ def test_model_copies_on_one_host_share_its_cores_instead_of_each_taking_all(cor
 
 
 def test_a_shard_gets_its_share_of_the_cores_unless_the_user_set_the_thread_count(tmp_path, monkeypatch):
+    monkeypatch.delenv("THEMIS_LLM_HOST_CORES_FILE", raising=False)
     from themis_core.plan import Member
     from themis_shard import local_cluster
 
@@ -82,9 +83,10 @@ def test_a_shard_gets_its_share_of_the_cores_unless_the_user_set_the_thread_coun
 
     monkeypatch.setattr(local_cluster.subprocess, "Popen", Recorder)
     (tmp_path / "logs").mkdir()
+    shared = tmp_path / "host-cores"
     launch = {
         "data_root": str(tmp_path), "host": "127.0.0.1", "gossip_secret": "s", "no_llm": False,
-        "llm_threads": 1,
+        "llm_threads": 1, "host_cores": 2, "host_cores_file": str(shared),
     }
     member = Member(shard_id="shard-0", url="http://127.0.0.1:9")
     monkeypatch.delenv("THEMIS_LLM_N_THREADS", raising=False)
@@ -92,3 +94,7 @@ def test_a_shard_gets_its_share_of_the_cores_unless_the_user_set_the_thread_coun
     monkeypatch.setenv("THEMIS_LLM_N_THREADS", "7")
     local_cluster.start_shard(tmp_path, tmp_path / "plan.json", launch, member, {})
     assert seen[0]["THEMIS_LLM_N_THREADS"] == "1" and seen[1]["THEMIS_LLM_N_THREADS"] == "7"
+    # by demand, through the host's shared slots (made if missing); a fixed count shares nothing
+    assert seen[0]["THEMIS_LLM_HOST_CORES"] == "2" and seen[0]["THEMIS_LLM_HOST_CORES_FILE"] == str(shared)
+    assert shared.stat().st_size > 0
+    assert "THEMIS_LLM_HOST_CORES_FILE" not in seen[1]

@@ -45,6 +45,7 @@ from .backup.cli import (  # themis backup, up --restore-from
 from .cli_help import COMMANDS, DESCRIPTION
 from .cli_progress import ScaleView, StartupView, migration_summary, moved_fraction
 from .cluster.transactions.cli import add_txn_commands  # themis txn list/resolve
+from .llm import host_cores  # the host's cores, shared by demand by the shards it starts
 from .local_auth import resolve_api_key, write_local_keys
 from .raid.cli import add_raid_commands  # themis raid status/verify/rebuild/ingest
 from .training.cli import add_adapter_commands  # themis adapters federate
@@ -222,6 +223,11 @@ def start_shard(
         env["THEMIS_LLM_ENABLED"] = "false"
     elif launch.get("llm_threads") and "THEMIS_LLM_N_THREADS" not in os.environ:
         env["THEMIS_LLM_N_THREADS"] = str(launch["llm_threads"])  # the host's cores, shared
+        if launch.get("host_cores_file"):  # ... and by demand: a lone busy engine takes them all
+            if not Path(launch["host_cores_file"]).exists():
+                host_cores.create(Path(launch["host_cores_file"]))
+            env["THEMIS_LLM_HOST_CORES"] = str(launch["host_cores"])
+            env["THEMIS_LLM_HOST_CORES_FILE"] = launch["host_cores_file"]
     if launch.get("raid_weights"):
         env["THEMIS_RAID_ENABLED"] = "true"  # model weights striped with parity across the shards
     if launch.get("restore_from"):
@@ -589,9 +595,13 @@ def up(args: argparse.Namespace) -> int:
     }
     if not args.no_llm and "THEMIS_LLM_N_THREADS" not in os.environ:
         cores = usable_cores()
+        launch["host_cores"] = cores
+        launch["host_cores_file"] = str((state_dir / "host-cores").resolve())
+        host_cores.create(Path(launch["host_cores_file"]))
         print(
-            f"themis up: {args.shards} model copies share {cores} cores: {launch['llm_threads']} "
-            f"engine thread(s) each (THEMIS_LLM_N_THREADS overrides)"
+            f"themis up: {args.shards} model copies share {cores} cores by demand: a lone busy engine "
+            f"computes on all {cores}, each of k busy ones on {cores} // k (at least 1; "
+            "THEMIS_LLM_N_THREADS fixes the threads instead)"
             + ("; more shards than cores slow every one of them" if args.shards > cores else ""),
             file=sys.stderr,
         )

@@ -196,6 +196,7 @@ class ShardNode:
                 use_gpu=settings.use_gpu,
             )
             if settings.llm.enabled:
+                from .llm import host_cores
                 from .llm.runtime import LLMRuntime  # llama.cpp loads only when inference is on
 
                 llm_settings = settings.llm
@@ -209,6 +210,10 @@ class ShardNode:
                     prefix_puller=cluster.prefix_puller,  # KV prefixes from peers
                     draft_resolver=cluster.draft_target,  # the draft shard
                     validation_sets=adapter_validation_set,  # each adapter's held-out set
+                    # cores shared by demand with the other shards of this host (``themis up``)
+                    cores=host_cores.open_for(
+                        llm_settings.host_cores, llm_settings.host_cores_file, settings.shard_id
+                    ),
                 )
                 await llm.start()
                 # Trained and federated adapters, before gossip announces this shard's adapters.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 
 import pytest
 from themis_shard.llm.compute_threads import on_own_thread, oversubscription, run_once
@@ -134,3 +135,43 @@ def test_engines_whose_pools_outnumber_the_cores_are_warned_about_with_the_setti
     assert oversubscription(engines=2, threads=4, cores=8) is None
     warning = oversubscription(engines=2, threads=2, cores=2)
     assert warning is not None and "THEMIS_LLM_N_THREADS to 1" in warning
+
+
+def until(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_an_engine_computes_on_its_share_of_the_hosts_cores_and_frees_it_when_idle(native_model, tmp_path):
+    from themis_shard.llm.engine import Engine, EngineConfig
+    from themis_shard.llm.host_cores import QUIET_MS, HostCores, create
+
+    path = tmp_path / "host-cores"
+    create(path)
+    mine, other = HostCores(path, 0, 2), HostCores(path, 1, 2)
+    engine = Engine(native_model, EngineConfig(n_ctx=512, n_threads=1), cores=mine)
+    engine.start()
+    try:
+
+        def generate() -> int:
+            out = Collector()
+            engine.submit(native_model.tokenize("The quick brown fox"), SamplingParams(max_tokens=2), out)
+            assert out.done.completion_tokens == 2
+            return engine.call(lambda: engine.ctx.threads).result()
+
+        assert generate() == 2  # alone on the host: both cores
+        other.mark("default", True)
+        assert generate() == 1  # another shard's engine is computing
+        assert until(lambda: other.threads() == 2)  # between requests this engine holds no share
+        other.mark("default", False)
+        time.sleep(QUIET_MS / 1000)  # its share is lent once it has been idle a moment
+        assert generate() == 2
+    finally:
+        engine.stop()
+    assert until(lambda: other.threads() == 2)  # a stopped engine holds no share
+    mine.close()
+    other.close()

@@ -31,7 +31,7 @@ import llama_cpp as L
 
 from .generation import deliver
 from .grammar import GrammarConstraint
-from .hooks import PrefixHook, Speculator
+from .hooks import CoreShare, PrefixHook, Speculator
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
 from .native import Batch, NativeContext, NativeModel
@@ -70,9 +70,11 @@ class Engine:
         metrics: LLMMetrics | None = None,
         prefix: PrefixHook | None = None,
         speculator: Speculator | None = None,
+        cores: CoreShare | None = None,
     ) -> None:
         """``prefix``: the KV-prefix cache; ``speculator``: used for sequences submitted with
-        ``speculative=True``. Both are fixed for the engine's life."""
+        ``speculative=True``; ``cores``: the host's cores, shared by demand with other shards'
+        engines (else ``config.n_threads`` always). All fixed for the engine's life."""
         self.model = model
         self.config = config
         self.name = name
@@ -88,6 +90,8 @@ class Engine:
         self.ledger = PageLedger(self.ctx.n_ctx, config.page_size)
         self._prefix = prefix
         self._speculator = speculator
+        self._cores = cores
+        self._threads = config.n_threads
         self.scheduler = Scheduler(self.ledger, lim, on_admit=self._on_admit if prefix is not None else None)
         self.batch = Batch(lim.max_tokens_per_batch)
         #: adapter name → (llama adapter pointer, scale); mutated only on the engine thread.
@@ -286,6 +290,8 @@ class Engine:
         try:
             while True:
                 with self._cv:
+                    if self._cores is not None and not self._inbox and self.scheduler.idle:
+                        self._cores.mark(self.name, False)
                     while not self._inbox and self.scheduler.idle and not self._closed:
                         self._cv.wait()
                     if self._closed:
@@ -295,6 +301,7 @@ class Engine:
                 for op in ops:
                     self._apply(op)
                 if not self.scheduler.idle:
+                    self._take_cores()
                     try:
                         self._iterate()
                     except Exception:
@@ -303,8 +310,20 @@ class Engine:
                 self._update_gauges()
                 self._flush()
         finally:
+            if self._cores is not None:
+                self._cores.mark(self.name, False)
             self._drain_on_close()
             self._flush()
+
+    def _take_cores(self) -> None:
+        """This step's share of the host's cores (``host_cores``)."""
+        if self._cores is None:
+            return
+        self._cores.mark(self.name, True)
+        threads = self._cores.threads()
+        if threads != self._threads:
+            self.ctx.set_threads(threads)
+            self._threads = threads
 
     def _apply(self, op: tuple) -> None:
         kind = op[0]

@@ -7,10 +7,11 @@ side is built and tested alone and nothing in ``llm/`` imports the cluster:
 |---|---|---|
 | ``PrefixHook`` | engine thread | ``prefix_hook.EnginePrefixHook`` |
 | ``Speculator`` | engine thread | ``speculative.speculator.Speculator`` |
+| ``CoreShare`` | engine thread | ``host_cores.HostCores`` |
 | ``PrefixPuller`` | ``LLMRuntime.submit`` (event loop) | ``cluster.prefix_directory.PrefixSync`` |
 | ``DraftResolver`` | remote draft source (engine thread) | ``cluster.service.ClusterService.draft_target`` |
 
-Collaborators are passed to constructors (``Engine(prefix=..., speculator=...)``,
+Collaborators are passed to constructors (``Engine(prefix=..., speculator=..., cores=...)``,
 ``LLMRuntime(prefix_puller=..., draft_resolver=...)``) and never swapped afterwards.
 """
 
@@ -60,3 +61,15 @@ class Speculator(Protocol):
 
     def release(self, seq: Sequence) -> None:
         """``seq`` left the engine: drop whatever the draft source keeps for it."""
+
+
+class CoreShare(Protocol):
+    """The host's cores, shared by demand with the engines of other shards on it."""
+
+    def mark(self, engine: str, busy: bool) -> None:
+        """``engine`` has work (called before each of its steps) or has none left."""
+        ...
+
+    def threads(self) -> int:
+        """Threads for the next step."""
+        ...

@@ -217,6 +217,14 @@ class NativeContext:
     def decode(self, batch: Batch) -> int:
         return int(L.llama_decode(self.ptr, batch.struct))
 
+    def set_threads(self, n: int) -> None:
+        """Threads for the decodes that follow (prefill and generation alike)."""
+        L.llama_set_n_threads(self.ptr, n, n)
+
+    @property
+    def threads(self) -> int:
+        return int(L.llama_n_threads(self.ptr))
+
     def encode(self, batch: Batch) -> int:
         return int(L.llama_encode(self.ptr, batch.struct))
 

@@ -34,6 +34,7 @@ from .embeddings import Embedder, load_embedder
 from .engine import Engine, EngineClosed, EngineConfig, QueueFull
 from .generation import Generation, GenerationFailed, generation_result
 from .grammar import GrammarConstraint, GrammarError
+from .hooks import CoreShare
 from .loaded import LoadedModel
 from .lora import AdapterManager, ValidationSets
 from .metrics import LLMMetrics
@@ -77,10 +78,12 @@ class LLMRuntime:
         prefix_puller: PrefixPuller | None = None,
         draft_resolver: DraftResolver | None = None,
         validation_sets: ValidationSets | None = None,
+        cores: CoreShare | None = None,
     ) -> None:
         """``prefix_puller``: pull-on-miss of KV prefixes peers hold (None: local cache only).
         ``draft_resolver``: the draft shard for ``speculative_source=remote`` with
-        ``draft_shard`` (a shard id or "auto"); a fixed ``draft_url`` needs none."""
+        ``draft_shard`` (a shard id or "auto"); a fixed ``draft_url`` needs none. ``cores``: the
+        host's cores shared by demand with other shards' engines (None: ``n_threads`` each)."""
         self.settings = settings
         #: each adapter's held-out set (its domain's), for its evaluation
         self.validation_sets = validation_sets
@@ -91,6 +94,7 @@ class LLMRuntime:
         self.error: str | None = None
         self._prefix_puller = prefix_puller
         self._draft_resolver = draft_resolver
+        self._cores = cores
         self._draft_service: DraftService | None = None  # /internal/draft, loaded on first use
         self._draft_lock = threading.Lock()
         #: How each model was loaded on this CPU (alias, or "embedding:<name>") — /health shows it.
@@ -149,7 +153,13 @@ class LLMRuntime:
                     config, native, s, self.metrics, alias, resolve_draft=self.draft_target
                 )
             engine = Engine(
-                native, config, name=alias, metrics=self.metrics, prefix=prefix, speculator=speculator
+                native,
+                config,
+                name=alias,
+                metrics=self.metrics,
+                prefix=prefix,
+                speculator=speculator,
+                cores=self._cores,
             )
             engine.start()
             self.models[alias] = LoadedModel(

@@ -30,6 +30,11 @@ class LLMSettings(BaseSettings):
     extra_models: dict[str, str] = Field(default_factory=dict)
     n_ctx: int = Field(8192, ge=256, description="KV cache cells shared by all sequences of a model")
     n_threads: int = Field(0, ge=0, description="0 = all cores")
+    #: Cores this host's engines share by demand (``host_cores``: a lone busy engine computes on
+    #: all of them, each of k busy ones on cores // k), through the slots in ``host_cores_file``;
+    #: 0 = off: every step on ``n_threads``. ``themis up`` sets both for the shards it starts.
+    host_cores: int = Field(0, ge=0)
+    host_cores_file: str = ""
     n_gpu_layers: int = Field(-1, description="-1 = all layers when CUDA is present, else 0")
     n_ubatch: int = Field(512, ge=1, description="physical batch llama.cpp computes at once")
     #: llama.cpp's extra CPU buffer types (weight repacking): "auto" probes a decode in a child
@@ -124,6 +129,12 @@ class LLMSettings(BaseSettings):
     #: route still answers (the model loads on first use) but no peer picks this shard by "auto".
     serve_drafts: bool = False
     draft_model_path: str = Field("", description="GGUF of a draft model for speculative_source=local")
+
+    @model_validator(mode="after")
+    def _host_cores_have_their_file(self) -> LLMSettings:
+        if self.host_cores and not self.host_cores_file:
+            raise ValueError("host_cores needs host_cores_file (THEMIS_LLM_HOST_CORES_FILE)")
+        return self
 
     @model_validator(mode="after")
     def _draft_source_is_complete(self) -> LLMSettings:
