@@ -78,6 +78,7 @@ def test_cores_are_lent_only_once_the_company_has_been_quiet_for_a_moment(host) 
     b.mark("default", False)
     clock.ms += QUIET_MS - 1
     assert a.threads() == 2
+    assert a.threads(starting=True) == 4  # but an engine taking up a request takes them at once
     b.mark("default", False)  # still idle: the time it went idle stands
     clock.ms += 1
     assert a.threads() == 4

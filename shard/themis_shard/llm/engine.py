@@ -92,6 +92,7 @@ class Engine:
         self._speculator = speculator
         self._cores = cores
         self._threads = config.n_threads
+        self._computing = False  # a busy spell under way (``host_cores``)
         self.scheduler = Scheduler(self.ledger, lim, on_admit=self._on_admit if prefix is not None else None)
         self.batch = Batch(lim.max_tokens_per_batch)
         #: adapter name → (llama adapter pointer, scale); mutated only on the engine thread.
@@ -292,6 +293,7 @@ class Engine:
                 with self._cv:
                     if self._cores is not None and not self._inbox and self.scheduler.idle:
                         self._cores.mark(self.name, False)
+                        self._computing = False
                     while not self._inbox and self.scheduler.idle and not self._closed:
                         self._cv.wait()
                     if self._closed:
@@ -319,8 +321,10 @@ class Engine:
         """This step's share of the host's cores (``host_cores``)."""
         if self._cores is None:
             return
+        starting = not self._computing
+        self._computing = True
         self._cores.mark(self.name, True)
-        threads = self._cores.threads()
+        threads = self._cores.threads(starting)
         if threads != self._threads:
             self.ctx.set_threads(threads)
             self._threads = threads

@@ -70,6 +70,6 @@ class CoreShare(Protocol):
         """``engine`` has work (called before each of its steps) or has none left."""
         ...
 
-    def threads(self) -> int:
-        """Threads for the next step."""
+    def threads(self, starting: bool = False) -> int:
+        """Threads for the next step (``starting``: the first of a busy spell)."""
         ...
