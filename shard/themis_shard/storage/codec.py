@@ -129,12 +129,8 @@ def decode_stamp(raw: bytes | None) -> Stamp | None:
     """The stored stamp (tombstones included); None means "never written"."""
     if raw is None:
         return None
-    version = int.from_bytes(raw[:_VERSION_BYTES], "big")
-    if len(raw) > _VERSION_BYTES and raw[_VERSION_BYTES] == _STAMPED:
-        n = raw[_VERSION_BYTES + 9]
-        hlc = int.from_bytes(raw[_VERSION_BYTES + 1 : _VERSION_BYTES + 9], "big")
-        return Stamp(version, hlc, raw[_VERSION_BYTES + 10 : _VERSION_BYTES + 10 + n].decode())
-    return Stamp(version)
+    version, hlc, origin = stamp_parts(raw)
+    return Stamp(version, hlc, origin.decode())
 
 
 def stamp_parts(raw: bytes) -> tuple[int, int, bytes]:

@@ -112,7 +112,7 @@ class Replication:
         self.metrics = ReplicationMetrics(registry, hints)
         self._tasks = Tasks()
         self.batcher = ReplicationBatcher(executor)
-        self.pushes = PushCoalescer(partial(self.push, retries=1))
+        self.pushes = PushCoalescer(self._push_gathered)
         self._hinting: set[asyncio.Task] = set()
 
     async def push(self, peer: str, groups: list[list[Replicated]], *, retries: int) -> None:
@@ -123,14 +123,22 @@ class Replication:
         documents in one request were over a peer's request limit, refused every time, and held
         that peer's hints back."""
         for run in split_by_size(groups, PUSH_MAX_BYTES):
-            await self.executor.request(
-                peer,
-                "POST",
-                "/internal/replicate",
-                json_body={"items": encode_items(run)},
-                idempotent=True,
-                retries=retries,
-            )
+            await self._post(peer, run, retries)
+
+    async def _push_gathered(self, peer: str, groups: list[list[Replicated]]) -> None:
+        """What the coalescer gathered, in one request: it sized each group as it queued it and
+        gathers at most ``PUSH_MAX_BYTES`` (a larger group alone), so nothing is sized again."""
+        await self._post(peer, [r for group in groups for r in group], 1)
+
+    async def _post(self, peer: str, records: list[Replicated], retries: int) -> None:
+        await self.executor.request(
+            peer,
+            "POST",
+            "/internal/replicate",
+            json_body={"items": encode_items(records)},
+            idempotent=True,
+            retries=retries,
+        )
 
     async def send(self, peer: str, items: list[Replicated]) -> bool:
         """Push to ``peer`` (with other sends queued for it); when it cannot be reached, keep a
