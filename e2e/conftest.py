@@ -18,6 +18,8 @@ from themis_testing.ports import free_port
 
 #: The gossip secret of the e2e clusters: it also signs their /internal/... calls.
 E2E_SECRET = "e2e-secret"
+#: The shards' log level (their logs lie next to their data): raise it to read a failure.
+SHARD_LOG_LEVEL = os.environ.get("THEMIS_E2E_SHARD_LOG_LEVEL", "warning")
 
 
 def peer_auth(secret: str = E2E_SECRET):
@@ -47,7 +49,7 @@ def shard_process(
     }
     log = open(data_dir.parent / f"{shard_id}-{port}.log", "ab")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
-        [sys.executable, "-m", "themis_shard", "--log-level", "warning"],
+        [sys.executable, "-m", "themis_shard", "--log-level", SHARD_LOG_LEVEL],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -62,7 +64,11 @@ def shard_process(
         log.close()
 
 
-def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+def wait_ready(
+    url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
+) -> None:
+    """Until ``url``'s /ready answers 200; a timeout says what the shard reports of itself and
+    ends with its log's tail (``log``), so a failure on a CI machine can be read afterwards."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -73,7 +79,20 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {timeout}s")
+    raise TimeoutError(f"{url} not ready after {timeout}s{_said_by(url, log)}")
+
+
+def _said_by(url: str, log: Path | None) -> str:
+    out = []
+    for path in ("/health", "/v1/cluster/status"):
+        try:
+            out.append(f"{path}: {httpx.get(url + path, timeout=5).text[:4000]}")
+        except httpx.HTTPError as exc:
+            out.append(f"{path}: {type(exc).__name__}: {exc}")
+    if log is not None and log.exists():
+        tail = log.read_text(errors="replace").splitlines()[-60:]
+        out.append(f"last lines of {log.name}:\n" + "\n".join(tail))
+    return "\n" + "\n".join(out)
 
 
 def run_themis(
@@ -115,9 +134,11 @@ class LocalCluster:
         adapters: tuple = (),
         shard_env: dict[str, dict[str, str]] | None = None,
         failover=None,
+        log_level: str = SHARD_LOG_LEVEL,
     ) -> None:
         """``env``: for every shard; ``shard_env``: shard id → more, for that shard only;
-        ``failover``: the plan's ``FailoverSettings`` (a test then runs the authority itself)."""
+        ``failover``: the plan's ``FailoverSettings`` (a test then runs the authority itself);
+        ``log_level``: the shards' (their logs are ``root/<shard>.log``)."""
         from themis_core.plan import ClusterSpec, Member, RouterSettings, build_plan
 
         self.root = root
@@ -142,11 +163,18 @@ class LocalCluster:
         self.plan_path = root / "plan.json"
         self.plan_path.write_text(self.plan.to_json())
         self.llm = llm
+        self.log_level = log_level
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: list = []
 
     def url(self, shard_id: str) -> str:
         return f"http://127.0.0.1:{self.ports[self.ids.index(shard_id)]}"
+
+    def log_path(self, shard_id: str) -> Path:
+        return self.root / f"{shard_id}.log"
+
+    def wait_ready(self, shard_id: str, timeout: float = 120) -> None:
+        wait_ready(self.url(shard_id), timeout, self.procs[shard_id], self.log_path(shard_id))
 
     def start(self, shard_id: str, wait: bool = True) -> subprocess.Popen:
         i = self.ids.index(shard_id)
@@ -165,24 +193,24 @@ class LocalCluster:
             **self.env,
             **self.shard_env.get(shard_id, {}),
         }
-        log = open(self.root / f"{shard_id}.log", "ab")  # noqa: SIM115 - closed in stop()
+        log = open(self.log_path(shard_id), "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "themis_shard", "--log-level", "warning"],
+            [sys.executable, "-m", "themis_shard", "--log-level", self.log_level],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         self.procs[shard_id] = proc
         if wait:
-            wait_ready(self.url(shard_id), 120, proc)
+            self.wait_ready(shard_id)
         return proc
 
     def start_all(self) -> None:
         for sid in self.ids:
             self.start(sid, wait=False)
         for sid in self.ids:
-            wait_ready(self.url(sid), 120, self.procs[sid])
+            self.wait_ready(sid)
 
     def kill(self, shard_id: str) -> None:
         proc = self.procs.pop(shard_id)

@@ -56,16 +56,18 @@ def test_domain_routing_batches_and_data_local_embed(local_cluster, lora_file) -
     cluster = local_cluster(3, llm=True, router=ROUTER)
     s0, s1, s2 = (client(cluster.url(s)) for s in cluster.ids)
 
-    # An adapter for "legal" on shard-1, evaluated on load, announced through gossip.
+    # An adapter for "legal" on shard-1, evaluated on load, announced through gossip to every
+    # shard (each entry shard below routes by its own view).
     s1.load_adapter("legal-qa", domain="legal", path=str(lora_file), evaluate=True)
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        caps = s0.cluster_status().capabilities
-        if any(c.adapter_id == "legal-qa" and c.shard_id == "shard-1" for c in caps):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail("the adapter announcement never reached shard-0")
+    for name, shard in (("shard-0", s0), ("shard-2", s2)):
+        while time.monotonic() < deadline:
+            caps = shard.cluster_status().capabilities
+            if any(c.adapter_id == "legal-qa" and c.shard_id == "shard-1" for c in caps):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the adapter announcement never reached {name}")
 
     # Routed to the announcing shard, JSON and streamed, from any entry shard.
     assert s0.infer("The contract states", domain="legal", **GREEDY).shard_id == "shard-1"

@@ -117,7 +117,6 @@ class Workload(Background):
                     self.acked[item.urn.rsplit(":", 1)[1]] = item.version
 
 
-
 def expected_moves(keys, old: dict, new: dict, copies: int) -> int:
     """(key, shard) pairs the new ring adds: what consistent hashing says must move."""
     old_ring, new_ring = HashRing.build(RingSpec.from_dict(old)), HashRing.build(RingSpec.from_dict(new))

@@ -114,7 +114,6 @@ class Load(Background):
                 time.sleep(0.02)
 
 
-
 def no_hints_anywhere(cluster: LocalCluster) -> bool:
     for sid in cluster.ids:
         status = httpx.get(f"{cluster.url(sid)}/v1/cluster/status", timeout=5).json()

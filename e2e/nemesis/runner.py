@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from themis_client import ThemisClient
 
-from ..conftest import Authority, LocalCluster, peer_auth, wait_ready
+from ..conftest import Authority, LocalCluster, peer_auth
 from . import checkers, porcupine
 from .faults import KINDS, Fault, Nemesis, schedule
 from .history import History, Op, Outcome
@@ -125,7 +125,9 @@ def run(
     from themis_core.plan import FailoverSettings
 
     # With fencing on, the plan authority fails a dead shard's keys over (``plan_authority.in_sync``).
-    cluster = LocalCluster(root, 3, "raid1", env=env, failover=FailoverSettings() if fencing else None)
+    cluster = LocalCluster(
+        root, 3, "raid1", env=env, failover=FailoverSettings() if fencing else None, log_level="info"
+    )
     mesh = Mesh(dict(zip(cluster.ids, cluster.ports, strict=True)))
     mesh.start()
     try:
@@ -255,7 +257,7 @@ def _heal(cluster, mesh) -> None:
         else:
             os.kill(proc.pid, signal.SIGCONT)
     for sid in cluster.ids:
-        wait_ready(cluster.url(sid), 120, cluster.procs[sid])
+        cluster.wait_ready(sid)
 
 
 def _replica(url: str, collection: str, key: str) -> tuple | None:

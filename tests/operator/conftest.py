@@ -25,7 +25,9 @@ def eventually(check, timeout: float = 15.0, interval: float = 0.2):
             if time.monotonic() > deadline:
                 raise
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or check}")
+            code = getattr(check, "__code__", None)
+            where = f"{Path(code.co_filename).name}:{code.co_firstlineno}" if code else repr(check)
+            raise AssertionError(f"not true within {timeout}s: {check.__doc__ or where}")
         time.sleep(interval)
 
 

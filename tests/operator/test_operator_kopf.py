@@ -157,13 +157,16 @@ def test_lora_adapter_placement_goes_into_the_plan(running_operator, kube, emula
     adapter = load_example("loraadapter.yaml")
     adapter["metadata"]["namespace"] = ns
     kube.create(adapter)
-    placed = eventually(lambda: plan(kube, ns).adapters)
+    # Each step is a kopf handler that re-plans the cluster and reads its shards: on a loaded
+    # two-core machine that has taken over 15 s.
+    placed = eventually(lambda: plan(kube, ns).adapters, timeout=60)
     assert placed[0].name == "legal" and len(placed[0].shards) == 2
     lora_status = eventually(
         lambda: (
             (kube.get(*LORA, ns, "legal").get("status") or {}).get("placedShards")
             and kube.get(*LORA, ns, "legal")["status"]
-        )
+        ),
+        timeout=60,
     )
     assert lora_status["placedShards"] == list(placed[0].shards)
     assert plan(kube, ns).ring_version == 1  # adapters never reshuffle the ring
@@ -172,8 +175,8 @@ def test_lora_adapter_placement_goes_into_the_plan(running_operator, kube, emula
     time.sleep(2)  # a few status ticks
     assert kube.get(*LORA, ns, "legal")["status"].get("phase") != "Loaded"
     kube.delete(*LORA, ns, "legal")
-    eventually(lambda: plan(kube, ns).adapters == ())
-    eventually(lambda: kube.get(*LORA, ns, "legal") is None)
+    eventually(lambda: plan(kube, ns).adapters == (), timeout=60)
+    eventually(lambda: kube.get(*LORA, ns, "legal") is None, timeout=60)
     remove_cluster(kube, ns)
 
 
