@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from themis_shard.storage.documents import DocumentStore, Write
+from themis_shard.storage.documents import DocumentStore, Replicated, Write
 from themis_shard.storage.group_commit import GroupCommit
 
 
@@ -142,6 +142,46 @@ def test_a_conditional_commit_sees_a_write_that_is_staged_but_not_yet_durable(tm
         t.join(30)
         assert second == [2]
         assert store.get("c", "k").document == {"n": 2}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_record_sent_twice_is_installed_for_the_second_sender_only_once_durable(tmp_path, fails) -> None:
+    """A coordinator's replication and a repair can carry the same record to an owner at once.
+    The second finds it staged by the first and installs nothing, but must not call it installed
+    (an owner's acknowledgement, a coordinator's own copy) before the write that carries it is
+    durable, and must fail with it."""
+    store = DocumentStore(tmp_path / "db")
+    try:
+        held = HeldWrite(fail=fails)
+        real = store._group._write
+        store._group._write = lambda ops, synced: (held(ops, synced), real(ops, synced))
+        record = Replicated("c", "k", 1, {"n": 1}, hlc=7, origin="s-1")
+        outcomes: dict[str, object] = {}
+
+        def send(name: str) -> None:
+            try:
+                outcomes[name] = store.apply_replicated([record])
+            except OSError as exc:
+                outcomes[name] = exc
+
+        first = threading.Thread(target=send, args=("first",))
+        first.start()
+        assert held.entered.wait(30)
+        second = threading.Thread(target=send, args=("second",))
+        second.start()
+        eventually(lambda: len(store._group._queue) == 1)  # behind the write in progress
+        assert "second" not in outcomes  # not acknowledged while the record is not durable
+        held.release.set()
+        first.join(30)
+        second.join(30)
+        if fails:
+            assert isinstance(outcomes["first"], OSError) and isinstance(outcomes["second"], OSError)
+            assert store.get("c", "k") is None
+        else:
+            assert [c.version for c in outcomes["first"]] == [1] and outcomes["second"] == []
+            assert store.stamps([("c", "k")])[0] == record.stamp
     finally:
         store.close()
 

@@ -816,16 +816,24 @@ class DocumentStore:
     def _stage_replicated(
         self, items: list[Replicated], also: Callable[[Ops], None] | None, synced: bool = True
     ):
-        """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None."""
+        """``apply_replicated``'s staging, under ``_lock``: (item, changes), or None.
+
+        An item that is not newer than a record staged by another writer and not yet durable
+        (the same record, sent twice: a coordinator's replication and a repair) installs
+        nothing, but its caller must still wait for that record's write before it calls the
+        item installed: an empty item is staged behind it, and fails if that write fails."""
         installs: list[tuple[Write, Stamp, int]] = []
         newest: dict[tuple[str, str], Stamp] = {}
+        behind_staged = False
         for item in items:
             ident = (item.collection, item.key)
             stamp = item.stamp
             self.clock.observe(stamp.hlc)
-            raw = self._raw(storage_key(*ident))
+            skey = storage_key(*ident)
+            raw = self._raw(skey)
             stored = newest.get(ident) or codec.decode_stamp(raw)
             if not wins(stamp, stored):
+                behind_staged = behind_staged or skey in self._pending
                 continue
             w = Write(item.collection, item.key, item.document, encoded=item.body)
             config = self._configs.get(item.collection) or CollectionConfig(name=item.collection)
@@ -835,9 +843,10 @@ class DocumentStore:
             installs.append((w, stamp, codec.live_version(raw)))
         if installs:
             return self._install(installs, also, synced)
-        if also is not None:
+        if also is not None or behind_staged:
             batch = Ops()
-            also(batch)
+            if also is not None:
+                also(batch)
             return self._stage(batch, {}, set(), {}, [], synced=synced), []
         return None
 
