@@ -604,10 +604,12 @@ class DocumentStore:
         changes: list[Change],
         started: float | None = None,
         synced: bool = True,
+        befores: dict[bytes, bytes | None] | None = None,
     ):
         """Queue ``batch`` (plus the touched collections' counters) for the next synced write;
         ``docs`` are its new records, visible to later commits' checks at once and to readers
-        once durable. Under ``_lock``; the caller waits for the item without it."""
+        once durable; ``befores``: the records they replace, where the caller read them already.
+        Under ``_lock``; the caller waits for the item without it."""
         generations = {c: self._planned_generations.get(c, 0) + 1 for c in touched}
         counts = {c: self._planned_counts.get(c, 0) + count_delta.get(c, 0) for c in touched}
         for c in sorted(touched):
@@ -618,7 +620,10 @@ class DocumentStore:
         self._staged_seq += 1
         seq = self._staged_seq
         if self._stamp_watchers:
-            changed = [(skey, self._raw(skey), raw) for skey, raw in docs.items()]
+            known = befores or {}
+            changed = [
+                (skey, known[skey] if skey in known else self._raw(skey), raw) for skey, raw in docs.items()
+            ]
             for watcher in self._stamp_watchers:
                 watcher.staged(changed)
         for skey, raw in docs.items():
@@ -965,6 +970,7 @@ class DocumentStore:
         started = time.perf_counter()
         batch = Ops()
         docs: dict[bytes, bytes | None] = {}
+        befores: dict[bytes, bytes | None] = {}
         live: dict[tuple[str, str], bool] = {}
         count_delta: dict[str, int] = {}
         changes: list[Change] = []
@@ -973,7 +979,10 @@ class DocumentStore:
             ident = (w.collection, w.key)
             was_live = live.get(ident, previous != 0)
             skey = storage_key(w.collection, w.key)
-            before = docs[skey] if skey in docs else self._raw(skey)
+            if skey in docs:
+                before = docs[skey]
+            else:
+                before = befores[skey] = self._raw(skey)
             self._keep_superseded(batch, w.collection, w.key, before, stamp)
             if w.document is None:
                 value = codec.encode_tombstone(stamp)
@@ -992,7 +1001,7 @@ class DocumentStore:
         touched = {w.collection for w, _, _ in installs}
         if also is not None:
             also(batch)
-        return self._stage(batch, docs, touched, count_delta, changes, started, synced), changes
+        return self._stage(batch, docs, touched, count_delta, changes, started, synced, befores), changes
 
 
 def _coordinated_answers(
