@@ -146,8 +146,11 @@ def test_a_conditional_commit_sees_a_write_that_is_staged_but_not_yet_durable(tm
         store.close()
 
 
+@pytest.mark.parametrize("second_as", ["repair", "coordinated write"])
 @pytest.mark.parametrize("fails", [False, True])
-def test_a_record_sent_twice_is_installed_for_the_second_sender_only_once_durable(tmp_path, fails) -> None:
+def test_a_record_sent_twice_is_installed_for_the_second_sender_only_once_durable(
+    tmp_path, fails, second_as
+) -> None:
     """A coordinator's replication and a repair can carry the same record to an owner at once.
     The second finds it staged by the first and installs nothing, but must not call it installed
     (an owner's acknowledgement, a coordinator's own copy) before the write that carries it is
@@ -162,7 +165,10 @@ def test_a_record_sent_twice_is_installed_for_the_second_sender_only_once_durabl
 
         def send(name: str) -> None:
             try:
-                outcomes[name] = store.apply_replicated([record])
+                if name == "second" and second_as == "coordinated write":
+                    outcomes[name] = store.apply_coordinated([record])[0]
+                else:
+                    outcomes[name] = store.apply_replicated([record])
             except OSError as exc:
                 outcomes[name] = exc
 
