@@ -292,8 +292,10 @@ def _transfer_in_flight(peers, documents, inflight, a: str, b: str) -> list[Repl
     to ``a``'s other owner only (the debit). Answers the transfer's burns."""
     store, topo = documents.store, documents.topology
     asyncio.run(documents.commit_here([Write("c", a, {"balance": 100}), Write("c", b, {"balance": 100})]))
-    records = store.prepare([Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})])
-    burns = documents._burns_of(topo, records)
+    records, previous = store.prepare_with_previous(
+        [Write("c", a, {"balance": 90}), Write("c", b, {"balance": 110})]
+    )
+    burns = documents._burns_of(topo, records, previous)
     inflight.add(records, burns)
     peers[topo.owners("c", a)[1]].store.apply_replicated([records[0]])
     return burns
@@ -344,8 +346,8 @@ def test_a_committed_write_whose_unsynced_install_was_lost_is_installed_at_resta
     topo = current.topology
     key = next(k for k in (f"k{i}" for i in range(200)) if topo.owners("c", k)[0] == "s-0")
     with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
-        records = store.prepare([Write("c", key, {"n": 1})])
-        inflight.add(records, documents._burns_of(topo, records))
+        records, previous = store.prepare_with_previous([Write("c", key, {"n": 1})])
+        inflight.add(records, documents._burns_of(topo, records, previous))
         peers[topo.owners("c", key)[1]].store.apply_replicated(records)
 
         asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))
@@ -387,8 +389,8 @@ def test_a_transaction_installed_before_the_crash_is_sent_again_at_restart(tmp_p
     topo = current.topology
     a, b = _split_pair(topo)
     with logging_coordinator(tmp_path, store, current) as (peers, documents, inflight):
-        records = store.prepare([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})])
-        inflight.add(records, documents._burns_of(topo, records))
+        records, previous = store.prepare_with_previous([Write("c", a, {"n": 1}), Write("c", b, {"n": 1})])
+        inflight.add(records, documents._burns_of(topo, records, previous))
         store.apply_replicated(records)  # installed here, then the crash before the entry went
 
         asyncio.run(documents.replicate_repairs(asyncio.run(documents.recover_inflight())))

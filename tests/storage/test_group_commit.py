@@ -192,6 +192,28 @@ def test_a_record_sent_twice_is_installed_for_the_second_sender_only_once_durabl
         store.close()
 
 
+def test_a_prepared_write_names_the_document_it_replaces_as_staged_not_as_durable(tmp_path) -> None:
+    """A coordinator burns a failed write with the document it replaced: the one its version was
+    counted from, even while a repair's install of it is still being written."""
+    store = DocumentStore(tmp_path / "db")
+    try:
+        held = HeldWrite()
+        real = store._group._write
+        store._group._write = lambda ops, synced: (held(ops, synced), real(ops, synced))
+        repair = threading.Thread(
+            target=store.apply_replicated, args=([Replicated("c", "k", 1, {"n": 1}, hlc=7, origin="s-1")],)
+        )
+        repair.start()
+        assert held.entered.wait(30)
+        assert store.get("c", "k") is None  # not durable yet
+        records, previous = store.prepare_with_previous([Write("c", "k", {"n": 2})])
+        assert [r.version for r in records] == [2] and previous == [{"n": 1}]
+        held.release.set()
+        repair.join(30)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("count", [1, 50])
 def test_deletes_and_counts_stay_exact_through_group_commit(tmp_path, count: int) -> None:
     store = DocumentStore(tmp_path / "db")

@@ -711,10 +711,22 @@ class DocumentStore:
         here (``apply_replicated``) only once enough owners hold them. The caller serialises
         writes to these keys (``KeyLocks``) so nothing commits in between. ``checks`` are
         validated with them (409 when one fails)."""
+        return self.prepare_with_previous(writes, checks)[0]
+
+    def prepare_with_previous(
+        self, writes: list[Write], checks: tuple[Check, ...] | list[Check] = ()
+    ) -> tuple[list[Replicated], list[dict[str, Any] | None]]:
+        """``prepare``, and for each record the live document it replaces (None: absent or
+        deleted), read in the same view as the versions were: staged records included, which a
+        durable read would miss while a repair's install is still being written."""
         if not writes and not checks:
-            return []
+            return [], []
         with self._lock:
             installs = self._plan(writes, None, checks)
+            raws = {
+                (w.collection, w.key): self._raw(storage_key(w.collection, w.key)) for w, _, _ in installs
+            }
+        previous = [_live_document(raws[(w.collection, w.key)]) for w, _, _ in installs]
         return [
             Replicated(
                 w.collection,
@@ -728,7 +740,7 @@ class DocumentStore:
                 else codec.encode_body(w.document, self.max_document_bytes, self.max_document_depth),
             )
             for w, stamp, _ in installs
-        ]
+        ], previous
 
     def _plan(
         self,
@@ -1002,6 +1014,12 @@ class DocumentStore:
         if also is not None:
             also(batch)
         return self._stage(batch, docs, touched, count_delta, changes, started, synced, befores), changes
+
+
+def _live_document(raw: bytes | None) -> dict[str, Any] | None:
+    if raw is None or codec.is_tombstone(raw):
+        return None
+    return codec.decode(raw)[1]
 
 
 def _coordinated_answers(

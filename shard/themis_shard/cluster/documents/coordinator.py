@@ -493,12 +493,13 @@ class DistributedDocuments:
             self._refuse_held(keys)
             # Inline: validation and stamping under the store's lock take microseconds, and a
             # hop to a worker thread costs more than that (a GIL handoff) on a busy shard.
-            records = self.store.prepare(writes, checks)
+            records, previous = self.store.prepare_with_previous(writes, checks)
             if not records:  # checks only: validated under the locks, nothing to write
                 return []
-            # The burns, should this fail, take the documents as they are now: a repair may
-            # install the record itself here while its replication is in flight.
-            burns = self._burns_of(topo, records)
+            # The burns, should this fail, take the documents the records were prepared on (a
+            # repair may install the record itself here while its replication is in flight, and
+            # one may be staged, not yet durable, as it is prepared).
+            burns = self._burns_of(topo, records, previous)
             return await self._replicate_and_install(topo, records, concern, burns)
 
     def _refuse_held(self, keys: list[tuple[str, str]]) -> None:
@@ -784,22 +785,14 @@ class DistributedDocuments:
         # of them could still serve the failed record: the client must not be told it failed.
         return Burned.EVERYWHERE if maybe <= reached | fenced else Burned.PARTLY
 
-    def _burns_of(self, topo: Topology, records: list[Replicated]) -> list[Replicated]:
-        """For each record, the previous document again one version above it, stamped now."""
-        burns = []
-        for r in records:
-            before = self.store.get(r.collection, r.key)
-            burns.append(
-                Replicated(
-                    r.collection,
-                    r.key,
-                    r.version + 1,
-                    before.document if before is not None else None,
-                    self.store.clock.now(),
-                    topo.self_id,
-                )
-            )
-        return burns
+    def _burns_of(
+        self, topo: Topology, records: list[Replicated], previous: list[dict[str, Any] | None]
+    ) -> list[Replicated]:
+        """For each record, the document it replaces again one version above it, stamped now."""
+        return [
+            Replicated(r.collection, r.key, r.version + 1, before, self.store.clock.now(), topo.self_id)
+            for r, before in zip(records, previous, strict=True)
+        ]
 
     async def recover_inflight(self) -> list[Replicated]:
         """At start-up, before serving: roll forward the writes a crash left in flight
