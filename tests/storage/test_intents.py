@@ -48,12 +48,31 @@ def test_dropping_an_intent_releases_its_keys_durably(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_replica_intent_is_kept_but_locks_nothing(store: DocumentStore) -> None:
+def test_a_replica_intent_locks_its_keys_until_it_is_resolved(store: DocumentStore) -> None:
+    """Writes are refused only on a key's primary; a replica becomes one in a failover, and then
+    no write may overtake the transaction whose intent it keeps (its records would lose to it)."""
     intents = IntentStore(store)
-    intents.put(
-        Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "a", {})])), (), "s-1")
-    )
-    assert intents.of("t1")[0].primary == "s-1" and intents.holders([("acc", "a")]) == {}
+    copy = Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "a", {})])), (), "s-1")
+    intents.put(copy)
+    assert intents.of("t1")[0].primary == "s-1"
+    assert intents.holders([("acc", "a")]) == {("acc", "a"): "t1"}
+    intents.delete(copy)
+    assert intents.holders([("acc", "a")]) == {}
+
+
+def test_a_key_stays_locked_while_any_transaction_holds_it(store: DocumentStore) -> None:
+    """A replica intent of an old primary's transaction and a new primary's own, on one key."""
+    intents = IntentStore(store)
+    [record] = store.prepare([Write("acc", "a", {})])
+    old = Intent("t1", "s-0", 1, Role.REPLICA, (record,), (), "s-1")
+    new = Intent("t2", "s-2", 2, Role.PRIMARY, (record,), (), "s-2")
+    intents.put(old)
+    intents.put(new)
+    assert intents.holders([("acc", "a")]) == {("acc", "a"): "t1"}
+    intents.delete(old)
+    assert intents.holders([("acc", "a")]) == {("acc", "a"): "t2"}
+    intents.delete(new)
+    assert intents.holders([("acc", "a")]) == {}
 
 
 def test_one_shard_keeps_its_own_intent_and_replica_intents_of_one_transaction(store: DocumentStore) -> None:
@@ -63,8 +82,9 @@ def test_one_shard_keeps_its_own_intent_and_replica_intents_of_one_transaction(s
     intents.put(own)
     intents.put(copy)
     assert sorted(i.primary for i in intents.of("t1")) == ["s-1", "s-2"]
+    assert intents.holders([("acc", "a"), ("acc", "b")]) == {("acc", "a"): "t1", ("acc", "b"): "t1"}
     intents.delete(copy)
-    assert intents.of("t1") == [own] and intents.holders([("acc", "a")]) == {("acc", "a"): "t1"}
+    assert intents.of("t1") == [own] and intents.holders([("acc", "a"), ("acc", "b")]) == {("acc", "a"): "t1"}
 
 
 def test_the_first_logged_decision_stands_and_survives_a_reopen(tmp_path: Path) -> None:

@@ -128,23 +128,29 @@ def decode_intent(raw: bytes) -> Intent:
 
 
 class IntentStore:
-    """Prepared intents on this shard, and which keys the primary ones lock (kept in memory,
-    rebuilt from RocksDB on open)."""
+    """Prepared intents on this shard, and the keys they lock (kept in memory, rebuilt from
+    RocksDB on open).
+
+    A replica's copy of a primary's intent locks its keys too. Writes are refused only where
+    they are coordinated, on a key's primary, so while the replica is not its primary the lock
+    costs nothing; but when a failover makes it the primary, no write may overtake the
+    transaction before it is resolved: the intent's records carry the version they were prepared
+    at, and a write installed on top first would outrank them when the transaction commits
+    here — half a transaction lost (a debit without its credit, found by the nemesis)."""
 
     def __init__(self, store: DocumentStore) -> None:
         self._cf, self._handle, self._db, self._sync = store.column_family("intents")
         self._lock = threading.Lock()
         self._intents: dict[bytes, Intent] = {}
-        self._holders: dict[tuple[str, str], str] = {}
+        self._holders: dict[tuple[str, str], set[str]] = {}
         for _, raw in self._cf.items():
             intent = decode_intent(raw)
             self._remember(intent)
 
     def _remember(self, intent: Intent) -> None:
         self._intents[intent.ident] = intent
-        if intent.role is Role.PRIMARY:
-            for k in intent.keys:
-                self._holders[k] = intent.txn
+        for k in intent.keys:
+            self._holders.setdefault(k, set()).add(intent.txn)
 
     def put(self, intent: Intent) -> None:
         """Write the intent durably (synced) and take its keys' locks."""
@@ -173,16 +179,22 @@ class IntentStore:
         batch.delete(intent.ident, self._handle)
 
     def forget(self, intent: Intent) -> None:
-        """Release a removed intent's locks."""
+        """Release a removed intent's locks (those no other intent of its transaction holds)."""
         with self._lock:
-            if self._intents.pop(intent.ident, None) is not None and intent.role is Role.PRIMARY:
-                for k in intent.keys:
-                    if self._holders.get(k) == intent.txn:
+            if self._intents.pop(intent.ident, None) is None:
+                return
+            still = {k for i in self._intents.values() if i.txn == intent.txn for k in i.keys}
+            for k in intent.keys:
+                held = self._holders.get(k)
+                if held is not None and k not in still:
+                    held.discard(intent.txn)
+                    if not held:
                         del self._holders[k]
 
     def holders(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """The keys among ``keys`` locked by a prepared transaction, and by which."""
-        return {k: self._holders[k] for k in keys if k in self._holders}
+        """The keys among ``keys`` locked by a prepared transaction, and by which (the first in
+        id order, where several are)."""
+        return {k: min(self._holders[k]) for k in keys if k in self._holders}
 
     def all(self) -> list[Intent]:
         return list(self._intents.values())
