@@ -228,6 +228,29 @@ def test_a_prepare_waits_for_a_single_shard_write_in_flight_to_the_same_key(shar
     assert [r.version for r in asyncio.run(scenario())] == [2]  # and then writes on top of it
 
 
+def test_an_intent_kept_as_a_replica_locks_its_keys_once_this_shard_is_their_primary(shard: Shard) -> None:
+    """A failover made this shard the primary of a key it kept another primary's intent for:
+    no write and no other transaction may overtake that transaction before it is resolved. The
+    intent's record carries the version it was prepared at; a write installed first would
+    outrank it when the transaction commits here (the nemesis bank lost a credit)."""
+    documents = DistributedDocuments(
+        shard.store, shard.executor, shard.replication, shard.plan, locks=shard.locks, held=shard.txns.intents
+    )
+    [a] = keys_of("s-0", 1)
+    [record] = shard.store.prepare([Write("acc", a, {"balance": 107})])
+    shard.txns.intents.put(Intent("t1", "s-1", ME.version, Role.REPLICA, (record,), (), "s-1"))
+    with pytest.raises(Conflict) as write:
+        asyncio.run(documents.commit([Write("acc", a, {"balance": 98})], WriteConcern.ONE))
+    assert write.value.code == "transaction_in_progress"
+    with pytest.raises(Conflict) as other:
+        prepare(shard, "t2", [Write("acc", a, {"balance": 98})])
+    assert other.value.code == "transaction_conflict"
+    asyncio.run(shard.txns.participant.commit("t1"))  # resolved: its record is installed, the key free
+    assert shard.store.get("acc", a).document == {"balance": 107}
+    asyncio.run(documents.commit([Write("acc", a, {"balance": 98})], WriteConcern.ONE))
+    assert shard.store.get("acc", a).version == 2
+
+
 def test_a_refused_prepare_leaves_nothing_prepared(shard: Shard) -> None:
     a, b = keys_of("s-0")
     shard.store.put("acc", a, {"n": 0})
