@@ -721,11 +721,9 @@ class DocumentStore:
         durable read would miss while a repair's install is still being written."""
         if not writes and not checks:
             return [], []
+        raws: dict[tuple[str, str], bytes | None] = {}
         with self._lock:
-            installs = self._plan(writes, None, checks)
-            raws = {
-                (w.collection, w.key): self._raw(storage_key(w.collection, w.key)) for w, _, _ in installs
-            }
+            installs = self._plan(writes, None, checks, raws)
         previous = [_live_document(raws[(w.collection, w.key)]) for w, _, _ in installs]
         return [
             Replicated(
@@ -747,9 +745,10 @@ class DocumentStore:
         writes: list[Write],
         expected: dict[tuple[str, str], int] | None,
         checks: tuple[Check, ...] | list[Check] = (),
+        raws: dict[tuple[str, str], bytes | None] | None = None,
     ) -> list[tuple[Write, Stamp, int]]:
         """Validate ``writes`` and ``checks`` against the stored versions (under the lock) and
-        stamp the writes."""
+        stamp the writes; ``raws`` gets each written key's record as read (staged or durable)."""
         for w in writes:
             check_collection(w.collection)
             check_key(w.key)
@@ -776,6 +775,8 @@ class DocumentStore:
             state = pending.get((w.collection, w.key))
             if state is None:
                 raw = self._raw(storage_key(w.collection, w.key))
+                if raws is not None:
+                    raws[(w.collection, w.key)] = raw
                 state = (codec.decode_version(raw), codec.live_version(raw) != 0)
             stored, exists = state
             live = stored if exists else 0
