@@ -23,7 +23,8 @@ async def test_units_are_checked_against_the_manifest_on_put(raid_cluster, model
     async with client_for(cluster, "shard-1") as c:
         r = await c.put(url, content=good[:-64])
         assert r.status_code == 400 and "truncated" in r.json()["error"]["message"]
-        r = await c.put(url, content=bytes([good[0] ^ 0xFF]) + good[1:])  # a byte that differs, whatever the unit holds
+        # a first byte that differs from the unit's, whatever random bytes it holds
+        r = await c.put(url, content=bytes([good[0] ^ 0xFF]) + good[1:])
         assert r.status_code == 400 and r.json()["error"]["code"] == "unit_corrupt"
         assert (await c.put(url, content=good)).status_code == 204
         other = manifest.layout.units_on("shard-2", manifest.size)[0]
