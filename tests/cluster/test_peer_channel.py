@@ -7,6 +7,7 @@ serves a peer that speaks WebSocket frames (an older version, mid-upgrade)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -14,6 +15,7 @@ from themis_core.peer_signing import PeerAuth, channel_keys
 from themis_shard.app import create_app
 from themis_shard.cluster.settings import ClusterSettings
 from themis_shard.cluster.transport.channel_wire import (
+    GOAWAY_ID,
     AnswerFrame,
     FrameError,
     RequestFrame,
@@ -21,7 +23,9 @@ from themis_shard.cluster.transport.channel_wire import (
     decode_answer,
     decode_request,
     encode_answer,
+    encode_goaway,
     encode_request,
+    goaway_last,
 )
 from themis_shard.cluster.transport.framing import (
     SUBPROTOCOL,
@@ -236,6 +240,53 @@ def test_a_peer_gone_mid_connection_is_unavailable_and_the_next_call_reconnects(
             return gone.value
 
     assert run(after_exit()).reason == "connect_error"
+
+
+def test_a_stopping_peer_answers_the_calls_it_read_and_the_rest_fail_at_once_as_never_sent(
+    tmp_path, monkeypatch, make_settings
+) -> None:
+    """A rolling restart: the peer stops while a call of ours runs on it. That call still gets
+    its answer. A call sent after the peer stopped reading fails at once as never sent (so it
+    can go to another copy, or be retried), not seconds later, once the running call is done,
+    as "sent, no answer" (for a write: an outcome nobody can know)."""
+    monkeypatch.setenv("THEMIS_CLUSTER_GOSSIP_SECRET", SECRET)
+    app = create_app(make_settings(tmp_path / "shard"))
+
+    async def slow() -> dict:
+        await asyncio.sleep(1.5)
+        return {"slept": True}
+
+    app.add_api_route("/internal/test/slow", slow, methods=["POST"])
+    server = Server(app)
+    with server:
+        server.wait_ready(60)
+
+        async def go():
+            async with executor(server.url) as ex:
+                await ex.get_json("peer", "/internal/collections")  # the channel is open
+                channel = ex.channels._open["peer"]
+                running = asyncio.create_task(ex.post_json("peer", "/internal/test/slow", {}))
+                await asyncio.sleep(0.3)
+                server._server.should_exit = True  # SIGTERM
+                await asyncio.sleep(0.3)
+                sent = time.monotonic()
+                with pytest.raises(PeerUnavailable) as after:
+                    await ex.post_json("peer", "/internal/commit", {"writes": []})
+                waited_s = time.monotonic() - sent
+                return await running, after.value, waited_s, channel.goaway
+
+        answered, refused, waited_s, goaway = run(go())
+    assert answered == {"slept": True}
+    assert refused.reason == "connect_error" and waited_s < 0.5
+    assert goaway == 2  # the peer read the call that opened the channel and the slow one
+
+
+def test_a_goaway_names_the_last_call_read_and_is_no_answer_to_any() -> None:
+    goaway = decode_answer(encode_goaway(7))
+    assert goaway.id == GOAWAY_ID and goaway_last(goaway) == 7
+    assert GOAWAY_ID < 1  # request ids count from 1: no call is ever answered by a GOAWAY
+    with pytest.raises(FrameError):
+        goaway_last(AnswerFrame(GOAWAY_ID, 200, "application/json", b'{"last": "x"}'))
 
 
 async def _raw_peer(handle) -> tuple[asyncio.Server, int]:

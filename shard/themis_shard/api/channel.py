@@ -10,6 +10,9 @@ whatever order the answers are ready. Frames are sealed per connection where cal
 A peer that asks for bare frames (``framing.SUBPROTOCOL``) on a listener whose protocol offers
 them (``channel_protocol.ChannelProtocol``) gets them; any other peer gets WebSocket frames,
 with the same requests and answers inside.
+
+A server stopping reads no more frames, tells a bare-frames peer the last call it read (a
+GOAWAY: the peer sends the rest elsewhere at once), answers the calls it read, then closes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ..cluster.transport.channel_wire import (
     Seal,
     decode_request,
     encode_answer,
+    encode_goaway,
 )
 from ..cluster.transport.framing import SUBPROTOCOL
 from ..errors import ThemisError, error_body
@@ -89,7 +93,8 @@ async def channel(websocket: WebSocket) -> None:
     if bare:
         link: BareFrames = switch()
         link.write_now(hello)
-        await _serve_bare(link, _Frames(websocket.scope, receive_seal, _bare_sender(link, send_seal)))
+        frames = _Frames(websocket.scope, receive_seal, _bare_sender(link, send_seal))
+        await _serve_bare(link, frames, lambda: link.write_now(send_seal.seal(encode_goaway(frames.last_id))))
     else:
         await websocket.send_bytes(hello)
         sender = _websocket_sender(websocket, send_seal)
@@ -130,7 +135,9 @@ async def _serve_websocket(websocket: WebSocket, frames: _Frames) -> None:
         await frames.drain()
 
 
-async def _serve_bare(link: BareFrames, frames: _Frames) -> None:
+async def _serve_bare(link: BareFrames, frames: _Frames, goaway: Callable[[], None]) -> None:
+    """Run the frames ``link`` delivers until it ends; a server stopping says ``goaway`` (the
+    last call it read) before the calls it read are answered and the connection closes."""
     def take(payload: bytes) -> bool:
         if link.ended.done():  # closing: the frames behind a bad one are not read
             return False
@@ -145,6 +152,8 @@ async def _serve_bare(link: BareFrames, frames: _Frames) -> None:
     link.consume(take)
     try:
         await link.ended
+        if link.stopping:
+            goaway()  # written at once (not behind a full buffer): it names calls already read
     finally:
         await frames.drain()
 
@@ -159,6 +168,8 @@ class _Frames:
         self.receive_seal = receive
         self.write = write
         self.tasks: set[asyncio.Task] = set()
+        #: The highest request id read (a GOAWAY names it).
+        self.last_id = 0
         self.on_room: Callable[[], None] | None = None
         self._room = asyncio.Event()
         self.app = scope["app"]
@@ -173,6 +184,7 @@ class _Frames:
         (read no more until :meth:`room`). Raises ``FrameError`` for a frame that fails its
         seal or is malformed: the connection cannot be trusted further."""
         frame = decode_request(self.receive_seal.open(data))
+        self.last_id = max(self.last_id, frame.id)
         task = asyncio.create_task(self._run(frame))
         self.tasks.add(task)
         task.add_done_callback(self._done)

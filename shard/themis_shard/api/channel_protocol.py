@@ -38,6 +38,8 @@ class BareFrames:
         self._consumer: Callable[[bytes], bool] | None = None
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.paused = False
+        #: The frames end because the server is stopping (the peer is told: a GOAWAY).
+        self.stopping = False
 
     # -- the protocol's side ------------------------------------------------------------------
 
@@ -131,6 +133,7 @@ class ChannelProtocol(WebSocketsSansIOProtocol):
         self.stop_keepalive()
         if not self.transport.is_closing():
             self.transport.pause_reading()
+        self.bare.stopping = True
         self.bare.end()
 
 

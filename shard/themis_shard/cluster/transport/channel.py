@@ -20,6 +20,10 @@ peer has sent nothing for ``silence_limit_s`` while calls waited closes the chan
 that vanished without closing its connection is reconnected to (perhaps at a new address)
 instead of timing out every call; a shorter pause (a stopped or busy process) keeps it, and the
 calls sent meanwhile are answered when the peer resumes.
+
+A peer that stops (a rolling restart, a scale-in) sends a GOAWAY naming the last call it read:
+the calls after it fail at once as never sent (``ConnectError``, so they go elsewhere or are
+retried), the calls up to it still get their answers, and the next call opens a new connection.
 """
 
 from __future__ import annotations
@@ -36,7 +40,16 @@ import httpx
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from .channel_wire import AnswerFrame, FrameError, RequestFrame, Seal, decode_answer, encode_request
+from .channel_wire import (
+    GOAWAY_ID,
+    AnswerFrame,
+    FrameError,
+    RequestFrame,
+    Seal,
+    decode_answer,
+    encode_request,
+    goaway_last,
+)
 from .corked import CorkedWriter
 from .framing import (
     MAX_FRAME_BODY,
@@ -180,6 +193,8 @@ class PeerChannel:
         #: When the first call the peer has not answered (nor anything since) was sent.
         self._unanswered_since: float | None = None
         self.closed = False
+        #: The last call the peer said it read before stopping (its GOAWAY); None: no GOAWAY.
+        self.goaway: int | None = None
         connection.attach(self._on_frame, self._on_lost)
 
     async def call(self, frame_of: Callable[[int], RequestFrame], timeout_s: float) -> AnswerFrame:
@@ -221,9 +236,33 @@ class PeerChannel:
             self._close(str(exc))
             return
         self._unanswered_since = None  # the peer speaks
+        if answer.id == GOAWAY_ID:
+            try:
+                self._on_goaway(goaway_last(answer))
+            except FrameError as exc:
+                log.warning("channel to %s: %s; closing it", self.peer, exc)
+                self._close(str(exc))
+            return
         future = self._waiting.get(answer.id)
         if future is not None and not future.done():
             future.set_result(answer)
+        if self.goaway is not None:
+            self._close_when_answered()
+
+    def _on_goaway(self, last: int) -> None:
+        """The peer is stopping: nothing more is sent here; the calls it did not read fail as
+        never sent; the connection closes once those it read are answered."""
+        log.info("channel to %s: the peer is stopping (it read calls up to %d)", self.peer, last)
+        self.goaway = last
+        self.closed = True
+        for rid, future in self._waiting.items():
+            if rid > last and not future.done():
+                future.set_exception(httpx.ConnectError(f"{self.peer} is stopping: the call was not read"))
+        self._close_when_answered()
+
+    def _close_when_answered(self) -> None:
+        if all(f.done() for f in self._waiting.values()) and self.connection.transport is not None:
+            self.connection.transport.close()
 
     def _on_lost(self, reason: str) -> None:
         self.closed = True

@@ -4,6 +4,11 @@ A request is ``orjson([id, method, target, headers])`` + ``\\n`` + body; an answ
 ``orjson([id, status, content_type])`` + ``\\n`` + body. ``id`` pairs an answer with its
 request, so many requests share one connection in any order (the channel multiplexes).
 
+An answer with id 0 (:data:`GOAWAY_ID`; requests count from 1) answers no request: it is the
+peer's GOAWAY, sent when it stops. It reads no more requests on this connection and answers
+those up to ``last`` (its body), so the caller knows which calls were never read (safe to send
+elsewhere) instead of waiting until the connection closes to learn "sent, no answer".
+
 Where the cluster signs shard-to-shard calls with its secret (no mTLS), every frame is sealed:
 a 16-byte HMAC-SHA256 over the frame's sequence number and bytes, with a key per direction and
 connection (``peer_signing.channel_keys``). A frame that is altered, replayed, reordered or
@@ -50,6 +55,26 @@ class AnswerFrame:
     @property
     def content(self) -> bytes:
         return self.body
+
+
+#: The id of the GOAWAY answer (see the module's docstring).
+GOAWAY_ID = 0
+
+
+def encode_goaway(last: int) -> bytes:
+    """The GOAWAY: requests with ids above ``last`` were not read and never will be."""
+    return encode_answer(AnswerFrame(GOAWAY_ID, 200, "application/json", orjson.dumps({"last": last})))
+
+
+def goaway_last(frame: AnswerFrame) -> int:
+    """The last request id a GOAWAY says its sender read; :class:`FrameError` if malformed."""
+    try:
+        last = orjson.loads(frame.body)["last"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise FrameError(f"malformed GOAWAY: {exc}") from None
+    if not isinstance(last, int):
+        raise FrameError("malformed GOAWAY: last is not an integer")
+    return last
 
 
 def encode_request(frame: RequestFrame) -> bytes:
