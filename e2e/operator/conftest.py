@@ -59,7 +59,9 @@ def kube_stack(directory: Path, namespace: str, *, operator: bool = True, **kw) 
                 print(f"---- {name}.log (tail)\n" + log.read_text()[-3000:])
 
 
-def eventually(check, timeout: float = 20.0, interval: float = 0.3):
+def eventually(check, timeout: float = 60.0, interval: float = 0.3):
+    """``check()``'s first truthy value; patient for a loaded 2-core CI machine (a check that
+    holds returns at once)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

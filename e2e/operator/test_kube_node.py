@@ -132,7 +132,7 @@ def test_a_changed_config_map_reaches_the_mounted_file(node):
         "patch", "configmap", "greeting", "--type", "merge", "-p", '{"data": {"greeting": "bonjour"}}'
     )
     ip = pod(kubectl, "web-0")["status"]["podIP"]
-    eventually(lambda: httpx.get(f"http://{ip}:8080/conf/greeting").text == "bonjour", timeout=15)
+    eventually(lambda: httpx.get(f"http://{ip}:8080/conf/greeting").text == "bonjour")
 
 
 def test_a_deleted_pod_is_recreated_with_its_volume_and_the_old_process_stopped(node):
@@ -140,7 +140,7 @@ def test_a_deleted_pod_is_recreated_with_its_volume_and_the_old_process_stopped(
     old = pod(kubectl, "web-0")
     pid = int(old["status"]["containerStatuses"][0]["containerID"].removeprefix("process://"))
     kubectl.run("delete", "pod", "web-0")
-    eventually(lambda: pod(kubectl, "web-0")["metadata"]["uid"] != old["metadata"]["uid"], timeout=20)
+    eventually(lambda: pod(kubectl, "web-0")["metadata"]["uid"] != old["metadata"]["uid"])
     eventually(lambda: ready(pod(kubectl, "web-0")), timeout=30)
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     ip = pod(kubectl, "web-0")["status"]["podIP"]
@@ -167,7 +167,7 @@ def test_a_container_that_keeps_exiting_goes_into_crash_loop_back_off(node):
     assert not status["ready"]
     assert "CrashLoopBackOff" in kubectl.run("get", "pod", "crash-0").stdout
     kubectl.run("delete", "statefulset", "crash")
-    eventually(lambda: not kubectl.exists("pod", "crash-0"), timeout=20)
+    eventually(lambda: not kubectl.exists("pod", "crash-0"))
 
 
 def test_scaling_the_statefulset_adds_and_removes_pods_but_keeps_claims(node):

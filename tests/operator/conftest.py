@@ -13,8 +13,9 @@ for sub in ("shard", "operator", "testing"):
         sys.path.insert(0, str(ROOT / sub))
 
 
-def eventually(check, timeout: float = 15.0, interval: float = 0.2):
-    """Poll ``check`` until it returns a truthy value (returned) or fails past ``timeout``."""
+def eventually(check, timeout: float = 45.0, interval: float = 0.2):
+    """Poll ``check`` until it returns a truthy value (returned) or fails past ``timeout``.
+    The default is patience for a loaded 2-core CI machine: a check that holds returns at once."""
     deadline = time.monotonic() + timeout
     while True:
         try:
