@@ -549,3 +549,34 @@ def test_a_write_stops_waiting_for_an_owner_a_newer_plan_took_out_of_the_in_sync
         assert failure.code == "replicas_unavailable" and "was not applied" in failure.message
         burned = store.get_entry("c", key)  # outranks the record the paused owner may still take
         assert (burned.version, burned.document) == (2, None)
+
+
+def test_a_committed_write_overtaken_here_by_a_version_written_on_top_of_it_is_answered_as_applied(
+    tmp_path, store
+) -> None:
+    """The other owner takes the record and, its primary now (a failover), writes the next
+    version on top of it, which reaches this coordinator before its own install: the write was
+    applied (an owner held it, a newer version builds on it) and is answered so, never as a
+    conflict; the newer version stays."""
+    current = live(plan_of(2))
+    key = next(k for k in (f"k{i}" for i in range(100)) if current.topology.owners("c", k)[0] == "s-0")
+    with fake_peers(tmp_path, "s-1") as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        asyncio.run(documents.commit_here([Write("c", key, {"balance": 100})]))
+        handle = peers["s-1"].handle
+
+        def written_on_top(method: str, path: str, request):
+            answer = handle(method, path, request)
+            if path == "/internal/replicate/batch":
+                on_top = Replicated("c", key, 3, {"balance": 80}, store.clock.now() + 10**9, "s-1")
+                peers["s-1"].store.apply_replicated([on_top])
+                store.apply_replicated([on_top])
+            return answer
+
+        peers["s-1"].handle = written_on_top
+        [change] = asyncio.run(documents.commit_here([Write("c", key, {"balance": 90}, if_version=1)]))
+        assert change.version == 2 and change.document == {"balance": 90}
+        for copy in (store.get("c", key), peers["s-1"].store.get("c", key)):
+            assert (copy.version, copy.document) == (3, {"balance": 80})

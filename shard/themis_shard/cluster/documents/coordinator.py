@@ -570,7 +570,16 @@ class DistributedDocuments:
                     raise
                 return await self._install_refused(topo, records, concern, delivered, burns, exc, logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
-                changes = self._installed(records, changes, burns)
+                held_elsewhere = {
+                    (r.collection, r.key)
+                    for r in records
+                    if any(
+                        delivered[o] is Delivery.HELD
+                        for o in write_owners(topo, r.collection, r.key)
+                        if o != topo.self_id
+                    )
+                }
+                changes = self._installed(records, changes, burns, held_elsewhere)
             if changes is None:
                 raise Conflict(
                     "the document changed while this write was replicated", code="version_conflict"
@@ -734,18 +743,28 @@ class DistributedDocuments:
         raise refused
 
     def _installed(
-        self, records: list[Replicated], changes: list[Change], burns: list[Replicated]
+        self,
+        records: list[Replicated],
+        changes: list[Change],
+        burns: list[Replicated],
+        held_elsewhere: Collection[tuple[str, str]] = (),
     ) -> list[Change] | None:
-        """The changes of ``records`` when every one is installed here, by this write or by a
-        repair (anti-entropy, a read-through) that carried the very record; None when a newer
-        record got in first."""
+        """The changes of ``records`` when every one is applied: installed here, by this write
+        or by a repair (anti-entropy, a read-through) that carried the very record, or — for a
+        record another owner acknowledged holding (``held_elsewhere``) — overtaken here by a
+        higher version, which that owner wrote on top of it (its primary now, after a
+        failover). None when a record was not applied: a newer record of the same or a lower
+        version got in first, or one of a higher version when no other owner holds this one."""
         done = {(c.collection, c.key): c for c in changes}
         held = self.store.stamps([(r.collection, r.key) for r in records])
         out = []
         for r, stamp, burn in zip(records, held, burns, strict=True):
+            overtaken = (
+                stamp is not None and stamp.version > r.version and (r.collection, r.key) in held_elsewhere
+            )
             if (r.collection, r.key) in done:
                 out.append(done[(r.collection, r.key)])
-            elif stamp == r.stamp:
+            elif stamp == r.stamp or overtaken:
                 previous = burn.version - 2 if burn.document is not None else 0
                 out.append(Change(r.collection, r.key, r.version, r.document, previous, r.hlc, r.origin))
             else:
