@@ -94,7 +94,11 @@ async def channel(websocket: WebSocket) -> None:
         link: BareFrames = switch()
         link.write_now(hello)
         frames = _Frames(websocket.scope, receive_seal, _bare_sender(link, send_seal))
-        await _serve_bare(link, frames, lambda: link.write_now(send_seal.seal(encode_goaway(frames.last_id))))
+
+        def goaway() -> None:
+            link.write_now(send_seal.seal(encode_goaway(frames.last_id)), flush=True)
+
+        await _serve_bare(link, frames, goaway)
     else:
         await websocket.send_bytes(hello)
         sender = _websocket_sender(websocket, send_seal)
@@ -153,7 +157,7 @@ async def _serve_bare(link: BareFrames, frames: _Frames, goaway: Callable[[], No
     try:
         await link.ended
         if link.stopping:
-            goaway()  # written at once (not behind a full buffer): it names calls already read
+            goaway()  # to the socket at once: the connection may close before the loop turns
     finally:
         await frames.drain()
 

@@ -79,12 +79,15 @@ class BareFrames:
         if not self._protocol.writable.is_set():
             await self._protocol.writable.wait()
 
-    def write_now(self, payload: bytes) -> None:
-        """Write one frame. Nothing is written on a connection that is gone (a call's answer
-        is lost with it, as the peer knows)."""
+    def write_now(self, payload: bytes, *, flush: bool = False) -> None:
+        """Write one frame (``flush``: to the socket before this returns, not at the loop's
+        next turn). Nothing is written on a connection that is gone (a call's answer is lost
+        with it, as the peer knows)."""
         protocol = self._protocol
         if not protocol.disconnected and not protocol.transport.is_closing():
             self._writer.write(frame(payload))
+            if flush:
+                self._writer.flush()
 
     def _deliver(self, payload: bytes) -> None:
         if self._consumer is None:

@@ -23,10 +23,11 @@ class CorkedWriter:
 
     def write(self, data: bytes) -> None:
         if not self._parts:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
         self._parts.append(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what is gathered now (a last frame before the connection closes)."""
         parts, self._parts = self._parts, []
         if parts and not self._transport.is_closing():
             self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
