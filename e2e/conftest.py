@@ -47,7 +47,8 @@ def shard_process(
         "THEMIS_LLM_ENABLED": "true" if llm else "false",
         **(extra_env or {}),
     }
-    log = open(data_dir.parent / f"{shard_id}-{port}.log", "ab")  # noqa: SIM115 - closed in finally
+    log_path = data_dir.parent / f"{shard_id}-{port}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
         [sys.executable, "-m", "themis_shard", "--log-level", SHARD_LOG_LEVEL],
         env=env,
@@ -55,7 +56,7 @@ def shard_process(
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_ready(f"http://127.0.0.1:{port}", ready_timeout, proc)
+        wait_ready(f"http://127.0.0.1:{port}", ready_timeout, proc, log_path)
         yield proc
     finally:
         if proc.poll() is None:
@@ -72,7 +73,7 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"shard exited with {proc.returncode} during start-up")
+            raise RuntimeError(f"shard exited with {proc.returncode} during start-up{_tail(log)}")
         try:  # /ready is a probe: its status code is the answer, as for the kubelet
             if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
                 return
@@ -89,10 +90,14 @@ def _said_by(url: str, log: Path | None) -> str:
             out.append(f"{path}: {httpx.get(url + path, timeout=5).text[:4000]}")
         except httpx.HTTPError as exc:
             out.append(f"{path}: {type(exc).__name__}: {exc}")
-    if log is not None and log.exists():
-        tail = log.read_text(errors="replace").splitlines()[-60:]
-        out.append(f"last lines of {log.name}:\n" + "\n".join(tail))
-    return "\n" + "\n".join(out)
+    return "\n" + "\n".join(out) + _tail(log)
+
+
+def _tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    tail = log.read_text(errors="replace").splitlines()[-60:]
+    return f"\nlast lines of {log.name}:\n" + "\n".join(tail)
 
 
 def run_themis(
