@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -80,11 +82,20 @@ def wait_ready(
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {timeout}s{_said_by(url, log)}")
+    raise TimeoutError(f"{url} not ready after {timeout}s{_said_by(url, log, proc)}")
 
 
-def _said_by(url: str, log: Path | None) -> str:
+def _said_by(url: str, log: Path | None, proc: subprocess.Popen | None = None) -> str:
+    """What a shard that is not ready says of itself; where it is alive, its state (R, S, T:
+    stopped, D: in the kernel) and, in its log, every thread's stack (SIGUSR1: faulthandler)."""
     out = []
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(OSError, IndexError):
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0]
+            out.append(f"process {proc.pid} state: {state}")
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(1)
     for path in ("/health", "/v1/cluster/status"):
         try:
             out.append(f"{path}: {httpx.get(url + path, timeout=5).text[:4000]}")
@@ -96,7 +107,7 @@ def _said_by(url: str, log: Path | None) -> str:
 def _tail(log: Path | None) -> str:
     if log is None or not log.exists():
         return ""
-    tail = log.read_text(errors="replace").splitlines()[-60:]
+    tail = log.read_text(errors="replace").splitlines()[-400:]
     return f"\nlast lines of {log.name}:\n" + "\n".join(tail)
 
 

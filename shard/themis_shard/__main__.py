@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
+import signal
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -148,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     logs = LogSettings()
     level = args.log_level or logs.level
     configure_logging(level, logs.format)
+    # `kill -USR1 <pid>` writes every thread's stack to the log: how to see where a shard that
+    # stopped answering is stuck (it works while the event loop is blocked).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(serve(settings, level))
 
