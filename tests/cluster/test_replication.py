@@ -580,3 +580,38 @@ def test_a_committed_write_overtaken_here_by_a_version_written_on_top_of_it_is_a
         assert change.version == 2 and change.document == {"balance": 90}
         for copy in (store.get("c", key), peers["s-1"].store.get("c", key)):
             assert (copy.version, copy.document) == (3, {"balance": 80})
+
+
+def test_a_write_and_a_read_stop_waiting_for_a_primary_a_newer_plan_took_out_of_the_in_sync_set(
+    tmp_path, store
+) -> None:
+    """A write or a read this shard sends to the key's primary would wait for a paused primary
+    until the request timeout. A plan that fences it ends the wait at once: the write answers
+    that its outcome is not known (it was sent), and the read goes to the new primary."""
+    from themis_core.plan import FailoverSettings, with_in_sync
+    from themis_shard.cluster.placement.owners import Topology
+
+    plan = plan_of(3, failover=FailoverSettings())
+    current = live(plan)
+    key = next(k for k in (f"k{i}" for i in range(200)) if current.topology.owners("c", k) == ["s-1", "s-2"])
+    with fake_peers(tmp_path, "s-1", "s-2") as peers:
+        peers["s-2"].store.apply_replicated([Replicated("c", key, 1, {"x": 0}, 1, "s-1")])
+        peers["s-1"].paused = True
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+
+        async def fence_while_waiting():
+            write = asyncio.ensure_future(documents.commit([Write("c", key, {"x": 1})]))
+            read = asyncio.ensure_future(documents.get("c", key))
+            await asyncio.sleep(0.2)
+            assert not write.done() and not read.done()  # waiting on the paused primary
+            current.topology = Topology.of(with_in_sync(plan, ("s-1",), ()), "s-0")
+            done, _ = await asyncio.wait({write, read}, timeout=2)
+            assert done == {write, read}, "kept waiting for a fenced primary"
+            return write.exception(), read.result()
+
+        failure, found = asyncio.run(fence_while_waiting())
+    assert isinstance(failure, Unavailable) and failure.code == "write_outcome_unknown"
+    assert "out of the in-sync set" in failure.message
+    assert (found.version, found.document) == (1, {"x": 0})  # from s-2, the primary now

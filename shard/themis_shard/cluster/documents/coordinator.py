@@ -157,6 +157,8 @@ EPOCH_RETRY_S = 15.0
 READ_RETRY_S = 3.0
 #: 503s of a primary that will answer again in a moment.
 RETRY_READ_CODES = frozenset({"lease_expired", "starting"})
+#: The reason a call stopped waiting for a shard a newer plan took out of the in-sync set.
+OUT_OF_SYNC = "out_of_sync"
 
 #: 503 codes a coordinator answers only when it wrote nothing (relayed as they are).
 NOTHING_WRITTEN_CODES = frozenset(
@@ -186,6 +188,12 @@ def forward_failure(target: str, what: str, exc: PeerUnavailable) -> ThemisError
         return Unavailable(
             f"the coordinator of {what} ({target}) is unavailable ({exc.reason}); nothing was written",
             code="coordinator_unavailable",
+        )
+    if exc.reason == OUT_OF_SYNC:
+        return Unavailable(
+            f"the coordinator of {what} ({target}) was taken out of the in-sync set while the write "
+            "was with it; the write may or may not have been applied: read the document before retrying",
+            code="write_outcome_unknown",
         )
     return Unavailable(
         f"the coordinator of {what} ({target}) did not answer ({exc.reason}); the write may or may "
@@ -393,13 +401,17 @@ class DistributedDocuments:
         try:
             if not await self.executor.revive(target):
                 raise PeerUnavailable(target, "circuit_open", "breaker open and /ready does not answer")
-            reply = await self.executor.request(
+            reply = await self._while_in_sync(
+                topo,
                 target,
-                "POST",
-                "/internal/commit",
-                json_body=commit_body(writes, topo.epoch, concern, checks),
-                idempotent=False,
-                retries=0,
+                self.executor.request(
+                    target,
+                    "POST",
+                    "/internal/commit",
+                    json_body=commit_body(writes, topo.epoch, concern, checks),
+                    idempotent=False,
+                    retries=0,
+                ),
             )
         except PeerUnavailable as exc:
             log.info("coordinator %s of %s unavailable (%s)", target, what, exc.reason)
@@ -659,6 +671,24 @@ class DistributedDocuments:
                 delivery.add_done_callback(_retrieve)
                 log.warning("stopped waiting for %s: a newer plan took it out of the in-sync set", peer)
                 return Delivery.UNKNOWN, []
+
+    async def _while_in_sync(self, topo: Topology, peer: str, call: Awaitable[Any]) -> Any:
+        """``call``'s answer from ``peer``, unless a newer plan takes ``peer`` out of the
+        in-sync set first: a paused or cut-off shard would otherwise hold the request until the
+        request timeout, long after the plan authority fenced it. Then PeerUnavailable
+        (reason :data:`OUT_OF_SYNC`): the call was sent, so what it did there is not known."""
+        next_change = getattr(self._plan, "next_change", None)
+        if next_change is None or topo.plan.failover is None:  # nothing fences a shard: just wait
+            return await call
+        request = asyncio.ensure_future(call)
+        while True:
+            await first_done(request, next_change())
+            if request.done():
+                return request.result()
+            if peer in self.topology.plan.out_of_sync:
+                request.add_done_callback(_retrieve)
+                log.warning("stopped waiting for %s: a newer plan took it out of the in-sync set", peer)
+                raise PeerUnavailable(peer, OUT_OF_SYNC, "a newer plan took it out of the in-sync set")
 
     async def _install_then_replicate(
         self, records: list[Replicated], per_peer: dict[str, list[Replicated]], burns: list[Replicated]
@@ -938,18 +968,22 @@ class DistributedDocuments:
         try:
             if target == topo.self_id:
                 return self._found(collection, key, self.primary_read(collection, key, topo.epoch))
-            reply = await self.executor.request(
+            reply = await self._while_in_sync(
+                topo,
                 target,
-                "GET",
-                internal_path("documents", collection, key),
-                params={"primary_epoch": str(topo.epoch)},
-                idempotent=True,
-                retries=1,  # a read may be sent again: a torn keep-alive connection is no answer
+                self.executor.request(
+                    target,
+                    "GET",
+                    internal_path("documents", collection, key),
+                    params={"primary_epoch": str(topo.epoch)},
+                    idempotent=True,
+                    retries=1,  # a read may be sent again: a torn keep-alive connection is no answer
+                ),
             )
         except Conflict as exc:  # this shard's own fence
             raise Unavailable(f"{changing} ({exc})", code="epoch_changed") from None
         except PeerUnavailable as exc:
-            if exc.code in RETRY_READ_CODES:
+            if exc.code in RETRY_READ_CODES or exc.reason == OUT_OF_SYNC:
                 raise Unavailable(f"{changing} ({exc.message})", code="epoch_changed") from None
             if self._moving() and (exc.reason in NOT_SENT_REASONS or exc.code == "starting"):
                 # A new owner of a handoff not serving yet has written nothing: its keys are
