@@ -496,3 +496,34 @@ def test_the_forwarded_linearizable_read_answers_the_same_without_the_asgi_stack
     over_channel, over_http = run(reads(True)), run(reads(False))
     assert over_channel == over_http
     assert any(isinstance(a, dict) and a["document"] == {"a": 1} for a in over_channel)
+
+
+def test_a_connection_ends_even_when_its_last_calls_finished_in_the_same_turn() -> None:
+    """The calls of a channel that ends are waited for; a call that finished just before (its
+    bookkeeping still queued for the loop's next turn) must not make that wait spin: it would
+    hold the event loop for good and the shard would answer nothing, /health included."""
+    import threading
+    from types import SimpleNamespace
+
+    from themis_shard.api.channel import _Frames
+    from themis_shard.cluster.transport.channel_wire import Seal
+
+    node = SimpleNamespace(settings=SimpleNamespace(llm=SimpleNamespace(enabled=False)))
+    scope = {"app": SimpleNamespace(state=SimpleNamespace(node=node))}
+
+    async def scenario() -> None:
+        frames = _Frames(scope, Seal(None), write=None)  # type: ignore[arg-type]
+
+        async def call() -> None:
+            return None
+
+        task = asyncio.create_task(call())
+        frames.tasks.add(task)
+        task.add_done_callback(frames._done)
+        await asyncio.sleep(0)  # the call runs and finishes; its done-callback waits for the next turn
+        assert task.done() and task in frames.tasks
+        await frames.drain()
+
+    finished = threading.Event()
+    threading.Thread(target=lambda: (asyncio.run(scenario()), finished.set()), daemon=True).start()
+    assert finished.wait(5), "draining a connection's finished calls spun forever"

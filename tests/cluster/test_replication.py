@@ -615,3 +615,28 @@ def test_a_write_and_a_read_stop_waiting_for_a_primary_a_newer_plan_took_out_of_
     assert isinstance(failure, Unavailable) and failure.code == "write_outcome_unknown"
     assert "out of the in-sync set" in failure.message
     assert (found.version, found.document) == (1, {"x": 0})  # from s-2, the primary now
+
+
+def test_settling_returns_when_the_last_hint_was_written_in_the_same_turn(store) -> None:
+    """``settle`` waits for the hints being written; one that finished just before (its task
+    leaves the set at the loop's next turn) must not make it spin and hold the event loop."""
+    import threading
+
+    current = live(plan_of(2))
+
+    async def scenario() -> None:
+        replication = Replication(None, HintLog(store), current, CollectorRegistry())  # type: ignore[arg-type]
+
+        async def hinted() -> None:
+            return None
+
+        task = asyncio.create_task(hinted())
+        replication._hinting.add(task)
+        task.add_done_callback(replication._hinting.discard)
+        await asyncio.sleep(0)  # the hint is written; its task leaves the set at the next turn
+        assert task.done() and task in replication._hinting
+        await replication.settle()
+
+    finished = threading.Event()
+    threading.Thread(target=lambda: (asyncio.run(scenario()), finished.set()), daemon=True).start()
+    assert finished.wait(5), "settling spun forever on a hint already written"

@@ -202,9 +202,14 @@ class _Frames:
     async def drain(self) -> None:
         """Calls still running finish (a write is never cut in half; answers that can no longer
         be sent are dropped), and the connection ends only then: a shard shutting down closes
-        its store after its connections, never under a write."""
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        its store after its connections, never under a write.
+
+        Only calls not done are waited for: a done task leaves ``tasks`` in a done-callback,
+        which runs at the loop's next turn, and gather() over tasks that are all done returns
+        without yielding (Python 3.12 completes it eagerly) — looping on ``tasks`` would spin
+        without ever letting that callback run, wedging the whole event loop."""
+        while pending := [task for task in self.tasks if not task.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)

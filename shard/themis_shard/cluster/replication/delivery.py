@@ -176,9 +176,12 @@ class Replication:
         """Until what ``send_later`` was given has been delivered or hinted."""
         while True:
             await self.pushes.settle()
-            if not self._hinting:
+            # not the done ones: they leave ``_hinting`` at the loop's next turn, and gather()
+            # over done tasks returns without yielding (a spin that would wedge the loop)
+            pending = [task for task in self._hinting if not task.done()]
+            if not pending:
                 return
-            await asyncio.gather(*list(self._hinting), return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def deliver(
         self, peer: str, items: list[Replicated], epoch: int, coordinator: str
