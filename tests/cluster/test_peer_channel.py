@@ -7,7 +7,6 @@ serves a peer that speaks WebSocket frames (an older version, mid-upgrade)."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -253,7 +252,7 @@ def test_a_stopping_peer_answers_the_calls_it_read_and_the_rest_fail_at_once_as_
     app = create_app(make_settings(tmp_path / "shard"))
 
     async def slow() -> dict:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(3)
         return {"slept": True}
 
     app.add_api_route("/internal/test/slow", slow, methods=["POST"])
@@ -269,15 +268,14 @@ def test_a_stopping_peer_answers_the_calls_it_read_and_the_rest_fail_at_once_as_
                 await asyncio.sleep(0.3)
                 server._server.should_exit = True  # SIGTERM
                 await asyncio.sleep(0.3)
-                sent = time.monotonic()
                 with pytest.raises(PeerUnavailable) as after:
                     await ex.post_json("peer", "/internal/commit", {"writes": []})
-                waited_s = time.monotonic() - sent
-                return await running, after.value, waited_s, channel.goaway
+                refused_first = not running.done()
+                return await running, after.value, refused_first, channel.goaway
 
-        answered, refused, waited_s, goaway = run(go())
+        answered, refused, refused_first, goaway = run(go())
     assert answered == {"slept": True}
-    assert refused.reason == "connect_error" and waited_s < 0.5
+    assert refused.reason == "connect_error" and refused_first
     assert goaway == 2  # the peer read the call that opened the channel and the slow one
 
 

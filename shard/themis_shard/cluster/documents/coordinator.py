@@ -659,18 +659,13 @@ class DistributedDocuments:
         out of the in-sync set (a paused owner would hold the key until the request timeout):
         its answer no longer decides, and it may have applied the write, so it counts as
         UNKNOWN (the write is burned; catch-up replaces its copy before it serves again)."""
-        next_change = getattr(self._plan, "next_change", None)
-        if next_change is None or topo.plan.failover is None:  # nothing fences an owner: just wait
-            return await self.replication.deliver(peer, items, topo.epoch, topo.self_id)
-        delivery = asyncio.ensure_future(self.replication.deliver(peer, items, topo.epoch, topo.self_id))
-        while True:
-            await first_done(delivery, next_change())
-            if delivery.done():
-                return delivery.result()
-            if peer in self.topology.plan.out_of_sync:
-                delivery.add_done_callback(_retrieve)
-                log.warning("stopped waiting for %s: a newer plan took it out of the in-sync set", peer)
-                return Delivery.UNKNOWN, []
+        delivery = self.replication.deliver(peer, items, topo.epoch, topo.self_id)
+        try:
+            return await self._while_in_sync(topo, peer, delivery)
+        except PeerUnavailable as exc:
+            if exc.reason != OUT_OF_SYNC:
+                raise
+            return Delivery.UNKNOWN, []
 
     async def _while_in_sync(self, topo: Topology, peer: str, call: Awaitable[Any]) -> Any:
         """``call``'s answer from ``peer``, unless a newer plan takes ``peer`` out of the
