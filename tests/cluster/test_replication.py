@@ -639,4 +639,4 @@ def test_settling_returns_when_the_last_hint_was_written_in_the_same_turn(store)
 
     finished = threading.Event()
     threading.Thread(target=lambda: (asyncio.run(scenario()), finished.set()), daemon=True).start()
-    assert finished.wait(5), "settling spun forever on a hint already written"
+    assert finished.wait(30), "settling spun forever on a hint already written"
