@@ -32,6 +32,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from themis_core.peer_signing import channel_keys
 from themis_core.tracing import NoSpans, Spans, current_trace, parse_traceparent
 
+from ..cluster.tasks import until_done
 from ..cluster.transport.channel import CHANNEL_PATH
 from ..cluster.transport.channel_wire import (
     AnswerFrame,
@@ -202,14 +203,8 @@ class _Frames:
     async def drain(self) -> None:
         """Calls still running finish (a write is never cut in half; answers that can no longer
         be sent are dropped), and the connection ends only then: a shard shutting down closes
-        its store after its connections, never under a write.
-
-        Only calls not done are waited for: a done task leaves ``tasks`` in a done-callback,
-        which runs at the loop's next turn, and gather() over tasks that are all done returns
-        without yielding (Python 3.12 completes it eagerly) — looping on ``tasks`` would spin
-        without ever letting that callback run, wedging the whole event loop."""
-        while pending := [task for task in self.tasks if not task.done()]:
-            await asyncio.gather(*pending, return_exceptions=True)
+        its store after its connections, never under a write."""
+        await until_done(self.tasks)
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,16 @@ async def every(seconds: float, job: Callable[[], Awaitable[Any]]) -> None:
         except Exception:
             log.exception("background job %s failed", getattr(job, "__name__", job))
         await asyncio.sleep(seconds)
+
+
+async def until_done(tasks: Collection[asyncio.Future]) -> None:
+    """Until every task in ``tasks`` — a live set that done-callbacks prune, and that may grow
+    meanwhile — is done. Only the tasks not done are gathered: a done task leaves the set in a
+    callback run at the loop's next turn, and gather() over tasks that are all done returns
+    without yielding (Python 3.12 completes it eagerly), so looping on the set itself would spin
+    without ever letting that callback run, wedging the event loop."""
+    while pending := [task for task in tasks if not task.done()]:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 class Tasks:

@@ -26,7 +26,7 @@ from ...storage.documents import Replicated
 from ...storage.hints import HintLog
 from ...storage.record_wire import decode_items, encode_items
 from ..placement.views import TopologySource
-from ..tasks import Tasks
+from ..tasks import Tasks, until_done
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 from .batching import ReplicationBatcher
 from .coalescing import PUSH_MAX_BYTES, PushCoalescer, split_by_size
@@ -176,12 +176,9 @@ class Replication:
         """Until what ``send_later`` was given has been delivered or hinted."""
         while True:
             await self.pushes.settle()
-            # not the done ones: they leave ``_hinting`` at the loop's next turn, and gather()
-            # over done tasks returns without yielding (a spin that would wedge the loop)
-            pending = [task for task in self._hinting if not task.done()]
-            if not pending:
+            if all(task.done() for task in self._hinting):
                 return
-            await asyncio.gather(*pending, return_exceptions=True)
+            await until_done(self._hinting)
 
     async def deliver(
         self, peer: str, items: list[Replicated], epoch: int, coordinator: str
