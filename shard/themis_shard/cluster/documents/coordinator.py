@@ -202,6 +202,15 @@ def forward_failure(target: str, what: str, exc: PeerUnavailable) -> ThemisError
     )
 
 
+def holders(topo: Topology, record: Replicated, delivered: dict[str, Delivery]) -> list[str]:
+    """The other owners of ``record``'s key that acknowledged holding it (pure)."""
+    return [
+        o
+        for o in write_owners(topo, record.collection, record.key)
+        if o != topo.self_id and delivered.get(o) is Delivery.HELD
+    ]
+
+
 async def after_commit(what: str, step: Awaitable[Any]) -> None:
     """Bookkeeping after a write is durable (the in-flight log, hints): a disk that refuses it
     now must not turn an applied write into a failure (crash recovery and anti-entropy redo
@@ -582,15 +591,7 @@ class DistributedDocuments:
                     raise
                 return await self._install_refused(topo, records, concern, delivered, burns, exc, logged)
             if len(changes) != len(records):  # a repair got here first: with these records, or newer
-                held_elsewhere = {
-                    (r.collection, r.key)
-                    for r in records
-                    if any(
-                        delivered[o] is Delivery.HELD
-                        for o in write_owners(topo, r.collection, r.key)
-                        if o != topo.self_id
-                    )
-                }
+                held_elsewhere = {(r.collection, r.key) for r in records if holders(topo, r, delivered)}
                 changes = self._installed(records, changes, burns, held_elsewhere)
             if changes is None:
                 raise Conflict(
@@ -617,15 +618,7 @@ class DistributedDocuments:
                 "starting); nothing was written",
                 code="epoch_changed",
             )
-        held = min(
-            1
-            + sum(
-                delivered[o] is Delivery.HELD
-                for o in write_owners(topo, r.collection, r.key)
-                if o != topo.self_id
-            )
-            for r in records
-        )
+        held = min(1 + len(holders(topo, r, delivered)) for r in records)
         short = (
             f"only {held} of the key's in-sync owners could take this write and w={concern.value} needs "
             f"{max(required_acks(concern, len(write_owners(topo, r.collection, r.key))) for r in records)}"
@@ -718,14 +711,7 @@ class DistributedDocuments:
         is applied (this copy is repaired by anti-entropy once the disk takes writes). Too few:
         it is undone on them (the burn, sent from here) and the answer is this disk's refusal,
         nothing written; an owner that cannot be told leaves the outcome unknown."""
-        held = {
-            (r.collection, r.key): [
-                o
-                for o in write_owners(topo, r.collection, r.key)
-                if o != topo.self_id and delivered.get(o) is Delivery.HELD
-            ]
-            for r in records
-        }
+        held = {(r.collection, r.key): holders(topo, r, delivered) for r in records}
         need = {
             (r.collection, r.key): required_acks(concern, len(write_owners(topo, r.collection, r.key)))
             for r in records
