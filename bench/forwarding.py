@@ -33,9 +33,10 @@ def pcts(values: list[float]) -> tuple[float, float]:
     return q[49], q[98]
 
 
-def measure(n: int) -> dict[str, list[float]]:
+def measure(n: int, embed_pairs: int = 60) -> dict[str, list[float]]:
     """Per-call milliseconds, interleaved on one 2-shard cluster: document GETs on the owner and
-    through the other shard; EMBED of 8 texts on the owner and of their 8 URNs through the other."""
+    through the other shard; ``embed_pairs`` EMBEDs of 8 texts on the owner and of their 8 URNs
+    through the other (which goes first alternates, so neither always meets a warmer machine)."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         # raid0: one owner per key, so "the other shard" never holds a copy.
@@ -56,13 +57,16 @@ def measure(n: int) -> dict[str, list[float]]:
                 for k in owned:  # interleaved, so both see the same machine load
                     local.append(timed(owner.get, "b", k))
                     forwarded.append(timed(other.get, "b", k))
-                n_docs = min(24, len(owned) // 8) * 8  # up to 24 pairs of 8-document calls
-                texts = [f"document {k} about a contract" for k in owned[:n_docs]]
-                urns = [f"urn:themis:b:{k}" for k in owned[:n_docs]]
+                groups = [owned[i : i + 8] for i in range(0, len(owned) - 7, 8)]
                 direct, routed = [], []
-                for i in range(0, n_docs, 8):
-                    direct.append(timed(owner.embed, texts[i : i + 8]))
-                    routed.append(timed(other.embed, urns=urns[i : i + 8]))
+                for i in range(embed_pairs):
+                    group = groups[i % len(groups)]
+                    calls = [
+                        (direct, lambda g=group: owner.embed([f"document {k} about a contract" for k in g])),
+                        (routed, lambda g=group: other.embed(urns=[f"urn:themis:b:{k}" for k in g])),
+                    ]
+                    for into, call in calls if i % 2 else calls[::-1]:
+                        into.append(timed(call))
         finally:
             themis(cwd, "down")
     return {"local": local, "forwarded": forwarded, "direct": direct, "routed": routed}
@@ -77,8 +81,9 @@ def embed_overhead(m: dict[str, list[float]]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--embed-pairs", type=int, default=60, help="EMBED calls of 8 documents, each way")
     args = parser.parse_args()
-    m = measure(args.n)
+    m = measure(args.n, args.embed_pairs)
     lp, lq = pcts(m["local"])
     fp, fq = pcts(m["forwarded"])
     print("\n| path | p50 ms | p99 ms |\n|---|---:|---:|")

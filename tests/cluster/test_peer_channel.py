@@ -453,21 +453,23 @@ def orjson_loads(data: bytes):
 
 
 def test_a_direct_handler_refuses_exactly_as_its_route_does(shard) -> None:
-    """EMBED by URN runs without the ASGI stack on the channel; its answers may not differ. On
-    a shard without a model every one is the named 503, before the body is looked at."""
+    """EMBED by URN (in JSON, and as float32 rows) runs without the ASGI stack on the channel;
+    its answers may not differ. On a shard without a model every one is the named 503, before
+    the body is looked at."""
 
     async def refusals(channel: bool):
         async with executor(shard.url, channel=channel) as ex:
             out = []
-            for body in ({"urns": ["urn:themis:c:k"]}, {"urns": ["not a urn"]}, {"urns": []}):
-                with pytest.raises((PeerError, PeerUnavailable)) as refused:
-                    await ex.post_json("peer", "/internal/embed", body)
-                out.append((refused.value.status, refused.value.code))
+            for path in ("/internal/embed", "/internal/embed/vectors"):
+                for body in ({"urns": ["urn:themis:c:k"]}, {"urns": ["not a urn"]}, {"urns": []}):
+                    with pytest.raises((PeerError, PeerUnavailable)) as refused:
+                        await ex.post_json("peer", path, body)
+                    out.append((refused.value.status, refused.value.code))
         return out
 
     over_channel, over_http = run(refusals(True)), run(refusals(False))
     assert over_channel == over_http
-    assert over_channel == [(503, "llm_disabled")] * 3
+    assert over_channel == [(503, "llm_disabled")] * 6
 
 
 def test_the_forwarded_linearizable_read_answers_the_same_without_the_asgi_stack(shard) -> None:

@@ -143,6 +143,7 @@ async def _serve_websocket(websocket: WebSocket, frames: _Frames) -> None:
 async def _serve_bare(link: BareFrames, frames: _Frames, goaway: Callable[[], None]) -> None:
     """Run the frames ``link`` delivers until it ends; a server stopping says ``goaway`` (the
     last call it read) before the calls it read are answered and the connection closes."""
+
     def take(payload: bytes) -> bool:
         if link.ended.done():  # closing: the frames behind a bad one are not read
             return False
@@ -302,4 +303,4 @@ class _Frames:
             finally:
                 current_trace.reset(token)
         self.shard.metrics.record_request(frame.method, route, status, time.perf_counter() - started)
-        return AnswerFrame(frame.id, status, "application/json", body)
+        return AnswerFrame(frame.id, status, getattr(body, "content_type", "application/json"), body)

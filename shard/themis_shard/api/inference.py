@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+import numpy as np
+from fastapi import APIRouter, Depends, Request, Response
 
+from ..cluster.transport.vectors_wire import CONTENT_TYPE as VECTORS
+from ..cluster.transport.vectors_wire import encode_vectors
 from ..errors import BadRequest, PayloadTooLarge
 from ..inference.service import Answer, InferenceService
 from ..node import ShardNode
 from .deps import inference, json_answer, ndjson_response, node, routed_response, sse_response
-from .internal import FrameHandler, frame_handler
+from .internal import FrameHandler, TypedBody, frame_handler
 from .types import EmbedBody, EmbedUrnsBody, InferBatchBody, InferBody, infer_item
 
 router = APIRouter(tags=["inference"])
@@ -96,12 +99,27 @@ async def embed_here(body: EmbedUrnsBody, svc: Inference):
     return json_answer({"embeddings": await svc.embed_urns_here(body.urns)})
 
 
+@router.post("/internal/embed/vectors", include_in_schema=False)
+async def embed_rows_here(body: EmbedUrnsBody, svc: Inference) -> Response:
+    """``/internal/embed`` as float32 rows (``vectors_wire``): what a peer routing EMBED asks for."""
+    return Response(encode_vectors(await svc.embed_urns_here_rows(body.urns)), media_type=VECTORS)
+
+
 async def _embed_here_frame(body: EmbedUrnsBody, shard: ShardNode) -> dict:
     return {"embeddings": await shard.inference.embed_urns_here(body.urns)}
+
+
+async def _embed_rows_frame(body: EmbedUrnsBody, shard: ShardNode) -> np.ndarray:
+    return await shard.inference.embed_urns_here_rows(body.urns)
+
+
+def _vectors_body(rows: np.ndarray) -> bytes:
+    return TypedBody(encode_vectors(rows), VECTORS)
 
 
 #: Routes the peer channel calls directly (``api/channel.py``): EMBED by URN is the hop that
 #: data-local embedding adds, and the paper holds it to a few per cent of the embedding itself.
 FRAME_HANDLERS: dict[tuple[str, str], FrameHandler] = {
     ("POST", "/internal/embed"): frame_handler(EmbedUrnsBody, _embed_here_frame),
+    ("POST", "/internal/embed/vectors"): frame_handler(EmbedUrnsBody, _embed_rows_frame, _vectors_body),
 }

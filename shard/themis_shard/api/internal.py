@@ -71,18 +71,32 @@ class FullRequest(Exception):
     """A frame handler's input needs the route's full treatment (its validation errors)."""
 
 
-def frame_handler[M: BaseModel](
-    model: type[M], route: Callable[[M, ShardNode], Awaitable[dict]]
+class TypedBody(bytes):
+    """A frame handler's answer that is not JSON: its bytes, with their content type."""
+
+    content_type: str
+
+    def __new__(cls, data: bytes, content_type: str) -> TypedBody:
+        body = super().__new__(cls, data)
+        body.content_type = content_type
+        return body
+
+
+def frame_handler[M: BaseModel, A](
+    model: type[M],
+    route: Callable[[M, ShardNode], Awaitable[A]],
+    encode: Callable[[A], bytes] = orjson.dumps,
 ) -> FrameHandler:
     """A route's work for a peer-channel frame, without the ASGI stack: the body validated into
-    the route's model (an invalid one goes to the route, which answers it with its 400)."""
+    the route's model (an invalid one goes to the route, which answers it with its 400), the
+    answer encoded as the route encodes it (JSON unless told)."""
 
     async def handler(shard: ShardNode, raw: bytes) -> bytes:
         try:
             body = model.model_validate_json(raw)
         except ValidationError:
             raise FullRequest from None
-        return orjson.dumps(await route(body, shard))
+        return encode(await route(body, shard))
 
     return handler
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from ..cluster.documents.coordinator import DistributedDocuments
 from ..cluster.replication.fencing import DEFAULT_CONCERN, WriteConcern
 from ..errors import BadRequest, ThemisError
@@ -26,6 +28,8 @@ class Embedder(Protocol):
     """The shard's embedding model (``LLMRuntime`` satisfies it)."""
 
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    async def embed_rows(self, texts: list[str]) -> np.ndarray: ...
 
 
 def pending_embeddings(
@@ -107,9 +111,13 @@ class DocumentService:
 
     async def embed_stored(self, keys: list[tuple[str, str]]) -> list[list[float]]:
         """Embed documents held by this shard, from their collection's ``embed_field`` (or "text")."""
+        return (await self.embed_stored_rows(keys)).tolist()
+
+    async def embed_stored_rows(self, keys: list[tuple[str, str]]) -> np.ndarray:
+        """:meth:`embed_stored` as float32 rows (what a peer asking for them is sent)."""
         embedder = self._require_embedder()
         texts = [
             text_to_embed(c, k, self.store.get(c, k), self._embed_field(c) or DEFAULT_EMBED_FIELD)
             for c, k in keys
         ]
-        return await embedder.embed(texts)
+        return await embedder.embed_rows(texts)

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..cluster.routing.inference import InferenceRouting, Routed
 from ..documents.service import DocumentService
 from ..domains.detector import DomainDetector
@@ -279,3 +281,7 @@ class InferenceService:
 
     async def embed_urns_here(self, urns: list[str]) -> list[list[float]]:
         return await self._documents().embed_stored([parse_urn(u) for u in urns])
+
+    async def embed_urns_here_rows(self, urns: list[str]) -> np.ndarray:
+        """:meth:`embed_urns_here` as float32 rows, for a peer that asked for them so."""
+        return await self._documents().embed_stored_rows([parse_urn(u) for u in urns])

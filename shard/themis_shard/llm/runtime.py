@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from ..errors import BadRequest, NotFound, ThemisError, Unavailable
@@ -549,6 +550,10 @@ class LLMRuntime:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """L2-normalised embeddings, one per text (empty texts embed as the empty string)."""
+        return (await self.embed_rows(texts)).tolist()
+
+    async def embed_rows(self, texts: list[str]) -> np.ndarray:
+        """:meth:`embed` as the model computes it: one float32 row per text."""
         if self.embedder is None:
             raise Unavailable("no embedding model is configured", code="embeddings_disabled")
         if len(texts) > self.settings.max_embed_texts:
@@ -556,10 +561,9 @@ class LLMRuntime:
         if any(not isinstance(t, str) for t in texts):
             raise BadRequest("texts must be strings", code="invalid_texts")
         if not texts:
-            return []
+            return np.zeros((0, self.embedder.dimension), np.float32)
         with self._engine_errors():  # encoding runs on the engine's thread, which may be stopping
-            vectors = await self.embedder.embed(texts)
-        return [v.tolist() for v in vectors]
+            return await self.embedder.embed(texts)
 
     # -- introspection ---------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from ..documents.coordinator import relay
 from ..placement.owners import candidates, coordinator_groups
 from ..placement.views import TopologySource
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
+from ..transport.vectors_wire import decode_vectors
 from .resume import Opened, resumable_stream, sse_events, token_id
 from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
 from .scatter import Assignment, BatchItem, gather, split_batch
@@ -41,6 +42,8 @@ from .scatter import Assignment, BatchItem, gather, split_batch
 log = logging.getLogger(__name__)
 
 FAN_OUT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+#: How long a peer that answered EMBED only in JSON (an older version) is not asked for rows.
+OLDER_PEER_RECHECK_S = 60.0
 
 
 class InferenceMetrics:
@@ -193,6 +196,8 @@ class InferenceRouting:
         self.metrics = InferenceMetrics(registry)
         self.stream_resumptions = stream_resumptions
         self._prefix_target = prefix_target
+        #: peers of an older version (no float32 EMBED route) → when to ask them so again
+        self._json_embedders: dict[str, float] = {}
 
     @property
     def _topo(self):
@@ -465,19 +470,11 @@ class InferenceRouting:
                     self.metrics.embed_local.labels(where="local").inc(len(keys))
                 else:
                     try:
-                        reply = await self.executor.request(
-                            target,
-                            "POST",
-                            "/internal/embed",
-                            json_body={"urns": [urn(*k) for k in keys]},
-                            idempotent=True,
-                            retries=0,
-                        )
+                        vectors = await self._embed_on(target, [urn(*k) for k in keys])
                     except PeerUnavailable:
                         continue
                     except PeerError as exc:
                         raise relay(exc) from None
-                    vectors = reply["embeddings"]
                     self.metrics.embed_local.labels(where="remote").inc(len(keys))
                 out.update(zip(keys, vectors, strict=True))
                 return
@@ -490,3 +487,33 @@ class InferenceRouting:
                 by_owners.setdefault((shard, tuple(topo.owners(*k))), []).append(k)
         await asyncio.gather(*(run(shard, keys) for (shard, _), keys in by_owners.items()))
         return [out[k] for k in parsed]
+
+    async def _embed_on(self, peer: str, urns: list[str]) -> list[list[float]]:
+        """``peer``'s embeddings of the documents ``urns`` names, sent as float32 rows. A shard
+        of an older version has no such route (404 ``not_found``): it answers in JSON, and is
+        asked so until :data:`OLDER_PEER_RECHECK_S` have passed (it may have been upgraded)."""
+        body = {"urns": urns}
+        if time.monotonic() >= self._json_embedders.get(peer, 0.0):
+            try:
+                raw = await self.executor.request(
+                    peer,
+                    "POST",
+                    "/internal/embed/vectors",
+                    json_body=body,
+                    idempotent=True,
+                    retries=0,
+                    expect="bytes",
+                )
+            except PeerError as exc:
+                if exc.status != 404 or exc.code != "not_found":
+                    raise
+                self._json_embedders[peer] = time.monotonic() + OLDER_PEER_RECHECK_S
+            else:
+                try:
+                    return decode_vectors(raw, len(urns))
+                except ValueError as exc:
+                    raise PeerUnavailable(peer, "bad_response", str(exc)) from None
+        reply = await self.executor.request(
+            peer, "POST", "/internal/embed", json_body=body, idempotent=True, retries=0
+        )
+        return reply["embeddings"]
