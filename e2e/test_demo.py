@@ -1,7 +1,8 @@
 """Spec: the quickstart — `themis demo` against a real local cluster (real shard processes, the
 real model and embedding model, API keys on) loads the CC0 corpus with embeddings, answers one
 RAG question and runs one AQL query, and every source it prints is a paragraph of the corpus.
-On the same cluster: /v1/rag generates on the shard that holds the passages (JSON and SSE)."""
+On the same cluster: /v1/rag cites a passage another shard holds (JSON and SSE), and the two
+engines of this one machine batch together."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def test_demo_loads_the_corpus_and_answers_from_it(tmp_path) -> None:
         assert "urn:themis:demo:physics-why-the-sky-is-blue" in text.stdout and "answer:" in text.stdout
 
         a_passage_held_by_another_shard_is_cited_at_its_version(tmp_path)
+        engines_sharing_one_machine_batch_on_one(tmp_path)
     finally:
         themis("down", cwd=tmp_path, timeout=120)
 
@@ -67,7 +69,8 @@ def test_demo_loads_the_corpus_and_answers_from_it(tmp_path) -> None:
 def a_passage_held_by_another_shard_is_cited_at_its_version(root) -> None:
     """raid0: one owner per key. Asked on shard-0 about a paragraph only shard-1 holds, the answer
     cites it (read from shard-1), streamed or not; the one inference pipeline places the
-    generation (here, unless another shard holds a KV prefix of the prompt worth its load)."""
+    generation (one cost model: a KV prefix of the prompt held elsewhere, this machine's
+    batching engine, load)."""
     plan = ClusterPlan.load(root / ".themis" / "plan.json")
     topo = Topology.of(plan, "shard-0")
     url = {m.shard_id: m.url for m in plan.members}
@@ -82,3 +85,15 @@ def a_passage_held_by_another_shard_is_cited_at_its_version(root) -> None:
             stream.text()
     assert [s.urn for s in stream.sources or []] == [f"urn:themis:demo:{para.key}"]
     assert stream.result is not None and stream.result.shard_id in url
+
+
+def engines_sharing_one_machine_batch_on_one(root) -> None:
+    """`themis up` runs both model copies on this machine's cores: a request without a domain
+    that lands on shard-1 is decoded in the batch of shard-0, the host's batching engine, so
+    concurrent requests make one batch instead of two that contend for the same cores."""
+    plan = ClusterPlan.load(root / ".themis" / "plan.json")
+    url = {m.shard_id: m.url for m in plan.members}
+    key = (root / ".themis" / "auth" / "client.key").read_text().strip()
+    for landing in ("shard-1", "shard-0"):
+        with ThemisClient(url[landing], api_key=key, timeout=300) as themis_db:
+            assert themis_db.infer("Water boils at", max_tokens=2, temperature=0).shard_id == "shard-0"

@@ -184,6 +184,7 @@ class ShardNode:
         )
         raid: RaidService | None = None
         llm: LLMRuntime | None = None
+        cores = None  # this host's cores, shared with the shards beside this one (``themis up``)
         try:
             # RAID weights first: units repaired, the model assembled and sha256-verified before the engine.
             raid, raid_model = await start_raid(
@@ -204,21 +205,23 @@ class ShardNode:
                     llm_settings = llm_settings.model_copy(update={"model_path": str(raid_model)})
                 # http(s) sources onto the weights volume; every *_sha256 checked
                 llm_settings = await fetch_llm_sources(llm_settings, fetcher)
+                # cores shared by demand with the other shards of this host (``themis up``)
+                cores = host_cores.open_for(
+                    llm_settings.host_cores, llm_settings.host_cores_file, settings.shard_id
+                )
                 llm = LLMRuntime(
                     llm_settings,
                     metrics.registry,
                     prefix_puller=cluster.prefix_puller,  # KV prefixes from peers
                     draft_resolver=cluster.draft_target,  # the draft shard
                     validation_sets=adapter_validation_set,  # each adapter's held-out set
-                    # cores shared by demand with the other shards of this host (``themis up``)
-                    cores=host_cores.open_for(
-                        llm_settings.host_cores, llm_settings.host_cores_file, settings.shard_id
-                    ),
+                    cores=cores,
                 )
                 await llm.start()
                 # Trained and federated adapters, before gossip announces this shard's adapters.
                 await TrainedAdapters(settings.weights_path / "trained").reload(llm.model(None).adapters)
-            await cluster.start(llm)  # adapters to announce through gossip
+            # adapters to announce through gossip; the engines this host's cores batch best on
+            await cluster.start(llm, colocated=cores.shards if cores is not None else None)
         except BaseException:
             if llm is not None:
                 await llm.stop()

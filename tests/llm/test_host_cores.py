@@ -107,6 +107,19 @@ def test_a_shard_gets_its_slot_from_its_number_or_none(tmp_path) -> None:
     shared.close()
 
 
+def test_the_file_names_the_shards_whose_engines_share_the_host_from_start_to_close(tmp_path) -> None:
+    path = tmp_path / "host-cores"
+    create(path)
+    one = HostCores(path, 1, 2)
+    assert one.shards() == ["shard-1"]  # present before its engine ever worked
+    three = HostCores(path, 3, 2)
+    assert one.shards() == three.shards() == ["shard-1", "shard-3"]
+    assert one.threads() == 2  # a shard that has only started takes no share of the cores
+    three.close()
+    assert one.shards() == ["shard-1"]
+    one.close()
+
+
 def test_a_file_that_is_not_a_host_cores_file_is_refused_by_name(tmp_path) -> None:
     path = tmp_path / "other"
     path.write_bytes(b"x")

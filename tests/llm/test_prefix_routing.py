@@ -1,9 +1,12 @@
-"""Prefix-aware routing (pure): the holder of the longest prefix wins when its load allows."""
+"""Prefix-aware routing (pure): the holder of the longest prefix wins when its load allows; a
+request without a domain on a host whose engines share its cores joins the host's batching
+engine, the first with room in its batch."""
 
 from __future__ import annotations
 
 from themis_shard.cluster.routing.prefix_routing import (
     PrefixRoutingPolicy,
+    batching_engine,
     combined_score,
     prefix_target,
     rank_with_prefix,
@@ -92,3 +95,41 @@ def test_the_cluster_router_sends_a_prompt_to_the_holder_of_its_prefix():
         raise RuntimeError("directory down")
 
     assert _router(broken).route("legal", "prompt").shard_id == "a"  # routing never fails for it
+
+
+HOST = ("shard-0", "shard-1", "shard-2")  # three engines sharing one machine's cores, by slot
+B = PrefixRoutingPolicy(prefill_tokens_per_s=200, batch_weight=1.0, batch_room=4)
+
+
+def test_a_request_landing_on_any_engine_of_a_shared_host_joins_the_first_ones_batch():
+    assert batching_engine("shard-2", HOST, {}, frozenset(), room=4) == "shard-0"
+    assert prefix_target("shard-2", {}, {}, frozenset(), B, colocated=HOST) == "shard-0"
+    assert prefix_target("shard-1", {}, {"shard-0": 3}, frozenset(), B, colocated=HOST) == "shard-0"
+    assert prefix_target("shard-0", {}, {"shard-0": 3}, frozenset(), B, colocated=HOST) is None  # it is here
+
+
+def test_once_the_batch_is_full_the_next_engine_takes_the_overflow_and_then_each_keeps_its_own():
+    full = {"shard-0": 4}
+    assert batching_engine("shard-2", HOST, full, frozenset(), room=4) == "shard-1"
+    assert prefix_target("shard-2", {}, full, frozenset(), B, colocated=HOST) == "shard-1"
+    every = {"shard-0": 4, "shard-1": 4, "shard-2": 4}
+    assert batching_engine("shard-2", HOST, every, frozenset(), room=4) is None
+    assert prefix_target("shard-2", {}, every, frozenset(), B, colocated=HOST) is None
+
+
+def test_an_engine_that_is_down_is_no_batching_engine():
+    assert prefix_target("shard-2", {}, {}, frozenset({"shard-0"}), B, colocated=HOST) == "shard-1"
+    # this shard is never down to itself
+    assert batching_engine("shard-0", HOST, {}, frozenset({"shard-0"}), room=4) == "shard-0"
+
+
+def test_a_prefix_that_saves_more_than_the_batch_is_worth_still_wins():
+    held = {"shard-2": 1000}  # 5 s of prefill at 200 tokens/s, against a bonus of 1 point
+    assert prefix_target("shard-1", held, {}, frozenset(), B, colocated=HOST) == "shard-2"
+    assert prefix_target("shard-1", {"shard-2": 100}, {}, frozenset(), B, colocated=HOST) == "shard-0"
+
+
+def test_shards_on_machines_of_their_own_share_no_batch():
+    assert batching_engine("shard-2", ("shard-2",), {}, frozenset(), room=4) is None
+    assert prefix_target("shard-2", {}, {}, frozenset(), B) is None
+    assert prefix_target("shard-2", {}, {}, frozenset(), B, colocated=("shard-0", "shard-1")) is None

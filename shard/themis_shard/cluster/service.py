@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,21 +206,29 @@ class ClusterService:
             registry,
             announced=self.membership.view.adapters,
             stream_resumptions=self.live.settings.stream_resumptions,
-            prefix_target=self._prefix_target if prefix is not None and prefix.prefix_route else None,
+            prefix_target=self._prefix_target if prefix is not None else None,
         )
+        #: the shards whose engines share this host's cores, this one included (set at start)
+        self._colocated: Callable[[], Sequence[str]] = tuple
+        self._prefix_route = prefix is not None and prefix.prefix_route
+        self._min_gain_s = prefix.prefix_route_min_gain_s if prefix is not None else 0.0
         self._tasks = Tasks()
 
     def _prefix_target(self, key: str) -> str | None:
-        """Where a request without a domain runs best for its KV prefix (``prefix_target``)."""
-        if self.prefix_sync is None:
+        """Where a request without a domain runs best, for its KV prefix or to join this host's
+        batching engine (``prefix_target``); None: here."""
+        sync = self.prefix_sync if self._prefix_route else None
+        colocated = self._colocated()
+        if sync is None and len(colocated) < 2:
             return None
         return prefix_target(
             self.self_id,
-            self.prefix_sync.held_for_prompt(key),
+            sync.held_for_prompt(key) if sync is not None else {},
             self.membership.view.loads(),
             self.membership.unavailable(),
             self.router.prefix_policy,
-            self.prefix_sync.s.prefix_route_min_gain_s,
+            self._min_gain_s,
+            colocated,
         )
 
     # -- what the parts share ----------------------------------------------------------------
@@ -322,12 +330,15 @@ class ClusterService:
         return await self.collections.search(collection, body, local)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self, runtime: Any = None) -> None:
-        """Start the background work; ``runtime`` is the started LLMRuntime (None without one).
+    async def start(self, runtime: Any = None, colocated: Callable[[], Sequence[str]] | None = None) -> None:
+        """Start the background work; ``runtime`` is the started LLMRuntime (None without one);
+        ``colocated``: the shards whose engines share this host's cores (``HostCores.shards``).
 
         The runtime is built after this service (it needs the draft resolver and prefix puller),
         so it arrives here rather than in the constructor."""
         self._runtime.runtime = runtime
+        if colocated is not None:
+            self._colocated = colocated
         if self.topology.clustered:  # before anything is served or repaired
             repairs = await self.documents.recover_inflight()
             if repairs:

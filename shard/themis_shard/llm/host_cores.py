@@ -18,6 +18,10 @@ fewer tokens/s without this rule, within noise with it). An engine starting on a
 not wait for the quiet: the cores of an engine that has just finished are its to take (one
 client's requests round-robin over the shards). Several engines of one shard (extra models)
 share the shard's slot: it is busy while any of them is.
+
+A shard stamps its slot when it opens the file and clears it when it closes it, so the slots
+also say which shards' engines share this host (:meth:`HostCores.shards`): the cluster joins
+requests to one of them rather than spreading them (``cluster/routing/prefix_routing.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ SLOT_BYTES = 8
 STALE_MS = 5_000
 #: an engine idle for less than this still holds its share
 QUIET_MS = 100
+#: a slot's value from its shard's start until its engine first works: idle since 1 ms
+PRESENT = 1 << 1
 
 
 def share(cores: int, busy: int) -> int:
@@ -93,6 +99,8 @@ class HostCores:
             os.close(fd)
         self._lock = threading.Lock()
         self._busy: set[str] = set()
+        # present from now on, until close(): idle since long ago (not "just went quiet")
+        struct.pack_into("<q", self._map, self._slot, PRESENT)
 
     def mark(self, engine: str, busy: bool) -> None:
         """``engine`` has work (stamped again at every step) or has none left."""
@@ -119,6 +127,12 @@ class HostCores:
             if i != own and value and now - (value >> 1) < (STALE_MS if value & 1 else quiet)
         )
         return share(self.cores, busy)
+
+    def shards(self) -> list[str]:
+        """The shards whose engines share this host's cores (this one included), by slot: each
+        stamped its slot when it started and has not closed it (one killed since still shows)."""
+        values = struct.unpack_from(f"<{HOST_SLOTS}q", self._map)
+        return [f"shard-{i}" for i, value in enumerate(values) if value]
 
     def close(self) -> None:
         with self._lock:

@@ -75,7 +75,7 @@ class InferenceMetrics:
         self.prefix_routed = Counter(
             "themis_inference_prefix_routed_total",
             "Requests without a domain sent from the shard they landed on to the shard holding a "
-            "longer KV prefix of their prompt",
+            "longer KV prefix of their prompt, or to the batching engine of the host it shares",
             registry=registry,
         )
         self.resumptions = Counter(
@@ -327,8 +327,9 @@ class InferenceRouting:
         return Routed(decision.shard_id, result)
 
     def prefix_holder(self, key: str) -> str | None:
-        """A shard holding a longer KV prefix of ``key`` than this one, worth the hop; never
-        raises (a request must not fail because of the prefix directory)."""
+        """A shard holding a longer KV prefix of ``key`` than this one, or the batching engine of
+        the host this one shares, worth the hop; never raises (a request must not fail because
+        of the prefix directory)."""
         if self._prefix_target is None or not key or not self._topo.clustered:
             return None
         try:

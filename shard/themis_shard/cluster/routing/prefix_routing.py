@@ -19,7 +19,19 @@ the ranking is exactly the domain router's.
 
 Requests without a domain have no ranking to re-order: they run where they land, unless
 ``prefix_target`` finds a shard whose held prefix saves at least ``min_gain_s`` of prefill more
-than this shard's own (the same score, with the same load rule), like llm-d's prefix scorer.
+than this shard's own (the same score, with the same load rule), like llm-d's prefix scorer —
+or a shard whose engine shares this host's cores and batches them better.
+
+**Batch efficiency.** Engines on one host (``themis up``: N model copies on one machine) share
+its cores, so a request costs the host the same compute whichever of them decodes it, but k
+engines decoding b/k sequences each make k smaller batches that contend for the same cores,
+where one engine would make one. Measured on 2 cores, 3 shards, 8 RAG clients (48 greedy tokens):
+generation spread round-robin over the three engines gave 1.28–1.40 answers/s, all of it on one
+engine 1.81–1.82, with p99 latency 8.5–8.8 s against 4.6 s. So of the engines sharing a host,
+the first (in slot order, not ``down``) with fewer than ``batch_room`` pending requests is the
+host's *batching engine*, and it scores ``batch_weight`` more: a request landing on another
+engine of the host joins its batch unless a prefix elsewhere saves more, and once it is full
+the next engine takes the overflow. Shards on separate machines share nothing: no bonus.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ class PrefixRoutingPolicy:
     max_extra_pending: int = 8
     prefill_tokens_per_s: float = 180.0
     fallback_score: float = 0.0
+    batch_weight: float = 1.0  # score points for joining the host's batching engine
+    batch_room: int = 16  # pending requests at which the batching engine counts as full
 
 
 def combined_score(
@@ -68,6 +82,18 @@ def rank_with_prefix(
     return [s for _, (s, _) in sorted(enumerate(ranked), key=key)]
 
 
+def batching_engine(
+    me: str, colocated: Sequence[str], loads: Mapping[str, float], down: Collection[str], room: int
+) -> str | None:
+    """This host's batching engine (see the module's docstring): the first of ``colocated`` (the
+    shards whose engines share this host's cores, in slot order; ``me`` among them) not in
+    ``down`` with fewer than ``room`` pending requests. None: no other engine shares the host,
+    or every one is full (each then keeps what lands on it)."""
+    if me not in colocated or len(colocated) < 2:
+        return None
+    return next((s for s in colocated if (s == me or s not in down) and loads.get(s, 0.0) < room), None)
+
+
 def prefix_target(
     me: str,
     held_tokens: Mapping[str, int],
@@ -75,15 +101,21 @@ def prefix_target(
     down: Collection[str],
     policy: PrefixRoutingPolicy = PrefixRoutingPolicy(),
     min_gain_s: float = 0.1,
+    colocated: Sequence[str] = (),
 ) -> str | None:
     """The shard a request that would run here (``me``) should run on instead, because it holds
-    a longer prefix of the request's prompt and its load allows; None: run here.
+    a longer prefix of the request's prompt and its load allows, or it is the batching engine of
+    the host ``me`` shares (``colocated``); None: run here.
 
-    Candidates are this shard and every holder not in ``down``; each scores as in
-    ``combined_score`` with no domain score. The best wins only by at least ``min_gain_s``
-    seconds of prefill saved (in score points), so equal holders, or a gain smaller than a hop,
-    keep the request where it is. Ties go to the lower shard id (the same answer on every shard)."""
+    Candidates are this shard, every holder not in ``down`` and the batching engine; each scores
+    as in ``combined_score`` with no domain score, the batching engine ``batch_weight`` more.
+    The best wins only by at least ``min_gain_s`` seconds of prefill saved (in score points), so
+    equal holders, or a gain smaller than a hop, keep the request where it is. Ties go to the
+    lower shard id (the same answer on every shard)."""
+    batching = batching_engine(me, colocated, loads, down, policy.batch_room)
     candidates = {me} | {s for s, n in held_tokens.items() if n > 0 and s not in down}
+    if batching is not None:
+        candidates.add(batching)
     if len(candidates) < 2:
         return None
     least = min(loads.get(s, 0.0) for s in candidates)
@@ -91,7 +123,8 @@ def prefix_target(
     def score(shard: str) -> float:
         pending = loads.get(shard, 0.0)
         saved = held_tokens.get(shard, 0) if pending <= least + policy.max_extra_pending else 0
-        return combined_score(None, saved, pending, policy)
+        bonus = policy.batch_weight if shard == batching else 0.0
+        return combined_score(None, saved, pending, policy) + bonus
 
     best = max(sorted(candidates), key=score)
     if best == me or score(best) - score(me) < policy.prefix_weight * min_gain_s:
