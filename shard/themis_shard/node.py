@@ -50,6 +50,7 @@ from .vector.catalog import VectorCatalog
 from .vector.index import gpu_count
 
 if TYPE_CHECKING:  # llama.cpp is imported only when inference is enabled
+    from .llm.host_cores import HostCores
     from .llm.runtime import LLMRuntime
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class ShardNode:
     fetcher: SourceFetcher | None = None
     #: Tenants' admission (API keys and a model on): the HTTP edge's, shared with AQL's inference.
     tenant_gate: TenantGate | None = None
+    #: This machine's cores, shared with the engines of the shards beside this one (``themis up``).
+    host_cores: HostCores | None = None
     # The services over those parts, built once by ``__post_init__`` (never per request).
     documents: DocumentService = field(init=False)
     domains: DomainDetector = field(init=False)
@@ -225,6 +228,8 @@ class ShardNode:
         except BaseException:
             if llm is not None:
                 await llm.stop()
+            if cores is not None:
+                cores.close()
             if raid is not None:
                 await raid.stop()
             await cluster.stop()
@@ -241,6 +246,7 @@ class ShardNode:
             llm=llm,
             fetcher=fetcher,
             tenant_gate=tenant_gate,
+            host_cores=cores,
         )
         if llm is not None:  # batches this shard coordinates, resumed after a restart too
             node.batch_runner.start()
@@ -331,6 +337,8 @@ class ShardNode:
         await self.cluster.stop()
         if self.llm is not None:
             await self.llm.stop()
+        if self.host_cores is not None:  # the host's other shards no longer count this engine
+            self.host_cores.close()
         await asyncio.to_thread(self._close_storage, self.vectors, self.store)
 
     @property
