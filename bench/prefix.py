@@ -191,7 +191,8 @@ def local_rows(sizes: list[int], threads: int) -> list[tuple]:
         prompt = (prompt + base[p : p + 32])[: p + 32]
         cold = ttft(ea, prompt)
         hit = ttft(ea, prompt)
-        key = ha.cache.hashes(prompt, p)[-1]
+        # the state the cold run saved: at the prompt's last block boundary, which may lie past p
+        key = ha.cache.lookup(prompt, touch=False).entry.key
         t0 = time.perf_counter()
         current["blob"] = export_blob(ha, key)
         t_export = time.perf_counter() - t0

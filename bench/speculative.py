@@ -54,6 +54,9 @@ class Switch:
     def concurrent(self) -> bool:
         return self.current is not None and self.current.concurrent
 
+    def drafts_at(self, decoding: int) -> bool:
+        return self.current is not None and self.current.drafts_at(decoding)
+
     def draft(self, seq, limit):
         return self.current.draft(seq, limit) if self.current is not None else None
 

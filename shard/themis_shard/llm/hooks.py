@@ -49,6 +49,9 @@ class Speculator(Protocol):
     def concurrent(self) -> bool:
         """True when several sequences' drafts may be fetched in parallel (I/O-bound source)."""
 
+    def drafts_at(self, decoding: int) -> bool:
+        """Is drafting worth its verify rows with ``decoding`` sequences in the batch?"""
+
     def draft(self, seq: Sequence, limit: int) -> Draft | None:
         """Up to ``limit`` tokens to verify after ``seq``'s pending token; None = decode plainly.
         May run on a worker thread when ``concurrent``."""
