@@ -34,10 +34,13 @@ import time
 
 import httpx
 
+#: Prefix routing alone: the shards' engines share this machine, so joining one engine's batch
+#: (``THEMIS_LLM_HOST_BATCHING``) is off in every mode, or "round robin" would not be.
+ALONE = {"THEMIS_LLM_HOST_BATCHING": "false"}
 MODES = {
-    "round robin": {"THEMIS_LLM_PREFIX_PULL": "false", "THEMIS_LLM_PREFIX_ROUTE": "false"},
-    "pull on miss": {"THEMIS_LLM_PREFIX_PULL": "true", "THEMIS_LLM_PREFIX_ROUTE": "false"},
-    "prefix-aware": {"THEMIS_LLM_PREFIX_PULL": "true", "THEMIS_LLM_PREFIX_ROUTE": "true"},
+    "round robin": {"THEMIS_LLM_PREFIX_PULL": "false", "THEMIS_LLM_PREFIX_ROUTE": "false", **ALONE},
+    "pull on miss": {"THEMIS_LLM_PREFIX_PULL": "true", "THEMIS_LLM_PREFIX_ROUTE": "false", **ALONE},
+    "prefix-aware": {"THEMIS_LLM_PREFIX_PULL": "true", "THEMIS_LLM_PREFIX_ROUTE": "true", **ALONE},
 }
 
 

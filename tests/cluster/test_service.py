@@ -1,5 +1,6 @@
 """Spec: the cluster service façade — it composes the parts, and what one part changes (the
-plan, the engine) every other part sees; starting and stopping leaves no task behind."""
+plan, the engine, the engines sharing this machine) every other part sees; starting and
+stopping leaves no task behind."""
 
 from __future__ import annotations
 
@@ -10,15 +11,23 @@ from types import SimpleNamespace
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.service import ClusterService
 from themis_shard.cluster.settings import ClusterSettings
+from themis_shard.llm.settings import LLMSettings
 from themis_shard.vector.catalog import VectorCatalog
 
 from .fakes import plan_of
 
 
-def service(tmp_path, store, plan, plan_path=None) -> ClusterService:
+def service(tmp_path, store, plan, plan_path=None, prefix=None) -> ClusterService:
     vectors = VectorCatalog(store, tmp_path / "vectors", use_gpu=False)
     return ClusterService(
-        plan, "s-0", store, vectors, ClusterSettings(), CollectorRegistry(), plan_path=plan_path
+        plan,
+        "s-0",
+        store,
+        vectors,
+        ClusterSettings(),
+        CollectorRegistry(),
+        plan_path=plan_path,
+        prefix=prefix,
     )
 
 
@@ -75,3 +84,26 @@ def test_start_and_stop_leave_no_background_task(tmp_path, store) -> None:
 
     assert {"hint-replay", "plan-adapters", "plan-watch", "breaker-probe"} <= asyncio.run(go())
     assert cluster.caught_up
+
+
+def test_a_request_without_a_domain_joins_the_batch_of_the_engines_sharing_this_machine(
+    tmp_path, store
+) -> None:
+    """The engines given at start as sharing this machine's cores (slot order: s-1 first) take
+    a request that lands here, unless host batching is off; then it runs where it landed."""
+
+    def placed(host_batching: bool, where: str) -> str | None:
+        prefix = LLMSettings(prefix_cache=False, host_batching=host_batching)
+        cluster = service(tmp_path / where, store, plan_of(2), prefix=prefix)
+
+        async def go() -> str | None:
+            await cluster.start(None, colocated=lambda: ["s-1", "s-0"])
+            try:
+                return cluster.inference.prefix_holder("a prompt")
+            finally:
+                await cluster.stop()
+
+        return asyncio.run(go())
+
+    assert placed(True, "on") == "s-1"
+    assert placed(False, "off") is None

@@ -211,6 +211,7 @@ class ClusterService:
         #: the shards whose engines share this host's cores, this one included (set at start)
         self._colocated: Callable[[], Sequence[str]] = tuple
         self._prefix_route = prefix is not None and prefix.prefix_route
+        self._host_batching = prefix is not None and prefix.host_batching
         self._min_gain_s = prefix.prefix_route_min_gain_s if prefix is not None else 0.0
         self._tasks = Tasks()
 
@@ -218,7 +219,7 @@ class ClusterService:
         """Where a request without a domain runs best, for its KV prefix or to join this host's
         batching engine (``prefix_target``); None: here."""
         sync = self.prefix_sync if self._prefix_route else None
-        colocated = self._colocated()
+        colocated = self._colocated() if self._host_batching else ()
         if sync is None and len(colocated) < 2:
             return None
         return prefix_target(

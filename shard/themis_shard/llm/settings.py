@@ -96,6 +96,10 @@ class LLMSettings(BaseSettings):
     #: that saves at least ``prefix_route_min_gain_s`` of prefill (load permitting).
     prefix_route: bool = True
     prefix_route_min_gain_s: float = Field(0.1, ge=0, description="prefill seconds a hop must save")
+    #: Where several shards' engines share this machine's cores (``host_cores_file``), send a
+    #: request without a domain to the first of them with room in its batch, rather than making
+    #: one small batch per engine (``cluster/routing/prefix_routing.batching_engine``).
+    host_batching: bool = True
     prefix_net_bytes_per_s: float = Field(100e6, gt=0, description="assumed peer bandwidth")
     prefix_prefill_tokens_per_s: float = Field(180.0, gt=0, description="assumed local prefill rate")
     prefix_load_bytes_per_s: float = Field(800e6, gt=0, description="assumed state load rate")
