@@ -85,8 +85,13 @@ def test_a_shard_gets_its_share_of_the_cores_unless_the_user_set_the_thread_coun
     (tmp_path / "logs").mkdir()
     shared = tmp_path / "host-cores"
     launch = {
-        "data_root": str(tmp_path), "host": "127.0.0.1", "gossip_secret": "s", "no_llm": False,
-        "llm_threads": 1, "host_cores": 2, "host_cores_file": str(shared),
+        "data_root": str(tmp_path),
+        "host": "127.0.0.1",
+        "gossip_secret": "s",
+        "no_llm": False,
+        "llm_threads": 1,
+        "host_cores": 2,
+        "host_cores_file": str(shared),
     }
     member = Member(shard_id="shard-0", url="http://127.0.0.1:9")
     monkeypatch.delenv("THEMIS_LLM_N_THREADS", raising=False)

@@ -125,10 +125,7 @@ def test_shard_image_takes_the_gpu_extra_for_cuda_and_the_cpu_extra_otherwise():
         # themisdb-client is the repository's own client/, installed from the tree (no PyPI)
         assert f"{call} themisdb-client --bundle-models false" in runs
     assert "pip install --no-deps ./core . ./client" in runs
-    smoke = (
-        "import faiss, rocksdict, fastapi, themis_shard.settings, themis_core.plan, "
-        "themis_shard.demo.run"
-    )
+    smoke = "import faiss, rocksdict, fastapi, themis_shard.settings, themis_core.plan, themis_shard.demo.run"
     assert f'python -c "{smoke}"' in runs
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
-from themis_shard.cluster.routing import inference as routing_module
+from themis_shard.cluster.routing import embedding as embedding_module
 from themis_shard.cluster.routing.inference import InferenceRouting
 from themis_shard.cluster.routing.router import AdaptiveShardRouter
 from themis_shard.cluster.transport.remote import RemoteExecutor
@@ -123,7 +123,7 @@ def test_an_older_peer_is_asked_for_rows_again_once_the_recheck_time_passed(monk
             return error(404, "not_found", "Not Found")
         return httpx.Response(200, json={"embeddings": rows_for(urns).tolist()})
 
-    monkeypatch.setattr(routing_module, "OLDER_PEER_RECHECK_S", 0.0)
+    monkeypatch.setattr(embedding_module, "OLDER_PEER_RECHECK_S", 0.0)
     r, called = cluster(answer)
     urns = remote_urns(r, 1)
     asyncio.run(r.embed_urns(urns, nothing_here))

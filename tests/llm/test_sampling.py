@@ -162,4 +162,3 @@ def test_a_constraint_is_checked_first_and_masks_only_on_rejection():
 def test_new_parameters_are_validated(bad):
     with pytest.raises(SamplingError):
         SamplingParams(**bad).validate(n_vocab=VOCAB)
-

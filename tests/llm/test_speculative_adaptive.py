@@ -166,6 +166,7 @@ def test_earlier_requests_without_quotes_do_not_switch_prompt_lookup_off_for_new
     assert spec.shared.predicts_no_gain()
     fresh = spec.state(Seq()).controller
     assert fresh.cooldown < AdaptiveConfig().max_backoff  # a free source starts fresh
+
     class RoundTrip(PromptLookup):  # drafts from elsewhere: timed, and what it costs is learnt
         deterministic = False
 

@@ -48,7 +48,7 @@ from ..errors import ThemisError, error_body
 from . import inference, internal
 from .access_log import finish
 from .channel_protocol import EXTENSION, BareFrames
-from .internal import FrameHandler, FullRequest
+from .frame_handlers import FrameHandler, FullRequest
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)

@@ -20,7 +20,7 @@ from ..errors import BadRequest, PayloadTooLarge
 from ..inference.service import Answer, InferenceService
 from ..node import ShardNode
 from .deps import inference, json_answer, ndjson_response, node, routed_response, sse_response
-from .internal import FrameHandler, TypedBody, frame_handler
+from .frame_handlers import FrameHandler, TypedBody, frame_handler
 from .types import EmbedBody, EmbedUrnsBody, InferBatchBody, InferBody, infer_item
 
 router = APIRouter(tags=["inference"])

@@ -9,7 +9,7 @@ from urllib.parse import unquote
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from themis_core.plan import ClusterPlan
 
@@ -27,6 +27,7 @@ from ..storage.names import check_collection, check_key, urn
 from ..storage.record_wire import decode_items, encode_items
 from ..training.federation import LocalTrain, Publish
 from .deps import current_node
+from .frame_handlers import FrameHandler, FullRequest, frame_handler
 from .search import SearchRequest
 
 router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
@@ -62,43 +63,6 @@ async def commit(body: WritesBody, shard: Node) -> dict:
     writes, checks = _writes_and_checks(body.writes, body.checks)
     changes = await shard.cluster.documents.commit_forwarded(writes, body.epoch, body.concern, checks)
     return {"changes": [change_to_json(c) for c in changes]}
-
-
-FrameHandler = Callable[[ShardNode, bytes], Awaitable[bytes]]
-
-
-class FullRequest(Exception):
-    """A frame handler's input needs the route's full treatment (its validation errors)."""
-
-
-class TypedBody(bytes):
-    """A frame handler's answer that is not JSON: its bytes, with their content type."""
-
-    content_type: str
-
-    def __new__(cls, data: bytes, content_type: str) -> TypedBody:
-        body = super().__new__(cls, data)
-        body.content_type = content_type
-        return body
-
-
-def frame_handler[M: BaseModel, A](
-    model: type[M],
-    route: Callable[[M, ShardNode], Awaitable[A]],
-    encode: Callable[[A], bytes] = orjson.dumps,
-) -> FrameHandler:
-    """A route's work for a peer-channel frame, without the ASGI stack: the body validated into
-    the route's model (an invalid one goes to the route, which answers it with its 400), the
-    answer encoded as the route encodes it (JSON unless told)."""
-
-    async def handler(shard: ShardNode, raw: bytes) -> bytes:
-        try:
-            body = model.model_validate_json(raw)
-        except ValidationError:
-            raise FullRequest from None
-        return encode(await route(body, shard))
-
-    return handler
 
 
 def _writes_and_checks(writes: list[dict[str, Any]], checks: list[dict[str, Any]]):

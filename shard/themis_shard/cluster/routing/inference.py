@@ -11,7 +11,7 @@ comes back is a result or an async stream of bytes: HTTP framing is the API laye
 * A batch is split by ``scatter.split_batch`` into per-shard sub-batches, each run by that
   shard's continuous-batching engine at once; ``scatter.gather`` merges them in order.
 * ``urns`` are embedded on a shard that holds each document (grouped per shard), so document
-  text never crosses the cluster (§IV-E).
+  text never crosses the cluster (§IV-E; ``embedding.py``).
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from themis_core.ring import HashRing
 
 from ...errors import ThemisError, Unavailable
-from ...storage.names import parse_urn, urn
 from ..documents.coordinator import relay
-from ..placement.owners import candidates, coordinator_groups
 from ..placement.views import TopologySource
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
-from ..transport.vectors_wire import decode_vectors
+from .embedding import UrnEmbedding
 from .resume import Opened, resumable_stream, sse_events, token_id
 from .router import AdaptiveShardRouter, NoShardAvailable, RoutingDecision
 from .scatter import Assignment, BatchItem, gather, split_batch
@@ -42,8 +40,6 @@ from .scatter import Assignment, BatchItem, gather, split_batch
 log = logging.getLogger(__name__)
 
 FAN_OUT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
-#: How long a peer that answered EMBED only in JSON (an older version) is not asked for rows.
-OLDER_PEER_RECHECK_S = 60.0
 
 
 class InferenceMetrics:
@@ -196,8 +192,7 @@ class InferenceRouting:
         self.metrics = InferenceMetrics(registry)
         self.stream_resumptions = stream_resumptions
         self._prefix_target = prefix_target
-        #: peers of an older version (no float32 EMBED route) → when to ask them so again
-        self._json_embedders: dict[str, float] = {}
+        self.embedding = UrnEmbedding(topology, executor, self.metrics.embed_local)
 
     @property
     def _topo(self):
@@ -454,67 +449,5 @@ class InferenceRouting:
     async def embed_urns(
         self, urns: list[str], local: Callable[[list[tuple[str, str]]], Awaitable[list[list[float]]]]
     ) -> list[list[float]]:
-        """Embed each document on a shard holding it; results in URN order."""
-        parsed = [parse_urn(u) for u in urns]
-        topo = self._topo
-        if not topo.clustered:
-            self.metrics.embed_local.labels(where="local").inc(len(parsed))
-            return await local(parsed)
-        down = self.executor.open_peers()
-        groups = coordinator_groups(parsed, topo, down)
-        out: dict[tuple[str, str], list[float]] = {}
-
-        async def run(shard: str, keys: list[tuple[str, str]]) -> None:
-            for target in candidates([shard, *[s for s in topo.owners(*keys[0]) if s != shard]], down):
-                if target == topo.self_id:
-                    vectors = await local(keys)
-                    self.metrics.embed_local.labels(where="local").inc(len(keys))
-                else:
-                    try:
-                        vectors = await self._embed_on(target, [urn(*k) for k in keys])
-                    except PeerUnavailable:
-                        continue
-                    except PeerError as exc:
-                        raise relay(exc) from None
-                    self.metrics.embed_local.labels(where="remote").inc(len(keys))
-                out.update(zip(keys, vectors, strict=True))
-                return
-            raise Unavailable(f"no shard holding {urn(*keys[0])} is reachable", code="owners_unavailable")
-
-        # Keys in one group share a coordinator but maybe not all owners: regroup by owner set.
-        by_owners: dict[tuple[str, tuple[str, ...]], list[tuple[str, str]]] = {}
-        for shard, keys in groups.items():
-            for k in keys:
-                by_owners.setdefault((shard, tuple(topo.owners(*k))), []).append(k)
-        await asyncio.gather(*(run(shard, keys) for (shard, _), keys in by_owners.items()))
-        return [out[k] for k in parsed]
-
-    async def _embed_on(self, peer: str, urns: list[str]) -> list[list[float]]:
-        """``peer``'s embeddings of the documents ``urns`` names, sent as float32 rows. A shard
-        of an older version has no such route (404 ``not_found``): it answers in JSON, and is
-        asked so until :data:`OLDER_PEER_RECHECK_S` have passed (it may have been upgraded)."""
-        body = {"urns": urns}
-        if time.monotonic() >= self._json_embedders.get(peer, 0.0):
-            try:
-                raw = await self.executor.request(
-                    peer,
-                    "POST",
-                    "/internal/embed/vectors",
-                    json_body=body,
-                    idempotent=True,
-                    retries=0,
-                    expect="bytes",
-                )
-            except PeerError as exc:
-                if exc.status != 404 or exc.code != "not_found":
-                    raise
-                self._json_embedders[peer] = time.monotonic() + OLDER_PEER_RECHECK_S
-            else:
-                try:
-                    return decode_vectors(raw, len(urns))
-                except ValueError as exc:
-                    raise PeerUnavailable(peer, "bad_response", str(exc)) from None
-        reply = await self.executor.request(
-            peer, "POST", "/internal/embed", json_body=body, idempotent=True, retries=0
-        )
-        return reply["embeddings"]
+        """Embed each document on a shard holding it; results in URN order (``embedding.py``)."""
+        return await self.embedding.embed_urns(urns, local)
