@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
 
 
-def frame_handlers(llm_enabled: bool) -> dict[tuple[str, str], FrameHandler]:
+def direct_handlers(llm_enabled: bool) -> dict[tuple[str, str], FrameHandler]:
     """The hot routes a frame reaches without the ASGI stack, by (method, path): the engine's
     only where the app serves it (a shard without a model answers them 503 ``llm_disabled``)."""
     return {**internal.FRAME_HANDLERS, **(inference.FRAME_HANDLERS if llm_enabled else {})}
@@ -181,7 +181,7 @@ class _Frames:
         self.app = scope["app"]
         self.shard = self.app.state.node
         self.spans: Spans = getattr(self.app.state, "spans", None) or NoSpans()
-        self.handlers = frame_handlers(self.shard.settings.llm.enabled)
+        self.handlers = direct_handlers(self.shard.settings.llm.enabled)
         self.base_scope = {k: scope[k] for k in ("server", "client", "root_path", "state") if k in scope}
         self.base_scope["scheme"] = "https" if scope.get("scheme") == "wss" else "http"
 

@@ -59,6 +59,12 @@ def slot_of(shard_id: str) -> int | None:
     return int(number) if number.isdigit() and int(number) < HOST_SLOTS else None
 
 
+def shard_of(slot: int) -> str:
+    """Slot N → ``shard-N``, as ``themis up`` names the shards it starts (:func:`slot_of`'s inverse
+    for those names)."""
+    return f"shard-{slot}"
+
+
 def open_for(cores: int, file: str, shard_id: str) -> HostCores | None:
     """This shard's share of the host's cores (``LLMSettings.host_cores``), or None: off, or a
     shard without a slot (its threads stay fixed)."""
@@ -132,7 +138,7 @@ class HostCores:
         """The shards whose engines share this host's cores (this one included), by slot: each
         stamped its slot when it started and has not closed it (one killed since still shows)."""
         values = struct.unpack_from(f"<{HOST_SLOTS}q", self._map)
-        return [f"shard-{i}" for i, value in enumerate(values) if value]
+        return [shard_of(i) for i, value in enumerate(values) if value]
 
     def close(self) -> None:
         with self._lock:
