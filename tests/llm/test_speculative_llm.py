@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.llm.engine import Engine, EngineConfig
@@ -9,6 +11,7 @@ from themis_shard.llm.metrics import LLMMetrics
 from themis_shard.llm.sampling import SamplingParams
 from themis_shard.llm.scheduler import Limits
 from themis_shard.llm.speculative.adaptive import AdaptiveConfig
+from themis_shard.llm.speculative.calibration import VerifyCostTable
 from themis_shard.llm.speculative.drafts import Draft, PromptLookup
 from themis_shard.llm.speculative.speculator import Speculator
 
@@ -26,12 +29,15 @@ RAG_PROMPT = (
 N = 40
 
 
-def make_engine(model, source, config: AdaptiveConfig, registry=None) -> tuple[Engine, LLMMetrics]:
+def make_engine(
+    model, source, config: AdaptiveConfig, registry=None, *, calibration: VerifyCostTable | None = None
+) -> tuple[Engine, LLMMetrics]:
     metrics = LLMMetrics(registry or CollectorRegistry())
     cfg = EngineConfig(
         n_ctx=1024, n_threads=2, page_size=16, max_queue=16, limits=Limits(max_running=4, chunk=512)
     )
-    eng = Engine(model, cfg, metrics=metrics, speculator=Speculator(source, config, metrics=metrics))
+    speculator = Speculator(source, config, metrics=metrics, calibration=calibration)
+    eng = Engine(model, cfg, metrics=metrics, speculator=speculator)
     eng.start()
     return eng, metrics
 
@@ -64,6 +70,33 @@ def test_prompt_lookup_greedy_matches_plain(native_model, rag, adaptive):
         assert drafted > 0 and 0 < accepted <= drafted
     finally:
         eng.stop()
+
+
+def test_the_engine_times_its_verify_rounds_before_its_first_request_once_per_machine(
+    native_model, rag, tmp_path
+):
+    """Start-up measures verify(k) on the engine's own context and keeps it; the next engine on
+    this machine reads it back; draft lengths priced by it still give the greedy answer."""
+    prompt, ref = rag
+    table = VerifyCostTable(tmp_path, "gemma-2-threads")
+    eng, metrics = make_engine(native_model, PromptLookup(), AdaptiveConfig(n_max=8), calibration=table)
+    try:
+        kept = tmp_path / "verify-costs-gemma-2-threads.json"
+        seconds = json.loads(kept.read_text())["seconds"]
+        assert len(seconds) == 9 and all(s > 0 for s in seconds)
+        assert seconds[8] > seconds[0]  # nine logits rows of a 262k vocabulary are not free
+        first = run(eng, prompt, SamplingParams(max_tokens=N))
+        assert_greedy_equivalent(ref, first.tokens)
+        assert counter(metrics, "spec_accepted_tokens") > 0
+    finally:
+        eng.stop()
+    written = kept.stat().st_mtime_ns
+    again, _ = make_engine(native_model, PromptLookup(), AdaptiveConfig(n_max=8), calibration=table)
+    try:
+        assert kept.stat().st_mtime_ns == written  # read back, not measured again
+        assert run(again, prompt, SamplingParams(max_tokens=N)).tokens == first.tokens
+    finally:
+        again.stop()
 
 
 class Scripted:

@@ -41,6 +41,9 @@ from .sequence import DoneEvent, ErrorEvent, Event, Sequence, Sink, TokenEvent
 
 log = logging.getLogger(__name__)
 
+#: Tokens of context before the decodes that time verify rounds at start-up (``_verify_seconds``).
+CALIBRATION_CONTEXT = 32
+
 
 class QueueFull(Exception):
     """The admission queue is at ``max_queue``: answer 429."""
@@ -132,6 +135,25 @@ class Engine:
         self.batch.add([0], 0, 0)
         self.ctx.decode(self.batch)
         self.ctx.clear()
+        if self._speculator is not None:
+            self._speculator.calibrate(self._verify_seconds)
+            self.ctx.clear()
+
+    def _verify_seconds(self, extra_rows: int) -> float:
+        """Seconds of one decode shaped like a speculative round's verify: ``extra_rows`` + 1
+        tokens, each with logits, after a short context (built on first use, kept for the next
+        call). Only before the engine's first request."""
+        if self.ctx.seq_pos_max(0) < CALIBRATION_CONTEXT - 1:
+            self.batch.clear()
+            self.batch.add([0] * CALIBRATION_CONTEXT, 0, 0, logits="none")
+            self.ctx.decode(self.batch)
+        self.batch.clear()
+        self.batch.add([0] * (extra_rows + 1), CALIBRATION_CONTEXT, 0, logits="all")
+        t0 = time.perf_counter()
+        self.ctx.decode(self.batch)
+        seconds = time.perf_counter() - t0
+        self.ctx.drop_tail(0, CALIBRATION_CONTEXT)
+        return seconds
 
     def stop(self) -> None:
         with self._cv:

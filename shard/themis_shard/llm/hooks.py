@@ -17,6 +17,7 @@ Collaborators are passed to constructors (``Engine(prefix=..., speculator=..., c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -61,6 +62,10 @@ class Speculator(Protocol):
 
     def observe_iteration(self, seconds: float, extra_rows: int) -> None:
         """Timing of one decode without prefill (what verifying ``extra_rows`` costs)."""
+
+    def calibrate(self, measure: Callable[[int], float]) -> None:
+        """Once, before the first request, on the engine's thread: ``measure(k)`` times one
+        decode with k + 1 logits rows on the engine's context (this machine's verify costs)."""
 
     def release(self, seq: Sequence) -> None:
         """``seq`` left the engine: drop whatever the draft source keeps for it."""

@@ -151,7 +151,13 @@ class LLMRuntime:
             speculator = None
             if s.speculative_source != "none":
                 speculator = build_speculator(
-                    config, native, s, self.metrics, alias, resolve_draft=self.draft_target
+                    config,
+                    native,
+                    s,
+                    self.metrics,
+                    alias,
+                    resolve_draft=self.draft_target,
+                    cache_dir=self.buffer_policy.cache_dir,
                 )
             engine = Engine(
                 native,

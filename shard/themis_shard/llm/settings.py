@@ -122,6 +122,11 @@ class LLMSettings(BaseSettings):
     speculation_max_batch: int = Field(
         2, ge=0, description="draft only while at most this many sequences decode together (0: any)"
     )
+    speculation_calibrate: bool = Field(
+        True,
+        description="time verify rounds of 1..n_draft+1 logits rows at start (once per machine, kept "
+        "in the probe cache) and choose draft lengths by them; false: a prior line prices them",
+    )
     prompt_lookup_min_ngram: int = Field(2, ge=1)
     prompt_lookup_max_ngram: int = Field(4, ge=1)
     draft_url: str = Field("", description="speculative_source=remote: the draft shard's base URL")

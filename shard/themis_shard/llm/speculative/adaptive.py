@@ -23,11 +23,13 @@ per 256 tokens (≈ row / (256 · base) ≈ 0.2 %), and early on it is at most 1
 A probe that is accepted in full is followed by one twice as long (slow start, up to n_max), so
 bursty sources show their per-position acceptance before the model judges them — a one-token
 probe alone would only ever teach position 1, and the model, assuming later positions no better,
-would keep a quoting answer from ever speculating.
+would keep a quoting answer from ever speculating. Where verify costs come in blocks of rows
+(``calibration.py``), "twice as long" is cut back to the longest length that fills a block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -127,6 +129,37 @@ class CostModel:
         """verify(0..n_max), for reports."""
         return [self.verify(k) for k in range(n_max + 1)]
 
+    @classmethod
+    def from_table(cls, seconds: Sequence[float], **kw) -> CostModel:
+        """A model that knows verify(k) for every k in ``seconds`` (this machine's measured
+        table, ``calibration.py``) as if it had seen each, and a line through its ends elsewhere."""
+        model = cls(**kw)
+        model.learn_table(seconds)
+        return model
+
+    def learn_table(self, seconds: Sequence[float]) -> None:
+        """Start again from a measured table: verify(k) = ``seconds[k]`` with the weight of the
+        evidence this model trusts, and the line through its ends. Later decodes teach on top."""
+        n = len(seconds) - 1
+        self._n = self._sx = self._sy = self._sxx = self._sxy = 0.0
+        self._base0 = seconds[0]
+        self._row0 = (seconds[-1] - seconds[0]) / n if n else 0.0
+        for x in (0, n):
+            self._add(float(x), seconds[x], 2.0)
+        self._per_k = {k: (self._k_min, s) for k, s in enumerate(seconds)}
+
+    def efficient_length(self, most: int) -> int:
+        """The draft length up to ``most`` whose round emits the most tokens per second when
+        every draft token is accepted (the shortest of equals): where a slow start ramps to.
+        On a line that is ``most``; where the logits rows are computed in blocks, the last
+        length that fills a block."""
+        best_k, best = 1, 0.0
+        for k in range(1, most + 1):
+            rate = (k + 1) / self.verify(k)
+            if rate > best * (1 + 1e-9):
+                best_k, best = k, rate
+        return best_k
+
 
 def expected_tokens(alpha, k: int) -> float:
     """Tokens emitted by a round that drafts k tokens. ``alpha``: one acceptance probability per
@@ -204,7 +237,7 @@ class DraftLengthController:
                 # only confirm that, at the price of catching the draft up on the whole context.
                 k, self.cooldown = 0, c.max_backoff
             self.probing = k > 0
-        elif self.ramp:  # a probe was accepted in full: try twice as long before the model decides
+        elif self.ramp:  # a probe was accepted in full: try up to twice as long before the model decides
             k, self.ramp = self.ramp, 0
             self.probing = True
         elif not c.adaptive:
@@ -235,7 +268,8 @@ class DraftLengthController:
                 # while it keeps hitting shows whether drafts are bursty (a quote: position i
                 # accepted given i−1 almost surely) before the model judges them, for the cost
                 # of one logits row per failed step.
-                self.ramp = min(2 * drafted, c.n_max)
+                longer = self.cost.efficient_length(min(2 * drafted, c.n_max))
+                self.ramp = longer if longer > drafted else 0
         # Geometric model: each judged draft token is a trial; the chain stops at the first reject.
         judged = accepted + (1 if accepted < drafted else 0)
         d = c.alpha_decay

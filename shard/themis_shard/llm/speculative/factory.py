@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..engine import EngineConfig
 from ..native import NativeModel
 from ..settings import LLMSettings
 from .adaptive import AdaptiveConfig
+from .calibration import VerifyCostTable, table_key
 from .drafts import DraftSource, PromptLookup
 from .local_draft import LocalDraftModel
 from .remote import DraftResolver, RemoteDraft
@@ -31,10 +34,11 @@ def build_for(
     alias: str,
     *,
     resolve_draft: DraftResolver | None = None,
+    cache_dir: Path | None = None,
 ) -> Speculator | None:
     """The speculator for engine ``alias`` (pass it as ``Engine(speculator=)``). ``resolve_draft``:
     for ``remote``, where to ask now (the runtime's, which knows the cluster); ``draft_url`` alone
-    needs none."""
+    needs none. ``cache_dir``: where this machine's verify costs are kept (``calibration.py``)."""
     kind = s.speculative_source
     if kind == "none" or s.n_draft == 0:
         return None
@@ -49,5 +53,12 @@ def build_for(
         source = RemoteDraft(resolve_draft or s.draft_url, timeout_s=s.speculation_max_draft_s)
     else:
         raise ValueError(f"unknown speculative_source {kind!r}")
-    size = native.path.stat().st_size if getattr(native, "path", None) else 0
-    return Speculator(source, adaptive_config(s), metrics=metrics, model=alias, target_bytes=size)
+    path = getattr(native, "path", None)
+    size = path.stat().st_size if path else 0
+    costs = None
+    if path and s.speculation_calibrate:
+        extra = bool(getattr(native, "use_extra_bufts", False))
+        costs = VerifyCostTable(cache_dir, table_key(Path(path), config.n_threads, s.n_draft, extra))
+    return Speculator(
+        source, adaptive_config(s), metrics=metrics, model=alias, target_bytes=size, calibration=costs
+    )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .adaptive import AdaptiveConfig, CostModel, DraftLengthController
+from .calibration import Measure, VerifyCostTable
 from .drafts import Draft, DraftSource
 from .rejection import TargetRows, verify_chain
 
@@ -49,8 +50,12 @@ class Speculator:
         model: str = "default",
         cost: CostModel | None = None,
         target_bytes: int = 0,
+        calibration: VerifyCostTable | None = None,
     ) -> None:
+        """``calibration``: where this machine's verify costs are measured and kept
+        (:meth:`calibrate`); without it the controllers price verify rounds with a prior line."""
         self.source = source
+        self._calibration = calibration
         self.target_bytes = target_bytes  # the verify model's file size (draft cost prior)
         self._prior_asked = False
         self.config = config or AdaptiveConfig()
@@ -86,6 +91,21 @@ class Speculator:
     def drafts_at(self, decoding: int) -> bool:
         """Is drafting worth its verify rows with ``decoding`` sequences in the batch?"""
         return not self.config.max_batch or decoding <= self.config.max_batch
+
+    def calibrate(self, measure: Measure) -> None:
+        """Before the engine's first request: price verify rounds with this machine's table
+        (``calibration.py``), remembered or measured now with ``measure``. Both the learnt model
+        and the fixed one a deterministic source's sequences use start from it; the fixed one
+        never changes after, so draft lengths stay a function of the sequence alone."""
+        if self._calibration is None or not self.config.adaptive:
+            return
+        try:
+            table = self._calibration.get(measure, self.config.n_max)
+        except Exception:  # a failed measurement costs speed, never the engine
+            log.exception("measuring verify costs failed; the prior line prices them")
+            return
+        self._fixed_cost = CostModel.from_table(table)
+        self.cost.learn_table(table)
 
     def close(self) -> None:
         """Release the source's resources (a draft model's context, a client's connections)."""
