@@ -146,14 +146,20 @@ class Engine:
         if self.ctx.seq_pos_max(0) < CALIBRATION_CONTEXT - 1:
             self.batch.clear()
             self.batch.add([0] * CALIBRATION_CONTEXT, 0, 0, logits="none")
-            self.ctx.decode(self.batch)
+            self._decode_or_raise()
         self.batch.clear()
         self.batch.add([0] * (extra_rows + 1), CALIBRATION_CONTEXT, 0, logits="all")
         t0 = time.perf_counter()
-        self.ctx.decode(self.batch)
+        self._decode_or_raise()
         seconds = time.perf_counter() - t0
         self.ctx.drop_tail(0, CALIBRATION_CONTEXT)
         return seconds
+
+    def _decode_or_raise(self) -> None:
+        """A decode whose failure is an error (a timing of a failed decode is no timing)."""
+        rc = self.ctx.decode(self.batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} for a batch of {self.batch.n} tokens")
 
     def stop(self) -> None:
         with self._cv:
