@@ -23,6 +23,7 @@ from themis_shard.llm.cpu_probe import (
     UnsupportedCPU,
     build_features,
     cpu_flags,
+    cpu_model,
     decide,
     missing_features,
 )
@@ -50,6 +51,12 @@ def test_a_build_needing_avx512_on_an_avx2_cpu_names_what_is_missing():
     zen4 = avx2_only | {"avx512f"}
     assert missing_features(build_features(SYSTEM_INFO), zen4) == []
     assert missing_features(build_features(SYSTEM_INFO), frozenset()) == []  # no cpuinfo: no verdict
+
+
+def test_the_cpu_model_is_read_from_cpuinfo():
+    info = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C CPU\n"
+    assert cpu_model(info) == "Intel(R) Xeon(R) Platinum 8481C CPU"
+    assert cpu_model("processor: 0\n") == ""  # some kernels (arm64) give none
 
 
 @pytest.mark.parametrize("gpu_layers", [0, 12, 999])

@@ -17,6 +17,7 @@ one model load the first time only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import llama_cpp as L
 
@@ -109,6 +110,15 @@ def cpu_flags(cpuinfo: str) -> frozenset[str]:
     return frozenset()
 
 
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's model name ("" when /proc/cpuinfo gives none)."""
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "model name":
+            return value.strip()
+    return ""
+
+
 def build_features(system_info: str) -> frozenset[str]:
     """Features a build was compiled with: ``AVX2 = 1 | AVX512 = 1 | …`` → {"AVX2", "AVX512"}."""
     out = set()
@@ -155,10 +165,35 @@ def probe_cache_key(*parts: object) -> str:
 
 
 def machine_flags() -> frozenset[str]:
+    return cpu_flags(_cpuinfo())
+
+
+def machine_model() -> str:
+    return cpu_model(_cpuinfo())
+
+
+def _cpuinfo() -> str:
     try:
-        return cpu_flags(Path("/proc/cpuinfo").read_text())
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        return frozenset()
+        return ""
+
+
+def recall_json(cache_dir: Path, name: str) -> Any:
+    """``name``.json from the probe cache, or None when it is absent or not JSON."""
+    try:
+        return json.loads((cache_dir / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def remember_json(cache_dir: Path, name: str, data: Any) -> None:
+    """Write ``name``.json into the probe cache whole or not at all (a reader never sees half of
+    it); raises OSError where the cache cannot be written (a read-only volume)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cache_dir / f".{name}.{os.getpid()}"
+    tmp.write_text(json.dumps(data))
+    tmp.replace(cache_dir / f"{name}.json")
 
 
 def library_identity() -> str:
@@ -254,22 +289,17 @@ class BufferPolicy:
     def _recall(self, key: str) -> ProbeResult | None:
         if self.cache_dir is None:
             return None
+        data = recall_json(self.cache_dir, key)
         try:
-            data = json.loads((self.cache_dir / f"{key}.json").read_text())
             return ProbeResult(int(data["returncode"]), str(data.get("detail", "")))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def _remember(self, key: str, result: ProbeResult) -> None:
         if self.cache_dir is None:
             return
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_dir / f".{key}.{os.getpid()}"
-            tmp.write_text(json.dumps(asdict(result)))
-            tmp.replace(self.cache_dir / f"{key}.json")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # a read-only cache: probed again next start
+            remember_json(self.cache_dir, key, asdict(result))
 
 
 def default_cache_dir() -> Path:

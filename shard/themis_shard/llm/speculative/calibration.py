@@ -17,14 +17,19 @@ reading the same table keeps a request's answer the same from one start to the n
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..artifacts import exclusive
-from ..cpu_probe import library_identity, machine_flags, probe_cache_key
+from ..cpu_probe import (
+    library_identity,
+    machine_flags,
+    machine_model,
+    probe_cache_key,
+    recall_json,
+    remember_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +73,7 @@ def table_key(model: Path, n_threads: int, n_max: int, extra_buffers: bool) -> s
         "verify-costs",
         library_identity(),
         ",".join(sorted(machine_flags())),
-        _cpu_model(),
+        machine_model(),
         model.name,
         size,
         n_threads,
@@ -103,14 +108,12 @@ class VerifyCostTable:
         return table
 
     @property
-    def _path(self) -> Path:
-        return self.cache_dir / f"verify-costs-{self.key}.json"  # type: ignore[operator]
+    def _name(self) -> str:
+        return f"verify-costs-{self.key}"
 
     def _recall(self, n_max: int) -> tuple[float, ...] | None:
-        try:
-            seconds = json.loads(self._path.read_text())["seconds"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        data = recall_json(self.cache_dir, self._name)  # type: ignore[arg-type]
+        seconds = data.get("seconds") if isinstance(data, dict) else None
         if (
             not isinstance(seconds, list)
             or len(seconds) != n_max + 1
@@ -121,19 +124,6 @@ class VerifyCostTable:
 
     def _remember(self, table: tuple[float, ...]) -> None:
         try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({"seconds": list(table)}))
-            tmp.replace(self._path)
+            remember_json(self.cache_dir, self._name, {"seconds": list(table)})  # type: ignore[arg-type]
         except OSError as exc:  # a read-only cache: measured again next start
             log.warning("cannot keep the verify-cost table in %s: %s", self.cache_dir, exc)
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
