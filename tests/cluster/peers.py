@@ -97,6 +97,7 @@ def peer_app() -> Starlette:
     return Starlette(
         routes=[
             Route("/ok", ok),
+            Route("/ready", ok),
             Route("/flaky", flaky),
             Route("/count", count, methods=["POST"]),
             Route("/calls/{key}", calls_of),

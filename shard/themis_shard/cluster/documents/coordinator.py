@@ -949,6 +949,8 @@ class DistributedDocuments:
         try:
             if target == topo.self_id:
                 return self._found(collection, key, self.primary_read(collection, key, topo.epoch))
+            if not await self.executor.revive(target):  # only the primary may answer
+                raise PeerUnavailable(target, "circuit_open", "breaker open and /ready does not answer")
             reply = await self._while_in_sync(
                 topo,
                 target,

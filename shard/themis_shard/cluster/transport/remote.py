@@ -233,8 +233,10 @@ class RemoteExecutor:
     async def revive(self, peer: str, timeout_s: float = 1.0) -> bool:
         """Probe an open-breaker peer's ``/ready`` now and close its breaker when it answers:
         for a caller that may not fail over to another peer (a fenced write), a breaker opened
-        by failures that are over (a peer still starting) must not refuse it for a minute."""
-        if self.breakers.get(peer).allow():
+        by failures that are over (a peer still starting) must not refuse it for a minute.
+        It asks the breaker's state without taking its half-open probe, which the call that
+        follows needs."""
+        if self.breakers.get(peer).state is BreakerState.CLOSED:
             return True
         try:
             r = await self.client.get(self._url(peer, "/ready"), timeout=timeout_s)
