@@ -1,5 +1,6 @@
 """Spec: request ids (W3C traceparent) on every log line and every shard-to-shard hop; access
-logs with route, status and latency; text or JSON log lines (THEMIS_LOG_FORMAT)."""
+logs with route, status and latency, at INFO for the failed and the slow requests (or for every
+one when asked); text or JSON log lines (THEMIS_LOG_FORMAT)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from themis_core.logs import LogSettings, TraceFilter, configure_logging, formatter
+from themis_core.logs import AccessLogSettings, LogSettings, TraceFilter, configure_logging, formatter
 from themis_core.tracing import (
     TraceContext,
     current_trace,
@@ -23,6 +24,7 @@ from themis_core.tracing import (
     parse_traceparent,
     server_span,
 )
+from themis_shard.api.access_log import level_of
 from themis_shard.app import create_app
 from themis_shard.cluster.settings import ClusterSettings
 from themis_shard.cluster.transport.remote import RemoteExecutor
@@ -78,10 +80,36 @@ def test_each_request_is_access_logged_with_route_status_latency_and_trace(app_c
     lines = [rec for rec in caplog.records if rec.name == "themis.access"]
     put, missing, health = lines[-3:]
     assert (put.method, put.route, put.status) == ("PUT", "/v1/collections/{collection}/documents/{key}", 200)
-    assert put.levelno == logging.INFO and put.latency_ms > 0 and put.parent_span_id == "00f067aa0ba902b7"
+    assert put.latency_ms > 0 and put.parent_span_id == "00f067aa0ba902b7"
     assert "PUT /v1/collections/{collection}/documents/{key} 200" in put.getMessage()
     assert missing.status == 404 and missing.path == "/v1/collections/books/documents/nope"
-    assert health.levelno == logging.DEBUG  # probes and scrapes stay out of the INFO log
+    # a fast success stays out of the INFO log, a failure is in it, and so are no probes
+    assert (put.levelno, missing.levelno, health.levelno) == (logging.DEBUG, logging.INFO, logging.DEBUG)
+
+
+def test_the_info_log_has_the_failed_and_the_slow_requests_or_every_one_when_asked() -> None:
+    default = AccessLogSettings()
+    assert default.every_request is False and default.slow_ms == 1000
+    doc = "/v1/collections/books/documents/dune"
+    assert level_of(doc, 200, 3.0, default) == logging.DEBUG
+    assert level_of(doc, 409, 3.0, default) == logging.INFO
+    assert level_of(doc, 503, 3.0, default) == logging.INFO
+    assert level_of(doc, 200, 1000.0, default) == logging.INFO
+    every = AccessLogSettings(every_request=True)
+    assert level_of(doc, 200, 3.0, every) == logging.INFO
+    for quiet in ("/health", "/ready", "/metrics", "/internal/commit"):  # never above DEBUG
+        assert level_of(quiet, 503, 5000.0, every) == logging.DEBUG
+
+
+def test_every_request_is_at_info_when_the_setting_asks(tmp_path: Path, caplog, monkeypatch) -> None:
+    monkeypatch.setenv("THEMIS_ACCESS_LOG_EVERY_REQUEST", "true")
+    settings = Settings(data_dir=tmp_path / "shard", llm=LLMSettings(enabled=False))
+    assert settings.access_log.every_request is True
+    caplog.set_level(logging.INFO, logger="themis.access")
+    with TestClient(create_app(settings)) as c:
+        assert c.put("/v1/collections/books/documents/dune", json={"t": 1}).status_code == 200
+    (put,) = [rec for rec in caplog.records if rec.name == "themis.access" and rec.method == "PUT"]
+    assert put.levelno == logging.INFO and put.status == 200
 
 
 def test_json_lines_carry_the_trace_and_the_access_fields() -> None:
@@ -128,7 +156,7 @@ def test_log_format_is_chosen_by_env_and_text_lines_show_the_trace(monkeypatch) 
 
 def test_the_peer_client_carries_the_trace_to_the_next_shard(tmp_path: Path, caplog) -> None:
     """A real second shard on uvicorn; the cluster's peer client calls it inside a request."""
-    caplog.set_level(logging.INFO, logger="themis.access")
+    caplog.set_level(logging.DEBUG, logger="themis.access")
     port = _free_port()
     app = create_app(Settings(data_dir=tmp_path / "peer", shard_id="shard-1", llm=LLMSettings(enabled=False)))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

@@ -10,6 +10,7 @@ import logging
 import sys
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .tracing import current_trace
@@ -24,6 +25,17 @@ class LogSettings(BaseSettings):
     format: Literal["text", "json"] = "text"
     #: The shard's level (``themis-shard --log-level`` wins over it).
     level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+
+
+class AccessLogSettings(BaseSettings):
+    """Which access lines a shard writes at INFO (``api/access_log.py``: the failed and the slow)."""
+
+    model_config = SettingsConfigDict(env_prefix="THEMIS_ACCESS_LOG_", extra="ignore")
+
+    #: Every client request at INFO, not only the failed and the slow.
+    every_request: bool = False
+    #: A client request that took this long is logged at INFO whatever its status.
+    slow_ms: float = Field(default=1000.0, ge=0)
 
 
 class TraceFilter(logging.Filter):

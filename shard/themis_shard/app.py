@@ -168,5 +168,6 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
             realm=settings.auth.realm,
         )
     app.state.spans = spans  # the peer channel's direct handlers trace their requests too
-    app.add_middleware(AccessLogMiddleware, spans=spans)  # outermost: times and traces everything below
+    # outermost: times and traces everything below
+    app.add_middleware(AccessLogMiddleware, spans=spans, settings=settings.access_log)
     return app

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from themis_core.logs import AccessLogSettings
 
 from .auth.settings import AuthSettings
 from .batches.settings import BatchSettings
@@ -65,6 +66,7 @@ class Settings(BaseSettings):
     tenants: TenantSettings = Field(default_factory=TenantSettings)
     domains: DomainSettings = Field(default_factory=DomainSettings)
     otel: OtelSettings = Field(default_factory=OtelSettings)
+    access_log: AccessLogSettings = Field(default_factory=AccessLogSettings)
     batches: BatchSettings = Field(default_factory=BatchSettings)
     gc: GcSettings = Field(default_factory=GcSettings)
 

@@ -157,7 +157,7 @@ def test_every_request_of_these_paths_is_logged_traced_and_counted_once(
     """Served without routing or by the route (a condition), each has one access line under
     the route's template, a ``traceresponse`` header, and one count."""
     template = "/v1/collections/{collection}/documents/{key}"
-    with caplog.at_level("INFO", logger="themis.access"):
+    with caplog.at_level("DEBUG", logger="themis.access"):
         plain = client.put("/v1/collections/books/documents/t", json={"v": 1})
         routed = client.put("/v1/collections/books/documents/t", json={"v": 2}, headers={"If-Match": "1"})
         got = client.get("/v1/collections/books/documents/t")

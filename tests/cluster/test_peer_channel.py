@@ -505,10 +505,12 @@ def test_a_connection_ends_even_when_its_last_calls_finished_in_the_same_turn() 
     import threading
     from types import SimpleNamespace
 
+    from themis_core.logs import AccessLogSettings
     from themis_shard.api.channel import _Frames
     from themis_shard.cluster.transport.channel_wire import Seal
 
-    node = SimpleNamespace(settings=SimpleNamespace(llm=SimpleNamespace(enabled=False)))
+    settings = SimpleNamespace(llm=SimpleNamespace(enabled=False), access_log=AccessLogSettings())
+    node = SimpleNamespace(settings=settings)
     scope = {"app": SimpleNamespace(state=SimpleNamespace(node=node))}
 
     async def scenario() -> None:

@@ -3,9 +3,15 @@ latency and the trace id; the request runs inside its ``TraceContext`` (``tracin
 its other log lines and its calls to peers carry the same trace id.
 
 Pure ASGI (streaming-safe). A streamed response is logged when its last byte is sent, so the
-latency is the whole stream's. Probes, scrapes and shard-to-shard ``/internal/...`` hops log at
-DEBUG: they would drown the rest (a client's request is logged once, where it arrived). The
-request's span comes from ``spans`` (``tracing.Spans``: ids only, or OpenTelemetry with [otel]).
+latency is the whole stream's. The request's span comes from ``spans`` (``tracing.Spans``: ids
+only, or OpenTelemetry with [otel]).
+
+Which lines reach INFO (``level_of``): a client's request that failed (4xx/5xx) or ran longer than
+``slow_ms``, as etcd logs its slow requests and vLLM logs requests only when asked. The rest log
+at DEBUG, as do probes, scrapes and shard-to-shard ``/internal/...`` hops (a client's request is
+logged once, where it arrived). A line per request cost a document write about 5 % of the
+shards' CPU (16 writers, 3 shards, interleaved A/B), so logging every one is a choice
+(``THEMIS_ACCESS_LOG_EVERY_REQUEST=true``), not the default.
 """
 
 from __future__ import annotations
@@ -14,16 +20,30 @@ import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from themis_core.logs import AccessLogSettings
 from themis_core.tracing import NoSpans, ServerSpan, Spans, current_trace, parse_traceparent
 
 log = logging.getLogger("themis.access")
 QUIET_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
+def level_of(path: str, status: int, elapsed_ms: float, settings: AccessLogSettings) -> int:
+    """The access line's level: DEBUG for probes and peer hops; for a client's request, INFO
+    when it failed, was slow, or every request is asked for, else DEBUG."""
+    if path in QUIET_PATHS or path.startswith("/internal/"):
+        return logging.DEBUG
+    if settings.every_request or status >= 400 or elapsed_ms >= settings.slow_ms:
+        return logging.INFO
+    return logging.DEBUG
+
+
 class AccessLogMiddleware:
-    def __init__(self, app: ASGIApp, spans: Spans | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, spans: Spans | None = None, settings: AccessLogSettings | None = None
+    ) -> None:
         self.app = app
         self.spans = spans or NoSpans()
+        self.settings = settings or AccessLogSettings()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,12 +73,21 @@ class AccessLogMiddleware:
             await self.app(scope, receive, sending)
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            finish(server, scope.get("method", "GET"), scope.get("path", ""), route, status, started)
+            method, path = scope.get("method", "GET"), scope.get("path", "")
+            finish(server, method, path, route, status, started, self.settings)
             current_trace.reset(token)
 
 
-def finish(server: ServerSpan, method: str, path: str, route: str, status: int, started: float) -> None:
-    """Name the request's span and write its access line (DEBUG for probes and peer hops)."""
+def finish(
+    server: ServerSpan,
+    method: str,
+    path: str,
+    route: str,
+    status: int,
+    started: float,
+    settings: AccessLogSettings,
+) -> None:
+    """Name the request's span and write its access line at ``level_of``'s level."""
     span = server.context
     elapsed_ms = (time.perf_counter() - started) * 1000
     server.name = f"{method} {route}"
@@ -70,7 +99,7 @@ def finish(server: ServerSpan, method: str, path: str, route: str, status: int, 
             "http.response.status_code": status,
         }
     )
-    level = logging.DEBUG if path in QUIET_PATHS or path.startswith("/internal/") else logging.INFO
+    level = level_of(path, status, elapsed_ms, settings)
     if log.isEnabledFor(level):
         log.log(
             level,

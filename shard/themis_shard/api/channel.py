@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from themis_core.logs import AccessLogSettings
 from themis_core.peer_signing import channel_keys
 from themis_core.tracing import NoSpans, Spans, current_trace, parse_traceparent
 
@@ -181,6 +182,7 @@ class _Frames:
         self.app = scope["app"]
         self.shard = self.app.state.node
         self.spans: Spans = getattr(self.app.state, "spans", None) or NoSpans()
+        self.access_log: AccessLogSettings = self.shard.settings.access_log
         self.handlers = direct_handlers(self.shard.settings.llm.enabled)
         self.base_scope = {k: scope[k] for k in ("server", "client", "root_path", "state") if k in scope}
         self.base_scope["scheme"] = "https" if scope.get("scheme") == "wss" else "http"
@@ -299,7 +301,7 @@ class _Frames:
                 except Exception:
                     log.exception("peer channel request %s %s failed", frame.method, route)
                     status, body = 500, orjson.dumps(error_body("internal", "internal error"))
-                finish(server, frame.method, path, route, status, started)
+                finish(server, frame.method, path, route, status, started, self.access_log)
             finally:
                 current_trace.reset(token)
         self.shard.metrics.record_request(frame.method, route, status, time.perf_counter() - started)
