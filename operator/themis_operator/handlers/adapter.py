@@ -7,6 +7,7 @@ import kopf
 from .. import API_VERSION, GROUP, VERSION, federation
 from ..reconcile import reconcile_cluster
 from ..reconcile.observe import shard_access
+from ..retries import HANDLER_BACKOFF_S, soon_after_conflict
 from ..spec import LoRAAdapterSpec
 from .events import emit, write_adapter_statuses
 
@@ -30,7 +31,7 @@ def _replan(body, patch, memo, *, deleting: bool = False) -> None:
                 }
             )
         return
-    with memo.metrics.reconcile("LoRAAdapter", "delete" if deleting else "change"):
+    with soon_after_conflict(), memo.metrics.reconcile("LoRAAdapter", "delete" if deleting else "change"):
         outcome = reconcile_cluster(
             memo.kube,
             cluster,
@@ -105,6 +106,6 @@ def resumed(body, patch, memo, **_) -> None:
     _federate(body, patch, memo)
 
 
-@kopf.on.delete(*RESOURCE)
+@kopf.on.delete(*RESOURCE, backoff=HANDLER_BACKOFF_S)
 def deleted(body, patch, memo, **_) -> None:
     _replan(body, patch, memo, deleting=True)

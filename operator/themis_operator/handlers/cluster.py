@@ -8,9 +8,9 @@ import asyncio
 import kopf
 
 from .. import GROUP, VERSION
-from ..kube import Conflict
 from ..plan_authority import ClusterAuthority
 from ..reconcile import delete_children, probe_shards, reconcile_cluster
+from ..retries import soon_after_conflict
 from ..settings import OperatorSettings
 from .events import emit, write_adapter_statuses
 
@@ -22,13 +22,11 @@ _INTERVAL = OperatorSettings().status_interval_s
 def _reconcile(body, patch, memo, trigger: str, **kwargs) -> None:
     if body.metadata.get("deletionTimestamp"):
         return  # a tick racing the deletion must neither rebuild children nor patch the status
-    try:
-        with memo.metrics.reconcile("ThemisCluster", trigger):
-            outcome = reconcile_cluster(
-                memo.kube, dict(body), default_image=memo.settings.default_shard_image, **kwargs
-            )
-    except Conflict as e:  # the plan authority moved the plan meanwhile: decide again from it
-        raise kopf.TemporaryError(f"a child changed underneath: {e}", delay=1.0) from e
+    # the plan authority may move the plan meanwhile: then decide again from it
+    with soon_after_conflict(), memo.metrics.reconcile("ThemisCluster", trigger):
+        outcome = reconcile_cluster(
+            memo.kube, dict(body), default_image=memo.settings.default_shard_image, **kwargs
+        )
     memo.metrics.observe_status(body.metadata.namespace, body.metadata.name, outcome.status)
     patch.status.update(outcome.status)
     emit(body, outcome)
