@@ -89,6 +89,17 @@ def test_the_probe_closes_the_breaker_of_a_peer_that_answers_again(tmp_path) -> 
         assert m.executor.open_peers() == {"s-2"}
 
 
+def test_the_probe_also_closes_a_half_open_breaker_whose_probe_call_never_reported(tmp_path) -> None:
+    with fake_peers(tmp_path, "s-1") as peers:
+        m = membership(live(plan_of(3)), peers)
+        open_breaker(m, "s-1")
+        breaker = m.executor.breakers.get("s-1")
+        breaker.clock = lambda: time.monotonic() + 3600  # the recovery window is over: half-open
+        assert breaker.allow() and not breaker.allow()  # a caller took the one probe, then vanished
+        asyncio.run(m.probe_open_peers())
+        assert breaker.allow() and m.executor.breakers.unclosed_peers() == frozenset()
+
+
 def test_the_auto_draft_shard_is_the_least_loaded_live_peer_drafting_for_our_model(tmp_path) -> None:
     with fake_peers(tmp_path) as peers:
         m = membership(live(plan_of(4)), peers, runtime=llm())

@@ -141,8 +141,9 @@ class Membership:
             self.state.announce(ann)
 
     async def probe_open_peers(self) -> None:
-        """Close the breaker of an open peer that answers /ready again (out-of-band probe)."""
-        for peer in self.executor.open_peers():
+        """Close the breaker of an open or half-open peer that answers /ready again
+        (out-of-band probe)."""
+        for peer in self.executor.breakers.unclosed_peers():
             if peer not in self._plan.topology.members:
                 continue
             try:

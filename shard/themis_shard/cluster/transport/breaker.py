@@ -119,6 +119,12 @@ class BreakerRegistry:
         """Peers a router must skip now (open and still inside the recovery window)."""
         return frozenset(p for p, b in self._breakers.items() if b.state is BreakerState.OPEN)
 
+    def unclosed_peers(self) -> frozenset[str]:
+        """Peers whose breaker is open or half-open: an out-of-band probe may close them (a
+        half-open probe handed to a caller that never reported back would else hold the peer
+        for another window)."""
+        return frozenset(p for p, b in self._breakers.items() if b.state is not BreakerState.CLOSED)
+
     def forget(self, peer: str) -> None:
         """Drop a peer that left the cluster plan (its series disappears from the gauge)."""
         self._breakers.pop(peer, None)
