@@ -333,38 +333,30 @@ def test_an_unknown_peer_is_unavailable_not_a_crash():
 
 def test_revive_closes_a_breaker_opened_by_failures_that_are_over(server):
     """A caller that may ask no other peer (a fenced write, a primary read) probes /ready
-    instead of waiting out the recovery window; a peer still down stays refused."""
+    instead of waiting out the recovery window; a peer still down stays refused. Half-open,
+    reviving leaves the one probe to the call that follows it."""
     clock = FakeClock()
     urls = {"peer": dead_url()}
+
+    async def open_by_two_failures(ex: RemoteExecutor) -> None:
+        urls["peer"] = dead_url()
+        for _ in range(2):
+            with pytest.raises(PeerUnavailable):
+                await ex.get_json("peer", "/ok", retries=0)
 
     async def go():
         ex, _, _ = make(urls, clock=clock, breaker_failure_threshold=2)
         async with ex:
-            for _ in range(2):
-                with pytest.raises(PeerUnavailable):
-                    await ex.get_json("peer", "/ok", retries=0)
+            await open_by_two_failures(ex)
             still_down = await ex.revive("peer")
             urls["peer"] = server.url()  # the peer came back, well inside the window
             back = await ex.revive("peer")
-            answer = await ex.get_json("peer", "/ok", retries=0)
-        return still_down, back, answer["ok"], ex.open_peers()
-
-    assert run(go) == (False, True, True, frozenset())
-
-
-def test_revive_leaves_the_half_open_probe_to_the_call_that_follows(server):
-    clock = FakeClock()
-    urls = {"peer": dead_url()}
-
-    async def go():
-        ex, _, _ = make(urls, clock=clock, breaker_failure_threshold=2)
-        async with ex:
-            for _ in range(2):
-                with pytest.raises(PeerUnavailable):
-                    await ex.get_json("peer", "/ok", retries=0)
+            answer = (await ex.get_json("peer", "/ok", retries=0))["ok"]
+            await open_by_two_failures(ex)
             clock.t += 60  # half-open: one probe may go out
             urls["peer"] = server.url()
-            assert await ex.revive("peer")
-            return (await ex.get_json("peer", "/ok", retries=0))["ok"]
+            half_open = await ex.revive("peer")
+            probe = (await ex.get_json("peer", "/ok", retries=0))["ok"]
+        return still_down, back, answer, half_open, probe, ex.open_peers()
 
-    assert run(go) is True
+    assert run(go) == (False, True, True, True, True, frozenset())
