@@ -6,6 +6,7 @@ import asyncio
 import ssl
 import time
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
@@ -360,3 +361,28 @@ def test_revive_closes_a_breaker_opened_by_failures_that_are_over(server):
         return still_down, back, answer, half_open, probe, ex.open_peers()
 
     assert run(go) == (False, True, True, True, True, frozenset())
+
+
+def test_callers_reviving_one_peer_at_once_share_one_probe():
+    """Ten requests waiting on a slow peer's breaker send it one /ready, and all get its answer."""
+    probes: list[str] = []
+
+    async def peer(request: httpx.Request) -> httpx.Response:
+        probes.append(request.url.path)
+        await asyncio.sleep(0.2)
+        return httpx.Response(200, json={"ok": True})
+
+    async def go():
+        settings = ClusterSettings(breaker_failure_threshold=1)
+        async with RemoteExecutor(
+            settings,
+            lambda _: "http://peer",
+            registry=CollectorRegistry(),
+            transport=httpx.MockTransport(peer),
+        ) as ex:
+            ex.breakers.get("peer").record_failure()
+            answers = await asyncio.gather(*(ex.revive("peer") for _ in range(10)))
+            return answers, ex.open_peers()
+
+    assert run(go) == ([True] * 10, frozenset())
+    assert probes == ["/ready"]

@@ -177,6 +177,8 @@ class RemoteExecutor:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
+        #: the /ready probe of ``revive`` under way per peer: callers arriving meanwhile share it
+        self._revivals: dict[str, asyncio.Future[bool]] = {}
         #: signs every call with the cluster secret (``peer_auth.PeerAuth``); None: unsigned
         self.auth = auth
         #: ``/internal`` calls as frames on one WebSocket per peer; None: every call over HTTP
@@ -235,14 +237,19 @@ class RemoteExecutor:
         for a caller that may not fail over to another peer (a fenced write), a breaker opened
         by failures that are over (a peer still starting) must not refuse it for a minute.
         It asks the breaker's state without taking its half-open probe, which the call that
-        follows needs."""
+        follows needs. Callers that come while a probe of the same peer is out share its answer,
+        so a paused peer costs one probe, not one per waiting request."""
         if self.breakers.get(peer).state is BreakerState.CLOSED:
             return True
-        try:
-            r = await self.client.get(self._url(peer, "/ready"), timeout=timeout_s)
-        except (httpx.HTTPError, PeerUnavailable):
-            return False
-        if r.status_code != 200:
+        probe = self._revivals.get(peer)
+        if probe is None:
+            probe = asyncio.ensure_future(self._probe_and_close(peer, timeout_s))
+            self._revivals[peer] = probe
+            probe.add_done_callback(lambda _: self._revivals.pop(peer, None))
+        return await asyncio.shield(probe)  # a caller that gives up leaves the probe to the rest
+
+    async def _probe_and_close(self, peer: str, timeout_s: float) -> bool:
+        if not await self.answers(peer, timeout_s):
             return False
         self.breakers.get(peer).record_success()
         return True
