@@ -408,8 +408,7 @@ class DistributedDocuments:
         first = writes[0] if writes else checks[0]
         what = f"{first.collection}/{first.key}"
         try:
-            if not await self.executor.revive(target):
-                raise PeerUnavailable(target, "circuit_open", "breaker open and /ready does not answer")
+            await self.executor.revive_or_refuse(target)
             reply = await self._while_in_sync(
                 topo,
                 target,
@@ -949,8 +948,7 @@ class DistributedDocuments:
         try:
             if target == topo.self_id:
                 return self._found(collection, key, self.primary_read(collection, key, topo.epoch))
-            if not await self.executor.revive(target):  # only the primary may answer
-                raise PeerUnavailable(target, "circuit_open", "breaker open and /ready does not answer")
+            await self.executor.revive_or_refuse(target)  # only the primary may answer
             reply = await self._while_in_sync(
                 topo,
                 target,

@@ -146,12 +146,7 @@ class Membership:
         for peer in self.executor.breakers.unclosed_peers():
             if peer not in self._plan.topology.members:
                 continue
-            try:
-                r = await self.executor.client.get(f"{self._plan.topology.url(peer)}/ready", timeout=1.0)
-            except Exception:  # still down: the breaker stays open
-                continue
-            if r.status_code == 200:
-                self.executor.breakers.get(peer).record_success()
+            if await self.executor.revive(peer):  # a peer still down keeps its breaker open
                 log.info("peer %s answers again; breaker closed", peer)
 
     # -- speculative decoding: this shard's draft shard -------------------------------------------

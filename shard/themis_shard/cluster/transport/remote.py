@@ -248,6 +248,12 @@ class RemoteExecutor:
             probe.add_done_callback(lambda _: self._revivals.pop(peer, None))
         return await asyncio.shield(probe)  # a caller that gives up leaves the probe to the rest
 
+    async def revive_or_refuse(self, peer: str) -> None:
+        """``revive`` for a caller with no other peer to ask: a peer that does not answer is
+        refused as an open breaker refuses it."""
+        if not await self.revive(peer):
+            raise PeerUnavailable(peer, "circuit_open", "breaker open and /ready does not answer")
+
     async def _probe_and_close(self, peer: str, timeout_s: float) -> bool:
         if not await self.answers(peer, timeout_s):
             return False
