@@ -7,6 +7,10 @@ serves a peer that speaks WebSocket frames (an older version, mid-upgrade)."""
 from __future__ import annotations
 
 import asyncio
+import hmac
+import sys
+import threading
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -59,6 +63,48 @@ def test_sealed_frames_open_only_unaltered_and_in_order() -> None:
     other_connection, _ = channel_keys(b"secret", "client-nonce", "another-server-nonce")
     with pytest.raises(FrameError):  # a frame of another connection
         Seal(other_connection).open(first)
+
+
+@pytest.mark.parametrize("size", [0, 100, 2046, 2047, 2048, 2049, 70_000])
+def test_a_seal_is_hmac_sha256_over_the_sequence_number_and_the_frame(size: int) -> None:
+    """Frames of any size, however the MAC is fed, carry the MAC a peer on any version computes."""
+    key, payload = b"k" * 32, bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    sender = Seal(key)
+    sender.seal(b"first")
+    sealed = sender.seal(payload)
+    assert sealed[:16] == hmac.digest(key, (1).to_bytes(8, "big") + payload, "sha256")[:16]
+    assert sealed[16:] == payload
+
+
+def test_sealing_keeps_the_gil_so_the_event_loop_never_waits_behind_another_thread() -> None:
+    """``hmac.digest`` lets go of the GIL; a loop that does so waits out a busy thread's switch
+    interval to take it back, per frame. Sealing must not: here ten frames against a thread
+    that spins Python, under a 0.2 s switch interval, take far less than one interval."""
+    key = b"k" * 32
+    sender, receiver = Seal(key), Seal(key)
+    spinning = threading.Event()
+    stop = threading.Event()
+
+    def spin() -> None:
+        spinning.set()
+        while not stop.is_set():
+            pass
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.2)
+    thread = threading.Thread(target=spin, daemon=True)
+    try:
+        thread.start()
+        spinning.wait()
+        started = time.perf_counter()
+        for size in (100, 1_500, 5_000, 40_000, 100):
+            receiver.open(sender.seal(b"x" * size))
+        elapsed = time.perf_counter() - started
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert elapsed < 0.2
 
 
 def test_garbage_is_a_frame_error_not_a_crash() -> None:
