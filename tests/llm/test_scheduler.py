@@ -2,7 +2,7 @@
 
 from themis_shard.llm.kv_pages import PageLedger
 from themis_shard.llm.sampling import SamplingParams
-from themis_shard.llm.scheduler import Limits, Scheduler
+from themis_shard.llm.scheduler import IterationKind, Limits, Scheduler, iteration_kind
 from themis_shard.llm.sequence import Sequence
 
 _rid = iter(range(10**6))
@@ -46,6 +46,61 @@ def test_new_requests_join_between_iterations_and_prefill_is_chunked():
     p3 = sch.step()
     # b decodes (one token) ahead of a's last prefill chunk
     assert p3.work == [(b, 1), (a, 4)]
+
+
+def test_a_large_prefill_and_decoding_sequences_take_turns_instead_of_sharing_an_iteration():
+    """On the CPU backend one decode of 8 decode tokens and a 120-token prefill costs more than
+    the two apart, so neither rides with the other; each waits at most one iteration."""
+    sch = scheduler(chunk=512, mix_prefill_tokens=32)
+    a, b = seq(5), seq(5)
+    sch.enqueue(a)
+    sch.enqueue(b)
+    run(sch.step())  # both prefill together
+    run(sch.step())  # and decode
+    new = seq(200)
+    sch.enqueue(new)
+    first = sch.step()
+    assert first.admitted == [new] and first.work == [(new, 200)]  # prefill alone
+    run(first)
+    second = sch.step()
+    assert second.work == [(a, 1), (b, 1), (new, 1)]  # all three decode now
+    late = seq(100)
+    sch.enqueue(late)
+    third = sch.step()
+    assert third.work == [(late, 100)]  # the last iteration carried none: prefill first
+    fourth = sch.step()  # nothing was run: the decoders' turn
+    assert fourth.work == [(a, 1), (b, 1), (new, 1)]
+
+
+def test_a_small_prefill_rides_with_the_decoders():
+    sch = scheduler(chunk=512, mix_prefill_tokens=32)
+    a = seq(5)
+    sch.enqueue(a)
+    run(sch.step())
+    small = seq(32)
+    sch.enqueue(small)
+    assert sch.step().work == [(a, 1), (small, 32)]
+
+
+def test_mixing_can_be_kept_always():
+    sch = scheduler(chunk=512, mix_prefill_tokens=None)
+    a = seq(5)
+    sch.enqueue(a)
+    run(sch.step())
+    big = seq(300)
+    sch.enqueue(big)
+    assert sch.step().work == [(a, 1), (big, 300)]
+
+
+def test_iteration_kind_table():
+    lim = Limits(mix_prefill_tokens=32)
+    assert iteration_kind(0, 500, lim, last_prefilled=False) is IterationKind.MIXED  # nothing to split
+    assert iteration_kind(8, 0, lim, last_prefilled=True) is IterationKind.MIXED
+    assert iteration_kind(8, 32, lim, last_prefilled=False) is IterationKind.MIXED
+    assert iteration_kind(8, 33, lim, last_prefilled=False) is IterationKind.PREFILL
+    assert iteration_kind(8, 33, lim, last_prefilled=True) is IterationKind.DECODE
+    always_mixed = Limits(mix_prefill_tokens=None)
+    assert iteration_kind(8, 10_000, always_mixed, last_prefilled=False) is IterationKind.MIXED
 
 
 def test_token_and_sequence_budgets_bound_a_batch():

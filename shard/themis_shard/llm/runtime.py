@@ -66,6 +66,7 @@ def engine_config(s: LLMSettings) -> EngineConfig:
             max_batch_size=s.max_batch_size,
             max_tokens_per_batch=s.max_tokens_per_batch,
             chunk=s.chunked_prefill_size,
+            mix_prefill_tokens=None if s.mix_prefill_tokens < 0 else s.mix_prefill_tokens,
         ),
     )
 

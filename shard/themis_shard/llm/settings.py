@@ -48,6 +48,12 @@ class LLMSettings(BaseSettings):
     max_concurrent_requests: int = Field(128, ge=1, le=256, description="running sequences (KV slots)")
     max_tokens_per_batch: int = Field(8192, ge=1)
     chunked_prefill_size: int = Field(512, ge=1)
+    mix_prefill_tokens: int = Field(
+        32,
+        ge=-1,
+        description="prefill tokens an iteration carries beside decode tokens; beyond, iterations "
+        "alternate between prefill and decode (-1: always mixed)",
+    )
     max_queue: int = Field(1024, ge=0, description="queued requests beyond which new ones get 429")
     #: PagedKVCache page size in tokens; admission and preemption count whole pages.
     kv_page_size: int = Field(16, ge=1)
