@@ -1,5 +1,6 @@
 """ContinuousBatchScheduler as a specification (no llama.cpp: sequences are plain state)."""
 
+import pytest
 from themis_shard.llm.kv_pages import PageLedger
 from themis_shard.llm.sampling import SamplingParams
 from themis_shard.llm.scheduler import IterationKind, Limits, Scheduler, iteration_kind
@@ -72,24 +73,19 @@ def test_a_large_prefill_and_decoding_sequences_take_turns_instead_of_sharing_an
     assert fourth.work == [(a, 1), (b, 1), (new, 1)]
 
 
-def test_a_small_prefill_rides_with_the_decoders():
-    sch = scheduler(chunk=512, mix_prefill_tokens=32)
+@pytest.mark.parametrize(
+    ("mix_prefill_tokens", "prompt"),
+    [(32, 32), (None, 300)],
+    ids=["a small prefill rides with the decoders", "mixing can be kept always"],
+)
+def test_a_prefill_shares_the_iteration_when_small_or_when_told(mix_prefill_tokens, prompt):
+    sch = scheduler(chunk=512, mix_prefill_tokens=mix_prefill_tokens)
     a = seq(5)
     sch.enqueue(a)
     run(sch.step())
-    small = seq(32)
-    sch.enqueue(small)
-    assert sch.step().work == [(a, 1), (small, 32)]
-
-
-def test_mixing_can_be_kept_always():
-    sch = scheduler(chunk=512, mix_prefill_tokens=None)
-    a = seq(5)
-    sch.enqueue(a)
-    run(sch.step())
-    big = seq(300)
-    sch.enqueue(big)
-    assert sch.step().work == [(a, 1), (big, 300)]
+    new = seq(prompt)
+    sch.enqueue(new)
+    assert sch.step().work == [(a, 1), (new, prompt)]
 
 
 def test_iteration_kind_table():
