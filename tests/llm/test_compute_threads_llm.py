@@ -49,16 +49,17 @@ def test_an_engine_decodes_only_on_its_own_thread_its_warm_up_included(native_mo
     assert set(seen) == {engine._thread.name}
 
 
-def test_a_failed_warm_up_is_raised_by_start(native_model):
+@pytest.mark.parametrize(
+    "decode",
+    [lambda batch: (_ for _ in ()).throw(RuntimeError("no compute today")), lambda batch: -3],
+    ids=["raises", "returns an error code"],
+)
+def test_a_failed_warm_up_is_raised_by_start(native_model, decode):
     from themis_shard.llm.engine import Engine, EngineConfig
 
     engine = Engine(native_model, EngineConfig(n_ctx=512, n_threads=2))
-
-    def broken(batch):
-        raise RuntimeError("no compute today")
-
-    engine.ctx.decode = broken
-    with pytest.raises(RuntimeError, match="no compute today"):
+    engine.ctx.decode = decode
+    with pytest.raises(RuntimeError, match=r"no compute today|llama_decode returned -3"):
         engine.start()
     engine.stop()
 

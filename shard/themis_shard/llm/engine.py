@@ -128,12 +128,13 @@ class Engine:
     def _warm_up(self) -> None:
         """One throwaway decode: llama.cpp allocates its compute graph on first use (~2 s here),
         which would otherwise land on the first request's TTFT."""
+        first = min(8, self.batch.capacity)
         self.batch.clear()
-        self.batch.add([0] * min(8, self.batch.capacity), 0, 0)
-        self.ctx.decode(self.batch)
+        self.batch.add([0] * first, 0, 0)
+        self._decode_or_raise()
         self.batch.clear()
-        self.batch.add([0], 0, 0)
-        self.ctx.decode(self.batch)
+        self.batch.add([0], first, 0)  # a decode's shape: one token after the others
+        self._decode_or_raise()
         self.ctx.clear()
         if self._speculator is not None:
             self._speculator.calibrate(self._verify_seconds)
@@ -156,7 +157,8 @@ class Engine:
         return seconds
 
     def _decode_or_raise(self) -> None:
-        """A decode whose failure is an error (a timing of a failed decode is no timing)."""
+        """A decode whose failure is an error: a warm-up that did not compute leaves the first
+        request to pay for the graph, and a timing of a failed decode is no timing."""
         rc = self.ctx.decode(self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} for a batch of {self.batch.n} tokens")
