@@ -43,13 +43,18 @@ def load_validation_set(path: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _decode(ctx: NativeContext, batch: Batch, what: str) -> None:
+    rc = ctx.decode(batch)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc} while {what}")
+
+
 def completion_logprob(ctx: NativeContext, batch: Batch, prompt: list[int], completion: list[int]) -> float:
     """Mean log-probability per token of ``completion`` after ``prompt`` (teacher forcing)."""
     ctx.clear()
     batch.clear()
     batch.add(prompt + completion, 0, 0, logits="all")
-    if ctx.decode(batch) != 0:
-        raise RuntimeError("llama_decode failed while scoring")
+    _decode(ctx, batch, "scoring")
     total = 0.0
     for j, tok in enumerate(completion):
         row = ctx.logits(len(prompt) - 1 + j).astype(np.float64)
@@ -62,13 +67,13 @@ def decode_latencies(ctx: NativeContext, batch: Batch, prompt: list[int], steps:
     ctx.clear()
     batch.clear()
     batch.add(prompt, 0, 0)
-    ctx.decode(batch)
+    _decode(ctx, batch, "timing decodes")
     out, tok, pos = [], int(np.argmax(ctx.logits(batch.n - 1))), len(prompt)
     for _ in range(steps):
         batch.clear()
         batch.add([tok], pos, 0)
         t = time.perf_counter()
-        ctx.decode(batch)
+        _decode(ctx, batch, "timing decodes")  # a failed decode's time is no latency
         out.append(time.perf_counter() - t)
         tok, pos = int(np.argmax(ctx.logits(0))), pos + 1
     return out
