@@ -196,3 +196,24 @@ def test_evaluation_hook_measures_accuracy_and_latency_deltas(http, adapter_file
     # measured on its domain's held-out set, not a generic one
     assert ev["validation_set"] == "legal" and ev["validation_items"] == len(validation_set("legal"))
     assert http.delete("/v1/adapters/legal").status_code == 200
+
+
+@pytest.mark.parametrize("measure", ["scoring", "latencies"])
+def test_an_evaluation_whose_decode_fails_is_an_error_not_a_number(measure):
+    """A refused ``llama_decode`` must not become a log-probability or a latency."""
+    from themis_shard.llm.lora_eval import completion_logprob, decode_latencies
+    from themis_shard.llm.native import Batch
+
+    class RefusingContext:
+        def clear(self) -> None:
+            pass
+
+        def decode(self, batch) -> int:
+            return -1
+
+    batch = Batch(16)
+    with pytest.raises(RuntimeError, match="llama_decode returned -1"):
+        if measure == "scoring":
+            completion_logprob(RefusingContext(), batch, [1, 2], [3])  # type: ignore[arg-type]
+        else:
+            decode_latencies(RefusingContext(), batch, [1, 2], 3)  # type: ignore[arg-type]
