@@ -34,7 +34,7 @@ from .grammar import GrammarConstraint
 from .hooks import CoreShare, PrefixHook, Speculator
 from .kv_pages import PageLedger
 from .metrics import LLMMetrics
-from .native import Batch, NativeContext, NativeModel
+from .native import Batch, NativeContext, NativeModel, decode_or_raise
 from .sampling import SamplingParams, top_logprobs
 from .scheduler import Limits, Scheduler
 from .sequence import DoneEvent, ErrorEvent, Event, Sequence, Sink, TokenEvent
@@ -157,11 +157,9 @@ class Engine:
         return seconds
 
     def _decode_or_raise(self) -> None:
-        """A decode whose failure is an error: a warm-up that did not compute leaves the first
-        request to pay for the graph, and a timing of a failed decode is no timing."""
-        rc = self.ctx.decode(self.batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc} for a batch of {self.batch.n} tokens")
+        """A warm-up that did not compute leaves the first request to pay for the graph, and a
+        timing of a failed decode is no timing."""
+        decode_or_raise(self.ctx, self.batch, "warming up")
 
     def stop(self) -> None:
         with self._cv:

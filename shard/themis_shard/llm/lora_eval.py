@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .native import Batch, NativeContext, NativeModel
+from .native import Batch, NativeContext, NativeModel, decode_or_raise
 from .settings import LLMSettings
 
 BUILTIN_VALIDATION = [
@@ -43,18 +43,12 @@ def load_validation_set(path: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _decode(ctx: NativeContext, batch: Batch, what: str) -> None:
-    rc = ctx.decode(batch)
-    if rc != 0:
-        raise RuntimeError(f"llama_decode returned {rc} while {what}")
-
-
 def completion_logprob(ctx: NativeContext, batch: Batch, prompt: list[int], completion: list[int]) -> float:
     """Mean log-probability per token of ``completion`` after ``prompt`` (teacher forcing)."""
     ctx.clear()
     batch.clear()
     batch.add(prompt + completion, 0, 0, logits="all")
-    _decode(ctx, batch, "scoring")
+    decode_or_raise(ctx, batch, "scoring")
     total = 0.0
     for j, tok in enumerate(completion):
         row = ctx.logits(len(prompt) - 1 + j).astype(np.float64)
@@ -67,13 +61,13 @@ def decode_latencies(ctx: NativeContext, batch: Batch, prompt: list[int], steps:
     ctx.clear()
     batch.clear()
     batch.add(prompt, 0, 0)
-    _decode(ctx, batch, "timing decodes")
+    decode_or_raise(ctx, batch, "timing decodes")
     out, tok, pos = [], int(np.argmax(ctx.logits(batch.n - 1))), len(prompt)
     for _ in range(steps):
         batch.clear()
         batch.add([tok], pos, 0)
         t = time.perf_counter()
-        _decode(ctx, batch, "timing decodes")  # a failed decode's time is no latency
+        decode_or_raise(ctx, batch, "timing decodes")  # a failed decode's time is no latency
         out.append(time.perf_counter() - t)
         tok, pos = int(np.argmax(ctx.logits(0))), pos + 1
     return out

@@ -178,6 +178,14 @@ class Batch:
         return b - 1
 
 
+def decode_or_raise(ctx: NativeContext, batch: Batch, what: str) -> None:
+    """A decode outside the serving loop, whose failure is an error: nothing there may treat a
+    refused batch (llama.cpp's non-zero rc) as computed."""
+    rc = ctx.decode(batch)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc} for a batch of {batch.n} tokens while {what}")
+
+
 class NativeContext:
     """A llama context: KV cache (unified across sequence slots), logits, adapters."""
 
