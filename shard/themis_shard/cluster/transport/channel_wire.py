@@ -132,7 +132,6 @@ class Seal:
     :data:`GIL_KEEPING_BYTES` fed to a copy of a keyed state keep it."""
 
     def __init__(self, key: bytes | None) -> None:
-        self.key = key
         self.seq = 0
         self._keyed = None if key is None else hmac.new(key, digestmod=hashlib.sha256)
 
@@ -148,14 +147,14 @@ class Seal:
         return state.digest()[:MAC_BYTES]
 
     def seal(self, payload: bytes) -> bytes:
-        if self.key is None:
+        if self._keyed is None:
             return payload
         mac = self._mac(payload)
         self.seq += 1
         return mac + payload
 
     def open(self, data: bytes) -> bytes:
-        if self.key is None:
+        if self._keyed is None:
             return data
         mac, payload = data[:MAC_BYTES], data[MAC_BYTES:]
         if not hmac.compare_digest(mac, self._mac(payload)):
