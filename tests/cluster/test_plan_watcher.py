@@ -301,3 +301,28 @@ def test_adopting_a_plan_wakes_whoever_waits_for_a_change(tmp_path) -> None:
         return current.topology.plan.out_of_sync == ("s-1",)
 
     assert asyncio.run(wait_then_adopt())
+
+
+def test_an_in_sync_watch_fires_once_a_plan_fences_its_peer_and_not_before_nor_after_stop(tmp_path) -> None:
+    """A write waiting on an owner watches it: a plan that keeps the owner in sync re-arms the
+    watch, a plan that fences it fires the watch once, and a stopped watch never fires."""
+    from themis_core.plan import FailoverSettings, with_in_sync
+    from themis_shard.cluster.placement.views import InSyncWatch
+
+    first = with_uid(plan_of(3, "raid1", failover=FailoverSettings()))
+    w, current, _ = watcher(None, first)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        fired: list[str] = []
+        stopped: list[str] = []
+        InSyncWatch(current, "s-1", lambda: fired.append("s-1"))
+        InSyncWatch(current, "s-1", lambda: stopped.append("s-1")).stop()
+        second = with_in_sync(first, ("s-2",), ())  # s-1 stays in sync
+        w.adopt_pushed(second)
+        await asyncio.sleep(0.01)
+        assert fired == []
+        w.adopt_pushed(with_in_sync(second, ("s-1",), ("s-2",)))  # s-2 rejoins, s-1 is fenced
+        await asyncio.sleep(0.01)
+        return fired, stopped
+
+    assert asyncio.run(scenario()) == (["s-1"], [])

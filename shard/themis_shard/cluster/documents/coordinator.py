@@ -29,7 +29,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from starlette.concurrency import run_in_threadpool
 from themis_core.ring import HashRing
@@ -39,7 +39,8 @@ from ...storage.documents import Change, Check, DocumentStore, Replicated, Store
 from ...storage.inflight import InflightLog
 from ...storage.names import urn
 from ..placement.owners import Topology, candidates, same_owners
-from ..placement.views import TopologySource
+from ..placement.views import ChangingTopology, InSyncWatch, TopologySource
+from ..replication.batching import Watch
 from ..replication.delivery import NOT_SENT_REASONS, Replication
 from ..replication.fencing import (
     DEFAULT_CONCERN,
@@ -558,9 +559,12 @@ class DistributedDocuments:
                 entry = asyncio.ensure_future(self.inflight.add_async(records, burns))
         self._replicating += 1
         try:
-            answers = await asyncio.gather(
-                *(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers)
-            )
+            if len(peers) == 1:  # RAID1: no gather (its task would add turns of the loop per write)
+                answers = [await self._deliver_while_in_sync(topo, peers[0], per_peer[peers[0]])]
+            else:
+                answers = await asyncio.gather(
+                    *(self._deliver_while_in_sync(topo, p, per_peer[p]) for p in peers)
+                )
         finally:
             self._replicating -= 1
             if entry is not None:
@@ -651,13 +655,29 @@ class DistributedDocuments:
         out of the in-sync set (a paused owner would hold the key until the request timeout):
         its answer no longer decides, and it may have applied the write, so it counts as
         UNKNOWN (the write is burned; catch-up replaces its copy before it serves again)."""
-        delivery = self.replication.deliver(peer, items, topo.epoch, topo.self_id)
-        try:
-            return await self._while_in_sync(topo, peer, delivery)
-        except PeerUnavailable as exc:
-            if exc.reason != OUT_OF_SYNC:
-                raise
-            return Delivery.UNKNOWN, []
+        return await self.replication.deliver(
+            peer, items, topo.epoch, topo.self_id, self._fenced_watch(topo, peer)
+        )
+
+    def _fenced_watch(self, topo: Topology, peer: str) -> Watch | None:
+        """For a wait on ``peer``'s answer: fail it with PeerUnavailable (reason
+        :data:`OUT_OF_SYNC`) once a newer plan takes ``peer`` out of the in-sync set (None:
+        nothing fences a shard). A callback on the plan's change, not a task per write."""
+        if getattr(self._plan, "next_change", None) is None or topo.plan.failover is None:
+            return None
+        plan = cast(ChangingTopology, self._plan)
+
+        def watch(answer: asyncio.Future) -> Callable[[], None]:
+            def fenced() -> None:
+                if not answer.done():
+                    log.warning("stopped waiting for %s: a newer plan took it out of the in-sync set", peer)
+                    answer.set_exception(
+                        PeerUnavailable(peer, OUT_OF_SYNC, "a newer plan took it out of the in-sync set")
+                    )
+
+            return InSyncWatch(plan, peer, fenced).stop
+
+        return watch
 
     async def _while_in_sync(self, topo: Topology, peer: str, call: Awaitable[Any]) -> Any:
         """``call``'s answer from ``peer``, unless a newer plan takes ``peer`` out of the

@@ -10,6 +10,7 @@ built, hence ``RuntimeSlot``: parts read ``.runtime`` when they act, None until 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..settings import ClusterSettings
@@ -64,6 +65,37 @@ class LivePlan:
     def url(self, shard_id: str) -> str:
         """A member's base URL in the current plan (KeyError when it is not a member)."""
         return self.topology.url(shard_id)
+
+
+class ChangingTopology(TopologySource, Protocol):
+    def next_change(self) -> asyncio.Future[None]: ...
+
+
+class InSyncWatch:
+    """Calls ``on_fenced`` once a newer topology takes ``peer`` out of the in-sync set.
+
+    A coordinated write watches each owner it waits for, so a watch is one done-callback on
+    the plan's shared change future (re-armed on each change that leaves ``peer`` in sync):
+    no task and no extra turn of the event loop per write. ``stop`` ends it."""
+
+    __slots__ = ("_change", "_on_fenced", "_peer", "_source")
+
+    def __init__(self, source: ChangingTopology, peer: str, on_fenced: Callable[[], None]) -> None:
+        self._source = source
+        self._peer = peer
+        self._on_fenced = on_fenced
+        self._change = source.next_change()
+        self._change.add_done_callback(self._changed)
+
+    def _changed(self, _: asyncio.Future[None]) -> None:
+        if self._peer in self._source.topology.plan.out_of_sync:
+            self._on_fenced()
+            return
+        self._change = self._source.next_change()
+        self._change.add_done_callback(self._changed)
+
+    def stop(self) -> None:
+        self._change.remove_done_callback(self._changed)
 
 
 class RuntimeSlot:

@@ -22,12 +22,16 @@ single pushes to ``/internal/replicate`` from then on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
 
 BATCH_PATH = "/internal/replicate/batch"
 SINGLE_PATH = "/internal/replicate"
+
+#: Watches a message's answer: may fail the future early; returns the function ending the watch.
+Watch = Callable[[asyncio.Future], Callable[[], None]]
 
 
 class ReplicationBatcher:
@@ -42,12 +46,20 @@ class ReplicationBatcher:
         #: messages per request sent (the last one), for tests and curiosity
         self.last_batch_size = 0
 
-    async def call(self, peer: str, message: dict[str, Any]) -> dict[str, Any]:
-        """Send one message (``{"items", "fence"}``); its answer, or PeerError / PeerUnavailable."""
+    async def call(self, peer: str, message: dict[str, Any], watch: Watch | None = None) -> dict[str, Any]:
+        """Send one message (``{"items", "fence"}``); its answer, or PeerError / PeerUnavailable.
+        ``watch``, given the answer's future, may fail it early (the caller stops waiting: the
+        message may still be delivered) and returns the function that ends the watch."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queues.setdefault(peer, []).append((message, future))
         self._kick(peer)
-        return await future
+        if watch is None:
+            return await future
+        stop = watch(future)
+        try:
+            return await future
+        finally:
+            stop()
 
     def _kick(self, peer: str) -> None:
         queue = self._queues.get(peer)

@@ -28,7 +28,7 @@ from ...storage.record_wire import decode_items, encode_items
 from ..placement.views import TopologySource
 from ..tasks import Tasks, until_done
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
-from .batching import ReplicationBatcher
+from .batching import ReplicationBatcher, Watch
 from .coalescing import PUSH_MAX_BYTES, PushCoalescer, split_by_size
 from .fencing import FENCE_CODES, Delivery
 
@@ -181,17 +181,17 @@ class Replication:
             await until_done(self._hinting)
 
     async def deliver(
-        self, peer: str, items: list[Replicated], epoch: int, coordinator: str
+        self, peer: str, items: list[Replicated], epoch: int, coordinator: str, watch: Watch | None = None
     ) -> tuple[Delivery, list[Replicated]]:
         """One fenced push of a coordinated write (never retried: the answer must be exact).
         Also returns the newer records the owner holds when it refused the write for them
-        (``FENCED``: the coordinator was behind and must catch up before writing)."""
+        (``FENCED``: the coordinator was behind and must catch up before writing). ``watch``
+        may end the wait early with a PeerUnavailable (see ``ReplicationBatcher.call``)."""
         failure: PeerUnavailable | PeerError | None = None
         await self.executor.revive(peer)
         try:
-            reply = await self.batcher.call(
-                peer, {"items": encode_items(items), "fence": {"epoch": epoch, "coordinator": coordinator}}
-            )
+            fence = {"epoch": epoch, "coordinator": coordinator}
+            reply = await self.batcher.call(peer, {"items": encode_items(items), "fence": fence}, watch)
         except (PeerUnavailable, PeerError) as exc:
             failure = exc
             log.warning("owner %s did not take %d version(s): %s", peer, len(items), exc)
