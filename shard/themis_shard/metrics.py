@@ -7,7 +7,10 @@ precomputed quantiles. Other parts (engine, cluster, RAID) register their metric
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -35,6 +38,7 @@ class ShardMetrics:
             registry=r,
         )
         self._request_children: dict[tuple[str, str, int], tuple] = {}
+        self._op_children: dict[str, Counter] = {}
         self.http_latency = Histogram(
             "themis_http_request_duration_seconds",
             "HTTP request latency by route",
@@ -57,9 +61,6 @@ class ShardMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.documents = Gauge(
-            "themis_documents", "Documents stored on this shard by collection", ["collection"], registry=r
-        )
         self.vector_searches = Counter(
             "themis_vector_searches_total", "Vector searches by index type", ["index"], registry=r
         )
@@ -70,7 +71,6 @@ class ShardMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.vectors = Gauge("themis_vectors", "Vectors indexed by collection", ["collection"], registry=r)
         self.storage_writable = Gauge(
             "themis_storage_writable",
             "1 while this shard's disk takes writes; 0 from a write refused for lack of space or an "
@@ -91,5 +91,50 @@ class ShardMetrics:
         found[0].inc()
         found[1].observe(seconds)
 
+    def record_document_ops(self, op: str, n: int = 1) -> None:
+        """``n`` document operations of kind ``op`` (its child looked up once per kind)."""
+        child = self._op_children.get(op)
+        if child is None:
+            child = self._op_children[op] = self.document_ops.labels(op=op)
+        child.inc(n)
+
+    def watch_sizes(
+        self,
+        collections: Callable[[], Iterable[str]],
+        documents: Callable[[str], int],
+        vectors: Callable[[str], int],
+    ) -> None:
+        """``themis_documents`` and ``themis_vectors`` per collection, read when scraped: every copy
+        this shard holds is counted (a replica's too), and a write does no gauge bookkeeping."""
+        self.registry.register(StoreSizes(collections, documents, vectors))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class StoreSizes:
+    """A collector of the store's and the vector index's sizes by collection, at scrape time."""
+
+    def __init__(
+        self,
+        collections: Callable[[], Iterable[str]],
+        documents: Callable[[str], int],
+        vectors: Callable[[str], int],
+    ) -> None:
+        self._collections = collections
+        self._documents = documents
+        self._vectors = vectors
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # sizes are read at each scrape; nothing to call on registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        documents = GaugeMetricFamily(
+            "themis_documents", "Documents stored on this shard by collection", labels=["collection"]
+        )
+        vectors = GaugeMetricFamily("themis_vectors", "Vectors indexed by collection", labels=["collection"])
+        for name in self._collections():
+            documents.add_metric([name], self._documents(name))
+            vectors.add_metric([name], self._vectors(name))
+        yield documents
+        yield vectors

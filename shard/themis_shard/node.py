@@ -313,9 +313,7 @@ class ShardNode:
             txn=TxnSettings(),
             spans=spans,
         )
-        for config in store.collections():
-            metrics.documents.labels(collection=config.name).set(store.count(config.name))
-            metrics.vectors.labels(collection=config.name).set(vectors.size(config.name))
+        metrics.watch_sizes(lambda: [c.name for c in store.collections()], store.count, vectors.size)
         log.info(
             "shard %s open at %s (ring version %d, gpu=%s)",
             settings.shard_id,

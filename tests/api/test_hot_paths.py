@@ -94,6 +94,22 @@ def test_plain_requests_are_counted_under_the_routes_template(client: TestClient
     assert f'themis_http_requests_total{{method="GET",{template},status="200"}}' in metrics
 
 
+def test_the_document_gauges_count_what_the_store_holds_when_scraped(client: TestClient) -> None:
+    """Written through the API or taken as another owner's copy, every document this shard
+    holds is counted; the operations counter counts the API's writes and reads."""
+    from themis_shard.storage.documents import Replicated
+
+    client.put(f"/v1/collections/books/documents/g1{PLAIN}", json={"a": 1})
+    client.get("/v1/collections/books/documents/g1")
+    store = client.app.state.node.store
+    store.apply_replicated([Replicated("books", "g2", 1, {"a": 2}, store.clock.now(), "s-other")])
+    metrics = client.get("/metrics").text
+    assert 'themis_documents{collection="books"} 2.0' in metrics
+    assert 'themis_vectors{collection="books"} 0.0' in metrics
+    assert 'themis_document_operations_total{op="put"} 1.0' in metrics
+    assert 'themis_document_operations_total{op="get"} 1.0' in metrics
+
+
 def txn(*ops: dict) -> dict:
     return {"operations": list(ops)}
 

@@ -130,10 +130,7 @@ def _info(shard: ShardNode, config: CollectionConfig) -> CollectionInfo:
 
 
 def _record(shard: ShardNode, changes: list[Change], op: str) -> None:
-    shard.metrics.document_ops.labels(op=op).inc(len(changes))
-    for collection in {c.collection for c in changes}:
-        shard.metrics.documents.labels(collection=collection).set(shard.store.count(collection))
-        shard.metrics.vectors.labels(collection=collection).set(shard.vectors.size(collection))
+    shard.metrics.record_document_ops(op, len(changes))
 
 
 @router.get("/collections", response_model=list[CollectionInfo])
@@ -217,7 +214,7 @@ async def get_one(shard: ShardNode, collection: str, key: str) -> DocumentOut:
     check_collection(collection)
     check_key(key)
     doc = await shard.cluster.documents.get(collection, key)
-    shard.metrics.document_ops.labels(op="get").inc()
+    shard.metrics.record_document_ops("get")
     return DocumentOut(urn=urn(collection, key), version=doc.version, document=doc.document)
 
 
