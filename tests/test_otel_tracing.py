@@ -69,6 +69,34 @@ def test_a_shard_without_the_extra_serves_as_before_even_with_an_endpoint_set(tm
     assert done.stdout.split()[-2:] == ["200", "True"]
 
 
+def test_a_global_opentelemetry_provider_does_not_make_the_framework_trace_requests_again(tmp_path):
+    """The shard traces itself, on its own provider; a process-wide provider (set by an
+    auto-instrumentation agent, say) must not add the web framework's spans to every request."""
+    pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra: pip install 'themisdb[otel]'")
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "exported = InMemorySpanExporter()\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(exported))\n"
+        "trace.set_tracer_provider(provider)\n"
+        "from fastapi.testclient import TestClient\n"
+        "from themis_shard.app import create_app\n"
+        "from themis_shard.llm.settings import LLMSettings\n"
+        "from themis_shard.settings import Settings\n"
+        f"s = Settings(data_dir={str(tmp_path / 'd')!r}, llm=LLMSettings(enabled=False))\n"
+        "with TestClient(create_app(s)) as c:\n"
+        "    codes = [c.put('/v1/collections/b/documents/k', json={'t': 1}).status_code,\n"
+        "             c.get('/v1/collections').status_code]\n"
+        "print(codes, len(exported.get_finished_spans()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[200, 200] 0"
+
+
 # ---- spans across a forwarded request -----------------------------------------------------------
 @pytest.fixture
 def recorded():

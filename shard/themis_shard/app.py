@@ -91,6 +91,10 @@ def create_app(settings: Settings | None = None, spans: Spans | None = None) -> 
         version=__version__,
         lifespan=lifespan,
         description="A converged Themis shard: documents, vectors and LLM inference.",
+        # The shard traces itself (``otel_sdk.py``: its own provider, W3C traceparent on every
+        # hop). FastAPI's native OpenTelemetry would look up the global providers on every
+        # request and, should anything set one, trace each request a second time.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.settings = settings
     app.state.metrics = metrics
