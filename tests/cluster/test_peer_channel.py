@@ -518,6 +518,35 @@ def test_a_direct_handler_refuses_exactly_as_its_route_does(shard) -> None:
     assert over_channel == [(503, "llm_disabled")] * 6
 
 
+def test_the_two_phase_commit_calls_answer_the_same_without_the_asgi_stack(shard) -> None:
+    """A cross-shard transaction makes several internal calls (prepare, a replica's intent, the
+    decider's accept, commit or abort); on the channel they run directly, and neither their
+    answers nor their refusals may differ from the routes'."""
+
+    async def calls(channel: bool, txn: str):
+        async with executor(shard.url, channel=channel) as ex:
+            out = []
+            for path, body in (
+                ("/internal/txn/accept", {"txn": txn, "participants": ["s-1"]}),
+                ("/internal/txn/accept", {"txn": txn}),  # the entry that stands
+                ("/internal/txn/commit", {"txn": txn}),  # nothing prepared here: a no-op
+                ("/internal/txn/abort", {"txn": txn + "-other"}),
+                ("/internal/txn/accept", {"participants": []}),  # no id: the route's own 400
+                ("/internal/txn/prepare", {"txn": txn, "coordinator": "s-1"}),
+                ("/internal/txn/replica", {"txn": txn, "unknown": 1}),
+            ):
+                try:
+                    out.append(await ex.post_json("peer", path, body))
+                except (PeerError, PeerUnavailable) as exc:
+                    out.append((exc.status, exc.code))
+        return out
+
+    over_channel, over_http = run(calls(True, "t-channel")), run(calls(False, "t-http"))
+    assert over_channel == over_http
+    assert over_channel[:4] == [{"decision": "commit"}] * 2 + [{"committed": True}, {"aborted": True}]
+    assert over_channel[4:] == [(400, "invalid_request")] * 3
+
+
 def test_the_forwarded_linearizable_read_answers_the_same_without_the_asgi_stack(shard) -> None:
     """A non-primary's GET goes to the primary as ``/internal/documents/{c}/{k}?primary_epoch=N``;
     on the channel that form runs directly, every other form through the app."""

@@ -256,6 +256,12 @@ FRAME_HANDLERS: dict[tuple[str, str], FrameHandler] = {
     ("POST", "/internal/commit"): frame_handler(WritesBody, commit),
     ("POST", "/internal/replicate/batch"): replicate_batch_frame,
     ("POST", "/internal/replicate"): frame_handler(ItemsBody, replicate_items),
+    # two-phase commit: each transaction makes several of these calls
+    ("POST", "/internal/txn/prepare"): frame_handler(PrepareBody, txn_prepare),
+    ("POST", "/internal/txn/replica"): frame_handler(ReplicaIntentBody, txn_replica),
+    ("POST", "/internal/txn/accept"): frame_handler(AcceptBody, txn_accept),
+    ("POST", "/internal/txn/commit"): frame_handler(TxnBody, txn_commit),
+    ("POST", "/internal/txn/abort"): frame_handler(TxnBody, txn_abort),
 }
 
 
