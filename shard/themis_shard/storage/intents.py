@@ -35,6 +35,7 @@ from rocksdict import WriteBatch, WriteOptions
 
 from .decision_gate import DecisionGate
 from .documents import Check, DocumentStore, Replicated
+from .group_commit import Ops
 from .record_wire import decode_items, encode_items
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class IntentStore:
     here — half a transaction lost (a debit without its credit, found by the nemesis)."""
 
     def __init__(self, store: DocumentStore) -> None:
+        self._store = store
         self._cf, self._handle, self._db, self._sync = store.column_family("intents")
         self._lock = threading.Lock()
         self._intents: dict[bytes, Intent] = {}
@@ -160,6 +162,14 @@ class IntentStore:
             self._db.write(batch, self._sync)
             self._remember(intent)
 
+    async def put_async(self, intent: Intent) -> None:
+        """``put`` through the store's group commit: the fsync is shared with concurrent writes,
+        and no thread holds the GIL through it while the event loop waits."""
+        value = encode_intent(intent)
+        await self._store.write_durably(lambda ops: ops.put(intent.ident, value, self._handle))
+        with self._lock:
+            self._remember(intent)
+
     def of(self, txn: str) -> list[Intent]:
         """Every intent of ``txn`` held here (its own primary one, replica ones of others)."""
         return [i for i in list(self._intents.values()) if i.txn == txn]
@@ -173,7 +183,18 @@ class IntentStore:
         self._db.write(batch, self._sync)
         self.forget(intent)
 
-    def drop_into(self, intent: Intent, batch: WriteBatch) -> None:
+    async def delete_async(self, intent: Intent, also: Callable[[Ops], None] | None = None) -> None:
+        """``delete`` through the store's group commit (see ``put_async``)."""
+
+        def fill(ops: Ops) -> None:
+            self.drop_into(intent, ops)
+            if also is not None:
+                also(ops)
+
+        await self._store.write_durably(fill)
+        self.forget(intent)
+
+    def drop_into(self, intent: Intent, batch: WriteBatch | Ops) -> None:
         """Add the intent's removal to ``batch`` (committed with its records, atomically);
         ``forget`` it once the batch is durable."""
         batch.delete(intent.ident, self._handle)
@@ -314,7 +335,7 @@ class TxnLog:
                 self._pending.add(txn)
             return entry
 
-    def settle_into(self, batch: WriteBatch, txn: str, decision: Decision) -> None:
+    def settle_into(self, batch: WriteBatch | Ops, txn: str, decision: Decision) -> None:
         """Add ``settle``'s record to ``batch`` (a participant's install or drop), unless a final
         entry is here already."""
         found = self.get(txn)

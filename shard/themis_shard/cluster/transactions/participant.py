@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from starlette.concurrency import run_in_threadpool
-
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Check, DocumentStore, Replicated, Write
+from ...storage.group_commit import Ops
 from ...storage.intents import Decision, Intent, IntentStore, Role, TxnLog
 from ...storage.record_wire import encode_items
 from ..placement.views import TopologySource
@@ -98,7 +97,8 @@ class Participant:
                     f"{collection}/{key} is locked by transaction {other}, which is being committed",
                     code="transaction_conflict",
                 )
-            records = await run_in_threadpool(self.store.prepare, writes, checks)
+            # inline: validation and stamping take microseconds; a worker-thread hop costs more
+            records = self.store.prepare(writes, checks)
             intent = Intent(
                 txn,
                 coordinator,
@@ -113,7 +113,7 @@ class Participant:
             peers = sorted(per_peer)
             # the local intent and the replicas' copies are written at the same time
             _, *answers = await asyncio.gather(
-                run_in_threadpool(self.intents.put, intent),
+                self.intents.put_async(intent),
                 *(self._prepare_replica(p, intent, per_peer[p]) for p in peers),
             )
         self.refresh()
@@ -181,7 +181,7 @@ class Participant:
         intent = Intent(
             txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary, deciders=tuple(deciders)
         )
-        await run_in_threadpool(self.intents.put, intent)  # the same again is harmless
+        await self.intents.put_async(intent)  # the same again is harmless
         self.refresh()
 
     # -- phase 2 -----------------------------------------------------------------------------
@@ -193,21 +193,21 @@ class Participant:
             async with self.locks.hold(intent.keys):
                 if intent not in self.intents.of(txn):  # resolved meanwhile (phase 2 and the resolver)
                     continue
-                await run_in_threadpool(self._install, intent)
+                await self._install(intent)
             self.refresh()
             if intent.role is Role.PRIMARY:
                 per_peer = self._others(intent.records)
                 await asyncio.gather(*(self._commit_replica(p, txn, per_peer[p]) for p in sorted(per_peer)))
 
-    def _install(self, intent: Intent) -> None:
+    async def _install(self, intent: Intent) -> None:
         """The records, the intent's removal and the decision in one synced batch: installed,
         unlocked and known, or (after a crash) still prepared — never half."""
 
-        def also(batch) -> None:
-            self.intents.drop_into(intent, batch)
-            self.log.settle_into(batch, intent.txn, Decision.COMMIT)
+        def also(ops: Ops) -> None:
+            self.intents.drop_into(intent, ops)
+            self.log.settle_into(ops, intent.txn, Decision.COMMIT)
 
-        self.store.apply_replicated(list(intent.records), also=also)
+        await self.store.apply_replicated_async(list(intent.records), also=also)
         self.intents.forget(intent)
 
     async def _commit_replica(self, peer: str, txn: str, records: list[Replicated]) -> None:
@@ -221,10 +221,8 @@ class Participant:
         """Drop every intent of ``txn`` here and release its keys (idempotent); replicas are
         told, best effort (one that misses it finds the decision itself: ``recovery.py``)."""
         for intent in self.intents.of(txn):
-            await run_in_threadpool(
-                self.intents.delete,
-                intent,
-                lambda batch, t=txn: self.log.settle_into(batch, t, Decision.ABORT),
+            await self.intents.delete_async(
+                intent, lambda ops, t=txn: self.log.settle_into(ops, t, Decision.ABORT)
             )
             self.refresh()
             if intent.role is Role.PRIMARY:
