@@ -48,19 +48,27 @@ def test_asking_for_it_without_the_extra_names_the_extra():
         wanted(OtelSettings(enabled=True), {}, installed=False)
 
 
-def test_a_shard_without_the_extra_serves_as_before_even_with_an_endpoint_set(tmp_path):
-    code = (
-        "import sys\n"
-        # the extra is the SDK and the exporter (this FastAPI already needs opentelemetry-api)
-        "for m in ('opentelemetry.sdk', 'opentelemetry.exporter'): sys.modules[m] = None\n"
-        "from fastapi.testclient import TestClient\n"
+def shard_script(tmp_path: Path, before: str, with_client: str) -> str:
+    """A Python program for a fresh interpreter: ``before``, then a shard app without a model
+    served to ``with_client``'s lines as ``c`` (a TestClient)."""
+    body = "".join(f"    {line}\n" for line in with_client.splitlines())
+    return (
+        before + "from fastapi.testclient import TestClient\n"
         "from themis_shard.app import create_app\n"
         "from themis_shard.llm.settings import LLMSettings\n"
         "from themis_shard.settings import Settings\n"
         f"s = Settings(data_dir={str(tmp_path / 'd')!r}, llm=LLMSettings(enabled=False))\n"
-        "with TestClient(create_app(s)) as c:\n"
-        "    r = c.put('/v1/collections/b/documents/k', json={'t': 1})\n"
-        "    print(r.status_code, 'traceresponse' in r.headers)\n"
+        "with TestClient(create_app(s)) as c:\n" + body
+    )
+
+
+def test_a_shard_without_the_extra_serves_as_before_even_with_an_endpoint_set(tmp_path):
+    code = shard_script(
+        tmp_path,
+        # the extra is the SDK and the exporter (this FastAPI already needs opentelemetry-api)
+        "import sys\nfor m in ('opentelemetry.sdk', 'opentelemetry.exporter'): sys.modules[m] = None\n",
+        "r = c.put('/v1/collections/b/documents/k', json={'t': 1})\n"
+        "print(r.status_code, 'traceresponse' in r.headers)\n",
     )
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "PATH": "/usr/bin:/bin"}
     env.update({k: v for k, v in __import__("os").environ.items() if k in ("PYTHONPATH", "HOME")})
@@ -73,7 +81,8 @@ def test_a_global_opentelemetry_provider_does_not_make_the_framework_trace_reque
     """The shard traces itself, on its own provider; a process-wide provider (set by an
     auto-instrumentation agent, say) must not add the web framework's spans to every request."""
     pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra: pip install 'themisdb[otel]'")
-    code = (
+    code = shard_script(
+        tmp_path,
         "from opentelemetry import trace\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"
         "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
@@ -81,16 +90,10 @@ def test_a_global_opentelemetry_provider_does_not_make_the_framework_trace_reque
         "exported = InMemorySpanExporter()\n"
         "provider = TracerProvider()\n"
         "provider.add_span_processor(SimpleSpanProcessor(exported))\n"
-        "trace.set_tracer_provider(provider)\n"
-        "from fastapi.testclient import TestClient\n"
-        "from themis_shard.app import create_app\n"
-        "from themis_shard.llm.settings import LLMSettings\n"
-        "from themis_shard.settings import Settings\n"
-        f"s = Settings(data_dir={str(tmp_path / 'd')!r}, llm=LLMSettings(enabled=False))\n"
-        "with TestClient(create_app(s)) as c:\n"
-        "    codes = [c.put('/v1/collections/b/documents/k', json={'t': 1}).status_code,\n"
-        "             c.get('/v1/collections').status_code]\n"
-        "print(codes, len(exported.get_finished_spans()))\n"
+        "trace.set_tracer_provider(provider)\n",
+        "codes = [c.put('/v1/collections/b/documents/k', json={'t': 1}).status_code,\n"
+        "         c.get('/v1/collections').status_code]\n"
+        "print(codes, len(exported.get_finished_spans()))\n",
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -98,22 +98,13 @@ class ShardMetrics:
             child = self._op_children[op] = self.document_ops.labels(op=op)
         child.inc(n)
 
-    def watch_sizes(
-        self,
-        collections: Callable[[], Iterable[str]],
-        documents: Callable[[str], int],
-        vectors: Callable[[str], int],
-    ) -> None:
-        """``themis_documents`` and ``themis_vectors`` per collection, read when scraped: every copy
-        this shard holds is counted (a replica's too), and a write does no gauge bookkeeping."""
-        self.registry.register(StoreSizes(collections, documents, vectors))
-
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 class StoreSizes:
-    """A collector of the store's and the vector index's sizes by collection, at scrape time."""
+    """``themis_documents`` and ``themis_vectors`` by collection, read when scraped: every copy
+    the shard holds is counted (a replica's too), and a write does no gauge bookkeeping."""
 
     def __init__(
         self,

@@ -36,7 +36,7 @@ from .errors import Unavailable, llm_disabled
 from .inference.caller_gateway import CallerGateway
 from .inference.service import InferenceService
 from .llm.fetch import FetchSettings, SourceFetcher, fetch_llm_sources
-from .metrics import ShardMetrics
+from .metrics import ShardMetrics, StoreSizes
 from .rag.service import RagService
 from .raid.service import RaidService, start_raid
 from .settings import Settings
@@ -313,7 +313,9 @@ class ShardNode:
             txn=TxnSettings(),
             spans=spans,
         )
-        metrics.watch_sizes(lambda: [c.name for c in store.collections()], store.count, vectors.size)
+        metrics.registry.register(
+            StoreSizes(lambda: [c.name for c in store.collections()], store.count, vectors.size)
+        )
         log.info(
             "shard %s open at %s (ring version %d, gpu=%s)",
             settings.shard_id,
