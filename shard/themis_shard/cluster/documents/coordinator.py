@@ -684,18 +684,22 @@ class DistributedDocuments:
         in-sync set first: a paused or cut-off shard would otherwise hold the request until the
         request timeout, long after the plan authority fenced it. Then PeerUnavailable
         (reason :data:`OUT_OF_SYNC`): the call was sent, so what it did there is not known."""
-        next_change = getattr(self._plan, "next_change", None)
-        if next_change is None or topo.plan.failover is None:  # nothing fences a shard: just wait
+        watch = self._fenced_watch(topo, peer)
+        if watch is None:  # nothing fences a shard: just wait
             return await call
         request = asyncio.ensure_future(call)
-        while True:
-            await first_done(request, next_change())
-            if request.done():
-                return request.result()
-            if peer in self.topology.plan.out_of_sync:
-                request.add_done_callback(_retrieve)
-                log.warning("stopped waiting for %s: a newer plan took it out of the in-sync set", peer)
-                raise PeerUnavailable(peer, OUT_OF_SYNC, "a newer plan took it out of the in-sync set")
+        fenced: asyncio.Future = asyncio.get_running_loop().create_future()
+        stop = watch(fenced)
+        try:
+            await first_done(request, fenced)
+        finally:
+            stop()
+        if request.done():
+            if fenced.done():
+                fenced.exception()  # fenced in the same turn: the answer came, and decides
+            return request.result()
+        request.add_done_callback(_retrieve)
+        return fenced.result()  # raises its PeerUnavailable (OUT_OF_SYNC)
 
     async def _install_then_replicate(
         self, records: list[Replicated], per_peer: dict[str, list[Replicated]], burns: list[Replicated]
