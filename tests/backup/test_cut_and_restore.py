@@ -6,6 +6,7 @@ re-encoded), so the vectors rebuilt from them answer every search as the source 
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -52,12 +53,16 @@ def test_a_restore_onto_three_shards_holds_the_cut_of_two(tmp_path: Path, plan_o
     stores["shard-0"].apply_replicated([Replicated("acc", k1[0], 9, {"partial": True}, 1 << 60, "shard-1")])
     # T1: committed by coordinator shard-0; shard-1 still holds its prepared primary intent
     t1 = stores["shard-1"].prepare([Write("acc", k1[2], {"txn": "t1"})])
-    IntentStore(stores["shard-1"]).put(Intent("t1", "shard-0", 1, Role.PRIMARY, tuple(t1), (), "shard-1"))
+    asyncio.run(
+        IntentStore(stores["shard-1"]).put(Intent("t1", "shard-0", 1, Role.PRIMARY, tuple(t1), (), "shard-1"))
+    )
     TxnLog(stores["shard-0"]).settle("t1", Decision.COMMIT, ["shard-0", "shard-1"])
     expected[k1[2]] = (1, {"txn": "t1"})
     # T2: prepared, never decided (its COMMIT was held at the gate): absent
     t2 = stores["shard-0"].prepare([Write("acc", k0[2], {"txn": "t2"})])
-    IntentStore(stores["shard-0"]).put(Intent("t2", "shard-1", 1, Role.PRIMARY, tuple(t2), (), "shard-0"))
+    asyncio.run(
+        IntentStore(stores["shard-0"]).put(Intent("t2", "shard-1", 1, Role.PRIMARY, tuple(t2), (), "shard-0"))
+    )
 
     dest, manifest = take_backup(tmp_path, source, stores)
     staging = tmp_path / "staging"

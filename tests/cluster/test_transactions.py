@@ -238,7 +238,7 @@ def test_an_intent_kept_as_a_replica_locks_its_keys_once_this_shard_is_their_pri
     )
     [a] = keys_of("s-0", 1)
     [record] = shard.store.prepare([Write("acc", a, {"balance": 107})])
-    shard.txns.intents.put(Intent("t1", "s-1", ME.version, Role.REPLICA, (record,), (), "s-1"))
+    asyncio.run(shard.txns.intents.put(Intent("t1", "s-1", ME.version, Role.REPLICA, (record,), (), "s-1")))
     with pytest.raises(Conflict) as write:
         asyncio.run(documents.commit([Write("acc", a, {"balance": 98})], WriteConcern.ONE))
     assert write.value.code == "transaction_in_progress"
@@ -346,18 +346,19 @@ def test_a_restarted_participant_aborts_what_its_restarted_coordinator_did_not_d
 def test_an_intent_whose_coordinator_is_unreachable_stays_in_doubt(shard: Shard) -> None:
     [a] = keys_of("s-0", 1)
     records = shard.store.prepare([Write("acc", a, {"n": 1})])
-    shard.txns.intents.put(Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0"))
+    asyncio.run(
+        shard.txns.intents.put(Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0"))
+    )
     assert asyncio.run(shard.txns.resolver.resolve()) == 0
     assert shard.txns.intents.holders([("acc", a)]) == {("acc", a): "t1"}
 
 
 def old_intent(shard: Shard, txn: str, key: str, coordinator: str, deciders: tuple[str, ...]) -> None:
     records = shard.store.prepare([Write("acc", key, {"n": 1})])
-    shard.txns.intents.put(
-        Intent(
-            txn, coordinator, ME.version, Role.PRIMARY, tuple(records), (), "s-0", now_ms() - 60_000, deciders
-        )
+    intent = Intent(
+        txn, coordinator, ME.version, Role.PRIMARY, tuple(records), (), "s-0", now_ms() - 60_000, deciders
     )
+    asyncio.run(shard.txns.intents.put(intent))
 
 
 def test_an_intent_whose_coordinator_is_gone_aborts_once_every_decider_is_fenced(shard: Shard) -> None:
@@ -379,9 +380,8 @@ def test_an_intent_whose_coordinator_is_gone_commits_what_a_decider_accepted(sha
 def test_an_operator_resolve_fences_at_once_without_waiting_for_the_timeout(shard: Shard) -> None:
     [a] = keys_of("s-0", 1)
     records = shard.store.prepare([Write("acc", a, {"n": 1})])
-    shard.txns.intents.put(
-        Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0", deciders=("s-0",))
-    )
+    intent = Intent("t1", "s-2", ME.version, Role.PRIMARY, tuple(records), (), "s-0", deciders=("s-0",))
+    asyncio.run(shard.txns.intents.put(intent))
     assert asyncio.run(shard.txns.resolver.resolve()) == 0  # young, coordinator silent: wait
     assert asyncio.run(shard.txns.resolver.settle("t1", force=True)) is Decision.ABORT
     assert shard.txns.intents.all() == []

@@ -5,6 +5,7 @@ decision, once logged, is the only one. Read checks validate versions without wr
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ def reopen(store: DocumentStore) -> DocumentStore:
 def test_a_prepared_intent_survives_a_reopen_with_its_records_and_locks(tmp_path: Path) -> None:
     store = DocumentStore(tmp_path / "db", origin="s-1")
     records = store.prepare([Write("acc", "a", {"n": 1}), Write("acc", "b", {"n": 2})])
-    IntentStore(store).put(Intent("t1", "s-0", 7, Role.PRIMARY, tuple(records), (Check("acc", "c", 0),)))
+    asyncio.run(
+        IntentStore(store).put(Intent("t1", "s-0", 7, Role.PRIMARY, tuple(records), (Check("acc", "c", 0),)))
+    )
     store = reopen(store)
     intents = IntentStore(store)
     [intent] = intents.all()
@@ -39,8 +42,8 @@ def test_dropping_an_intent_releases_its_keys_durably(tmp_path: Path) -> None:
     store = DocumentStore(tmp_path / "db")
     intents = IntentStore(store)
     intent = Intent("t1", "s-0", 1, Role.PRIMARY, tuple(store.prepare([Write("acc", "a", {})])), (), "s-0")
-    intents.put(intent)
-    intents.delete(intent)
+    asyncio.run(intents.put(intent))
+    asyncio.run(intents.delete(intent))
     assert intents.holders([("acc", "a")]) == {} and len(intents) == 0
     del intents  # column-family handles hold the DB lock
     store = reopen(store)
@@ -53,10 +56,10 @@ def test_a_replica_intent_locks_its_keys_until_it_is_resolved(store: DocumentSto
     no write may overtake the transaction whose intent it keeps (its records would lose to it)."""
     intents = IntentStore(store)
     copy = Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "a", {})])), (), "s-1")
-    intents.put(copy)
+    asyncio.run(intents.put(copy))
     assert intents.of("t1")[0].primary == "s-1"
     assert intents.holders([("acc", "a")]) == {("acc", "a"): "t1"}
-    intents.delete(copy)
+    asyncio.run(intents.delete(copy))
     assert intents.holders([("acc", "a")]) == {}
 
 
@@ -66,12 +69,12 @@ def test_a_key_stays_locked_while_any_transaction_holds_it(store: DocumentStore)
     [record] = store.prepare([Write("acc", "a", {})])
     old = Intent("t1", "s-0", 1, Role.REPLICA, (record,), (), "s-1")
     new = Intent("t2", "s-2", 2, Role.PRIMARY, (record,), (), "s-2")
-    intents.put(old)
-    intents.put(new)
+    asyncio.run(intents.put(old))
+    asyncio.run(intents.put(new))
     assert intents.holders([("acc", "a")]) == {("acc", "a"): "t1"}
-    intents.delete(old)
+    asyncio.run(intents.delete(old))
     assert intents.holders([("acc", "a")]) == {("acc", "a"): "t2"}
-    intents.delete(new)
+    asyncio.run(intents.delete(new))
     assert intents.holders([("acc", "a")]) == {}
 
 
@@ -79,11 +82,11 @@ def test_one_shard_keeps_its_own_intent_and_replica_intents_of_one_transaction(s
     intents = IntentStore(store)
     own = Intent("t1", "s-0", 1, Role.PRIMARY, tuple(store.prepare([Write("acc", "a", {})])), (), "s-2")
     copy = Intent("t1", "s-0", 1, Role.REPLICA, tuple(store.prepare([Write("acc", "b", {})])), (), "s-1")
-    intents.put(own)
-    intents.put(copy)
+    asyncio.run(intents.put(own))
+    asyncio.run(intents.put(copy))
     assert sorted(i.primary for i in intents.of("t1")) == ["s-1", "s-2"]
     assert intents.holders([("acc", "a"), ("acc", "b")]) == {("acc", "a"): "t1", ("acc", "b"): "t1"}
-    intents.delete(copy)
+    asyncio.run(intents.delete(copy))
     assert intents.of("t1") == [own] and intents.holders([("acc", "a"), ("acc", "b")]) == {("acc", "a"): "t1"}
 
 

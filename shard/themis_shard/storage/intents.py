@@ -154,17 +154,10 @@ class IntentStore:
         for k in intent.keys:
             self._holders.setdefault(k, set()).add(intent.txn)
 
-    def put(self, intent: Intent) -> None:
-        """Write the intent durably (synced) and take its keys' locks."""
-        batch = WriteBatch(raw_mode=True)
-        batch.put(intent.ident, encode_intent(intent), self._handle)
-        with self._lock:
-            self._db.write(batch, self._sync)
-            self._remember(intent)
-
-    async def put_async(self, intent: Intent) -> None:
-        """``put`` through the store's group commit: the fsync is shared with concurrent writes,
-        and no thread holds the GIL through it while the event loop waits."""
+    async def put(self, intent: Intent) -> None:
+        """Write the intent durably and take its keys' locks. Through the store's group commit:
+        the fsync is shared with concurrent writes, and no thread holds the GIL through it while
+        the event loop waits."""
         value = encode_intent(intent)
         await self._store.write_durably(lambda ops: ops.put(intent.ident, value, self._handle))
         with self._lock:
@@ -174,17 +167,9 @@ class IntentStore:
         """Every intent of ``txn`` held here (its own primary one, replica ones of others)."""
         return [i for i in list(self._intents.values()) if i.txn == txn]
 
-    def delete(self, intent: Intent, also: Callable[[WriteBatch], None] | None = None) -> None:
-        """Drop the intent (aborted) and release its locks; ``also`` adds to the same batch."""
-        batch = WriteBatch(raw_mode=True)
-        self.drop_into(intent, batch)
-        if also is not None:
-            also(batch)
-        self._db.write(batch, self._sync)
-        self.forget(intent)
-
-    async def delete_async(self, intent: Intent, also: Callable[[Ops], None] | None = None) -> None:
-        """``delete`` through the store's group commit (see ``put_async``)."""
+    async def delete(self, intent: Intent, also: Callable[[Ops], None] | None = None) -> None:
+        """Drop the intent (aborted) and release its locks; ``also`` adds to the same batch
+        (through the group commit, as ``put``)."""
 
         def fill(ops: Ops) -> None:
             self.drop_into(intent, ops)
@@ -194,7 +179,7 @@ class IntentStore:
         await self._store.write_durably(fill)
         self.forget(intent)
 
-    def drop_into(self, intent: Intent, batch: WriteBatch | Ops) -> None:
+    def drop_into(self, intent: Intent, batch: Ops) -> None:
         """Add the intent's removal to ``batch`` (committed with its records, atomically);
         ``forget`` it once the batch is durable."""
         batch.delete(intent.ident, self._handle)
@@ -335,7 +320,7 @@ class TxnLog:
                 self._pending.add(txn)
             return entry
 
-    def settle_into(self, batch: WriteBatch | Ops, txn: str, decision: Decision) -> None:
+    def settle_into(self, batch: Ops, txn: str, decision: Decision) -> None:
         """Add ``settle``'s record to ``batch`` (a participant's install or drop), unless a final
         entry is here already."""
         found = self.get(txn)

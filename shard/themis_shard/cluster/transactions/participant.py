@@ -113,7 +113,7 @@ class Participant:
             peers = sorted(per_peer)
             # the local intent and the replicas' copies are written at the same time
             _, *answers = await asyncio.gather(
-                self.intents.put_async(intent),
+                self.intents.put(intent),
                 *(self._prepare_replica(p, intent, per_peer[p]) for p in peers),
             )
         self.refresh()
@@ -181,7 +181,7 @@ class Participant:
         intent = Intent(
             txn, coordinator, epoch, Role.REPLICA, tuple(records), (), primary, deciders=tuple(deciders)
         )
-        await self.intents.put_async(intent)  # the same again is harmless
+        await self.intents.put(intent)  # the same again is harmless
         self.refresh()
 
     # -- phase 2 -----------------------------------------------------------------------------
@@ -221,7 +221,7 @@ class Participant:
         """Drop every intent of ``txn`` here and release its keys (idempotent); replicas are
         told, best effort (one that misses it finds the decision itself: ``recovery.py``)."""
         for intent in self.intents.of(txn):
-            await self.intents.delete_async(
+            await self.intents.delete(
                 intent, lambda ops, t=txn: self.log.settle_into(ops, t, Decision.ABORT)
             )
             self.refresh()
