@@ -24,6 +24,7 @@ from .api.channel_protocol import server_options
 from .app import create_app
 from .cluster.security.cert_reload import CertFiles, CertReloader
 from .gc_policy import apply_after_start
+from .sched_policy import apply_at_start
 from .settings import Settings
 
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     # `kill -USR1 <pid>` writes every thread's stack to the log: how to see where a shard that
     # stopped answering is stuck (it works while the event loop is blocked).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    apply_at_start(settings.sched)  # before the shard starts its threads: they inherit it
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(serve(settings, level))
 

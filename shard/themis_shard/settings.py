@@ -14,6 +14,7 @@ from .domains.settings import DomainSettings
 from .gc_policy import GcSettings
 from .llm.settings import LLMSettings
 from .otel import OtelSettings
+from .sched_policy import SchedSettings
 from .tenants.settings import TenantSettings
 
 
@@ -69,6 +70,7 @@ class Settings(BaseSettings):
     access_log: AccessLogSettings = Field(default_factory=AccessLogSettings)
     batches: BatchSettings = Field(default_factory=BatchSettings)
     gc: GcSettings = Field(default_factory=GcSettings)
+    sched: SchedSettings = Field(default_factory=SchedSettings)
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:
