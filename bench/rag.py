@@ -266,6 +266,11 @@ class Themis:
 
 
 # -- measuring ---------------------------------------------------------------------------------------
+#: llama-server closes a keep-alive connection idle for 5 s; a client that reuses one as it closes
+#: gets "Server disconnected without sending a response". Drop idle connections sooner.
+PEER_LIMITS = httpx.Limits(max_connections=64, keepalive_expiry=2.0)
+
+
 async def level(stack, qs: list[tuple[str, str, str]], clients: int, k: int, max_tokens: int) -> dict:
     queue = list(enumerate(qs))
     answers: list[tuple[Answer, str]] = []
@@ -276,7 +281,7 @@ async def level(stack, qs: list[tuple[str, str, str]], clients: int, k: int, max
             answers.append((await stack.ask(http, i, question, k, max_tokens), key))
 
     started = time.perf_counter()
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
+    async with httpx.AsyncClient(timeout=600, limits=PEER_LIMITS) as http:
         await asyncio.gather(*(worker(http) for _ in range(clients)))
     wall = time.perf_counter() - started
     lat = sorted(a.latency for a, _ in answers)
@@ -294,7 +299,7 @@ async def repeated(
 ) -> tuple[float | None, int]:
     """Median TTFT of the second wording over the first, where both retrieved the same paragraphs."""
     ratios = []
-    async with httpx.AsyncClient(timeout=600) as http:
+    async with httpx.AsyncClient(timeout=600, limits=PEER_LIMITS) as http:
         for i, (first, second, _) in enumerate(qs):
             a = await stack.ask(http, i, first, k, max_tokens)
             b = await stack.ask(http, i, second, k, max_tokens)
