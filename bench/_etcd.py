@@ -58,9 +58,13 @@ class Members:
 
 
 @contextmanager
-def etcd_cluster(workdir: Path, members: int = 3) -> Iterator[Members]:
-    """Run a ``members``-node etcd cluster; yields its members' client URLs and processes."""
+def etcd_cluster(workdir: Path, members: int = 3, batch_scheduling: bool = False) -> Iterator[Members]:
+    """Run a ``members``-node etcd cluster; yields its members' client URLs and processes.
+    ``batch_scheduling``: under Linux's SCHED_BATCH (``chrt --batch``), as Themis's shards run by
+    default (``themis_shard/sched_policy.py``), so that a comparison gives neither side the
+    scheduler's help alone."""
     binary = etcd_binary()
+    launcher = ["chrt", "--batch", "0"] if batch_scheduling else []
     ports = free_ports(2 * members)
     client = [f"http://127.0.0.1:{p}" for p in ports[:members]]
     peer = [f"http://127.0.0.1:{p}" for p in ports[members:]]
@@ -73,6 +77,7 @@ def etcd_cluster(workdir: Path, members: int = 3) -> Iterator[Members]:
             procs.append(
                 subprocess.Popen(
                     [
+                        *launcher,
                         binary,
                         f"--name={name}",
                         f"--data-dir={workdir / name}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import statistics
 import tempfile
 import uuid
@@ -180,17 +181,28 @@ def median_of(results: list[Result]) -> Result:
 
 
 def compare(
-    clients: list[int], seconds: float, print_: Callable[[str], None] = print, repeats: int = 1
+    clients: list[int],
+    seconds: float,
+    print_: Callable[[str], None] = print,
+    repeats: int = 1,
+    peer_sched: str = "same",
 ) -> None:
-    """Start both clusters, print the three tables, stop both."""
+    """Start both clusters, print the three tables, stop both. ``peer_sched``: ``same`` starts
+    etcd under the shards' CPU scheduling policy (SCHED_BATCH by default, which speeds etcd up
+    as much as it does Themis), ``default`` under the kernel's default, as etcd is packaged."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         (cwd / "etcd").mkdir()
         themis(cwd, "up", "--shards", "3", "--raid-mode", "raid1", "--no-llm", "--base-port", "0")
         try:
-            with etcd_cluster(cwd / "etcd") as members:
+            shards = json.loads((cwd / ".themis" / "cluster.json").read_text())["shards"]
+            batch = scheduled_batch(shards[0]["pid"])
+            with etcd_cluster(cwd / "etcd", batch_scheduling=batch and peer_sched == "same") as members:
+                print_(
+                    f"\nCPU scheduling: Themis's shards {'SCHED_BATCH' if batch else 'the default policy'}, "
+                    f"etcd {'SCHED_BATCH' if batch and peer_sched == 'same' else 'the default policy'}"
+                )
                 headers = api_headers(cwd)
-                shards = json.loads((cwd / ".themis" / "cluster.json").read_text())["shards"]
                 router = KeyRouter.from_cluster(shards[0]["url"], headers)
                 pids = [s["pid"] for s in shards]
                 t = Themis([router.url(s) for s in router.shards], router, headers, pids)
@@ -199,6 +211,12 @@ def compare(
                 _tables(t, e, clients, seconds, headers, print_, repeats)
         finally:
             themis(cwd, "down")
+
+
+def scheduled_batch(pid: int) -> bool:
+    """Whether process ``pid`` runs under SCHED_BATCH (Linux)."""
+    batch = getattr(os, "SCHED_BATCH", None)
+    return batch is not None and os.sched_getscheduler(pid) == batch
 
 
 def _tables(

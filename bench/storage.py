@@ -206,13 +206,19 @@ def main() -> None:
     parser.add_argument(
         "--peer-repeats", type=int, default=1, help="interleaved repeats per cell; medians printed"
     )
+    parser.add_argument(
+        "--peer-sched",
+        choices=["same", "default"],
+        default="same",
+        help="etcd's CPU scheduling: the shards' policy (SCHED_BATCH by default) or the kernel's default",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from _storage_peer import compare
 
     seconds = args.peer_seconds if args.peer_seconds is not None else (1.5 if args.quick else 4.0)
     if seconds:
-        compare(args.peer_clients, seconds, repeats=args.peer_repeats)
+        compare(args.peer_clients, seconds, repeats=args.peer_repeats, peer_sched=args.peer_sched)
     if args.quick:
         return
     with tempfile.TemporaryDirectory() as tmp:
