@@ -188,7 +188,7 @@ def test_a_push_too_large_for_one_request_goes_in_several_in_order(tmp_path, sto
         replication = Replication(executor, HintLog(store), current, CollectorRegistry())
         records = [Replicated("c", f"k{i}", 1, {"text": "x" * 1000}) for i in range(5)]
         for r in records:
-            replication.hints.add("s-1", [r])
+            asyncio.run(replication.hints.add("s-1", [r]))
         asyncio.run(replication.replay_hints())
         assert len(peers.calls_to("s-1", "/internal/replicate")) == 3  # 2 + 2 + 1
         assert not any(replication.hints.pending().values())
@@ -221,8 +221,12 @@ def test_a_transactions_records_reach_a_peer_in_one_request_however_large(tmp_pa
         transaction = [Replicated("c", f"t{i}", 1, {"text": "x" * 1000}) for i in range(4)]
         asyncio.run(replication.push("s-1", [transaction], retries=0))
         assert installs == [4]
-        replication.hints.add("s-1", [Replicated("c", f"h{i}", 1, {"text": "x" * 1000}) for i in range(3)])
-        replication.hints.add("s-1", [Replicated("c", "single", 1, {"n": 1})])
+        asyncio.run(
+            replication.hints.add(
+                "s-1", [Replicated("c", f"h{i}", 1, {"text": "x" * 1000}) for i in range(3)]
+            )
+        )
+        asyncio.run(replication.hints.add("s-1", [Replicated("c", "single", 1, {"n": 1})]))
         asyncio.run(replication.replay_hints())
         assert installs == [4, 3, 1]
         assert peer_store.count("c") == 8

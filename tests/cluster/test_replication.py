@@ -59,7 +59,7 @@ def test_a_replayed_hint_never_overwrites_a_newer_version(tmp_path, store) -> No
     current = live(plan_of(2))
     with fake_peers(tmp_path, "s-1") as peers:
         hints = HintLog(store)
-        hints.add("s-1", [v("a", 1, old=True)])
+        asyncio.run(hints.add("s-1", [v("a", 1, old=True)]))
         peers["s-1"].store.apply_replicated([v("a", 5, new=True)])
         asyncio.run(Replication(peers.executor(current), hints, current, CollectorRegistry()).replay_hints())
         assert peers["s-1"].store.get("c", "a").document == {"new": True}

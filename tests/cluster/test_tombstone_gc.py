@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client import CollectorRegistry
 from themis_shard.cluster.replication.tombstone_gc import TombstoneGC, hlc_span, shard_watermark, to_collect
 from themis_shard.storage.digests import RecordDigests
@@ -66,9 +67,9 @@ def test_a_tombstone_every_owner_holds_is_collected_everywhere_and_nothing_else(
         # A pending hint older than the tombstone holds collection back; so does a member that is down.
         store.apply_replicated([Replicated("c", gone, 4, None, OLD + 10, "s-0")])
         other.apply_replicated([Replicated("c", gone, 4, None, OLD + 10, "s-0")])
-        gc.hints.add("s-1", [Replicated("c", "x", 1, {}, OLD + 5, "s-0")])
+        asyncio.run(gc.hints.add("s-1", [Replicated("c", "x", 1, {}, OLD + 5, "s-0")]))
         assert asyncio.run(gc.collect()) == 0
-        gc.hints.done("s-1", gc.hints.take("s-1")[0])
+        asyncio.run(gc.hints.done("s-1", gc.hints.take("s-1")[0]))
         peers["s-1"].up = False
         assert asyncio.run(gc.collect()) == 0
 
@@ -77,10 +78,12 @@ def test_the_oldest_hint_is_known_as_hints_come_and_go_and_after_a_restart(tmp_p
     store = DocumentStore(tmp_path / "db")
     hints = HintLog(store)
     assert hints.oldest_hlc() is None
-    hints.add("s-1", [Replicated("c", "a", 1, {}, 50, "s-0"), Replicated("c", "b", 1, {}, 30, "s-0")])
-    hints.add("s-2", [Replicated("c", "c", 1, {}, 40, "s-0")])
+    asyncio.run(
+        hints.add("s-1", [Replicated("c", "a", 1, {}, 50, "s-0"), Replicated("c", "b", 1, {}, 30, "s-0")])
+    )
+    asyncio.run(hints.add("s-2", [Replicated("c", "c", 1, {}, 40, "s-0")]))
     assert hints.oldest_hlc() == 30
-    hints.done("s-1", hints.take("s-1")[0])
+    asyncio.run(hints.done("s-1", hints.take("s-1")[0]))
     assert hints.oldest_hlc() == 40
     del hints  # its column-family handles hold the database's lock
     store.close()
@@ -89,3 +92,33 @@ def test_the_oldest_hint_is_known_as_hints_come_and_go_and_after_a_restart(tmp_p
         assert HintLog(reopened).oldest_hlc() == 40
     finally:
         reopened.close()
+
+
+def test_a_hint_on_its_way_to_disk_already_holds_the_watermark_and_a_failed_one_does_not(
+    tmp_path, monkeypatch
+) -> None:
+    """The watermark is read by tombstone GC at any time: a hint whose write is in progress
+    counts (a tombstone it could resurrect must stay), and one whose write failed does not."""
+    store = DocumentStore(tmp_path / "db")
+    hints = HintLog(store)
+    seen: list[int | None] = []
+    write = store.write_durably
+
+    async def watching(fill):
+        seen.append(hints.oldest_hlc())
+        await write(fill)
+
+    monkeypatch.setattr(store, "write_durably", watching)
+    asyncio.run(hints.add("s-1", [Replicated("c", "a", 1, {}, 70, "s-0")]))
+    assert seen == [70] and hints.pending() == {"s-1": 1}
+
+    async def refusing(fill):
+        seen.append(hints.oldest_hlc())
+        raise OSError("disk full")
+
+    monkeypatch.setattr(store, "write_durably", refusing)
+    with pytest.raises(OSError):
+        asyncio.run(hints.add("s-1", [Replicated("c", "b", 1, {}, 20, "s-0")]))
+    assert seen == [70, 20]
+    assert hints.oldest_hlc() == 70 and hints.pending() == {"s-1": 1}
+    store.close()

@@ -1,9 +1,10 @@
 """Hinted handoff: replica writes that could not be delivered, kept durably until they can.
 
 When a coordinator cannot reach one of a key's other owners it stores the replicated versions
-here (same RocksDB, column family ``hints``, synced) and acknowledges the client; a background
-task replays them when the peer answers again. Replays are idempotent (the receiver keeps only
-newer versions), so a hint delivered twice is harmless.
+here (same RocksDB, column family ``hints``, synced through the store's group commit: the
+fsync shared with concurrent writes, none held by a worker thread with the GIL) and
+acknowledges the client; a background task replays them when the peer answers again. Replays
+are idempotent (the receiver keeps only newer versions), so a hint delivered twice is harmless.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import json
 import threading
 import time
 
-from rocksdict import WriteBatch
-
 from .documents import DocumentStore, Replicated
 from .record_wire import decode_items, encode_items
 
 
 class HintLog:
     def __init__(self, store: DocumentStore) -> None:
-        self._cf, self._handle, self._db, self._sync = store.column_family("hints")
+        self._store = store
+        self._cf, self._handle, _, _ = store.column_family("hints")
         self._lock = threading.Lock()
         self._seq = itertools.count(time.time_ns())
         self._pending: dict[str, int] = {}
@@ -43,16 +43,24 @@ class HintLog:
         """Bytes a hint of ``items`` takes (what the budget counts)."""
         return len(cls.encode(items))
 
-    def add(self, peer: str, items: list[Replicated]) -> None:
+    async def add(self, peer: str, items: list[Replicated]) -> None:
+        """Keep ``items`` for ``peer``, durably once this returns. The hint rides the document
+        store's next group commit (its fsync shared with concurrent writes, no worker thread).
+        Its stamps count in the tombstone-GC watermark from before it is staged: a watermark
+        read while it is on its way must not let a tombstone it could resurrect be dropped."""
         key = peer.encode() + b"\x00" + next(self._seq).to_bytes(8, "big")
         value = self.encode(items)
-        batch = WriteBatch(raw_mode=True)
-        batch.put(key, value, self._handle)
         with self._lock:
-            self._db.write(batch, self._sync)
+            self._lowest[key] = _lowest_hlc(items)
+        try:
+            await self._store.write_durably(lambda ops: ops.put(key, value, self._handle))
+        except BaseException:
+            with self._lock:
+                self._lowest.pop(key, None)
+            raise
+        with self._lock:
             self._pending[peer] = self._pending.get(peer, 0) + 1
             self._bytes[peer] = self._bytes.get(peer, 0) + len(value)
-            self._lowest[key] = _lowest_hlc(items)
 
     def pending_bytes(self) -> dict[str, int]:
         return dict(self._bytes)
@@ -83,15 +91,20 @@ class HintLog:
             groups.append(decode_items(json.loads(raw)))
         return keys, groups
 
-    def done(self, peer: str, keys: list[bytes]) -> None:
-        batch = WriteBatch(raw_mode=True)
+    async def done(self, peer: str, keys: list[bytes]) -> None:
+        """Forget delivered hints, durably (through the group commit, as ``add``); they leave
+        the watermark only once that write is done."""
         freed = 0
         for key in keys:
             raw = self._cf.get(key)
             freed += len(raw) if raw is not None else 0
-            batch.delete(key, self._handle)
+
+        def deletes(ops) -> None:
+            for key in keys:
+                ops.delete(key, self._handle)
+
+        await self._store.write_durably(deletes)
         with self._lock:
-            self._db.write(batch, self._sync)
             for key in keys:
                 self._lowest.pop(key, None)
             self._pending[peer] = max(0, self._pending.get(peer, 0) - len(keys))

@@ -212,7 +212,7 @@ class Replication:
             log.warning("hint budget for %s full; %d version(s) left to anti-entropy", peer, len(items))
             self.metrics.dropped.labels(peer=peer).inc(len(items))
             return
-        await run_in_threadpool(self.hints.add, peer, items)
+        await self.hints.add(peer, items)
         self.metrics.replication.labels(outcome="hinted").inc(len(items))
 
     async def replay_hints(self) -> None:
@@ -232,7 +232,7 @@ class Replication:
                     await self.push(peer, groups, retries=0)
                 except (PeerUnavailable, PeerError):
                     break
-                await run_in_threadpool(self.hints.done, peer, keys)
+                await self.hints.done(peer, keys)
                 log.info("delivered %d hinted version(s) to %s", sum(map(len, groups)), peer)
 
     async def _drop_hints(self) -> None:
@@ -244,7 +244,7 @@ class Replication:
                 keys, groups = await run_in_threadpool(self.hints.take, peer, REPLAY_BATCH)
                 if not keys:
                     break
-                await run_in_threadpool(self.hints.done, peer, keys)
+                await self.hints.done(peer, keys)
                 log.warning("out of sync: dropped %d hinted version(s) for %s", sum(map(len, groups)), peer)
 
     def start(self, interval_s: float = 1.0) -> None:

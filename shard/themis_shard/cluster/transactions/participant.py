@@ -221,9 +221,7 @@ class Participant:
         """Drop every intent of ``txn`` here and release its keys (idempotent); replicas are
         told, best effort (one that misses it finds the decision itself: ``recovery.py``)."""
         for intent in self.intents.of(txn):
-            await self.intents.delete(
-                intent, lambda ops, t=txn: self.log.settle_into(ops, t, Decision.ABORT)
-            )
+            await self.intents.delete(intent, lambda ops, t=txn: self.log.settle_into(ops, t, Decision.ABORT))
             self.refresh()
             if intent.role is Role.PRIMARY:
                 for peer in sorted(self._others(intent.records)):
