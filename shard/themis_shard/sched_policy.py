@@ -13,7 +13,9 @@ share of the CPU, but a woken thread does not preempt a running one; it waits fo
 its slice or for an idle core. So an event loop finishes its turn. Measured on three shards
 (RAID1), interleaved with the default policy: 16 writers at w=majority 741 -> 804 writes/s
 (median of 3) with 13 % less CPU per write, 64 writers +10-28 %, 16 single-shard transactions
-658 -> 741/s; at 1 client no change (a woken thread finds an idle core), and GETs within noise.
+658 -> 741/s; at 1 client no change (a woken thread finds an idle core), and GETs and RAG answers
+within noise. etcd gains as much from it (16 writers 819 -> 1,036 puts/s), so
+``bench/storage.py`` starts its etcd under the shards' policy.
 
 Applied first thing by the process entry point, to every thread the process has (imports may
 have started some: OpenBLAS's pool) and so to every thread started later, which inherits it:
