@@ -93,6 +93,22 @@ def test_a_majority_write_reaches_every_other_owner_or_leaves_a_hint_for_it(tmp_
         assert not [c for p in peers.peers for c in peers.calls_to(p) if p not in (up, down)]
 
 
+def test_a_lone_shards_write_awaits_its_fsync_without_a_worker_thread(tmp_path, store, monkeypatch) -> None:
+    import anyio.to_thread
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a worker thread was asked for")
+
+    current = live(plan_of(1, "raid0"))
+    with fake_peers(tmp_path) as peers:
+        executor = peers.executor(current)
+        replication = Replication(executor, HintLog(store), current, CollectorRegistry())
+        documents = DistributedDocuments(store, executor, replication, current)
+        monkeypatch.setattr(anyio.to_thread, "run_sync", refuse)
+        [change] = asyncio.run(documents.commit_here([Write("c", "k", {"x": 1})]))
+        assert change.version == 1 and store.get("c", "k").document == {"x": 1}
+
+
 def test_a_write_that_cannot_reach_every_owner_fails_by_default_and_is_never_served(tmp_path, store) -> None:
     current = live(plan_of(4, "raid6"))
     topo = current.topology

@@ -363,3 +363,27 @@ def test_a_failed_unsynced_write_by_its_caller_fails_the_item_and_forgets_what_w
         group.wait(item)
     assert forgotten == [True] and published == []
     group.close()
+
+
+def test_a_coroutines_commit_is_durable_and_refuses_a_stale_expected_version(tmp_path) -> None:
+    from themis_shard.errors import Conflict
+
+    store = DocumentStore(tmp_path / "db")
+
+    async def writes():
+        first = await store.commit_async([Write("c", "k", {"n": 1})])
+        second = await store.commit_async([Write("c", "k", {"n": 2})], expected={("c", "k"): 1})
+        with pytest.raises(Conflict):
+            await store.commit_async([Write("c", "k", {"n": 3})], expected={("c", "k"): 1})
+        return first, second
+
+    try:
+        first, second = asyncio.run(writes())
+        assert [c.version for c in first] == [1] and [c.version for c in second] == [2]
+    finally:
+        store.close()
+    reopened = DocumentStore(tmp_path / "db")
+    try:
+        assert reopened.get("c", "k").document == {"n": 2} and reopened.get("c", "k").version == 2
+    finally:
+        reopened.close()

@@ -705,6 +705,25 @@ class DocumentStore:
         self._group.wait(item)
         return changes
 
+    async def commit_async(
+        self,
+        writes: list[Write],
+        expected: dict[tuple[str, str], int] | None = None,
+        checks: tuple[Check, ...] | list[Check] = (),
+    ) -> list[Change]:
+        """``commit`` for a coroutine: planned and staged here (under the lock, briefly, as a
+        coordinator's ``prepare``), and the event loop is free while the synced write that
+        carries it is in progress; no worker thread waits for it."""
+        if not writes and not checks:
+            return []
+        with self._lock:
+            installs = self._plan(writes, expected, checks)
+            if not installs:
+                return []
+            item, changes = self._install(installs)
+        await self._group.wait_async(item)
+        return changes
+
     def prepare(self, writes: list[Write], checks: tuple[Check, ...] | list[Check] = ()) -> list[Replicated]:
         """The records ``commit`` would install — validated, versioned and stamped — without
         installing them: a coordinator sends them to the other owners first and installs them

@@ -505,7 +505,7 @@ class DistributedDocuments:
                 if self.store.version(w.collection, w.key) == 0:
                     await self.handoff.fetch_previous(w.collection, w.key)
         if not topo.clustered:
-            return await run_in_threadpool(self.store.commit, writes, None, checks)
+            return await self.store.commit_async(writes, None, checks)
         keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
         refused = lease_refusal(topo, self.lease) or floor_refusal(topo, concern, keys)
         if refused is not None and self.fencing:
