@@ -695,15 +695,11 @@ class DocumentStore:
         snapshot; every such key must still have it (first committer wins). ``checks`` must
         hold as well (409 ``version_conflict``), under the same lock.
         """
-        if not writes and not checks:
+        staged = self._stage_commit(writes, expected, checks)
+        if staged is None:
             return []
-        with self._lock:
-            installs = self._plan(writes, expected, checks)
-            if not installs:
-                return []
-            item, changes = self._install(installs)
-        self._group.wait(item)
-        return changes
+        self._group.wait(staged[0])
+        return staged[1]
 
     async def commit_async(
         self,
@@ -714,15 +710,27 @@ class DocumentStore:
         """``commit`` for a coroutine: planned and staged here (under the lock, briefly, as a
         coordinator's ``prepare``), and the event loop is free while the synced write that
         carries it is in progress; no worker thread waits for it."""
-        if not writes and not checks:
+        staged = self._stage_commit(writes, expected, checks)
+        if staged is None:
             return []
+        await self._group.wait_async(staged[0])
+        return staged[1]
+
+    def _stage_commit(
+        self,
+        writes: list[Write],
+        expected: dict[tuple[str, str], int] | None,
+        checks: tuple[Check, ...] | list[Check],
+    ):
+        """``commit``'s planning and staging: (item to wait for, changes), or None (nothing to
+        write)."""
+        if not writes and not checks:
+            return None
         with self._lock:
             installs = self._plan(writes, expected, checks)
             if not installs:
-                return []
-            item, changes = self._install(installs)
-        await self._group.wait_async(item)
-        return changes
+                return None
+            return self._install(installs)
 
     def prepare(self, writes: list[Write], checks: tuple[Check, ...] | list[Check] = ()) -> list[Replicated]:
         """The records ``commit`` would install — validated, versioned and stamped — without
