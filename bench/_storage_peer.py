@@ -197,11 +197,10 @@ def compare(
         try:
             shards = json.loads((cwd / ".themis" / "cluster.json").read_text())["shards"]
             batch = scheduled_batch(shards[0]["pid"])
-            with etcd_cluster(cwd / "etcd", batch_scheduling=batch and peer_sched == "same") as members:
-                print_(
-                    f"\nCPU scheduling: Themis's shards {'SCHED_BATCH' if batch else 'the default policy'}, "
-                    f"etcd {'SCHED_BATCH' if batch and peer_sched == 'same' else 'the default policy'}"
-                )
+            etcd_batch = batch and peer_sched == "same"
+            with etcd_cluster(cwd / "etcd", batch_scheduling=etcd_batch) as members:
+                policy = {True: "SCHED_BATCH", False: "the default policy"}
+                print_(f"\nCPU scheduling: Themis's shards {policy[batch]}, etcd {policy[etcd_batch]}")
                 headers = api_headers(cwd)
                 router = KeyRouter.from_cluster(shards[0]["url"], headers)
                 pids = [s["pid"] for s in shards]

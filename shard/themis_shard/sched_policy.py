@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,7 +53,7 @@ class Scheduler(Protocol):
 def process_threads() -> list[int]:
     """The ids of this process's threads (Linux), the calling one (0) when they cannot be listed."""
     try:
-        return [int(t) for t in os.listdir(Path("/proc/self/task"))]
+        return [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
         return [0]
 

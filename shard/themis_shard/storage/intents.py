@@ -141,7 +141,7 @@ class IntentStore:
 
     def __init__(self, store: DocumentStore) -> None:
         self._store = store
-        self._cf, self._handle, self._db, self._sync = store.column_family("intents")
+        self._cf, self._handle, _, _ = store.column_family("intents")
         self._lock = threading.Lock()
         self._intents: dict[bytes, Intent] = {}
         self._holders: dict[tuple[str, str], set[str]] = {}
