@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from _sched import launcher
 
 INSTALL = "apt-get update && apt-get install -y etcd-server etcd-client"
 
@@ -64,7 +65,6 @@ def etcd_cluster(workdir: Path, members: int = 3, batch_scheduling: bool = False
     default (``themis_shard/sched_policy.py``), so that a comparison gives neither side the
     scheduler's help alone."""
     binary = etcd_binary()
-    launcher = ["chrt", "--batch", "0"] if batch_scheduling else []
     ports = free_ports(2 * members)
     client = [f"http://127.0.0.1:{p}" for p in ports[:members]]
     peer = [f"http://127.0.0.1:{p}" for p in ports[members:]]
@@ -77,7 +77,7 @@ def etcd_cluster(workdir: Path, members: int = 3, batch_scheduling: bool = False
             procs.append(
                 subprocess.Popen(
                     [
-                        *launcher,
+                        *launcher(batch_scheduling),
                         binary,
                         f"--name={name}",
                         f"--data-dir={workdir / name}",

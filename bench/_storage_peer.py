@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import statistics
 import tempfile
 import uuid
@@ -30,6 +29,7 @@ import httpx
 from _etcd import b64, etcd_cluster, etcd_version
 from _load import Op, Result, measure
 from _local import api_headers, themis
+from _sched import POLICY, scheduled_batch
 from themis_client.routing import KeyRouter
 
 DOC = {"title": "A document", "body": "x" * 160, "n": 1}
@@ -199,8 +199,7 @@ def compare(
             batch = scheduled_batch(shards[0]["pid"])
             etcd_batch = batch and peer_sched == "same"
             with etcd_cluster(cwd / "etcd", batch_scheduling=etcd_batch) as members:
-                policy = {True: "SCHED_BATCH", False: "the default policy"}
-                print_(f"\nCPU scheduling: Themis's shards {policy[batch]}, etcd {policy[etcd_batch]}")
+                print_(f"\nCPU scheduling: Themis's shards {POLICY[batch]}, etcd {POLICY[etcd_batch]}")
                 headers = api_headers(cwd)
                 router = KeyRouter.from_cluster(shards[0]["url"], headers)
                 pids = [s["pid"] for s in shards]
@@ -210,12 +209,6 @@ def compare(
                 _tables(t, e, clients, seconds, headers, print_, repeats)
         finally:
             themis(cwd, "down")
-
-
-def scheduled_batch(pid: int) -> bool:
-    """Whether process ``pid`` runs under SCHED_BATCH (Linux)."""
-    batch = getattr(os, "SCHED_BATCH", None)
-    return batch is not None and os.sched_getscheduler(pid) == batch
 
 
 def _tables(

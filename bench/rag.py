@@ -19,10 +19,12 @@ above 1 is better for Themis, latency below 1).
 
 The two-tier stack runs twice: as llama-server starts by default, and with llama-server's own
 n-gram speculation (``--spec-type ngram-simple``), since Themis's RAG speculates by default;
-the ratios are printed against both.
+the ratios are printed against both. Its processes run under the shards' CPU scheduling policy
+(``_sched.py``: SCHED_BATCH unless ``THEMIS_SCHED_POLICY=normal``), so neither side has the
+scheduler's help alone; ``--peer-sched default`` starts them as packaged.
 
 Run: `.venv/bin/python bench/rag.py [--questions 20] [--clients 1,8] [--max-tokens 48] [--k 3]
-[--no-peer-speculation]`
+[--no-peer-speculation] [--peer-sched same|default]`
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import httpx
 from _local import themis
+from _sched import POLICY, launcher, shards_batch
 from themis_client import ThemisClient
 from themis_core.plan import ClusterPlan
 from themis_shard.demo.corpus import Paragraph, load_corpus
@@ -130,13 +133,23 @@ class TwoTier:
     matches 2..4-gram and drafts up to 8), as Themis's RAG does by default."""
 
     def __init__(
-        self, tmp: Path, gen_model: Path, embed_model: Path, threads: int, slots: int, *, lookup: bool = False
+        self,
+        tmp: Path,
+        gen_model: Path,
+        embed_model: Path,
+        threads: int,
+        slots: int,
+        *,
+        lookup: bool = False,
+        prefix: list[str] | None = None,
     ) -> None:
+        """``prefix``: the launcher of the stack's CPU scheduling policy (``_sched.launcher``)."""
         self.name = "two-tier (Chroma + llama-server ×2)" + (", n-gram speculation" if lookup else "")
         server = llama_server_binary()
         spec = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
                 "--spec-ngram-simple-size-m", "8"] if lookup else []  # fmt: skip
         self.procs: list[subprocess.Popen] = []
+        self.prefix = prefix or []
         gen_port, emb_port, chroma_port = free_port(), free_port(), free_port()
         common = ["-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1", "--no-webui"]
         self._start(
@@ -161,7 +174,7 @@ class TwoTier:
 
     def _start(self, cmd: list[str], ready: str) -> None:
         log = open(os.devnull, "w")  # noqa: SIM115 (the process owns it)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([*self.prefix, *cmd], stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         wait_ready(ready, proc)
 
@@ -318,6 +331,12 @@ def main() -> None:
     ap.add_argument(
         "--no-peer-speculation", action="store_true", help="no two-tier stack with n-gram speculation"
     )
+    ap.add_argument(
+        "--peer-sched",
+        choices=["same", "default"],
+        default="same",
+        help="the two-tier stack's CPU scheduling: the shards' (SCHED_BATCH by default) or the default",
+    )
     args = ap.parse_args()
     from themis_shard.llm.embeddings import bundled_embedding_gguf
     from themis_shard.llm.model import resolve_model_path
@@ -328,14 +347,19 @@ def main() -> None:
     sets = question_sets(paragraphs, args.questions, args.rounds * len(levels) + 1)
     qs, fresh = sets[0], sets[-1]
     gen_model, embed_model = resolve_model_path("bundled"), bundled_embedding_gguf(LLMSettings())
+    batch = shards_batch()  # `themis up` starts the shards from this environment
+    peer_batch = batch and args.peer_sched == "same"
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         stacks = []
         try:
             cores = os.cpu_count() or 2
-            stacks.append(TwoTier(tmp, gen_model, embed_model, cores, max(levels)))
+            peer = launcher(peer_batch)
+            stacks.append(TwoTier(tmp, gen_model, embed_model, cores, max(levels), prefix=peer))
             if not args.no_peer_speculation:
-                stacks.append(TwoTier(tmp, gen_model, embed_model, cores, max(levels), lookup=True))
+                stacks.append(
+                    TwoTier(tmp, gen_model, embed_model, cores, max(levels), lookup=True, prefix=peer)
+                )
             stacks += [Themis(tmp, 1), Themis(tmp, 3)]
             ingest = {s.name: s.ingest(paragraphs) for s in stacks}
             results: dict[tuple[str, int], dict] = {}
@@ -354,7 +378,8 @@ def main() -> None:
     peers = [s.name for s in stacks if isinstance(s, TwoTier)]
     print(
         f"\nRAG: {len(qs)} questions, k={args.k}, {args.max_tokens} greedy tokens, "
-        f"best of {args.rounds} interleaved rounds, {os.cpu_count()} cores shared by every stack"
+        f"best of {args.rounds} interleaved rounds, {os.cpu_count()} cores shared by every stack; "
+        f"CPU scheduling: Themis's shards {POLICY[batch]}, the two-tier stack {POLICY[peer_batch]}"
     )
     heads = " | ".join(f"vs {'two-tier' if i == 0 else 'two-tier + spec'}: answers/s · p50 · p99 · TTFT"
                        for i, _ in enumerate(peers))  # fmt: skip
