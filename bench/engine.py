@@ -73,9 +73,10 @@ def free_port() -> int:
 
 async def stream_one(
     client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int
-) -> tuple[float | None, int, list[float]]:
-    """(TTFT, text chunks received, gaps between consecutive chunks). Raw httpx on purpose: the
-    OpenAI route is the one surface Themis and the llama.cpp servers share, asked identically."""
+) -> tuple[float | None, int, list[float], str]:
+    """(TTFT, text chunks received, gaps between consecutive chunks, the error that ended the
+    stream early or ""). Raw httpx on purpose: the OpenAI route is the one surface Themis and the
+    llama.cpp servers share, asked identically."""
     body = {
         "model": "gemma3-270m",
         "prompt": prompt,
@@ -84,7 +85,7 @@ async def stream_one(
         "stream": True,
     }
     t0 = time.perf_counter()
-    ttft, chunks, gaps, last = None, 0, [], t0
+    ttft, chunks, gaps, last, error = None, 0, [], t0, ""
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
             r.raise_for_status()
@@ -100,9 +101,9 @@ async def stream_one(
                     else:
                         gaps.append(now - last)
                     last = now
-    except httpx.HTTPError:  # a server that drops concurrent streams: count what arrived
-        pass
-    return ttft, chunks, gaps
+    except httpx.HTTPError as exc:  # a server that drops concurrent streams: count what arrived
+        error = f"{type(exc).__name__}: {exc}"[:200]
+    return ttft, chunks, gaps, error
 
 
 #: The warm-up's prompt is none of the measured ones: a server that keeps a slot's last prompt
@@ -113,7 +114,7 @@ WARM_UP = "Hello, this is a warm-up request."
 async def drive(url: str, clients: int, requests: int, max_tokens: int, prompts: list[str] = PROMPTS) -> dict:
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
 
-        async def worker(i: int) -> list[tuple[float | None, int, list[float]]]:
+        async def worker(i: int) -> list[tuple[float | None, int, list[float], str]]:
             return [
                 await stream_one(client, url, prompts[(i + k) % len(prompts)], max_tokens)
                 for k in range(requests)
@@ -122,9 +123,10 @@ async def drive(url: str, clients: int, requests: int, max_tokens: int, prompts:
         t0 = time.perf_counter()
         results = [r for rs in await asyncio.gather(*(worker(i) for i in range(clients))) for r in rs]
         wall = time.perf_counter() - t0
-    ttfts = [t for t, _, _ in results if t is not None] or [float("nan")]
-    gaps = [g for _, _, gs in results for g in gs] or [float("nan")]
-    tokens = sum(n for _, n, _ in results)
+    ttfts = [t for t, _, _, _ in results if t is not None] or [float("nan")]
+    gaps = [g for _, _, gs, _ in results for g in gs] or [float("nan")]
+    tokens = sum(n for _, n, _, _ in results)
+    errors = [e for _, _, _, e in results if e]
     return {
         "tok_s": tokens / wall,
         "ttft_p50": float(np.percentile(ttfts, 50)),
@@ -133,7 +135,16 @@ async def drive(url: str, clients: int, requests: int, max_tokens: int, prompts:
         "itl_p99": float(np.percentile(gaps, 99)),
         "tokens": tokens,
         "expected": clients * requests * max_tokens,
+        "errors": errors,
     }
+
+
+def better(r: dict, best: dict | None) -> bool:
+    """Is round ``r`` the one to keep? A round whose every token arrived beats one cut short
+    (a request that failed fast would otherwise look fastest), then the higher tok/s."""
+    if best is None:
+        return True
+    return (r["tokens"] >= r["expected"], r["tok_s"]) > (best["tokens"] >= best["expected"], best["tok_s"])
 
 
 # -- servers ---------------------------------------------------------------------------------------
@@ -503,7 +514,7 @@ def main() -> None:
                             srv.close()
                     for name, r in runs.items():
                         best = results[name].get(n)
-                        if r is not None and (best is None or r["tok_s"] > best["tok_s"]):
+                        if r is not None and better(r, best):
                             results[name][n] = r
         finally:
             if native is not None:
@@ -526,6 +537,11 @@ def main() -> None:
                 continue
             cells = [results[p].get(n) if p != name else None for p in peers]
             print(row(name, n, results[name].get(n), cells))
+    for name in LABELS:  # a row short of its tokens says why
+        for n, r in sorted(results[name].items()):
+            if r is not None and r.get("errors"):
+                errors = r["errors"]
+                print(f"\n{LABELS[name]}, {n} clients: {len(errors)} stream(s) ended early: {errors[0]}")
 
     if args.lora:
         lora_cost(model, args)
