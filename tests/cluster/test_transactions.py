@@ -147,12 +147,13 @@ def refused(request: httpx.Request) -> httpx.Response:
 
 
 class Shard:
-    """s-0's transactions part over a real RocksDB; every peer refuses connections."""
+    """s-0's transactions part over a real RocksDB; every peer refuses connections (unless
+    ``peers`` answers them)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, peers=refused) -> None:
         self.store = DocumentStore(path, origin="s-0")
         plan = live(PLAN, "s-0", breaker_health_probe_s=0)
-        self.executor = RemoteExecutor(plan.settings, plan.url, transport=httpx.MockTransport(refused))
+        self.executor = RemoteExecutor(plan.settings, plan.url, transport=httpx.MockTransport(peers))
         registry = CollectorRegistry()
         self.plan = plan
         self.replication = Replication(self.executor, HintLog(self.store), plan, registry)
@@ -310,6 +311,35 @@ def test_a_transaction_no_decider_can_log_aborts_and_its_id_is_spent(shard: Shar
     with pytest.raises(Conflict) as again:
         asyncio.run(shard.txns.run([Write("acc", a, {"n": 1})], [], WriteConcern.ONE, "client-id"))
     assert again.value.code == "transaction_id_in_use"
+
+
+def test_a_retried_id_leaves_the_first_attempts_intents_to_their_deciders(tmp_path: Path) -> None:
+    """The coordinator was killed after a decider accepted COMMIT and before its own record: its
+    log knows nothing of the id. The client retries with the same id; every participant refuses
+    it (409 ``transaction_id_in_use``). The retry must neither record an outcome under that id
+    nor abort the first attempt's intents: the decider's COMMIT is the outcome, and recovery
+    finds it."""
+
+    def decider(request: httpx.Request) -> httpx.Response:  # s-1 accepted the first attempt's COMMIT
+        if request.url.path == "/internal/txn/fence":
+            return httpx.Response(200, json={"decision": "commit", "running": False, "prepared": False})
+        return refused(request)
+
+    shard = Shard(tmp_path / "db", peers=decider)
+    [a] = keys_of("s-0", 1)
+    try:
+        first = [Write("acc", a, {"n": 1})]
+        asyncio.run(
+            shard.txns.participant.prepare("t1", "s-0", ME.version, first, [], WriteConcern.ONE, ("s-1",))
+        )
+        with pytest.raises(Conflict) as again:
+            asyncio.run(shard.txns.run(first, [], WriteConcern.ONE, "t1"))
+        assert again.value.code == "transaction_id_in_use"
+        assert shard.txns.log.get("t1") is None and shard.txns.intents.holders([("acc", a)])
+        assert asyncio.run(shard.txns.resolver.settle("t1", force=True)) is Decision.COMMIT
+        assert shard.store.get("acc", a).document == {"n": 1}
+    finally:
+        shard.close()
 
 
 def test_a_restarted_participant_commits_what_its_coordinator_logged(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from ..placement.views import TopologySource
 from ..replication.delivery import NOT_SENT_REASONS
 from ..replication.fencing import WriteConcern
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
-from .decisions import Group, client_error, coordinator_decision, deciders, participant_groups
+from .decisions import Group, client_error, coordinator_decision, deciders, id_spent, participant_groups
 from .metrics import TxnMetrics
 from .participant import Participant
 from .settings import TxnSettings
@@ -101,20 +101,22 @@ class Coordinator:
                 return_exceptions=True,
             )
             errors = [v for v in votes if isinstance(v, BaseException)]
+            # participants that know this id from an earlier attempt: its fate is its deciders'
+            spent = {p for p, v in zip(groups, votes, strict=True) if id_spent(v)}
             decision = coordinator_decision(not isinstance(v, BaseException) for v in votes)
             if decision is Decision.COMMIT:
                 await self._pause(txn, self.settings.pause_after_prepare_s, "prepared", "deciding")
                 decision = await self._decide(txn, list(groups), decider_ids)
                 await self._pause(txn, self.settings.pause_after_decision_s, "decided", "logging it")
                 await run_in_threadpool(self.log.settle, txn, decision, groups, decision is Decision.COMMIT)
-            else:  # a participant that misses phase 2, or a client with the id, asks here
+            elif not spent:  # a participant that misses phase 2, or a client with the id, asks here
                 await run_in_threadpool(lambda: self.log.settle(txn, Decision.ABORT, sync=False))
         except Unavailable:
             self.metrics.outcomes.labels(kind="cross", outcome="unknown").inc()
             raise
         finally:
             self._in_flight.pop(txn, None)
-        await self._phase_two(txn, decision, list(groups))
+        await self._phase_two(txn, decision, [p for p in groups if p not in spent])
         if decision is Decision.COMMIT:
             self.metrics.outcomes.labels(kind="cross", outcome="committed").inc()
             out: dict[int, Change] = {}

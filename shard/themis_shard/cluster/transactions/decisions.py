@@ -81,6 +81,13 @@ def kind(keys: Iterable[tuple[str, str]], topology: Topology) -> str:
     return "single" if same_owners(keys, topology) else "cross"
 
 
+def id_spent(vote: object) -> bool:
+    """Did a participant refuse a prepare because it already knows the transaction's id? Then
+    the id belongs to an earlier attempt, whose fate its deciders hold: this attempt must not
+    record an outcome under it, nor abort that participant's intents."""
+    return isinstance(vote, ThemisError) and vote.code == "transaction_id_in_use"
+
+
 def coordinator_decision(prepared: Iterable[bool]) -> Decision:
     """Commit only when every participant prepared; anything else (a refusal, a timeout, an
     unreachable participant) aborts."""
