@@ -44,12 +44,15 @@ N = 3
 
 
 def status(cluster, shard: str, txn: str) -> dict:
-    """``shard``'s own knowledge of ``txn`` (asking it fences nothing)."""
+    """``shard``'s own knowledge of the one attempt at ``txn`` (asking it fences nothing; a
+    client's id is run under an attempt's name, which the answer lists)."""
     r = httpx.post(
         f"{cluster.url(shard)}/internal/txn/status", json={"txn": txn}, auth=peer_auth(), timeout=10
     )
     r.raise_for_status()
-    return r.json()
+    attempts = list(r.json().get("attempts", {}).values())
+    assert len(attempts) <= 1, attempts
+    return attempts[0] if attempts else r.json()
 
 
 def start_transactions(cluster, tag: str, ready) -> list[tuple[str, str, str, tuple]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,8 @@ from themis_shard.cluster.transactions.decisions import (
     coordinator_decision,
     deciders,
     enough_copies,
+    id_outcome,
+    id_outcome_after_fence,
     in_doubt,
     kind,
     outcome,
@@ -116,6 +119,42 @@ def test_what_a_client_is_told_about_its_id() -> None:
     assert outcome_after_fence({"s-0": FENCED, "s-1": None, "s-2": None}, copies=2) is Outcome.UNKNOWN
     assert outcome_after_fence({"s-0": FENCED, "s-1": None}, copies=1) is Outcome.UNKNOWN
     assert outcome_after_fence({"s-0": Status(running=True), "s-1": FENCED}, copies=2) is Outcome.IN_PROGRESS
+
+
+def test_what_a_client_is_told_about_an_id_it_retried() -> None:
+    """Each attempt at an id has its own fate; the id is committed if one attempt committed,
+    in progress while one may still commit, aborted once every one is. A shard that fenced the
+    bare id refuses every attempt it has nothing logged for."""
+
+    def shard(**attempts: Status) -> Status:
+        return Status(attempts={f"t1@{n}": s for n, s in attempts.items()})
+
+    aborted, prepared = Status(Decision.ABORT), Status(prepared=True)
+    assert (
+        id_outcome({"s-0": shard(a=aborted), "s-1": shard(b=Status(Decision.COMMIT))}, "t1")
+        is Outcome.COMMITTED
+    )
+    assert id_outcome({"s-0": shard(a=aborted), "s-1": shard(b=prepared)}, "t1") is Outcome.IN_PROGRESS
+    assert (
+        id_outcome({"s-0": shard(a=aborted), "s-1": shard(b=aborted), "s-2": None}, "t1") is Outcome.ABORTED
+    )
+    assert (
+        id_outcome({"s-0": Status(Decision.COMMIT), "s-1": None}, "t1") is Outcome.COMMITTED
+    )  # an older version's
+    assert id_outcome({"s-0": Status(), "s-1": Status()}, "t1") is Outcome.UNKNOWN
+    # every shard fenced the bare id; s-0 had fenced the second attempt by its name before
+    fenced = Status(Decision.FENCED)
+    after = {
+        "s-0": replace(shard(a=aborted, b=fenced), decision=Decision.FENCED),
+        "s-1": fenced,
+        "s-2": fenced,
+    }
+    assert id_outcome(after, "t1") is Outcome.UNKNOWN
+    assert id_outcome_after_fence(after, "t1", copies=2) is Outcome.ABORTED
+    assert (
+        id_outcome_after_fence({**after, "s-2": shard(b=Status(running=True))}, "t1", 2)
+        is Outcome.IN_PROGRESS
+    )
 
 
 def test_an_intent_is_in_doubt_once_old_enough() -> None:
@@ -307,7 +346,8 @@ def test_a_transaction_no_decider_can_log_aborts_and_its_id_is_spent(shard: Shar
         asyncio.run(shard.txns.run([Write("acc", a, {"n": 1})], [], WriteConcern.ONE, "client-id"))
     assert aborted.value.code == "transaction_timeout"
     assert shard.store.get("acc", a) is None and shard.txns.intents.all() == []
-    assert shard.txns.status("client-id").decision is Decision.ABORT
+    [attempt] = shard.txns.status("client-id").attempts.values()
+    assert attempt.decision is Decision.ABORT
     with pytest.raises(Conflict) as again:
         asyncio.run(shard.txns.run([Write("acc", a, {"n": 1})], [], WriteConcern.ONE, "client-id"))
     assert again.value.code == "transaction_id_in_use"
@@ -316,9 +356,8 @@ def test_a_transaction_no_decider_can_log_aborts_and_its_id_is_spent(shard: Shar
 def test_a_retried_id_leaves_the_first_attempts_intents_to_their_deciders(tmp_path: Path) -> None:
     """The coordinator was killed after a decider accepted COMMIT and before its own record: its
     log knows nothing of the id. The client retries with the same id; every participant refuses
-    it (409 ``transaction_id_in_use``). The retry must neither record an outcome under that id
-    nor abort the first attempt's intents: the decider's COMMIT is the outcome, and recovery
-    finds it."""
+    it (409 ``transaction_id_in_use``). The retry's abort is its own attempt's: the first
+    attempt's intents stay for their deciders, whose COMMIT recovery finds."""
 
     def decider(request: httpx.Request) -> httpx.Response:  # s-1 accepted the first attempt's COMMIT
         if request.url.path == "/internal/txn/fence":
@@ -330,16 +369,57 @@ def test_a_retried_id_leaves_the_first_attempts_intents_to_their_deciders(tmp_pa
     try:
         first = [Write("acc", a, {"n": 1})]
         asyncio.run(
-            shard.txns.participant.prepare("t1", "s-0", ME.version, first, [], WriteConcern.ONE, ("s-1",))
+            shard.txns.participant.prepare(
+                "t1@first", "s-0", ME.version, first, [], WriteConcern.ONE, ("s-1",)
+            )
         )
         with pytest.raises(Conflict) as again:
             asyncio.run(shard.txns.run(first, [], WriteConcern.ONE, "t1"))
         assert again.value.code == "transaction_id_in_use"
-        assert shard.txns.log.get("t1") is None and shard.txns.intents.holders([("acc", a)])
-        assert asyncio.run(shard.txns.resolver.settle("t1", force=True)) is Decision.COMMIT
+        assert shard.txns.log.get("t1@first") is None and shard.txns.intents.holders([("acc", a)])
+        assert asyncio.run(shard.txns.resolver.settle("t1@first", force=True)) is Decision.COMMIT
         assert shard.store.get("acc", a).document == {"n": 1}
     finally:
         shard.close()
+
+
+def test_a_retry_with_other_keys_is_refused_where_any_attempt_at_its_id_is_held(shard: Shard) -> None:
+    """A replica's copy of the first attempt's intent spends the id here as much as a primary
+    one: the retry, with other keys this shard is the primary of, is refused, and the first
+    attempt's intent is untouched."""
+    a, b = keys_of("s-0")
+    [record] = shard.store.prepare([Write("acc", a, {"n": 1})])
+    asyncio.run(
+        shard.txns.intents.put(Intent("t1@first", "s-1", ME.version, Role.REPLICA, (record,), (), "s-1"))
+    )
+    with pytest.raises(Conflict) as again:
+        asyncio.run(shard.txns.run([Write("acc", b, {"n": 2})], [], WriteConcern.ONE, "t1"))
+    assert again.value.code == "transaction_id_in_use"
+    assert [i.txn for i in shard.txns.intents.all()] == ["t1@first"] and shard.store.get("acc", b) is None
+
+
+def test_an_attempt_is_never_committed_by_another_attempts_decision(shard: Shard) -> None:
+    """This shard decided the first attempt at ``t1`` (a decider's COMMIT) and holds the intent
+    of a second attempt, with other keys, whose coordinator is gone and whose abort was lost.
+    Termination fences the second attempt by its own name: the first one's COMMIT does not
+    speak for it, and it aborts."""
+    [a] = keys_of("s-0", 1)
+    assert shard.txns.log.accept("t1@first", ["s-1"]).decision is Decision.COMMIT
+    old_intent(shard, "t1@second", a, coordinator="s-2", deciders=("s-0",))
+    assert asyncio.run(shard.txns.resolver.resolve()) == 1
+    assert shard.store.get("acc", a) is None and shard.txns.intents.all() == []
+    assert shard.txns.log.get("t1@second").decision is Decision.ABORT
+
+
+def test_a_decider_accepts_one_attempt_per_id_and_none_once_the_id_is_fenced(shard: Shard) -> None:
+    log = shard.txns.log
+    assert log.accept("t1@first", ["s-1"]).decision is Decision.COMMIT
+    assert log.accept("t1@first", ["s-1"]).decision is Decision.COMMIT  # the same attempt again
+    assert log.accept("t1@second", ["s-1"]).decision is Decision.FENCED
+    assert log.accept("t10@first", ["s-1"]).decision is Decision.COMMIT  # another id
+    asyncio.run(shard.txns.fence("t2"))  # a client asked about an id nobody knew
+    assert log.accept("t2@late", ["s-1"]).decision is Decision.FENCED
+    assert [e.txn for e in log.entries_of("t1")] == ["t1@first", "t1@second"]
 
 
 def test_a_restarted_participant_commits_what_its_coordinator_logged(tmp_path: Path) -> None:

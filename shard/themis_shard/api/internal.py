@@ -73,9 +73,13 @@ def _writes_and_checks(writes: list[dict[str, Any]], checks: list[dict[str, Any]
 
 
 # -- two-phase commit (cluster/transactions/): participant and coordinator endpoints -------------
+#: a client's id (1-64 characters) or an attempt's name: the id, "@" and a 12-digit nonce
+TxnName = Annotated[str, Field(min_length=1, max_length=77)]
+
+
 class PrepareBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    txn: str = Field(..., min_length=1, max_length=64)
+    txn: TxnName
     coordinator: str
     epoch: int
     writes: list[dict[str, Any]]
@@ -86,7 +90,7 @@ class PrepareBody(BaseModel):
 
 class ReplicaIntentBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    txn: str = Field(..., min_length=1, max_length=64)
+    txn: TxnName
     coordinator: str
     primary: str
     epoch: int
@@ -96,13 +100,13 @@ class ReplicaIntentBody(BaseModel):
 
 class AcceptBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    txn: str = Field(..., min_length=1, max_length=64)
+    txn: TxnName
     participants: list[str] = Field(default_factory=list)
 
 
 class TxnBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    txn: str = Field(..., min_length=1, max_length=64)
+    txn: TxnName
 
 
 @router.post("/txn/prepare")
@@ -165,9 +169,10 @@ async def txn_fence(body: TxnBody, shard: Node) -> dict:
 
 @router.post("/txn/settle")
 async def txn_settle(body: TxnBody, shard: Node) -> dict:
-    """An operator's resolve: run termination for the transaction's intents here now."""
-    decision = await shard.cluster.transactions.resolver.settle(body.txn, force=True)
-    return {"decision": decision.value if decision else None}
+    """An operator's resolve: run termination for the intents of every attempt at the
+    transaction's id here now."""
+    settled = await shard.cluster.transactions.resolver.settle_id(body.txn, force=True)
+    return {"decisions": {name: d.value if d else None for name, d in settled.items()}}
 
 
 @router.get("/txn/list")

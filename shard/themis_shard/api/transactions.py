@@ -88,6 +88,9 @@ class HeldBy(BaseModel):
 
 class TransactionRow(BaseModel):
     id: str
+    attempt: str = Field(
+        ..., description="the attempt's name inside the cluster: the id, @, and the attempt's nonce"
+    )
     state: Literal["in_doubt", "running", "committing"] = Field(
         ...,
         description="in_doubt: prepared intents wait for a decision; running: its coordinator is "

@@ -17,6 +17,12 @@ synced ``WriteBatch`` as documents, so they survive ``kill -9`` exactly as ackno
     once known (a ``FENCED`` entry gives way to it; a final one never changes);
   Finished entries are pruned after a retention period (``prune``), so the log stays bounded.
 
+Every attempt at a client's transaction id is a transaction of its own, named
+``{id}@{nonce}`` (:func:`attempt_name`; ``@`` is never in a client's id): intents, log entries and
+phase-2 messages name the attempt, so one attempt's outcome never speaks for another's, while the
+id itself stays one attempt's (``TxnLog.known``: any entry of any attempt, or a fence of the bare
+id, spends it). Entries and intents of an older version carry the bare id as their name.
+
 The classes do I/O only; the decisions are in ``cluster.transactions.decisions``.
 """
 
@@ -55,6 +61,20 @@ class Decision(StrEnum):
     @property
     def final(self) -> bool:
         return self is not Decision.FENCED
+
+
+#: joins a client's transaction id and an attempt's nonce (``api/transactions.py`` never admits it in an id)
+ATTEMPT_SEP = "@"
+
+
+def attempt_name(txn_id: str, nonce: str) -> str:
+    """The name one attempt at ``txn_id`` goes by inside the cluster."""
+    return f"{txn_id}{ATTEMPT_SEP}{nonce}"
+
+
+def client_id(name: str) -> str:
+    """The client's transaction id an attempt's name belongs to (a bare id: itself)."""
+    return name.split(ATTEMPT_SEP, 1)[0]
 
 
 def now_ms() -> int:
@@ -205,6 +225,10 @@ class IntentStore:
     def all(self) -> list[Intent]:
         return list(self._intents.values())
 
+    def names_of(self, txn_id: str) -> set[str]:
+        """The attempts of a client's transaction id (its own name included) held here."""
+        return {i.txn for i in list(self._intents.values()) if client_id(i.txn) == txn_id}
+
     def prepared(self, txn: str) -> bool:
         """Does this shard hold any intent of ``txn``?"""
         return any(i.txn == txn for i in list(self._intents.values()))
@@ -271,15 +295,42 @@ class TxnLog:
         raw = self._cf.get(txn.encode())
         return None if raw is None else decode_entry(raw)
 
+    def entries_of(self, txn_id: str) -> list[LogEntry]:
+        """Every entry of a client's transaction id: the bare id's own (an older version's
+        transaction, or a fence by a client's question) and each attempt's (one seek: the
+        attempts' names sort together after ``{id}@``)."""
+        found = [] if (bare := self.get(txn_id)) is None else [bare]
+        prefix = (txn_id + ATTEMPT_SEP).encode()
+        for key, raw in self._cf.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            found.append(decode_entry(raw))
+        return found
+
+    def known(self, txn_id: str) -> LogEntry | None:
+        """An entry that spends a client's transaction id here, if any (see ``entries_of``)."""
+        bare = self.get(txn_id)
+        if bare is not None:
+            return bare
+        prefix = (txn_id + ATTEMPT_SEP).encode()
+        for key, raw in self._cf.items(from_key=prefix):
+            return decode_entry(raw) if key.startswith(prefix) else None
+        return None
+
     def accept(self, txn: str, participants: Iterable[str] = ()) -> LogEntry:
         """As a decider: make COMMIT final here unless something is logged already (a fence, or
         a decision); return the entry that stands (COMMIT only if this call or an earlier one
-        logged it)."""
+        logged it). Another attempt at the same client id logged here, or a fence of the bare
+        id, fences this one: an id commits at most one attempt wherever its deciders meet."""
         with self._lock:
             found = self.get(txn)
             if found is not None:
                 return found
-            entry = LogEntry(txn, Decision.COMMIT, tuple(sorted(participants)), done=True)
+            spent = client_id(txn) != txn and self.known(client_id(txn)) is not None
+            if spent:
+                entry = LogEntry(txn, Decision.FENCED, done=True)
+            else:
+                entry = LogEntry(txn, Decision.COMMIT, tuple(sorted(participants)), done=True)
             self._write(entry)
             return entry
 

@@ -17,10 +17,10 @@ from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
-from ...storage.intents import Decision
+from ...storage.intents import Decision, client_id
 from ..placement.views import TopologySource
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
-from .decisions import Outcome, Status, outcome, outcome_after_fence
+from .decisions import Outcome, Status, id_outcome, id_outcome_after_fence
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ MESSAGES = {
 
 
 def summarize(listings: dict[str, dict | None]) -> list[dict]:
-    """Every transaction some shard still holds, coordinates or re-drives, one row each, oldest
-    first: which shards hold it and how (pure; ``listings`` is each shard's ``listing()``)."""
+    """Every transaction some shard still holds, coordinates or re-drives, one row per attempt,
+    oldest first: which shards hold it and how (pure; ``listings`` is each shard's ``listing()``)."""
     rows: dict[str, dict] = {}
     for shard, listing in sorted(listings.items()):
         if listing is None:
@@ -78,12 +78,13 @@ def summarize(listings: dict[str, dict | None]) -> list[dict]:
             row["coordinator"] = shard
             if row["state"] != "running":
                 row["state"] = "committing"
-    return sorted(rows.values(), key=lambda r: (-r["age_s"], r["id"]))
+    return sorted(rows.values(), key=lambda r: (-r["age_s"], r["attempt"]))
 
 
-def _row(txn: str) -> dict:
+def _row(name: str) -> dict:
     return {
-        "id": txn,
+        "id": client_id(name),
+        "attempt": name,
         "state": "none",
         "coordinator": None,
         "deciders": [],
@@ -150,10 +151,10 @@ class ClusterTransactions:
     async def outcome(self, txn: str) -> Answer:
         """What became of ``txn``: committed, aborted, in progress, or unknown."""
         statuses = await self._statuses(txn, "status")
-        found = outcome(statuses)
+        found = id_outcome(statuses, txn)
         if found is Outcome.UNKNOWN:  # nobody decided or runs it: make it never commit
             statuses = await self._statuses(txn, "fence")
-            found = outcome_after_fence(statuses, self._plan.topology.plan.copies)
+            found = id_outcome_after_fence(statuses, txn, self._plan.topology.plan.copies)
         silent = tuple(s for s, v in statuses.items() if v is None)
         if found is Outcome.UNKNOWN:
             message = (
@@ -177,8 +178,10 @@ class ClusterTransactions:
         answer its outcome."""
 
         async def here() -> dict:
-            decision = await self.local.resolver.settle(txn, force=True)
-            return {"decision": decision.value if isinstance(decision, Decision) else None}
+            settled = await self.local.resolver.settle_id(txn, force=True)
+            return {
+                "decisions": {n: d.value if isinstance(d, Decision) else None for n, d in settled.items()}
+            }
 
         await self._everywhere(here, "POST", "/internal/txn/settle", {"txn": txn})
         return await self.outcome(txn)

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Change, Check, Replicated, Write
-from ...storage.intents import Decision, TxnLog
+from ...storage.intents import Decision, TxnLog, attempt_name, client_id
 from ...storage.record_wire import decode_items
 from ..documents.coordinator import check_to_json, refusal, write_to_json
 from ..placement.owners import candidates
@@ -31,7 +31,7 @@ from ..placement.views import TopologySource
 from ..replication.delivery import NOT_SENT_REASONS
 from ..replication.fencing import WriteConcern
 from ..transport.remote import PeerError, PeerUnavailable, RemoteExecutor
-from .decisions import Group, client_error, coordinator_decision, deciders, id_spent, participant_groups
+from .decisions import Group, client_error, coordinator_decision, deciders, participant_groups
 from .metrics import TxnMetrics
 from .participant import Participant
 from .settings import TxnSettings
@@ -62,61 +62,76 @@ class Coordinator:
         self.settings = settings
         self.metrics = metrics
         self._clock = clock
-        #: transactions running here, by id → when they started (the decision's timeout)
+        #: attempts running here, by name → when they started (the decision's timeout)
         self._in_flight: dict[str, float] = {}
+        #: the client id of each attempt running here → its name
+        self._attempts: dict[str, str] = {}
         #: transactions whose phase 2 is being sent right now (the re-drive loop skips them)
         self._finishing: set[str] = set()
 
     # -- the two phases --------------------------------------------------------------------
     def running(self, txn: str) -> bool:
-        return txn in self._in_flight
+        """Is this attempt (a name), or an attempt at this client id, being run here?"""
+        return txn in self._in_flight or txn in self._attempts
 
     def running_ids(self) -> list[str]:
         return sorted(self._in_flight)
+
+    def names_of(self, txn_id: str) -> set[str]:
+        """The attempt at this client id running here, if one is."""
+        return {self._attempts[txn_id]} if txn_id in self._attempts else set()
 
     async def run(
         self, writes: list[Write], checks: list[Check], concern: WriteConcern, txn_id: str | None = None
     ) -> list[Change]:
         """Commit on every participant or on none; results in the order of ``writes``.
-        ``txn_id``: the client's id for the transaction (else a fresh one): one attempt per id."""
+        ``txn_id``: the client's id for the transaction (else a fresh one): one attempt per id,
+        run under a name of its own (``attempt_name``), so that what becomes of an attempt
+        refused as a repeat never touches the first one's intents or outcome."""
         topo = self._plan.topology
         groups = participant_groups(writes, checks, topo)
         keys = [(w.collection, w.key) for w in writes] + [(c.collection, c.key) for c in checks]
         decider_ids = deciders(topo.self_id, groups, keys, topo)
-        txn = txn_id or uuid.uuid4().hex
+        txn_id = txn_id or uuid.uuid4().hex
+        txn = attempt_name(txn_id, uuid.uuid4().hex[:12])
         # checked and claimed with no await in between: a fence here either sees it running or
         # is seen (the same id again, or asked about before it arrived: never started)
-        found = self.log.get(txn)
-        if found is not None or txn in self._in_flight:
+        found = self.log.known(txn_id)
+        if found is not None or txn_id in self._attempts:
             raise Conflict(
-                f"transaction id {txn} is taken ({found.decision.value if found else 'running'}); "
+                f"transaction id {txn_id} is taken ({found.decision.value if found else 'running'}); "
                 "nothing was written: GET /v1/transactions/{id} tells its outcome, a new attempt "
                 "needs a new id",
                 code="transaction_id_in_use",
             )
         self._in_flight[txn] = self._clock()
+        self._attempts[txn_id] = txn
         try:
             votes = await asyncio.gather(
                 *(self._prepare(p, g, txn, topo.epoch, concern, decider_ids) for p, g in groups.items()),
                 return_exceptions=True,
             )
             errors = [v for v in votes if isinstance(v, BaseException)]
-            # participants that know this id from an earlier attempt: its fate is its deciders'
-            spent = {p for p, v in zip(groups, votes, strict=True) if id_spent(v)}
             decision = coordinator_decision(not isinstance(v, BaseException) for v in votes)
             if decision is Decision.COMMIT:
                 await self._pause(txn, self.settings.pause_after_prepare_s, "prepared", "deciding")
                 decision = await self._decide(txn, list(groups), decider_ids)
                 await self._pause(txn, self.settings.pause_after_decision_s, "decided", "logging it")
-                await run_in_threadpool(self.log.settle, txn, decision, groups, decision is Decision.COMMIT)
-            elif not spent:  # a participant that misses phase 2, or a client with the id, asks here
+                # the decider's entry is the one that binds; this one re-drives phase 2 and
+                # answers the participants' questions first, and losing it to a power cut
+                # only leaves both to the deciders (recovery.py): it is not fsynced
+                await run_in_threadpool(
+                    self.log.settle, txn, decision, groups, decision is Decision.COMMIT, False
+                )
+            else:  # a participant that misses phase 2, or a client with the id, asks here
                 await run_in_threadpool(lambda: self.log.settle(txn, Decision.ABORT, sync=False))
         except Unavailable:
             self.metrics.outcomes.labels(kind="cross", outcome="unknown").inc()
             raise
         finally:
             self._in_flight.pop(txn, None)
-        await self._phase_two(txn, decision, [p for p in groups if p not in spent])
+            self._attempts.pop(txn_id, None)
+        await self._phase_two(txn, decision, list(groups))
         if decision is Decision.COMMIT:
             self.metrics.outcomes.labels(kind="cross", outcome="committed").inc()
             out: dict[int, Change] = {}
@@ -127,7 +142,7 @@ class Coordinator:
         self.metrics.outcomes.labels(kind="cross", outcome="aborted").inc()
         if not errors:
             raise Unavailable(
-                f"transaction {txn} prepared everywhere but could not be made final: its deciders "
+                f"transaction {txn_id} prepared everywhere but could not be made final: its deciders "
                 "were fenced (it outlived its timeout) or none could be reached; it was aborted, "
                 "nothing was written",
                 code="transaction_timeout",
@@ -166,9 +181,10 @@ class Coordinator:
                 if exc.reason in NOT_SENT_REASONS:
                     continue
                 raise Unavailable(
-                    f"every participant prepared transaction {txn}, but decider {decider} did not "
-                    f"confirm its commit ({exc.reason}); its participants settle it within "
-                    f"{self.settings.in_doubt_bound_s:.0f} s: GET /v1/transactions/{txn} tells the outcome",
+                    f"every participant prepared transaction {client_id(txn)}, but decider {decider} "
+                    f"did not confirm its commit ({exc.reason}); its participants settle it within "
+                    f"{self.settings.in_doubt_bound_s:.0f} s: GET /v1/transactions/{client_id(txn)} "
+                    "tells the outcome",
                     code="transaction_outcome_unknown",
                 ) from None
             logged = Decision(reply["decision"])

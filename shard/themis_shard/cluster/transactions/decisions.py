@@ -26,23 +26,35 @@ class Outcome(StrEnum):
 @dataclass(frozen=True)
 class Status:
     """One shard's knowledge of a transaction: its log entry (a final decision, a fence, or
-    none), whether it is coordinating it right now, and whether it holds an intent of it."""
+    none), whether it is coordinating it right now, and whether it holds an intent of it.
+    Asked about a client's id, the shard adds the same for each attempt at it it knows
+    (``attempts``, by name); the fields then are the bare id's own."""
 
     decision: Decision | None = None
     running: bool = False
     prepared: bool = False
+    attempts: Mapping[str, Status] = field(default_factory=dict)
 
     def as_json(self) -> dict:
-        return {
+        out: dict = {
             "decision": self.decision.value if self.decision else None,
             "running": self.running,
             "prepared": self.prepared,
         }
+        if self.attempts:
+            out["attempts"] = {name: s.as_json() for name, s in self.attempts.items()}
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> Status:
         raw = d.get("decision")
-        return cls(Decision(raw) if raw else None, bool(d.get("running")), bool(d.get("prepared")))
+        attempts = {str(n): cls.from_json(a) for n, a in (d.get("attempts") or {}).items()}
+        return cls(Decision(raw) if raw else None, bool(d.get("running")), bool(d.get("prepared")), attempts)
+
+    @property
+    def knows(self) -> bool:
+        """A decision, a run or an intent here (a fence alone is no attempt's)."""
+        return (self.decision is not None and self.decision.final) or self.running or self.prepared
 
 
 @dataclass
@@ -79,13 +91,6 @@ def kind(keys: Iterable[tuple[str, str]], topology: Topology) -> str:
     if not topology.clustered:
         return "single"
     return "single" if same_owners(keys, topology) else "cross"
-
-
-def id_spent(vote: object) -> bool:
-    """Did a participant refuse a prepare because it already knows the transaction's id? Then
-    the id belongs to an earlier attempt, whose fate its deciders hold: this attempt must not
-    record an outcome under it, nor abort that participant's intents."""
-    return isinstance(vote, ThemisError) and vote.code == "transaction_id_in_use"
 
 
 def coordinator_decision(prepared: Iterable[bool]) -> Decision:
@@ -149,6 +154,47 @@ def outcome_after_fence(fenced: Mapping[str, Status | None], copies: int) -> Out
     if len(fenced) - len(known) <= (1 if copies > 1 else 0) and all(s.decision is not None for s in known):
         return Outcome.ABORTED
     return Outcome.UNKNOWN
+
+
+def attempt_views(statuses: Mapping[str, Status | None], txn_id: str) -> dict[str, dict[str, Status | None]]:
+    """Each attempt's statuses by shard, from every shard's answer about a client's id. An
+    attempt a shard does not know is, there, what the bare id's entry says of every attempt:
+    fenced when the id is (its ``accept`` fences any attempt then), else nothing. The bare id
+    is an attempt of its own where some shard knows it (an older version's transaction), or
+    where no attempt is known at all."""
+    names = sorted({n for s in statuses.values() if s is not None for n in s.attempts})
+    if not names or any(s is not None and s.knows for s in statuses.values()):
+        names.insert(0, txn_id)
+
+    def seen(s: Status | None, name: str) -> Status | None:
+        if s is None:
+            return None
+        if name == txn_id:
+            return Status(s.decision, s.running, s.prepared)
+        return s.attempts.get(name) or Status(Decision.FENCED if s.decision is Decision.FENCED else None)
+
+    return {name: {shard: seen(s, name) for shard, s in statuses.items()} for name in names}
+
+
+def combined(outcomes: Iterable[Outcome]) -> Outcome:
+    """A client's id from its attempts' outcomes: committed if one committed (an id commits at
+    most one attempt where its deciders meet), in progress while one may still commit,
+    aborted once every one is, else unknown."""
+    found = set(outcomes)
+    for o in (Outcome.COMMITTED, Outcome.IN_PROGRESS, Outcome.UNKNOWN):
+        if o in found:
+            return o
+    return Outcome.ABORTED if found else Outcome.UNKNOWN
+
+
+def id_outcome(statuses: Mapping[str, Status | None], txn_id: str) -> Outcome:
+    """What the shards' answers about a client's id tell the client (``outcome`` per attempt)."""
+    return combined(outcome(v) for v in attempt_views(statuses, txn_id).values())
+
+
+def id_outcome_after_fence(statuses: Mapping[str, Status | None], txn_id: str, copies: int) -> Outcome:
+    """The same once every shard was asked to fence the id (``outcome_after_fence`` per attempt)."""
+    return combined(outcome_after_fence(v, copies) for v in attempt_views(statuses, txn_id).values())
 
 
 def in_doubt(intent: Intent, now_ms: int, after_s: float) -> bool:

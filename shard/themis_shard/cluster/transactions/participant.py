@@ -16,7 +16,7 @@ import logging
 from ...errors import Conflict, Unavailable
 from ...storage.documents import Check, DocumentStore, Replicated, Write
 from ...storage.group_commit import Ops
-from ...storage.intents import Decision, Intent, IntentStore, Role, TxnLog
+from ...storage.intents import Decision, Intent, IntentStore, Role, TxnLog, client_id
 from ...storage.record_wire import encode_items
 from ..placement.views import TopologySource
 from ..replication.delivery import Replication, delivery_of
@@ -154,13 +154,17 @@ class Participant:
         return Delivery.HELD
 
     def _refuse_known(self, txn: str) -> None:
-        """409 for a transaction id this shard has a fate for, or already prepared: an id is
-        one attempt (a resent request must not apply twice; a fenced one never starts)."""
-        found = self.log.get(txn)
-        if found is not None or any(i.primary == self._plan.topology.self_id for i in self.intents.of(txn)):
+        """409 for an attempt at a transaction id this shard knows already: one it prepared, or
+        any other attempt at the id (an intent of any role, a logged fate, a fence). An id is
+        one attempt: a resent request must not apply twice, and a fenced one never starts."""
+        txn_id = client_id(txn)
+        found = self.log.known(txn_id)
+        me = self._plan.topology.self_id
+        held = [i for n in self.intents.names_of(txn_id) for i in self.intents.of(n)]
+        if found is not None or any(i.txn != txn or i.primary == me for i in held):
             state = found.decision.value if found is not None else "prepared"
             raise Conflict(
-                f"transaction id {txn} is taken ({state} here); nothing was written: "
+                f"transaction id {txn_id} is taken ({state} here); nothing was written: "
                 "GET /v1/transactions/{id} tells its outcome, a new attempt needs a new id",
                 code="transaction_id_in_use",
             )

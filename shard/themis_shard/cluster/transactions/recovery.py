@@ -127,6 +127,10 @@ class InDoubtResolver:
         log.warning("in-doubt transaction %s resolved: %s", txn, decision.value)
         return decision
 
+    async def settle_id(self, txn_id: str, force: bool = False) -> dict[str, Decision | None]:
+        """``settle`` every attempt at a client's transaction id held here, by name."""
+        return {name: await self.settle(name, force) for name in sorted(self.intents.names_of(txn_id))}
+
     async def resolve(self) -> int:
         """Settle every in-doubt intent that can be settled now; returns how many transactions."""
         now = now_ms()

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
 from ...storage.documents import Change, Check, DocumentStore, Write
-from ...storage.intents import IntentStore, TxnLog, now_ms
+from ...storage.intents import ATTEMPT_SEP, IntentStore, TxnLog, now_ms
 from ..placement.views import TopologySource
 from ..replication.delivery import Replication
 from ..replication.fencing import KeyLocks, WriteConcern
@@ -82,19 +82,30 @@ class Transactions:
 
     # -- this shard's answers ----------------------------------------------------------------
     def status(self, txn: str) -> Status:
-        """What this shard knows of ``txn`` (blocking: reads the log)."""
+        """What this shard knows of ``txn`` (blocking: reads the log): of one attempt, by its
+        name; of a client's id, of the bare id and of every attempt at it known here."""
         found = self.log.get(txn)
-        return Status(
+        own = Status(
             found.decision if found else None, self.coordinator.running(txn), self.intents.prepared(txn)
         )
+        if ATTEMPT_SEP in txn:
+            return own
+        names = (
+            {e.txn for e in self.log.entries_of(txn)}
+            | self.intents.names_of(txn)
+            | self.coordinator.names_of(txn)
+        ) - {txn}
+        attempts = {name: self.status(name) for name in sorted(names)}
+        running = txn in self.coordinator.running_ids()  # the bare id itself (an attempt runs under its name)
+        return Status(own.decision, running, own.prepared, attempts)
 
     async def fence(self, txn: str) -> Status:
         """Promise never to accept COMMIT for ``txn`` as a decider — unless this shard is
-        coordinating it right now (then it says so and promises nothing)."""
-        if self.coordinator.running(txn):
-            return await run_in_threadpool(self.status, txn)
-        entry = await run_in_threadpool(self.log.fence, txn)
-        return Status(entry.decision, self.coordinator.running(txn), self.intents.prepared(txn))
+        coordinating it right now (then it says so and promises nothing). For a client's id,
+        the promise covers every attempt at it with nothing logged here yet (``TxnLog.accept``)."""
+        if not self.coordinator.running(txn):
+            await run_in_threadpool(self.log.fence, txn)
+        return await run_in_threadpool(self.status, txn)
 
     def listing(self) -> dict:
         """This shard's part of ``themis txn list``: its intents, the transactions it is
