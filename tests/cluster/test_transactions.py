@@ -18,6 +18,7 @@ from themis_shard.cluster.documents.coordinator import DistributedDocuments
 from themis_shard.cluster.placement.owners import Topology
 from themis_shard.cluster.replication.delivery import Replication
 from themis_shard.cluster.replication.fencing import Delivery, KeyLocks, WriteConcern
+from themis_shard.cluster.transactions.admin import summarize
 from themis_shard.cluster.transactions.decisions import (
     Outcome,
     Status,
@@ -155,6 +156,29 @@ def test_what_a_client_is_told_about_an_id_it_retried() -> None:
         id_outcome_after_fence({**after, "s-2": shard(b=Status(running=True))}, "t1", 2)
         is Outcome.IN_PROGRESS
     )
+
+
+def test_the_operators_list_has_one_row_per_attempt_under_the_clients_id() -> None:
+    def intent(name: str, role: str, primary: str, age_s: float) -> dict:
+        return {"txn": name, "role": role, "primary": primary, "coordinator": "s-0",
+                "deciders": ["s-1"], "keys": [f"acc/{name}"], "age_s": age_s}  # fmt: skip
+
+    listings = {
+        "s-1": {"intents": [intent("t1@a", "primary", "s-1", 9.0)], "running": [], "committing": []},
+        "s-2": {
+            "intents": [intent("t1@a", "replica", "s-1", 8.0), intent("t1@b", "primary", "s-2", 2.0)],
+            "running": [],
+            "committing": [],
+        },
+        "s-0": {"intents": [], "running": ["t1@b"], "committing": []},
+        "s-3": None,  # did not answer
+    }
+    rows = summarize(listings)
+    assert [(r["id"], r["attempt"], r["state"]) for r in rows] == [
+        ("t1", "t1@a", "in_doubt"),
+        ("t1", "t1@b", "running"),
+    ]
+    assert [h["shard"] for h in rows[0]["held_by"]] == ["s-1", "s-2"] and rows[0]["age_s"] == 9.0
 
 
 def test_an_intent_is_in_doubt_once_old_enough() -> None:
