@@ -3,12 +3,14 @@
 Phase 1 asks every participant (the primary of each key group, this shard included when it is
 one) to prepare, in parallel. Only when all voted yes does it make COMMIT final, by logging it
 on one *decider* (another shard, ``decisions.deciders``; first writer wins against a
-terminator's fence), then in its own log for the re-drive; then phase 2 tells every
-participant. The client's 200 comes after the decision and one round of phase 2: a participant
-that missed it gets it from the re-drive loop (``redrive``) or finds it itself
-(``recovery.py``). Any refusal aborts. A decider that cannot say whether it logged the COMMIT
-leaves the outcome to the participants' termination: the client hears 503
-``transaction_outcome_unknown`` and can ask ``GET /v1/transactions/{id}``.
+terminator's fence), then in its own log for the re-drive (through the WAL, not fsynced: the
+decider's entry is the one that binds); then phase 2 tells every participant. The client's 200
+comes after the decision and one round of phase 2: a participant that missed it gets it from
+the re-drive loop (``redrive``) or finds it itself (``recovery.py``). Any refusal aborts. A
+decider that cannot say whether it logged the COMMIT leaves the outcome to the participants'
+termination: the client hears 503 ``transaction_outcome_unknown`` and can ask
+``GET /v1/transactions/{id}``. Each attempt runs under its own name (``attempt_name``), so
+whatever becomes of a repeated attempt never touches the first one's intents or outcome.
 """
 
 from __future__ import annotations
