@@ -18,14 +18,25 @@ linux_only = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BA
 
 
 class RecordingScheduler:
+    """Threads start under SCHED_OTHER; ``refuse`` maps a thread to the error that moving it to
+    SCHED_BATCH raises."""
+
     def __init__(self, refuse: dict[int, OSError] | None = None) -> None:
         self.calls: list[tuple[int, int]] = []
         self.refuse = refuse or {}
+        self.policies: dict[int, int] = {}
+
+    def sched_getscheduler(self, pid: int, /) -> int:
+        return self.policies.get(pid, os.SCHED_OTHER)
+
+    def sched_getparam(self, pid: int, /) -> os.sched_param:
+        return os.sched_param(0)
 
     def sched_setscheduler(self, pid: int, policy: int, param: os.sched_param, /) -> None:
-        if pid in self.refuse:
+        if pid in self.refuse and policy == os.SCHED_BATCH:
             raise self.refuse[pid]
         self.calls.append((pid, policy))
+        self.policies[pid] = policy
 
 
 def test_batch_is_the_default_and_settable_from_the_environment(monkeypatch) -> None:
@@ -57,6 +68,39 @@ def test_a_refusal_is_reported_and_the_shard_runs_on(caplog) -> None:
     done = apply_at_start(SchedSettings(), scheduler, threads=lambda: [1])
     assert done == "SCHED_BATCH refused (Operation not permitted); left as started"
     assert "SCHED_BATCH refused" in caplog.text
+
+
+@linux_only
+def test_a_refusal_part_way_puts_the_threads_already_switched_back() -> None:
+    """A thread the kernel (or a seccomp rule) refuses after others were switched: the process
+    is not left half on each policy, and the message is true."""
+    refusal = PermissionError(errno.EPERM, "Operation not permitted")
+    scheduler = RecordingScheduler(refuse={3: refusal})
+    done = apply_at_start(SchedSettings(), scheduler, threads=lambda: [1, 2, 3, 4])
+    assert done == "SCHED_BATCH refused (Operation not permitted); left as started"
+    assert scheduler.policies == {1: os.SCHED_OTHER, 2: os.SCHED_OTHER}
+    stuck = RecordingScheduler(refuse={3: refusal})  # and thread 2, once switched, stays
+    done = apply_at_start(SchedSettings(), _RefusingBack(stuck, 2), threads=lambda: [1, 2, 3])
+    assert done.endswith("; 1 thread(s) could not be put back and run under it")
+    assert stuck.policies == {1: os.SCHED_OTHER, 2: os.SCHED_BATCH}
+
+
+class _RefusingBack:
+    """A scheduler that refuses to move ``thread`` off SCHED_BATCH once it is on it."""
+
+    def __init__(self, inner: RecordingScheduler, thread: int) -> None:
+        self.inner, self.thread = inner, thread
+
+    def sched_getscheduler(self, pid: int, /) -> int:
+        return self.inner.sched_getscheduler(pid)
+
+    def sched_getparam(self, pid: int, /) -> os.sched_param:
+        return self.inner.sched_getparam(pid)
+
+    def sched_setscheduler(self, pid: int, policy: int, param: os.sched_param, /) -> None:
+        if pid == self.thread and policy != os.SCHED_BATCH and self.inner.policies.get(pid) == os.SCHED_BATCH:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        self.inner.sched_setscheduler(pid, policy, param)
 
 
 @linux_only

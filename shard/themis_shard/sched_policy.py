@@ -21,7 +21,9 @@ Applied first thing by the process entry point, to every thread the process has 
 have started some: OpenBLAS's pool) and so to every thread started later, which inherits it:
 the event loop, the worker threads, RocksDB's and llama.cpp's. Never by ``create_app`` (a test
 process builds many apps). An unprivileged process may choose
-``SCHED_BATCH``; where the kernel or a seccomp profile refuses, the shard says so and runs on.
+``SCHED_BATCH``; where the kernel or a seccomp profile refuses, the shard says so and runs on,
+every thread back on the policy it was started with (a refusal part-way puts back the threads
+already switched).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class SchedSettings(BaseSettings):
 class Scheduler(Protocol):
     """The part of the ``os`` module the policy uses (a seam for its specs)."""
 
+    def sched_getscheduler(self, pid: int, /) -> int: ...
+
+    def sched_getparam(self, pid: int, /) -> os.sched_param: ...
+
     def sched_setscheduler(self, pid: int, policy: int, param: os.sched_param, /) -> None: ...
 
 
@@ -70,16 +76,37 @@ def apply_at_start(
     elif (batch := getattr(os, "SCHED_BATCH", None)) is None:
         done = "SCHED_BATCH is not available on this platform; left as started"
     else:
+        switched: list[tuple[int, int, os.sched_param]] = []
         try:
             for thread in threads():
                 try:
+                    before = scheduler.sched_getscheduler(thread), scheduler.sched_getparam(thread)
                     scheduler.sched_setscheduler(thread, batch, os.sched_param(0))
                 except ProcessLookupError:  # it ended since the listing
                     continue
+                switched.append((thread, *before))
         except OSError as e:
-            done = f"SCHED_BATCH refused ({e.strerror or e}); left as started"
+            # a refusal part-way (one thread's, a seccomp rule's) must not leave the process
+            # half on each policy: the threads switched already go back as they were
+            kept = _put_back(scheduler, switched)
+            done = f"SCHED_BATCH refused ({e.strerror or e}); " + (
+                "left as started" if not kept else f"{kept} thread(s) could not be put back and run under it"
+            )
             log.warning("CPU scheduling: %s", done)
             return done
         done = "SCHED_BATCH (no wake-up preemption)"
     log.info("CPU scheduling: %s", done)
     return done
+
+
+def _put_back(scheduler: Scheduler, switched: list[tuple[int, int, os.sched_param]]) -> int:
+    """Give each thread back the policy it had; how many kept the new one (refused again)."""
+    kept = 0
+    for thread, policy, param in reversed(switched):
+        try:
+            scheduler.sched_setscheduler(thread, policy, param)
+        except ProcessLookupError:
+            continue
+        except OSError:
+            kept += 1
+    return kept
