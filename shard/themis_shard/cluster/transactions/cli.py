@@ -50,9 +50,8 @@ def row_line(t: dict) -> str:
     held = ", ".join(f"{h['shard']}({h['role']})" for h in t["held_by"]) or "-"
     keys = ", ".join(t["keys"][:4]) + (f" +{len(t['keys']) - 4}" if len(t["keys"]) > 4 else "")
     return (
-        f"{t.get('attempt') or t['id']}  {t['state']:<10} {t['age_s']:7.1f}s  "
-        f"coordinator {t['coordinator'] or '?'}  "
-        f"held by {held}  keys {keys or '-'}"
+        f"{t['id']}  {t['state']:<10} {t['age_s']:7.1f}s  coordinator {t['coordinator'] or '?'}  "
+        f"held by {held}  keys {keys or '-'}  attempt {t.get('attempt') or t['id']}"
     )
 
 
