@@ -572,7 +572,7 @@ class DistributedDocuments:
         delivered = {peer: outcome for peer, (outcome, _) in zip(peers, answers, strict=True)}
         newer = [r for _, found in answers for r in found]
         if newer:  # an owner was ahead of this coordinator: catch up first (the retry writes on top)
-            await run_in_threadpool(self.store.apply_replicated, newer)
+            await self.store.apply_replicated_async(newer)  # group commit: the loop runs meanwhile
         outcomes = {
             (r.collection, r.key): decide(
                 [delivered[o] for o in write_owners(topo, r.collection, r.key) if o != topo.self_id],
@@ -828,7 +828,7 @@ class DistributedDocuments:
         if not newest:
             return Burned.NOTHING
         burns = [b for b in burns if (b.collection, b.key) in newest]
-        await run_in_threadpool(self.store.apply_replicated, burns)
+        await self.store.apply_replicated_async(burns)
         log.warning("write to %d key(s) failed after an owner may have taken it; burned it", len(burns))
         # An owner out of sync now needs no burn: catch-up replaces its copies with the in-sync
         # owners' (the burn among them) before it serves again, so it cannot serve the record.
