@@ -32,7 +32,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -225,9 +225,13 @@ class IntentStore:
     def all(self) -> list[Intent]:
         return list(self._intents.values())
 
+    def of_id(self, txn_id: str) -> list[Intent]:
+        """Every intent of every attempt at a client's transaction id held here (one pass)."""
+        return [i for i in list(self._intents.values()) if client_id(i.txn) == txn_id]
+
     def names_of(self, txn_id: str) -> set[str]:
         """The attempts of a client's transaction id (its own name included) held here."""
-        return {i.txn for i in list(self._intents.values()) if client_id(i.txn) == txn_id}
+        return {i.txn for i in self.of_id(txn_id)}
 
     def prepared(self, txn: str) -> bool:
         """Does this shard hold any intent of ``txn``?"""
@@ -295,27 +299,26 @@ class TxnLog:
         raw = self._cf.get(txn.encode())
         return None if raw is None else decode_entry(raw)
 
-    def entries_of(self, txn_id: str) -> list[LogEntry]:
-        """Every entry of a client's transaction id: the bare id's own (an older version's
-        transaction, or a fence by a client's question) and each attempt's (one seek: the
-        attempts' names sort together after ``{id}@``)."""
-        found = [] if (bare := self.get(txn_id)) is None else [bare]
+    def _entries(self, txn_id: str) -> Iterator[LogEntry]:
+        """The bare id's own entry (an older version's transaction, or a fence by a client's
+        question), then each attempt's, lazily (one seek: the attempts' names sort together
+        after ``{id}@``)."""
+        bare = self.get(txn_id)
+        if bare is not None:
+            yield bare
         prefix = (txn_id + ATTEMPT_SEP).encode()
         for key, raw in self._cf.items(from_key=prefix):
             if not key.startswith(prefix):
-                break
-            found.append(decode_entry(raw))
-        return found
+                return
+            yield decode_entry(raw)
+
+    def entries_of(self, txn_id: str) -> list[LogEntry]:
+        """Every entry of a client's transaction id (``_entries``)."""
+        return list(self._entries(txn_id))
 
     def known(self, txn_id: str) -> LogEntry | None:
-        """An entry that spends a client's transaction id here, if any (see ``entries_of``)."""
-        bare = self.get(txn_id)
-        if bare is not None:
-            return bare
-        prefix = (txn_id + ATTEMPT_SEP).encode()
-        for key, raw in self._cf.items(from_key=prefix):
-            return decode_entry(raw) if key.startswith(prefix) else None
-        return None
+        """An entry that spends a client's transaction id here, if any (``_entries``)."""
+        return next(self._entries(txn_id), None)
 
     def accept(self, txn: str, participants: Iterable[str] = ()) -> LogEntry:
         """As a decider: make COMMIT final here unless something is logged already (a fence, or

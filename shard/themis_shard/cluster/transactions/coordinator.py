@@ -73,8 +73,9 @@ class Coordinator:
 
     # -- the two phases --------------------------------------------------------------------
     def running(self, txn: str) -> bool:
-        """Is this attempt (a name), or an attempt at this client id, being run here?"""
-        return txn in self._in_flight or txn in self._attempts
+        """Is the transaction of this name (an attempt's, or an older version's bare id) being
+        run here? An attempt at a client's id: ``names_of``."""
+        return txn in self._in_flight
 
     def running_ids(self) -> list[str]:
         return sorted(self._in_flight)

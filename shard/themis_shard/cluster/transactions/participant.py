@@ -160,8 +160,7 @@ class Participant:
         txn_id = client_id(txn)
         found = self.log.known(txn_id)
         me = self._plan.topology.self_id
-        held = [i for n in self.intents.names_of(txn_id) for i in self.intents.of(n)]
-        if found is not None or any(i.txn != txn or i.primary == me for i in held):
+        if found is not None or any(i.txn != txn or i.primary == me for i in self.intents.of_id(txn_id)):
             state = found.decision.value if found is not None else "prepared"
             raise Conflict(
                 f"transaction id {txn_id} is taken ({state} here); nothing was written: "

@@ -4,6 +4,8 @@ their background task (in-doubt resolution and commit re-drive)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
@@ -95,15 +97,13 @@ class Transactions:
             | self.intents.names_of(txn)
             | self.coordinator.names_of(txn)
         ) - {txn}
-        attempts = {name: self.status(name) for name in sorted(names)}
-        running = txn in self.coordinator.running_ids()  # the bare id itself (an attempt runs under its name)
-        return Status(own.decision, running, own.prepared, attempts)
+        return replace(own, attempts={name: self.status(name) for name in sorted(names)})
 
     async def fence(self, txn: str) -> Status:
         """Promise never to accept COMMIT for ``txn`` as a decider — unless this shard is
         coordinating it right now (then it says so and promises nothing). For a client's id,
         the promise covers every attempt at it with nothing logged here yet (``TxnLog.accept``)."""
-        if not self.coordinator.running(txn):
+        if not (self.coordinator.running(txn) or self.coordinator.names_of(txn)):
             await run_in_threadpool(self.log.fence, txn)
         return await run_in_threadpool(self.status, txn)
 
